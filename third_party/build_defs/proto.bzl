@@ -30,7 +30,7 @@ def mneme_proto_library(name, srcs, deps = [], grpc = True, visibility = None):
                       "--plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin ")
     native.genrule(
         name = name + "_codegen",
-        srcs = [name + "_protos"],
+        srcs = srcs + [d + "_protos" for d in deps],
         outs = outs,
         cmd = ("/usr/bin/protoc -I. -I/usr/include --cpp_out=$(GENDIR) " +
                grpc_flags +

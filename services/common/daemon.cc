@@ -1,0 +1,71 @@
+#include "services/common/daemon.h"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "glog/logging.h"
+
+namespace mneme {
+namespace {
+
+sigset_t TerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+std::string& ProgramName() {
+  static auto* name = new std::string("mneme");
+  return *name;
+}
+
+}  // namespace
+
+void InitDaemon(int argc, char** argv, absl::string_view usage) {
+  if (argc > 0) {
+    std::string name = argv[0];
+    const size_t slash = name.rfind('/');
+    if (slash != std::string::npos) name = name.substr(slash + 1);
+    ProgramName() = name;
+  }
+  absl::SetProgramUsageMessage(usage);
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    ExitWithError(absl::InvalidArgumentError(
+        std::string("unexpected argument: ") + rest[1]));
+  }
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(ProgramName().c_str());
+  const sigset_t signals = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+void ExitWithError(const absl::Status& status) {
+  std::fprintf(stderr, "%s: error: %s\n", ProgramName().c_str(),
+               std::string(status.message()).c_str());
+  std::fflush(stderr);
+  std::exit(1);
+}
+
+int ServeUntilSignal(ServerRunner& runner, SystemdNotifier& notifier) {
+  notifier.Ready();
+  notifier.StartWatchdog([&runner] { return runner.serving(); });
+  const sigset_t signals = TerminationSignals();
+  int signal = 0;
+  while (sigwait(&signals, &signal) != 0) {
+  }
+  LOG(INFO) << "received " << strsignal(signal) << ", draining";
+  notifier.Stopping();
+  runner.Drain();
+  LOG(INFO) << "stopped";
+  return 0;
+}
+
+}  // namespace mneme

@@ -1,0 +1,48 @@
+#include "services/common/server_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+
+ABSL_FLAG(std::string, listen, "",
+          "HOST:PORT to serve gRPC on; port 0 picks a free port (the bound "
+          "address is printed as 'listening on HOST:PORT'). Default: "
+          "127.0.0.1 and the daemon's fixed port.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "Server certificate chain (PEM). With --tls_key enables TLS.");
+ABSL_FLAG(std::string, tls_key, "", "Server private key (PEM).");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "CA bundle (PEM) for client certificates; setting it requires "
+          "mutual TLS.");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "On SIGTERM, how long in-flight RPCs may take before they are "
+          "cancelled.");
+ABSL_FLAG(int, max_message_bytes, 64 << 20,
+          "Largest gRPC message received or sent, in bytes.");
+
+namespace mneme {
+
+absl::StatusOr<ServerOptions> ServerOptionsFromFlags(int default_port) {
+  ServerOptions options;
+  std::string listen = absl::GetFlag(FLAGS_listen);
+  if (listen.empty()) listen = absl::StrCat("127.0.0.1:", default_port);
+  absl::StatusOr<HostPort> address = ParseHostPort(listen, "--listen");
+  if (!address.ok()) return address.status();
+  options.listen = *address;
+  options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  if (options.drain_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--drain_timeout must not be negative");
+  }
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (options.max_message_bytes <= 0) {
+    return absl::InvalidArgumentError("--max_message_bytes must be positive");
+  }
+  return options;
+}
+
+}  // namespace mneme

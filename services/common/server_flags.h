@@ -1,0 +1,18 @@
+#ifndef MNEME_SERVICES_COMMON_SERVER_FLAGS_H_
+#define MNEME_SERVICES_COMMON_SERVER_FLAGS_H_
+
+#include "absl/status/statusor.h"
+#include "services/common/server_runner.h"
+
+namespace mneme {
+
+// ServerOptions from the flags every daemon shares:
+//   --listen=HOST:PORT (default 127.0.0.1:<default_port>; port 0 = any free),
+//   --tls_cert, --tls_key, --tls_client_ca (PEM files; see ServerTlsOptions),
+//   --drain_timeout (e.g. 30s), --max_message_bytes.
+// InvalidArgument naming the flag on a malformed value.
+absl::StatusOr<ServerOptions> ServerOptionsFromFlags(int default_port);
+
+}  // namespace mneme
+
+#endif  // MNEME_SERVICES_COMMON_SERVER_FLAGS_H_

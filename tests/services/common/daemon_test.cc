@@ -1,0 +1,186 @@
+// Runs the plumbing daemon as a real process: readiness, watchdog and
+// stopping notifications on a notify socket the test owns, SIGTERM -> exit 0,
+// and one clear error line for each kind of bad startup input.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
+
+namespace mneme {
+namespace {
+
+using ::mneme::testing::RunfilePath;
+using ::mneme::testing::Subprocess;
+
+std::string DaemonPath() {
+  return RunfilePath("mneme/tests/services/common/plumbing_daemon");
+}
+
+// An abstract-namespace datagram socket standing in for systemd's.
+class NotifySocket {
+ public:
+  NotifySocket() {
+    name_ = absl::StrCat("mneme-notify-test-", getpid());
+    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    // Abstract socket: leading NUL, no file.
+    std::memcpy(addr.sun_path + 1, name_.data(), name_.size());
+    const socklen_t len = offsetof(sockaddr_un, sun_path) + 1 + name_.size();
+    bound_ = bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) == 0;
+    timeval timeout{};
+    timeout.tv_usec = 100000;
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  }
+  ~NotifySocket() { close(fd_); }
+
+  bool bound() const { return bound_; }
+  std::string env_value() const { return "@" + name_; }
+
+  // Collects messages until one equals `want` or the timeout passes.
+  bool WaitFor(const std::string& want, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    char buf[4096];
+    while (absl::Now() < deadline) {
+      const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+      if (n <= 0) continue;
+      for (absl::string_view line :
+           absl::StrSplit(absl::string_view(buf, n), '\n')) {
+        received_.emplace_back(line);
+        if (line == want) return true;
+      }
+    }
+    return false;
+  }
+
+  int Count(const std::string& message) const {
+    int count = 0;
+    for (const std::string& m : received_) count += m == message;
+    return count;
+  }
+
+ private:
+  std::string name_;
+  int fd_ = -1;
+  bool bound_ = false;
+  std::vector<std::string> received_;
+};
+
+TEST(DaemonTest, NotifiesReadyWatchdogAndStoppingAndExitsCleanlyOnSigterm) {
+  NotifySocket notify;
+  ASSERT_TRUE(notify.bound());
+  auto daemon = Subprocess::Start(
+      {DaemonPath(), "--listen=127.0.0.1:0"},
+      {{"NOTIFY_SOCKET", notify.env_value()}, {"WATCHDOG_USEC", "200000"}});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  ASSERT_TRUE(
+      (*daemon)
+          ->WaitForStdoutLine("listening on 127.0.0.1:", absl::Seconds(30))
+          .ok());
+  EXPECT_TRUE(notify.WaitFor("READY=1", absl::Seconds(10)));
+  // Pings every 100 ms (half of WATCHDOG_USEC): wait for a few.
+  ASSERT_TRUE(notify.WaitFor("WATCHDOG=1", absl::Seconds(10)));
+  ASSERT_TRUE(notify.WaitFor("WATCHDOG=1", absl::Seconds(10)));
+  EXPECT_GE(notify.Count("WATCHDOG=1"), 2);
+
+  (*daemon)->Signal(SIGTERM);
+  EXPECT_TRUE(notify.WaitFor("STOPPING=1", absl::Seconds(10)));
+  absl::StatusOr<int> code = (*daemon)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << (*daemon)->Stderr();
+}
+
+TEST(DaemonTest, RunsWithoutSystemd) {
+  auto daemon = Subprocess::Start({DaemonPath(), "--listen=127.0.0.1:0"},
+                                  {{"NOTIFY_SOCKET", ""}});
+  ASSERT_TRUE(daemon.ok());
+  ASSERT_TRUE(
+      (*daemon)->WaitForStdoutLine("listening on", absl::Seconds(30)).ok());
+  (*daemon)->Signal(SIGINT);
+  absl::StatusOr<int> code = (*daemon)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0);
+}
+
+struct BadStartup {
+  std::string name;
+  std::vector<std::string> args;
+  std::string expected_text;
+};
+
+class DaemonBadStartupTest : public ::testing::TestWithParam<BadStartup> {};
+
+TEST_P(DaemonBadStartupTest, ExitsNonZeroWithOneClearErrorLine) {
+  std::vector<std::string> argv = {DaemonPath()};
+  for (const std::string& a : GetParam().args) argv.push_back(a);
+  auto daemon = Subprocess::Start(argv);
+  ASSERT_TRUE(daemon.ok());
+  absl::StatusOr<int> code = (*daemon)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok());
+  EXPECT_NE(*code, 0);
+  const std::string stderr_text = (*daemon)->Stderr();
+  std::vector<std::string> lines =
+      absl::StrSplit(stderr_text, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 1u) << stderr_text;
+  EXPECT_NE(lines[0].find(GetParam().expected_text), std::string::npos)
+      << lines[0];
+  EXPECT_EQ((*daemon)->Stdout(), "");
+}
+
+int BusyPort() {
+  // A listening socket that stays open for the whole test binary.
+  static const int port = [] {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    listen(fd, 1);
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    return static_cast<int>(ntohs(addr.sin_port));
+  }();
+  return port;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BadInput, DaemonBadStartupTest,
+    ::testing::Values(
+        BadStartup{"UnknownFlag", {"--no_such_flag=1"}, "no_such_flag"},
+        BadStartup{"StrayArgument", {"serve"}, "unexpected argument: serve"},
+        BadStartup{"MalformedListen", {"--listen=localhost"}, "HOST:PORT"},
+        BadStartup{"PortOutOfRange", {"--listen=127.0.0.1:70000"}, "0..65535"},
+        BadStartup{"UnresolvableHost",
+                   {"--listen=no-such-host.invalid:0"},
+                   "cannot listen on --listen=no-such-host.invalid:0"},
+        BadStartup{"PortInUse",
+                   {absl::StrCat("--listen=127.0.0.1:", BusyPort())},
+                   "cannot listen on --listen=127.0.0.1:"},
+        BadStartup{"UnreadableCertificate",
+                   {"--listen=127.0.0.1:0", "--tls_cert=/nonexistent/a.crt",
+                    "--tls_key=/nonexistent/a.key"},
+                   "cannot read --tls_cert=/nonexistent/a.crt"},
+        BadStartup{"CertificateWithoutKey",
+                   {"--listen=127.0.0.1:0", "--tls_cert=/etc/hostname"},
+                   "--tls_cert and --tls_key must be given together"},
+        BadStartup{"NegativeDrain",
+                   {"--drain_timeout=-1s"},
+                   "--drain_timeout must not be negative"}),
+    [](const ::testing::TestParamInfo<BadStartup>& info) {
+      return info.param.name;
+    });
+
+}  // namespace
+}  // namespace mneme

@@ -1,0 +1,30 @@
+// A daemon wired exactly like Mneme's services (flags -> options -> create ->
+// serve until SIGTERM -> drain) around the test Echo service, so tests can
+// exercise the shared plumbing as a real process.
+#include <cstdio>
+
+#include "absl/status/statusor.h"
+#include "services/common/daemon.h"
+#include "services/common/inflight_gate.h"
+#include "services/common/server_flags.h"
+#include "services/common/server_runner.h"
+#include "services/common/systemd_notifier.h"
+#include "tests/services/common/echo_service.h"
+
+int main(int argc, char** argv) {
+  mneme::InitDaemon(argc, argv, "plumbing_daemon --listen=HOST:PORT");
+  absl::StatusOr<mneme::ServerOptions> options =
+      mneme::ServerOptionsFromFlags(/*default_port=*/0);
+  if (!options.ok()) mneme::ExitWithError(options.status());
+
+  mneme::InflightGate gate;
+  mneme::testing::EchoService echo(&gate);
+  absl::StatusOr<std::unique_ptr<mneme::ServerRunner>> runner =
+      mneme::ServerRunner::Create(*options, {&echo}, &gate);
+  if (!runner.ok()) mneme::ExitWithError(runner.status());
+  std::printf("listening on %s\n", (*runner)->address().ToString().c_str());
+  std::fflush(stdout);
+
+  mneme::SystemdNotifier notifier;
+  return mneme::ServeUntilSignal(**runner, notifier);
+}
