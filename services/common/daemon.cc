@@ -54,6 +54,28 @@ void ExitWithError(const absl::Status& status) {
   std::exit(1);
 }
 
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsServer(
+    const ServerOptions& options, const MetricsRegistry& registry,
+    const ServerRunner& runner) {
+  if (!options.metrics_listen.has_value()) return nullptr;
+  MetricsHttpServerOptions http;
+  http.host = options.metrics_listen->host;
+  http.port = options.metrics_listen->port;
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Create(http, &registry,
+                                [&runner] { return runner.serving(); });
+  if (!server.ok()) return server.status();
+  std::printf("metrics on %s\n",
+              HostPort{http.host, (*server)->port()}.ToString().c_str());
+  std::fflush(stdout);
+  return server;
+}
+
+void PrintListening(const ServerRunner& runner) {
+  std::printf("listening on %s\n", runner.address().ToString().c_str());
+  std::fflush(stdout);
+}
+
 int ServeUntilSignal(ServerRunner& runner, SystemdNotifier& notifier) {
   notifier.Ready();
   notifier.StartWatchdog([&runner] { return runner.serving(); });

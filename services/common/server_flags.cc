@@ -19,12 +19,18 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM, how long in-flight RPCs may take before they are "
           "cancelled.");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT for the HTTP /metrics, /healthz and /readyz endpoint "
+          "(port 0 picks a free port, printed as 'metrics on HOST:PORT'); "
+          "'none' disables it. Default: 127.0.0.1 and the daemon's fixed "
+          "metrics port.");
 ABSL_FLAG(int, max_message_bytes, 64 << 20,
           "Largest gRPC message received or sent, in bytes.");
 
 namespace mneme {
 
-absl::StatusOr<ServerOptions> ServerOptionsFromFlags(int default_port) {
+absl::StatusOr<ServerOptions> ServerOptionsFromFlags(
+    int default_port, std::optional<int> default_metrics_port) {
   ServerOptions options;
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = absl::StrCat("127.0.0.1:", default_port);
@@ -41,6 +47,16 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags(int default_port) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   if (options.max_message_bytes <= 0) {
     return absl::InvalidArgumentError("--max_message_bytes must be positive");
+  }
+  std::string metrics = absl::GetFlag(FLAGS_metrics_listen);
+  if (metrics.empty() && default_metrics_port.has_value()) {
+    metrics = absl::StrCat("127.0.0.1:", *default_metrics_port);
+  }
+  if (!metrics.empty() && metrics != "none") {
+    absl::StatusOr<HostPort> metrics_address =
+        ParseHostPort(metrics, "--metrics_listen");
+    if (!metrics_address.ok()) return metrics_address.status();
+    options.metrics_listen = *metrics_address;
   }
   return options;
 }

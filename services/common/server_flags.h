@@ -1,6 +1,8 @@
 #ifndef MNEME_SERVICES_COMMON_SERVER_FLAGS_H_
 #define MNEME_SERVICES_COMMON_SERVER_FLAGS_H_
 
+#include <optional>
+
 #include "absl/status/statusor.h"
 #include "services/common/server_runner.h"
 
@@ -9,9 +11,12 @@ namespace mneme {
 // ServerOptions from the flags every daemon shares:
 //   --listen=HOST:PORT (default 127.0.0.1:<default_port>; port 0 = any free),
 //   --tls_cert, --tls_key, --tls_client_ca (PEM files; see ServerTlsOptions),
-//   --drain_timeout (e.g. 30s), --max_message_bytes.
+//   --drain_timeout (e.g. 30s), --max_message_bytes,
+//   --metrics_listen=HOST:PORT|none (default 127.0.0.1:<default_metrics_port>
+//   when given, else none).
 // InvalidArgument naming the flag on a malformed value.
-absl::StatusOr<ServerOptions> ServerOptionsFromFlags(int default_port);
+absl::StatusOr<ServerOptions> ServerOptionsFromFlags(
+    int default_port, std::optional<int> default_metrics_port = std::nullopt);
 
 }  // namespace mneme
 

@@ -4,6 +4,7 @@
 #include <grpcpp/server.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -27,6 +28,9 @@ struct ServerOptions {
   absl::Duration drain_timeout = absl::Seconds(30);
   // Largest message received or sent, in bytes. Default: 64 MiB.
   int max_message_bytes = 64 << 20;
+  // Where to serve /metrics, /healthz and /readyz over HTTP (port 0 = any
+  // free port). Default: none (no HTTP endpoint).
+  std::optional<HostPort> metrics_listen;
 };
 
 // Runs a gRPC server (callback API services) with the standard

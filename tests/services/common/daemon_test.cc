@@ -12,10 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "tests/testing/subprocess.h"
 
 namespace mneme {
@@ -114,11 +116,39 @@ TEST(DaemonTest, RunsWithoutSystemd) {
   EXPECT_EQ(*code, 0);
 }
 
+TEST(DaemonTest, ServesMetricsAndReadinessOverHttp) {
+  auto daemon = Subprocess::Start(
+      {DaemonPath(), "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0"});
+  ASSERT_TRUE(daemon.ok());
+  absl::StatusOr<std::string> line =
+      (*daemon)->WaitForStdoutLine("metrics on 127.0.0.1:", absl::Seconds(30));
+  ASSERT_TRUE(line.ok()) << line.status();
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(line->substr(line->rfind(':') + 1), &port));
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(10, 0);
+  httplib::Result ready = client.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200);
+  httplib::Result health = client.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  httplib::Result metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  (*daemon)->Signal(SIGTERM);
+  absl::StatusOr<int> code = (*daemon)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0);
+}
+
 struct BadStartup {
   std::string name;
   std::vector<std::string> args;
   std::string expected_text;
 };
+
+void PrintTo(const BadStartup& bad, std::ostream* os) { *os << bad.name; }
 
 class DaemonBadStartupTest : public ::testing::TestWithParam<BadStartup> {};
 
@@ -175,6 +205,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadStartup{"CertificateWithoutKey",
                    {"--listen=127.0.0.1:0", "--tls_cert=/etc/hostname"},
                    "--tls_cert and --tls_key must be given together"},
+        BadStartup{"MetricsPortInUse",
+                   {"--listen=127.0.0.1:0",
+                    absl::StrCat("--metrics_listen=127.0.0.1:", BusyPort())},
+                   "cannot listen for metrics on 127.0.0.1:"},
         BadStartup{"NegativeDrain",
                    {"--drain_timeout=-1s"},
                    "--drain_timeout must not be negative"}),

@@ -1,11 +1,11 @@
 // A daemon wired exactly like Mneme's services (flags -> options -> create ->
 // serve until SIGTERM -> drain) around the test Echo service, so tests can
 // exercise the shared plumbing as a real process.
-#include <cstdio>
-
 #include "absl/status/statusor.h"
 #include "services/common/daemon.h"
 #include "services/common/inflight_gate.h"
+#include "services/common/metrics.h"
+#include "services/common/metrics_http_server.h"
 #include "services/common/server_flags.h"
 #include "services/common/server_runner.h"
 #include "services/common/systemd_notifier.h"
@@ -22,8 +22,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<mneme::ServerRunner>> runner =
       mneme::ServerRunner::Create(*options, {&echo}, &gate);
   if (!runner.ok()) mneme::ExitWithError(runner.status());
-  std::printf("listening on %s\n", (*runner)->address().ToString().c_str());
-  std::fflush(stdout);
+  mneme::MetricsRegistry metrics;
+  absl::StatusOr<std::unique_ptr<mneme::MetricsHttpServer>> http =
+      mneme::StartMetricsServer(*options, metrics, **runner);
+  if (!http.ok()) mneme::ExitWithError(http.status());
+  mneme::PrintListening(**runner);
 
   mneme::SystemdNotifier notifier;
   return mneme::ServeUntilSignal(**runner, notifier);
