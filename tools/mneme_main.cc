@@ -1,0 +1,59 @@
+// mneme: the command-line tool (checkpoints, Engram tables, later the
+// cluster). Each subcommand lives in tools/cli/.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tools/cli/engram_command.h"
+#include "tools/cli/inspect_command.h"
+#include "tools/cli/make_checkpoint_command.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: mneme <command> [flags]\n"
+    "\n"
+    "commands:\n"
+    "  make-checkpoint --out DIR [--engram-format fp8|nvfp4] [--seed N]\n"
+    "                  [--engram-vocab-size N] [--threads N]\n"
+    "      write a synthetic DeepSeek-V4.1-layout checkpoint\n"
+    "  inspect DIR\n"
+    "      tensors, dtypes, shapes, shards and the Engram configuration\n"
+    "  engram describe --checkpoint DIR\n"
+    "      JSON: per Engram layer rows, format, scale, multipliers, primes\n"
+    "  engram ids --checkpoint DIR --layer L --tokens T0,T1,...\n"
+    "      the row ids of every column for each position\n"
+    "  engram rows --checkpoint DIR --layer L --ids I0,I1,...\n"
+    "      the decoded fp32 values of rows\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" ||
+      args[0] == "-h") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  absl::Status status;
+  if (command == "make-checkpoint") {
+    status = mneme::cli::RunMakeCheckpoint(rest, std::cout);
+  } else if (command == "inspect") {
+    status = mneme::cli::RunInspect(rest, std::cout);
+  } else if (command == "engram") {
+    status = mneme::cli::RunEngramOffline(rest, std::cout);
+  } else {
+    std::cerr << "mneme: error: unknown command '" << command
+              << "' (mneme --help lists them)\n";
+    return 2;
+  }
+  std::cout.flush();
+  if (!status.ok()) {
+    std::cerr << "mneme " << command << ": error: " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}

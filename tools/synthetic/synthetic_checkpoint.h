@@ -1,0 +1,66 @@
+#ifndef MNEME_TOOLS_SYNTHETIC_SYNTHETIC_CHECKPOINT_H_
+#define MNEME_TOOLS_SYNTHETIC_SYNTHETIC_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engram_store/format/row_format.h"
+
+namespace mneme::synthetic {
+
+struct SyntheticCheckpointOptions {
+  // Directory to create. It must not exist (or be an empty directory); the
+  // checkpoint is written under OUT.partial and renamed at the end, so a
+  // directory named OUT is always complete. Required.
+  std::string out_dir;
+  // Format of the Engram tables. Default: kFp8.
+  engram::RowFormat engram_format = engram::RowFormat::kFp8;
+  // Seed of every generated value. Default: 0.
+  uint64_t seed = 0;
+  // engram_vocab_size: start of the prime search, so each table has about
+  // 24 x this many rows. Default: 1000 (~24K rows, ~6 MB per FP8 table);
+  // 1,000,000 gives ~6 GB FP8 tables for benchmarks. Range [100, 2^31).
+  int64_t engram_vocab_size = 1000;
+  // engram_layer_ids. Default: {1, 3}.
+  std::vector<int> engram_layer_ids = {1, 3};
+  // num_hidden_layers; must exceed every Engram layer id. Default: 4.
+  int num_hidden_layers = 4;
+  // hidden_size; a multiple of 32 (wkv has 32 x 32 scale blocks). Default: 64.
+  int hidden_size = 64;
+  // hc_mult (hyper-connection copies). Default: 4.
+  int hc_mult = 4;
+  // Worker threads generating rows; 0 = all cores. Default: 0.
+  int threads = 0;
+  // Print progress on stderr for tables of more than this many rows.
+  // Default: 2,000,000.
+  int64_t progress_min_rows = 2'000'000;
+};
+
+// Writes a complete checkpoint directory of the DeepSeek-V4.1 layout at
+// miniature size: config.json (Engram keys under text_config, with the
+// NVFP4 keys for NVFP4 tables), tokenizer.json and tokenizer_config.json,
+// model.safetensors.index.json and one shard per Engram layer holding its
+// six tensors (embed.weight / embed.scale as the format requires, wkv.weight
+// / wkv.scale in FP8 with 32 x 32 blocks, q_weight / k_weight in BF16).
+// Row values are heavy-tailed and deterministic per (seed, layer, row); an
+// NVFP4 table is the round-to-nearest quantization of the FP8 table of the
+// same seed, with the global scale from its amax.
+// InvalidArgument naming the field for bad options; FailedPrecondition when
+// out_dir exists and is not empty; I/O errors otherwise.
+absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& options);
+
+// The kRowDim values row `row` of layer `layer` is generated from (before
+// FP8 encoding). |value| <= SyntheticTableAmax(layer_index).
+void SyntheticRowValues(uint64_t seed, int layer, int64_t row,
+                        absl::Span<float> out);
+
+// The clip bound of the values of the layer_index-th Engram layer (11.0 for
+// the first, 24.0 for the others, as the published V4.1 tables' amax).
+float SyntheticTableAmax(int layer_index);
+
+}  // namespace mneme::synthetic
+
+#endif  // MNEME_TOOLS_SYNTHETIC_SYNTHETIC_CHECKPOINT_H_
