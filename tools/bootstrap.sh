@@ -15,7 +15,7 @@ PACKAGES=(
   libopenblas-dev libgloo-dev libicu-dev libsystemd-dev libcpp-httplib-dev
   nlohmann-json3-dev
   # Tests and benchmarks.
-  libgtest-dev libgmock-dev libbenchmark-dev openssl curl
+  libgtest-dev libgmock-dev libbenchmark-dev openssl curl fio
   python3 python3-numpy python3-grpcio python3-grpc-tools
   python3-prometheus-client python3-yaml
   # Deploy checks (systemd-analyze verify).
