@@ -8,6 +8,7 @@
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
 
 namespace mneme {
@@ -41,6 +42,10 @@ void InitDaemon(int argc, char** argv, absl::string_view usage) {
     ExitWithError(absl::InvalidArgumentError(
         std::string("unexpected argument: ") + rest[1]));
   }
+  // Debian's Abseil is built without NDEBUG, which turns on the global
+  // lock-order graph for every absl::Mutex: a measured 20-40% on hot lookup
+  // paths. Lock order is checked by tests and thread-safety annotations.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(ProgramName().c_str());
   const sigset_t signals = TerminationSignals();
