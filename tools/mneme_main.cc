@@ -5,9 +5,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "tools/cli/bench_engram_command.h"
+#include "tools/cli/cast_experts_command.h"
 #include "tools/cli/engram_command.h"
 #include "tools/cli/inspect_command.h"
+#include "tools/cli/localize_command.h"
 #include "tools/cli/make_checkpoint_command.h"
+#include "tools/cli/quantize_engram_command.h"
 
 namespace {
 
@@ -18,6 +22,9 @@ constexpr char kUsage[] =
     "  make-checkpoint --out DIR [--engram-format fp8|nvfp4] [--seed N]\n"
     "                  [--engram-vocab-size N] [--threads N]\n"
     "      write a synthetic DeepSeek-V4.1-layout checkpoint\n"
+    "  bench engram --checkpoint DIR --layer L [--io pread|uring] [--direct]\n"
+    "               [--threads N] [--tokens-per-step N] [--steps N] [--json]\n"
+    "      Engram lookups driven by a realistic token stream; rows/s, p50/p99\n"
     "  inspect DIR\n"
     "      tensors, dtypes, shapes, shards and the Engram configuration\n"
     "  engram describe --checkpoint DIR\n"
@@ -25,7 +32,17 @@ constexpr char kUsage[] =
     "  engram ids --checkpoint DIR --layer L --tokens T0,T1,...\n"
     "      the row ids of every column for each position\n"
     "  engram rows --checkpoint DIR --layer L --ids I0,I1,...\n"
-    "      the decoded fp32 values of rows\n";
+    "      the decoded fp32 values of rows\n"
+    "  localize --checkpoint DIR --out DIR --tp N --rank R[,R...]\n"
+    "           [--split strided|contiguous] [--threads N] [--force]\n"
+    "      copy the Engram rows rank(s) R serve to a local directory\n"
+    "  quantize-engram --checkpoint SRC --out DST\n"
+    "                  [--method gptq-mse|gptq-amax|rtn-mse|rtn-amax]\n"
+    "                  [--rows-per-step N] [--threads N] [--verify]\n"
+    "      FP8 -> NVFP4 Engram tables into a new checkpoint, with a report\n"
+    "  cast-experts --checkpoint SRC --out DST\n"
+    "               (--calibration FILE.json | --uncalibrated) [--threads N]\n"
+    "      lossless MXFP4 -> NVFP4 cast of the routed experts\n";
 
 }  // namespace
 
@@ -41,10 +58,18 @@ int main(int argc, char** argv) {
   absl::Status status;
   if (command == "make-checkpoint") {
     status = mneme::cli::RunMakeCheckpoint(rest, std::cout);
+  } else if (command == "bench") {
+    status = mneme::cli::RunBenchEngram(rest, std::cout);
   } else if (command == "inspect") {
     status = mneme::cli::RunInspect(rest, std::cout);
   } else if (command == "engram") {
     status = mneme::cli::RunEngramOffline(rest, std::cout);
+  } else if (command == "quantize-engram") {
+    status = mneme::cli::RunQuantizeEngram(rest, std::cout);
+  } else if (command == "cast-experts") {
+    status = mneme::cli::RunCastExperts(rest, std::cout);
+  } else if (command == "localize") {
+    status = mneme::cli::RunLocalize(rest, std::cout, std::cerr);
   } else {
     std::cerr << "mneme: error: unknown command '" << command
               << "' (mneme --help lists them)\n";

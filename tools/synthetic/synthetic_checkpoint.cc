@@ -27,6 +27,7 @@
 #include "engram_store/format/e4m3.h"
 #include "engram_store/format/row_decode.h"
 #include "engram_store/format/row_encode.h"
+#include "engram_store/format/ue8m0.h"
 #include "engram_store/hashing/compressed_vocabulary.h"
 #include "engram_store/hashing/primes.h"
 #include "nlohmann/json.hpp"
@@ -104,6 +105,30 @@ absl::Status Validate(const SyntheticCheckpointOptions& o) {
   }
   if (o.hc_mult < 1) return absl::InvalidArgumentError("hc_mult must be >= 1");
   if (o.threads < 0) return absl::InvalidArgumentError("threads must be >= 0");
+  for (size_t i = 0; i < o.expert_layer_ids.size(); ++i) {
+    const int id = o.expert_layer_ids[i];
+    if (id < 0 || id >= o.num_hidden_layers ||
+        (i > 0 && id <= o.expert_layer_ids[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "expert_layer_ids must ascend within [0, num_hidden_layers=",
+          o.num_hidden_layers, ")"));
+    }
+  }
+  if (o.draft_stages < 0) {
+    return absl::InvalidArgumentError("draft_stages must be >= 0");
+  }
+  if (o.num_routed_experts < 1) {
+    return absl::InvalidArgumentError("num_routed_experts must be >= 1");
+  }
+  if (o.moe_intermediate_size <= 0 || o.moe_intermediate_size % 32 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("moe_intermediate_size=", o.moe_intermediate_size,
+                     " must be a positive multiple of 32"));
+  }
+  if (o.wkv_kind != WkvKind::kIndependent &&
+      o.wkv_kind != WkvKind::kCorrelated) {
+    return absl::InvalidArgumentError("unknown wkv_kind");
+  }
   return absl::OkStatus();
 }
 
@@ -226,6 +251,123 @@ absl::Status WriteWkv(const SyntheticCheckpointOptions& o, int layer,
   return writer.Append(prefix + "scale", scales);
 }
 
+// wkv.weight with correlated inputs (WkvKind::kCorrelated): bands of 32
+// rows are generated in fp32, then encoded with one UE8M0 scale per 32 x 32
+// block from the block's amax.
+absl::Status WriteCorrelatedWkv(const SyntheticCheckpointOptions& o,
+                                int layer, int64_t out_dim,
+                                engram::SafetensorsWriter& writer) {
+  constexpr int64_t kBlock = 32;
+  constexpr float kRho = 0.5f;
+  const float innovation = std::sqrt(1.0f - kRho * kRho);
+  const int64_t in_dim = int64_t{kColumns} * engram::kRowDim;
+  SplitMix mix(RowSeed(o.seed, layer, -4));
+  // Per-input scale in [0.5, 2), fixed for the layer.
+  std::vector<float> input_scale(in_dim);
+  for (float& s : input_scale) s = 0.5f + 1.5f * mix.Uniform();
+  const std::string prefix = absl::StrCat("layers.", layer, ".engram.wkv.");
+  std::vector<uint8_t> scales;
+  std::vector<float> band;
+  std::vector<uint8_t> codes;
+  for (int64_t first = 0; first < out_dim; first += kBlock) {
+    const int64_t rows = std::min(kBlock, out_dim - first);
+    band.assign(rows * in_dim, 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      float a = 0.0f;
+      for (int64_t c = 0; c < in_dim; ++c) {
+        const float z =
+            (mix.Uniform() + mix.Uniform() + mix.Uniform() - 1.5f) * 2.0f;
+        a = c % engram::kRowDim == 0 ? z : kRho * a + innovation * z;
+        band[r * in_dim + c] = input_scale[c] * a;
+      }
+    }
+    codes.resize(rows * in_dim);
+    for (int64_t b = 0; b < in_dim / kBlock; ++b) {
+      float amax = 0.0f;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < kBlock; ++j) {
+          amax = std::max(amax, std::fabs(band[r * in_dim + b * kBlock + j]));
+        }
+      }
+      const uint8_t e = engram::FloatToUe8m0(amax / engram::kE4m3Max);
+      scales.push_back(e);
+      // 2^-(e - 127) exactly.
+      const float inverse = engram::Ue8m0ToFloat(static_cast<uint8_t>(254 - e));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < kBlock; ++j) {
+          const int64_t i = r * in_dim + b * kBlock + j;
+          codes[i] = engram::FloatToE4m3(band[i] * inverse);
+        }
+      }
+    }
+    if (absl::Status st = writer.Append(prefix + "weight", codes); !st.ok()) {
+      return st;
+    }
+  }
+  return writer.Append(prefix + "scale", scales);
+}
+
+// Names of the tensors of routed expert `expert` of `prefix` (e.g.
+// "layers.2" or "mtp.0"), weight w (1..3).
+std::string ExpertTensorName(const std::string& prefix, int expert, int w,
+                             const char* suffix) {
+  return absl::StrCat(prefix, ".ffn.experts.", expert, ".w", w, ".", suffix);
+}
+
+// Declarations of the MXFP4 routed experts of `prefix`.
+void AddExpertDecls(const SyntheticCheckpointOptions& o,
+                    const std::string& prefix,
+                    std::vector<engram::TensorDecl>& decls) {
+  const int64_t hidden = o.hidden_size;
+  const int64_t inter = o.moe_intermediate_size;
+  for (int e = 0; e < o.num_routed_experts; ++e) {
+    for (int w = 1; w <= 3; ++w) {
+      const int64_t out = w == 2 ? hidden : inter;
+      const int64_t in = w == 2 ? inter : hidden;
+      decls.push_back({ExpertTensorName(prefix, e, w, "weight"),
+                       engram::DType::kU8,
+                       {out, in / 2}});
+      decls.push_back({ExpertTensorName(prefix, e, w, "scale"),
+                       engram::DType::kF8E8M0,
+                       {out, in / 32}});
+    }
+  }
+}
+
+// Random e2m1 nibbles and UE8M0 block exponents within +-2 of a base that
+// differs by weight (w3 one above w1, so w1/w3 sharing matters).
+absl::Status WriteExperts(const SyntheticCheckpointOptions& o,
+                          const std::string& prefix, int seed_layer,
+                          engram::SafetensorsWriter& writer) {
+  const int64_t hidden = o.hidden_size;
+  const int64_t inter = o.moe_intermediate_size;
+  for (int e = 0; e < o.num_routed_experts; ++e) {
+    for (int w = 1; w <= 3; ++w) {
+      SplitMix mix(RowSeed(o.seed, seed_layer, -(100 + 4 * e + w)));
+      const int64_t out = w == 2 ? hidden : inter;
+      const int64_t in = w == 2 ? inter : hidden;
+      std::vector<uint8_t> packed(out * in / 2);
+      for (uint8_t& b : packed) b = static_cast<uint8_t>(mix.Next() & 0xFF);
+      const int base = w == 1 ? 120 : w == 3 ? 121 : 119;
+      std::vector<uint8_t> scales(out * in / 32);
+      for (uint8_t& s : scales) {
+        s = static_cast<uint8_t>(base + static_cast<int>(mix.Next() % 5) - 2);
+      }
+      if (absl::Status st =
+              writer.Append(ExpertTensorName(prefix, e, w, "weight"), packed);
+          !st.ok()) {
+        return st;
+      }
+      if (absl::Status st =
+              writer.Append(ExpertTensorName(prefix, e, w, "scale"), scales);
+          !st.ok()) {
+        return st;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteBf16(const std::string& name, int64_t count, uint64_t seed,
                        engram::SafetensorsWriter& writer) {
   SplitMix mix(seed);
@@ -309,6 +451,9 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
   if (!vocab.ok()) return vocab.status();
 
   const int num_tables = static_cast<int>(o.engram_layer_ids.size());
+  const int num_shards = num_tables +
+                         static_cast<int>(o.expert_layer_ids.size()) +
+                         (o.draft_stages > 0 ? 1 : 0);
   absl::StatusOr<std::vector<std::vector<int64_t>>> primes =
       engram::SearchColumnPrimes(o.engram_vocab_size, num_tables, kMaxNgramSize,
                                  kHeads);
@@ -345,7 +490,7 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
         {prefix + "q_weight", DType::kBf16, {o.hc_mult, o.hidden_size}},
         {prefix + "k_weight", DType::kBf16, {o.hc_mult, o.hidden_size}},
     };
-    const std::string shard = ShardName(t, num_tables);
+    const std::string shard = ShardName(t, num_shards);
     for (const engram::TensorDecl& d : decls) index.weight_map[d.name] = shard;
     absl::StatusOr<std::unique_ptr<engram::SafetensorsWriter>> writer =
         engram::SafetensorsWriter::Create(partial + "/" + shard, decls,
@@ -355,13 +500,50 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
         !st.ok()) {
       return st;
     }
-    if (absl::Status st = WriteWkv(o, layer, wkv_out, **writer); !st.ok()) {
+    if (absl::Status st =
+            o.wkv_kind == WkvKind::kCorrelated
+                ? WriteCorrelatedWkv(o, layer, wkv_out, **writer)
+                : WriteWkv(o, layer, wkv_out, **writer);
+        !st.ok()) {
       return st;
     }
     for (const char* name : {"q_weight", "k_weight"}) {
       if (absl::Status st = WriteBf16(
               prefix + name, int64_t{o.hc_mult} * o.hidden_size,
               RowSeed(o.seed, layer, name[0] == 'q' ? -2 : -3), **writer);
+          !st.ok()) {
+        return st;
+      }
+    }
+    total_size += (*writer)->data_bytes();
+    if (absl::Status st = (*writer)->Finish(); !st.ok()) return st;
+  }
+  // MXFP4 routed experts: one shard per main layer, one for the draft stages.
+  std::vector<std::vector<std::pair<std::string, int>>> expert_shards;
+  for (int layer : o.expert_layer_ids) {
+    expert_shards.push_back({{absl::StrCat("layers.", layer), layer}});
+  }
+  if (o.draft_stages > 0) {
+    expert_shards.emplace_back();
+    for (int stage = 0; stage < o.draft_stages; ++stage) {
+      expert_shards.back().push_back(
+          {absl::StrCat("mtp.", stage), 1000 + stage});
+    }
+  }
+  for (size_t i = 0; i < expert_shards.size(); ++i) {
+    std::vector<engram::TensorDecl> decls;
+    for (const auto& [prefix, seed_layer] : expert_shards[i]) {
+      AddExpertDecls(o, prefix, decls);
+    }
+    const std::string shard =
+        ShardName(num_tables + static_cast<int>(i), num_shards);
+    for (const engram::TensorDecl& d : decls) index.weight_map[d.name] = shard;
+    absl::StatusOr<std::unique_ptr<engram::SafetensorsWriter>> writer =
+        engram::SafetensorsWriter::Create(partial + "/" + shard, decls,
+                                          {.metadata = {{"format", "pt"}}});
+    if (!writer.ok()) return writer.status();
+    for (const auto& [prefix, seed_layer] : expert_shards[i]) {
+      if (absl::Status st = WriteExperts(o, prefix, seed_layer, **writer);
           !st.ok()) {
         return st;
       }
@@ -394,6 +576,13 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
       {"engram_compressed_vocab_size", (*vocab)->size()},
       {"engram_pad_token_id", kPadTokenId},
   };
+  if (!o.expert_layer_ids.empty() || o.draft_stages > 0) {
+    text_config["n_routed_experts"] = o.num_routed_experts;
+    text_config["moe_intermediate_size"] = o.moe_intermediate_size;
+  }
+  if (o.draft_stages > 0) {
+    text_config["num_nextn_predict_layers"] = o.draft_stages;
+  }
   if (nvfp4) {
     text_config["engram_quant"] = "nvfp4";
     text_config["engram_quant_block_size"] = engram::kNvfp4BlockSize;

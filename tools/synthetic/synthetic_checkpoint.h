@@ -11,6 +11,21 @@
 
 namespace mneme::synthetic {
 
+// How the values of each Engram layer's wkv.weight are drawn.
+enum class WkvKind {
+  // Independent, roughly N(0, 1)-sized e4m3 codes with random UE8M0 block
+  // scales.
+  kIndependent = 0,
+  // Realistic: within each hash column's 256 inputs the values follow an
+  // AR(1) process across the inputs (correlation 0.5 between neighbours)
+  // times a per-input scale spread over [0.5, 2), encoded to FP8 with each
+  // 32 x 32 block's scale from its amax. Correlated input columns, as
+  // trained projections have: structure GPTQ's error feedback can exploit
+  // beyond what an independent W_c offers (whose W_c^T W_c is close to a
+  // multiple of the identity when wkv has many more rows than 256).
+  kCorrelated = 1,
+};
+
 struct SyntheticCheckpointOptions {
   // Directory to create. It must not exist (or be an empty directory); the
   // checkpoint is written under OUT.partial and renamed at the end, so a
@@ -37,6 +52,22 @@ struct SyntheticCheckpointOptions {
   // Print progress on stderr for tables of more than this many rows.
   // Default: 2,000,000.
   int64_t progress_min_rows = 2'000'000;
+  // Values of wkv.weight. Default: kIndependent.
+  WkvKind wkv_kind = WkvKind::kIndependent;
+  // Main layers that get MXFP4 routed experts, ascending, each in
+  // [0, num_hidden_layers): layers.L.ffn.experts.E.w{1,2,3}.weight (U8
+  // [out, in / 2], two e2m1 codes per byte, even element in the low nibble)
+  // with .scale (F8_E8M0 [out, in / 32]); w1 and w3 are [moe_intermediate,
+  // hidden], w2 is [hidden, moe_intermediate]. Each such layer gets its own
+  // shard after the Engram shards. Default: none.
+  std::vector<int> expert_layer_ids;
+  // Draft stages mtp.0 .. mtp.<n - 1> with the same MXFP4 routed experts
+  // (mtp.S.ffn.experts.E.*), all in one last shard. Default: 0.
+  int draft_stages = 0;
+  // Routed experts per layer or stage with experts; >= 1. Default: 4.
+  int num_routed_experts = 4;
+  // moe_intermediate_size; a positive multiple of 32. Default: 64.
+  int moe_intermediate_size = 64;
 };
 
 // Writes a complete checkpoint directory of the DeepSeek-V4.1 layout at
@@ -47,7 +78,12 @@ struct SyntheticCheckpointOptions {
 // / wkv.scale in FP8 with 32 x 32 blocks, q_weight / k_weight in BF16).
 // Row values are heavy-tailed and deterministic per (seed, layer, row); an
 // NVFP4 table is the round-to-nearest quantization of the FP8 table of the
-// same seed, with the global scale from its amax.
+// same seed, with the global scale from its amax. With expert_layer_ids or
+// draft_stages, MXFP4 routed experts follow in their own shards (block
+// exponents within a few powers of two of each other, w3 one above w1) and
+// text_config gains n_routed_experts, moe_intermediate_size and, for draft
+// stages, num_nextn_predict_layers. Without those options (and with
+// kIndependent wkv) the output is exactly what it always was.
 // InvalidArgument naming the field for bad options; FailedPrecondition when
 // out_dir exists and is not empty; I/O errors otherwise.
 absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& options);

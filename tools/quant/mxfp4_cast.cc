@@ -1,0 +1,129 @@
+#include "tools/quant/mxfp4_cast.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "engram_store/format/e2m1.h"
+#include "engram_store/format/e4m3.h"
+#include "engram_store/format/ue8m0.h"
+
+namespace mneme::quant {
+
+std::optional<uint8_t> E4m3PowerOfTwo(int p) {
+  if (p < -9 || p > 8) return std::nullopt;
+  // Subnormals 2^-9 .. 2^-7 are mantissa 1, 2, 4 with exponent field 0;
+  // normals have exponent field p + 7 and mantissa 0.
+  return p < -6 ? static_cast<uint8_t>(1 << (p + 9))
+                : static_cast<uint8_t>((p + 7) << 3);
+}
+
+absl::StatusOr<int> MaxBlockExponent(absl::Span<const uint8_t> scales) {
+  if (scales.empty()) return absl::InvalidArgumentError("no block scales");
+  int code = 0;
+  for (size_t i = 0; i < scales.size(); ++i) {
+    if (scales[i] == 255) {
+      return absl::DataLossError(
+          absl::StrCat("block scale ", i, " is NaN (UE8M0 255)"));
+    }
+    code = std::max<int>(code, scales[i]);
+  }
+  return code - 127;
+}
+
+void CastStats::Add(const CastStats& o) {
+  blocks += o.blocks;
+  castable_blocks += o.castable_blocks;
+  lossless_blocks += o.lossless_blocks;
+  max_abs_error = std::max(max_abs_error, o.max_abs_error);
+}
+
+absl::Status CastMxfp4Tensor(int64_t rows, int64_t cols,
+                             absl::Span<const uint8_t> packed,
+                             absl::Span<const uint8_t> scales,
+                             int ws2_exponent, absl::Span<uint8_t> out_packed,
+                             absl::Span<uint8_t> out_scales, CastStats* stats,
+                             std::vector<LossyBlock>* lossy,
+                             size_t max_lossy) {
+  if (rows < 0 || cols <= 0 || cols % kMxfp4Block != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MXFP4 tensor of ", rows, " x ", cols,
+        " values: columns must be a positive multiple of 32"));
+  }
+  const size_t blocks_per_row = static_cast<size_t>(cols / kMxfp4Block);
+  const size_t n_packed = static_cast<size_t>(rows * cols / 2);
+  const size_t n_scales = static_cast<size_t>(rows) * blocks_per_row;
+  if (packed.size() != n_packed || out_packed.size() != n_packed ||
+      scales.size() != n_scales || out_scales.size() != 2 * n_scales) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MXFP4 tensor of ", rows, " x ", cols, " values: buffer sizes ",
+        packed.size(), "/", scales.size(), " -> ", out_packed.size(), "/",
+        out_scales.size(), " do not match"));
+  }
+  if (ws2_exponent < -149 || ws2_exponent > 127) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_scale_2 exponent ", ws2_exponent,
+                     " is not an fp32 power of two"));
+  }
+  const float ws2 = std::ldexp(1.0f, ws2_exponent);
+  const uint8_t smallest = *E4m3PowerOfTwo(-9);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (size_t b = 0; b < blocks_per_row; ++b) {
+      const size_t block_index = r * blocks_per_row + b;
+      const uint8_t e = scales[block_index];
+      if (e == 255) {
+        return absl::DataLossError(absl::StrCat("row ", r, ", block ", b,
+                                                ": NaN scale (UE8M0 255)"));
+      }
+      const int k = static_cast<int>(e) - 127;
+      const int p = k - ws2_exponent;
+      if (p > 8) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "row ", r, ", block ", b, ": exponent ", k,
+            " exceeds weight_scale_2 2^", ws2_exponent, " x 2^8"));
+      }
+      const std::optional<uint8_t> code = E4m3PowerOfTwo(p);
+      const uint8_t block_scale = code.value_or(smallest);
+      out_scales[2 * block_index] = block_scale;
+      out_scales[2 * block_index + 1] = block_scale;
+      const float source_scale = engram::Ue8m0ToFloat(e);
+      const float target_scale = engram::E4m3ToFloat(block_scale);
+      const size_t first_byte = block_index * (kMxfp4Block / 2);
+      double block_error = 0.0;
+      for (size_t j = 0; j < kMxfp4Block / 2; ++j) {
+        const uint8_t byte = packed[first_byte + j];
+        uint8_t out_byte = byte;
+        if (!code.has_value()) {
+          // Re-round both values to the smallest step.
+          const float step = target_scale * ws2;
+          const uint8_t lo = engram::FloatToE2m1(
+              engram::E2m1ToFloat(byte & 0xF) * source_scale / step);
+          const uint8_t hi = engram::FloatToE2m1(
+              engram::E2m1ToFloat(byte >> 4) * source_scale / step);
+          out_byte = static_cast<uint8_t>(lo | (hi << 4));
+        }
+        out_packed[first_byte + j] = out_byte;
+        for (int half = 0; half < 2; ++half) {
+          const uint8_t in_nibble = (byte >> (4 * half)) & 0xF;
+          const uint8_t out_nibble = (out_byte >> (4 * half)) & 0xF;
+          const float source = engram::E2m1ToFloat(in_nibble) * source_scale;
+          const float target =
+              (engram::E2m1ToFloat(out_nibble) * target_scale) * ws2;
+          block_error = std::max(
+              block_error, std::fabs(static_cast<double>(target) - source));
+        }
+      }
+      ++stats->blocks;
+      if (code.has_value()) ++stats->castable_blocks;
+      if (block_error == 0.0) {
+        ++stats->lossless_blocks;
+      } else if (lossy != nullptr && lossy->size() < max_lossy) {
+        lossy->push_back({r, static_cast<int64_t>(b), k, p, block_error});
+      }
+      stats->max_abs_error = std::max(stats->max_abs_error, block_error);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mneme::quant

@@ -1,0 +1,218 @@
+#include "tools/quant/shard_file_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "engram_store/checkpoint/dtype.h"
+#include "nlohmann/json.hpp"
+
+namespace mneme::quant {
+namespace {
+
+using engram::ScopedFd;
+
+constexpr uint64_t kCopyChunkBytes = uint64_t{16} << 20;
+
+absl::Status ErrnoError(int error, absl::string_view what,
+                        absl::string_view path) {
+  return absl::ErrnoToStatus(error, absl::StrCat(what, " '", path, "'"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
+    const std::string& path, std::vector<engram::TensorDecl> tensors,
+    const std::map<std::string, std::string>& metadata, ShardOpenMode mode) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : metadata) meta[key] = value;
+    header["__metadata__"] = std::move(meta);
+  }
+  std::vector<engram::TensorInfo> layout;
+  uint64_t data_bytes = 0;
+  for (engram::TensorDecl& decl : tensors) {
+    if (decl.name.empty() || decl.name == "__metadata__" ||
+        header.contains(decl.name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard '", path, "': bad or repeated tensor name ",
+                       engram::QuoteTensorName(decl.name)));
+    }
+    uint64_t bytes = engram::DTypeSize(decl.dtype);
+    for (int64_t d : decl.shape) {
+      if (d < 0 ||
+          __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("shard '", path, "', tensor ",
+                         engram::QuoteTensorName(decl.name), ": bad shape"));
+      }
+    }
+    header[decl.name] = {
+        {"dtype", std::string(engram::DTypeName(decl.dtype))},
+        {"shape", decl.shape},
+        {"data_offsets", {data_bytes, data_bytes + bytes}},
+    };
+    engram::TensorInfo info;
+    info.name = std::move(decl.name);
+    info.dtype = decl.dtype;
+    info.shape = std::move(decl.shape);
+    info.offset = data_bytes;
+    info.byte_length = bytes;
+    layout.push_back(std::move(info));
+    data_bytes += bytes;
+  }
+  std::string json =
+      header.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string prefix(engram::kSafetensorsLengthBytes, '\0');
+  for (size_t i = 0; i < engram::kSafetensorsLengthBytes; ++i) {
+    prefix[i] = static_cast<char>((json.size() >> (8 * i)) & 0xFF);
+  }
+  prefix += json;
+  for (engram::TensorInfo& info : layout) info.offset += prefix.size();
+  const uint64_t file_size = prefix.size() + data_bytes;
+
+  if (mode == ShardOpenMode::kReopen) {
+    int fd;
+    do {
+      fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return ErrnoError(errno, "cannot reopen", path);
+    ScopedFd scoped(fd);
+    absl::StatusOr<uint64_t> size = engram::FileSize(fd, path);
+    if (!size.ok()) return size.status();
+    std::string existing(prefix.size(), '\0');
+    absl::Status read =
+        *size == file_size
+            ? engram::PreadFully(
+                  fd, 0,
+                  absl::MakeSpan(reinterpret_cast<uint8_t*>(existing.data()),
+                                 existing.size()),
+                  path)
+            : absl::OkStatus();
+    if (*size != file_size || !read.ok() || existing != prefix) {
+      return absl::DataLossError(absl::StrCat(
+          "partial shard '", path,
+          "' does not match the tensors to be written (size ", *size,
+          " vs ", file_size, "); remove the partial output to start over"));
+    }
+    return std::unique_ptr<ShardFileWriter>(new ShardFileWriter(
+        path, std::move(scoped), std::move(layout), data_bytes, file_size));
+  }
+
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return ErrnoError(errno, "cannot create", path);
+  ScopedFd scoped(fd);
+  if (file_size > 0 &&
+      ::fallocate(fd, 0, 0, static_cast<off_t>(file_size)) != 0) {
+    const int error = errno;
+    if (error != EOPNOTSUPP && error != ENOSYS) {
+      return ErrnoError(error, absl::StrCat("cannot reserve ", file_size,
+                                            " bytes for"),
+                        path);
+    }
+    if (::ftruncate(fd, static_cast<off_t>(file_size)) != 0) {
+      return ErrnoError(errno, "cannot size", path);
+    }
+  }
+  if (absl::Status s = engram::PwriteFully(
+          fd, 0,
+          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(prefix.data()),
+                              prefix.size()),
+          path);
+      !s.ok()) {
+    return s;
+  }
+  return std::unique_ptr<ShardFileWriter>(new ShardFileWriter(
+      path, std::move(scoped), std::move(layout), data_bytes, file_size));
+}
+
+absl::StatusOr<const engram::TensorInfo*> ShardFileWriter::Find(
+    absl::string_view name) const {
+  for (const engram::TensorInfo& info : layout_) {
+    if (info.name == name) return &info;
+  }
+  return absl::NotFoundError(absl::StrCat("shard '", path_,
+                                          "' declares no tensor ",
+                                          engram::QuoteTensorName(name)));
+}
+
+absl::Status ShardFileWriter::Write(absl::string_view name,
+                                    uint64_t offset_in_tensor,
+                                    absl::Span<const uint8_t> bytes) const {
+  if (!fd_.valid()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard '", path_, "' is closed"));
+  }
+  absl::StatusOr<const engram::TensorInfo*> info = Find(name);
+  if (!info.ok()) return info.status();
+  if (offset_in_tensor > (*info)->byte_length ||
+      bytes.size() > (*info)->byte_length - offset_in_tensor) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard '", path_, "', tensor ", engram::QuoteTensorName(name),
+        ": writing ", bytes.size(), " bytes at ", offset_in_tensor,
+        " leaves its ", (*info)->byte_length, " bytes"));
+  }
+  return engram::PwriteFully(fd_.get(), (*info)->offset + offset_in_tensor,
+                             bytes, path_);
+}
+
+absl::Status ShardFileWriter::CopyTensor(
+    const engram::SafetensorsReader& source, absl::string_view source_name,
+    absl::string_view name) const {
+  absl::StatusOr<const engram::TensorInfo*> from = source.Find(source_name);
+  if (!from.ok()) return from.status();
+  absl::StatusOr<const engram::TensorInfo*> to = Find(name);
+  if (!to.ok()) return to.status();
+  if ((*from)->byte_length != (*to)->byte_length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot copy tensor ", engram::QuoteTensorName(source_name), " (",
+        (*from)->byte_length, " bytes) into ", engram::QuoteTensorName(name),
+        " of '", path_, "' (", (*to)->byte_length, " bytes)"));
+  }
+  std::vector<uint8_t> buffer(
+      static_cast<size_t>(std::min(kCopyChunkBytes, (*from)->byte_length)));
+  for (uint64_t done = 0; done < (*from)->byte_length;) {
+    const uint64_t n = std::min<uint64_t>(buffer.size(),
+                                          (*from)->byte_length - done);
+    absl::Span<uint8_t> chunk(buffer.data(), n);
+    if (absl::Status s = source.ReadTensorRange(source_name, done, chunk);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = Write(name, done, chunk); !s.ok()) return s;
+    done += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardFileWriter::Sync() {
+  if (!fd_.valid()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard '", path_, "' is closed"));
+  }
+  if (::fdatasync(fd_.get()) != 0) return ErrnoError(errno, "fdatasync", path_);
+  return absl::OkStatus();
+}
+
+absl::Status ShardFileWriter::Close() {
+  if (!fd_.valid()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard '", path_, "' is closed"));
+  }
+  if (::fsync(fd_.get()) != 0) {
+    const int error = errno;
+    fd_.reset();
+    return ErrnoError(error, "fsync", path_);
+  }
+  return fd_.Close(path_);
+}
+
+}  // namespace mneme::quant
