@@ -64,7 +64,7 @@ absl::Status RunBenchEngram(const std::vector<std::string>& argv,
   absl::StatusOr<Args> args =
       Args::Parse(std::vector<std::string>(argv.begin() + 1, argv.end()),
                   {"checkpoint", "layer", "io", "threads", "tokens-per-step",
-                   "steps", "ram-cache-bytes", "seed"},
+                   "steps", "ram-cache-bytes", "seed", "local-copy"},
                   {"direct", "json"});
   if (!args.ok()) return args.status();
   engram::EngramStoreOptions options;
@@ -99,6 +99,10 @@ absl::Status RunBenchEngram(const std::vector<std::string>& argv,
   options.io_threads = static_cast<int>(*threads);
   options.ram_cache_bytes = static_cast<uint64_t>(*cache);
   options.prefetch_threads = 0;
+  // A local copy made by `mneme localize --tp 1 --rank 0` (the whole table,
+  // rows packed weight || scale: one page per row under O_DIRECT).
+  options.local_copy_dir = args->Get("local-copy", "");
+  options.local_open_mode = options.source_open_mode;
 
   absl::StatusOr<std::unique_ptr<EngramStore>> store =
       EngramStore::Create(options);
@@ -157,12 +161,15 @@ absl::Status RunBenchEngram(const std::vector<std::string>& argv,
       {"columns", columns},
       {"rows", rows_total},
       {"unique_rows", stats.rows_unique},
-      {"rows_read_from_disk", stats.source_rows},
+      {"rows_read_from_disk", stats.source_rows + stats.local_rows},
+      {"rows_read_from_local_copy", stats.local_rows},
       {"ram_cache_hits", stats.ram_hits},
       {"seconds", seconds},
       {"rows_per_second", rows_total / seconds},
       {"disk_bytes_per_second",
-       static_cast<double>(stats.source_rows * raw_row_bytes) / seconds},
+       static_cast<double>((stats.source_rows + stats.local_rows) *
+                           raw_row_bytes) /
+           seconds},
       {"step_p50_ms", Percentile(step_seconds, 50) * 1e3},
       {"step_p99_ms", Percentile(step_seconds, 99) * 1e3},
       {"step_max_ms", Percentile(step_seconds, 100) * 1e3},

@@ -11,7 +11,7 @@ namespace mneme::cli {
 
 // mneme bench engram --checkpoint DIR --layer L [--io pread|uring] [--direct]
 //     [--threads N] [--tokens-per-step N] [--steps N] [--ram-cache-bytes N]
-//     [--seed N] [--json]
+//     [--seed N] [--local-copy DIR] [--json]
 // Drives an EngramStore with a realistic token stream (Zipf-distributed
 // tokens over the tokenizer's vocabulary, never a repeated filler token):
 // each step hashes the next tokens-per-step tokens (with their lookback) and
