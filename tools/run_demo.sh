@@ -30,4 +30,9 @@ first_id=$("$mneme" engram ids --checkpoint "$dir" --layer 1 --tokens 300,301 |
 echo "== mneme engram rows: row $first_id decoded (first 8 of 256 values)"
 "$mneme" engram rows --checkpoint "$dir" --layer 1 --ids "$first_id" |
   cut -d' ' -f1-8
+echo "== mneme localize: the sparse local copy of rank 1 of 4 (strided split)"
+"$mneme" localize --checkpoint "$dir" --out "$work/local-rank1" --tp 4 --rank 1
+echo "== mneme bench engram: decode steps (48 tokens x 24 columns) from a token stream"
+"$mneme" bench engram --checkpoint "$dir" --layer 1 --tokens-per-step 48 \
+  --steps 100 --threads 4 --ram-cache-bytes 4194304
 echo "== done: checkpoints in $work"

@@ -193,6 +193,15 @@ TEST_P(EngramStoreTest, ReturnsExactlyTheDirectlyDecodedRows) {
       EXPECT_GT(stats.source_rows, 0u);
     }
     EXPECT_LT(stats.rows_unique, stats.rows_requested);
+    const std::string text = metrics_->ExportText();
+    for (const char* series :
+         {"mneme_engram_lookups_total", "mneme_engram_rows_served_total{tier=",
+          "mneme_engram_bytes_read_total{source=",
+          "mneme_engram_read_seconds_bucket", "mneme_engram_ram_cache_bytes",
+          "mneme_engram_ram_cache_budget_bytes",
+          "mneme_engram_prefetch_queue_rows"}) {
+      EXPECT_NE(text.find(series), std::string::npos) << series;
+    }
   }
 }
 
