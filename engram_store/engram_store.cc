@@ -180,11 +180,12 @@ absl::StatusOr<std::unique_ptr<EngramStore>> EngramStore::Create(
     absl::StatusOr<std::string> fingerprint = SourceFingerprint(shards);
     if (!fingerprint.ok()) return fingerprint.status();
     absl::StatusOr<std::unique_ptr<RocksDbRowCache>> rocksdb =
-        RocksDbRowCache::Create({.path = options.rocksdb_dir,
-                                 .source_id = absl::StrCat(
-                                     *fingerprint, "|", RowFormatName(format)),
-                                 .row_bytes = RowBytes(format),
-                                 .budget_bytes = options.rocksdb_budget_bytes,
+        RocksDbRowCache::Create(
+            {.path = options.rocksdb_dir,
+             .source_id =
+                 absl::StrCat(*fingerprint, "|", RowFormatName(format)),
+             .row_bytes = RowBytes(format),
+             .budget_bytes = options.rocksdb_budget_bytes,
              .write_buffer_bytes = options.rocksdb_write_buffer_bytes});
     if (!rocksdb.ok()) return rocksdb.status();
     store->rocksdb_ = *std::move(rocksdb);
@@ -556,6 +557,23 @@ int64_t EngramStore::Prefetch(int layer, absl::Span<const int64_t> ids) {
   prefetch_queue_.push_back(std::move(item));
   prefetch_accepted_.fetch_add(n, std::memory_order_relaxed);
   return n;
+}
+
+absl::StatusOr<int64_t> EngramStore::PrefetchTokens(
+    int layer, absl::Span<const int64_t> context,
+    absl::Span<const int64_t> tokens) {
+  if (absl::StatusOr<size_t> t = TableIndex(layer); !t.ok()) {
+    return t.status();
+  }
+  std::vector<int64_t> ids(tokens.size() * columns_.size());
+  if (absl::Status s = checkpoint_->hasher().ComputeColumnRowIds(
+          layer, std::span<const int64_t>(context.data(), context.size()),
+          std::span<const int64_t>(tokens.data(), tokens.size()), columns_,
+          ids);
+      !s.ok()) {
+    return s;
+  }
+  return Prefetch(layer, ids);
 }
 
 void EngramStore::PrefetchLoop() {

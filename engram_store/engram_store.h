@@ -167,6 +167,15 @@ class EngramStore {
   // or nothing needed queueing. Ids not served here are ignored.
   int64_t Prefetch(int layer, absl::Span<const int64_t> ids);
 
+  // Prefetch() of the rows that `tokens` (preceded in their sequence by
+  // `context`, oldest first) select in every column this store serves: what
+  // the coordinator calls for the next prefill chunk. Returns the rows
+  // queued; OutOfRange for a token outside the vocabulary, InvalidArgument
+  // for a layer without Engram.
+  absl::StatusOr<int64_t> PrefetchTokens(int layer,
+                                         absl::Span<const int64_t> context,
+                                         absl::Span<const int64_t> tokens);
+
   EngramStoreStats GetStats() const;
   // The RAM cache tier's own counters; nullptr when disabled.
   const RamRowCache* ram_cache() const { return ram_cache_.get(); }

@@ -374,6 +374,41 @@ TEST(EngramStorePrefetchTest, PrefetchedRowsAreServedFromRam) {
   EXPECT_EQ((*store)->GetStats().ram_hits, 500u);
 }
 
+TEST(EngramStorePrefetchTest, PrefetchTokensWarmsTheServedColumnsRows) {
+  EngramStoreOptions o;
+  o.checkpoint_dir = Checkpoint(RowFormat::kFp8);
+  o.tp_size = 2;
+  o.ranks = {1};
+  auto store = EngramStore::Create(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::vector<int64_t> context = {7, 8, 9};
+  const std::vector<int64_t> tokens = {300, 301, 302, 303, 304, 305};
+  absl::StatusOr<int64_t> queued = (*store)->PrefetchTokens(1, context, tokens);
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  EXPECT_GT(*queued, 0);
+  EXPECT_LE(*queued,
+            static_cast<int64_t>(tokens.size() * (*store)->columns().size()));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while ((*store)->ram_cache()->GetStats().entries <
+         static_cast<uint64_t>(*queued)) {
+    ASSERT_LT(absl::Now(), deadline);
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  std::vector<int64_t> ids(tokens.size() * (*store)->columns().size());
+  ASSERT_TRUE(
+      (*store)
+          ->checkpoint()
+          .hasher()
+          .ComputeColumnRowIds(1, context, tokens, (*store)->columns(), ids)
+          .ok());
+  absl::Status status;
+  Lookup(**store, 1, ids, RowEncoding::kRaw, &status);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ((*store)->GetStats().source_rows, static_cast<uint64_t>(*queued));
+  EXPECT_EQ((*store)->PrefetchTokens(1, {}, {999999999}).status().code(),
+            absl::StatusCode::kOutOfRange);
+}
+
 TEST(EngramStoreBudgetTest, RamCacheStaysWithinBudgetUnderALongWorkload) {
   EngramStoreOptions o;
   o.checkpoint_dir = Checkpoint(RowFormat::kFp8);
