@@ -13,36 +13,24 @@
 #include "engram_store/local_copy/local_copy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/command.h"
 #include "tests/testing/subprocess.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
 
 namespace mneme {
 namespace {
 
-using ::mneme::testing::RunfilePath;
-using ::mneme::testing::Subprocess;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-struct Result {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using Result = ::mneme::testing::CommandResult;
 
 Result Mneme(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {RunfilePath("mneme/tools/mneme")};
-  argv.insert(argv.end(), args.begin(), args.end());
-  auto child = Subprocess::Start(argv);
-  EXPECT_TRUE(child.ok()) << child.status();
-  if (!child.ok()) return {};
-  absl::StatusOr<int> code = (*child)->Wait(absl::Seconds(120));
-  EXPECT_TRUE(code.ok()) << code.status();
-  return {code.ok() ? *code : -1, (*child)->Stdout(), (*child)->Stderr()};
+  return ::mneme::testing::RunMneme(args);
 }
 
 std::vector<std::string> Lines(const std::string& text) {
-  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+  return ::mneme::testing::NonEmptyLines(text);
 }
 
 // The numbers of a line, in order ("layer 1: fp8, 3600 rows" -> 1, 3600).

@@ -1,0 +1,30 @@
+#include "tests/testing/command.h"
+
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
+
+namespace mneme::testing {
+
+CommandResult RunCommand(const std::vector<std::string>& argv,
+                         absl::Duration timeout) {
+  auto child = Subprocess::Start(argv);
+  EXPECT_TRUE(child.ok()) << child.status();
+  if (!child.ok()) return {};
+  absl::StatusOr<int> code = (*child)->Wait(timeout);
+  EXPECT_TRUE(code.ok()) << code.status();
+  return {code.ok() ? *code : -1, (*child)->Stdout(), (*child)->Stderr()};
+}
+
+CommandResult RunMneme(const std::vector<std::string>& args,
+                       absl::Duration timeout) {
+  std::vector<std::string> argv = {RunfilePath("mneme/tools/mneme")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv, timeout);
+}
+
+std::vector<std::string> NonEmptyLines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+}  // namespace mneme::testing
