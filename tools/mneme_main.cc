@@ -8,6 +8,7 @@
 #include "tools/cli/bench_engram_command.h"
 #include "tools/cli/cast_experts_command.h"
 #include "tools/cli/engram_command.h"
+#include "tools/cli/engram_service_command.h"
 #include "tools/cli/inspect_command.h"
 #include "tools/cli/localize_command.h"
 #include "tools/cli/make_checkpoint_command.h"
@@ -27,6 +28,12 @@ constexpr char kUsage[] =
     "      Engram lookups driven by a realistic token stream; rows/s, p50/p99\n"
     "  inspect DIR\n"
     "      tensors, dtypes, shapes, shards and the Engram configuration\n"
+    "  engram lookup --server ADDR --layer L (--ids I0,... | --tokens T0,...\n"
+    "                [--context N]) [--encoding bf16|fp32] [--stream]\n"
+    "      rows from a running engram store, one line per row\n"
+    "  bench engram-service --server ADDR --layer L [--streams N]\n"
+    "                       [--duration-s S] [--tokens-per-step N]\n"
+    "      closed-loop load on an engram store; JSON p50/p99, rows/s\n"
     "  engram describe --checkpoint DIR\n"
     "      JSON: per Engram layer rows, format, scale, multipliers, primes\n"
     "  engram ids --checkpoint DIR --layer L --tokens T0,T1,...\n"
@@ -58,10 +65,17 @@ int main(int argc, char** argv) {
   absl::Status status;
   if (command == "make-checkpoint") {
     status = mneme::cli::RunMakeCheckpoint(rest, std::cout);
+  } else if (command == "bench" && !rest.empty() &&
+             rest[0] == "engram-service") {
+    status = mneme::cli::RunBenchEngramService(
+        std::vector<std::string>(rest.begin() + 1, rest.end()), std::cout);
   } else if (command == "bench") {
     status = mneme::cli::RunBenchEngram(rest, std::cout);
   } else if (command == "inspect") {
     status = mneme::cli::RunInspect(rest, std::cout);
+  } else if (command == "engram" && !rest.empty() && rest[0] == "lookup") {
+    status = mneme::cli::RunEngramLookup(
+        std::vector<std::string>(rest.begin() + 1, rest.end()), std::cout);
   } else if (command == "engram") {
     status = mneme::cli::RunEngramOffline(rest, std::cout);
   } else if (command == "quantize-engram") {

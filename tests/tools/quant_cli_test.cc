@@ -71,6 +71,7 @@ class QuantCliTest : public ::testing::Test {
       o.num_routed_experts = 2;
     }));
   }
+  static void TearDownTestSuite() { delete source_; }
   static std::string* source_;
 };
 std::string* QuantCliTest::source_ = nullptr;
@@ -109,9 +110,8 @@ TEST_F(QuantCliTest, QuantizeEngramWritesReportProgressAndVerifies) {
   EXPECT_TRUE(Contains(d.out, "\"nvfp4\"")) << d.out;
 
   // --verify on a finished output only verifies; without it, refusal.
-  const Result v =
-      Mneme({"quantize-engram", "--checkpoint", *source_, "--out", out,
-             "--verify"});
+  const Result v = Mneme(
+      {"quantize-engram", "--checkpoint", *source_, "--out", out, "--verify"});
   ASSERT_EQ(v.code, 0) << v.err;
   EXPECT_TRUE(Contains(v.out, "verified " + out)) << v.out;
   const Result again =
@@ -124,7 +124,7 @@ TEST_F(QuantCliTest, FullDiskFailsCleanlyAndTheRunResumes) {
   const auto before = ReadTree(*source_);
   const std::string out = MakeTempDir("full") + "/out";
   const std::vector<std::string> args = {
-      "quantize-engram", "--checkpoint", *source_, "--out", out,
+      "quantize-engram",    "--checkpoint",         *source_,     "--out", out,
       "--method=gptq-amax", "--rows-per-step=2000", "--threads=2"};
   const Result full = MnemeWithFileLimit(64, args);
   EXPECT_EQ(full.code, 1) << full.out;
@@ -152,8 +152,8 @@ TEST_F(QuantCliTest, FullDiskFailsCleanlyAndTheRunResumes) {
 
 TEST_F(QuantCliTest, CastExpertsReportsLosslessBlocksAndCalibration) {
   const std::string dir = MakeTempDir("cast");
-  const Result uncal = Mneme({"cast-experts", "--checkpoint", *source_,
-                              "--out", dir + "/uncal", "--uncalibrated"});
+  const Result uncal = Mneme({"cast-experts", "--checkpoint", *source_, "--out",
+                              dir + "/uncal", "--uncalibrated"});
   ASSERT_EQ(uncal.code, 0) << uncal.err;
   EXPECT_TRUE(Contains(uncal.out, "wrote " + dir + "/uncal")) << uncal.out;
   EXPECT_TRUE(Contains(uncal.out, "blocks lossless")) << uncal.out;
@@ -193,18 +193,30 @@ struct BadCall {
 void PrintTo(const BadCall& bad, std::ostream* os) { *os << bad.name; }
 
 class QuantCliErrorTest : public QuantCliTest,
-                          public ::testing::WithParamInterface<BadCall> {};
+                          public ::testing::WithParamInterface<BadCall> {
+ protected:
+  static void SetUpTestSuite() {
+    QuantCliTest::SetUpTestSuite();
+    nvfp4_ = new std::string(MakeSource("cli-nvfp4", [](auto& o) {
+      o.engram_format = engram::RowFormat::kNvfp4;
+    }));
+  }
+  static void TearDownTestSuite() {
+    QuantCliTest::TearDownTestSuite();
+    delete nvfp4_;
+  }
+  static std::string* nvfp4_;
+};
+std::string* QuantCliErrorTest::nvfp4_ = nullptr;
 
 TEST_P(QuantCliErrorTest, ExitsNonZeroWithOneClearLine) {
-  static const std::string* nvfp4 = new std::string(MakeSource(
-      "cli-nvfp4",
-      [](auto& o) { o.engram_format = engram::RowFormat::kNvfp4; }));
   const std::string out = MakeTempDir("bad") + "/out";
   std::vector<std::string> args;
   for (const std::string& a : GetParam().args) {
-    args.push_back(a == "SRC" ? *source_ : a == "OUT" ? out
-                                         : a == "NVFP4" ? *nvfp4
-                                                        : a);
+    args.push_back(a == "SRC"     ? *source_
+                   : a == "OUT"   ? out
+                   : a == "NVFP4" ? *nvfp4_
+                                  : a);
   }
   const Result r = Mneme(args);
   EXPECT_EQ(r.code, 1);

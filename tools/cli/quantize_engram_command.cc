@@ -102,9 +102,9 @@ absl::Status RunQuantizeEngram(const std::vector<std::string>& argv,
       "method", "gptq-mse", {"gptq-mse", "gptq-amax", "rtn-mse", "rtn-amax"});
   if (!method_name.ok()) return method_name.status();
   options.method = *quant::ParseQuantMethod(*method_name);
-  absl::StatusOr<int64_t> rows = args->GetInt(
-      "rows-per-step", options.rows_per_step, 1,
-      std::numeric_limits<int64_t>::max() / 1024);
+  absl::StatusOr<int64_t> rows =
+      args->GetInt("rows-per-step", options.rows_per_step, 1,
+                   std::numeric_limits<int64_t>::max() / 1024);
   if (!rows.ok()) return rows.status();
   options.rows_per_step = *rows;
   absl::StatusOr<int64_t> threads = args->GetInt("threads", 0, 0, 4096);
@@ -116,7 +116,8 @@ absl::Status RunQuantizeEngram(const std::vector<std::string>& argv,
   if (!wkv_rows.ok()) return wkv_rows.status();
   options.wkv_error_rows = *wkv_rows;
   const bool verify = args->Get("verify", "false") == "true";
-  options.verify = verify ? quant::VerifyOutput::kYes : quant::VerifyOutput::kNo;
+  options.verify =
+      verify ? quant::VerifyOutput::kYes : quant::VerifyOutput::kNo;
 
   quant::ProgressPrinter printer(stderr);
   options.progress = MakeProgress(
@@ -125,9 +126,9 @@ absl::Status RunQuantizeEngram(const std::vector<std::string>& argv,
   std::signal(SIGTERM, OnInterrupt);
 
   std::error_code ec;
-  if (verify && std::filesystem::exists(
-                    absl::StrCat(*out_dir, "/", quant::kEngramReportFileName),
-                    ec)) {
+  if (verify &&
+      std::filesystem::exists(
+          absl::StrCat(*out_dir, "/", quant::kEngramReportFileName), ec)) {
     quant::EngramVerifyOptions v;
     v.checkpoint_dir = *checkpoint;
     v.out_dir = *out_dir;

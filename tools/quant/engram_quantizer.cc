@@ -92,8 +92,8 @@ std::string FileName(const std::string& path) {
 absl::StatusOr<Source> OpenSource(const std::string& dir) {
   Source source;
   source.dir = dir;
-  absl::StatusOr<engram::EngramConfig> config = engram::LoadEngramConfig(
-      absl::StrCat(dir, "/", engram::kConfigFileName));
+  absl::StatusOr<engram::EngramConfig> config =
+      engram::LoadEngramConfig(absl::StrCat(dir, "/", engram::kConfigFileName));
   if (!config.ok()) return config.status();
   source.config = *std::move(config);
   if (source.config.format != RowFormat::kFp8) {
@@ -124,8 +124,8 @@ absl::StatusOr<Source> OpenSource(const std::string& dir) {
         engram::EngramScaleTensorName(loc.layer));
     job.weight_shard = FileName(loc.shard_path);
     job.scale_shard = FileName(loc.scale_shard_path);
-    absl::StatusOr<WkvTensors> wkv = LocateWkv(
-        *source.checkpoint, loc.layer, source.config.NumColumns());
+    absl::StatusOr<WkvTensors> wkv =
+        LocateWkv(*source.checkpoint, loc.layer, source.config.NumColumns());
     if (!wkv.ok()) return wkv.status();
     job.wkv = *wkv;
     job.offsets = layout->layers()[i].offsets;
@@ -178,8 +178,8 @@ absl::Status NanError(int layer, int64_t row) {
 // Largest |value| of FP8 rows (codes and UE8M0 scales of `count` rows).
 // DataLoss for NaN codes or scales and for values beyond fp32.
 absl::StatusOr<float> Fp8RowsAmax(int layer, int64_t first_row,
-                                  const uint8_t* weights,
-                                  const uint8_t* scales, int64_t count) {
+                                  const uint8_t* weights, const uint8_t* scales,
+                                  int64_t count) {
   float amax = 0.0f;
   for (int64_t r = 0; r < count; ++r) {
     for (int64_t b = 0; b < kFp8Scale; ++b) {
@@ -209,8 +209,7 @@ std::vector<Task> SplitStep(const TableJob& t, int64_t step_first,
   for (int64_t a = 0; a < step_rows;) {
     const int column = t.ColumnOf(step_first + a);
     const int64_t column_end = t.offsets[column + 1] - step_first;
-    const int64_t count =
-        std::min({task_rows, step_rows - a, column_end - a});
+    const int64_t count = std::min({task_rows, step_rows - a, column_end - a});
     tasks.push_back({a, count, column});
     a += count;
   }
@@ -364,9 +363,9 @@ absl::StatusOr<std::vector<ColumnFactor>> MakeFactors(const WkvTensors& wkv,
                     absl::StatusOr<ColumnFactor> f =
                         MakeColumnFactor((*hessians)[c], damp_fraction);
                     if (!f.ok()) {
-                      return absl::InvalidArgumentError(absl::StrCat(
-                          "layer ", wkv.layer, ", hash column ", c, ": ",
-                          f.status().message()));
+                      return absl::InvalidArgumentError(
+                          absl::StrCat("layer ", wkv.layer, ", hash column ", c,
+                                       ": ", f.status().message()));
                     }
                     factors[c] = *std::move(f);
                     return absl::OkStatus();
@@ -386,7 +385,8 @@ std::string LayerKey(int layer) { return absl::StrCat(layer); }
 absl::StatusOr<std::string> QuantizedConfigText(
     const std::string& source_dir, const std::string& method,
     const std::map<int, float>& global_scales) {
-  const std::string path = absl::StrCat(source_dir, "/", engram::kConfigFileName);
+  const std::string path =
+      absl::StrCat(source_dir, "/", engram::kConfigFileName);
   absl::StatusOr<std::string> text =
       engram::ReadSmallFile(path, engram::kMaxConfigFileBytes);
   if (!text.ok()) return text.status();
@@ -428,10 +428,10 @@ std::vector<engram::TensorDecl> RewrittenShardDecls(
   std::vector<engram::TensorDecl> decls;
   for (const engram::TensorInfo* info : infos) {
     auto it = replaced.find(info->name);
-    decls.push_back(it != replaced.end()
-                        ? it->second
-                        : engram::TensorDecl{info->name, info->dtype,
-                                             info->shape});
+    decls.push_back(
+        it != replaced.end()
+            ? it->second
+            : engram::TensorDecl{info->name, info->dtype, info->shape});
   }
   return decls;
 }
@@ -532,7 +532,8 @@ nlohmann::json EngramQuantReport::ToJson() const {
                          {"source_shard_bytes", source_shard_bytes},
                          {"output_shard_bytes", output_shard_bytes},
                          {"tables", nlohmann::json::array()}};
-  for (const EngramTableReport& t : tables) json["tables"].push_back(t.ToJson());
+  for (const EngramTableReport& t : tables)
+    json["tables"].push_back(t.ToJson());
   if (verify.has_value()) json["verify"] = *verify;
   return json;
 }
@@ -576,14 +577,14 @@ absl::StatusOr<float> RunAmaxPass(const TableJob& t,
     });
     if (!st.ok()) return st;
     for (float m : maxima) amax = std::max(amax, m);
-    if (absl::Status p = Notify(
-            o.progress,
-            {.layer = t.layer,
-             .phase = EngramProgress::Phase::kAmax,
-             .rows_done = first + n,
-             .rows_total = t.rows,
-             .rows_this_run = first + n,
-             .seconds = absl::ToDoubleSeconds(absl::Now() - start)});
+    if (absl::Status p =
+            Notify(o.progress,
+                   {.layer = t.layer,
+                    .phase = EngramProgress::Phase::kAmax,
+                    .rows_done = first + n,
+                    .rows_total = t.rows,
+                    .rows_this_run = first + n,
+                    .seconds = absl::ToDoubleSeconds(absl::Now() - start)});
         !p.ok()) {
       return p;
     }
@@ -596,8 +597,7 @@ absl::StatusOr<float> RunAmaxPass(const TableJob& t,
 absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
     const EngramQuantizeOptions& o) {
   if (absl::Status s = CheckOptions(o); !s.ok()) return s;
-  if (absl::Status s = CheckOutputPaths(o.checkpoint_dir, o.out_dir);
-      !s.ok()) {
+  if (absl::Status s = CheckOutputPaths(o.checkpoint_dir, o.out_dir); !s.ok()) {
     return s;
   }
   absl::StatusOr<Source> source = OpenSource(o.checkpoint_dir);
@@ -634,12 +634,10 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
   for (const TableJob& t : source->tables) {
     shard_readers[t.weight_shard] = t.weight.shard;
     shard_readers[t.scale_shard] = t.scale.shard;
-    replaced[t.weight.info->name] = {t.weight.info->name,
-                                     engram::DType::kU8,
-                                     {t.rows, kNvWeight}};
-    replaced[t.scale.info->name] = {t.scale.info->name,
-                                    engram::DType::kF8E4M3,
-                                    {t.rows, kNvScale}};
+    replaced[t.weight.info->name] = {
+        t.weight.info->name, engram::DType::kU8, {t.rows, kNvWeight}};
+    replaced[t.scale.info->name] = {
+        t.scale.info->name, engram::DType::kF8E4M3, {t.rows, kNvScale}};
   }
   Writers writers;
   EngramQuantReport report;
@@ -663,8 +661,8 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
     if (!JsonField(shard_state, "copied", false)) {
       for (const engram::TensorInfo& info : reader->tensors()) {
         if (replaced.count(info.name) != 0) continue;
-        if (absl::Status s = (*writer)->CopyTensor(*reader, info.name,
-                                                   info.name);
+        if (absl::Status s =
+                (*writer)->CopyTensor(*reader, info.name, info.name);
             !s.ok()) {
           return s;
         }
@@ -707,9 +705,10 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
     table.amax = JsonField(ts, "amax", 0.0f);
     table.global_scale = JsonField(ts, "global_scale", 0.0f);
     if (!(table.global_scale > 0.0f)) {
-      return absl::DataLossError(absl::StrCat(
-          "the journal of '", dir.path(), "' has no valid global scale for layer ",
-          t.layer, "; remove '", dir.path(), "' to start over"));
+      return absl::DataLossError(
+          absl::StrCat("the journal of '", dir.path(),
+                       "' has no valid global scale for layer ", t.layer,
+                       "; remove '", dir.path(), "' to start over"));
     }
     table.wkv_sample_stride = WkvStride(t.rows, o.wkv_error_rows);
     table.sums = EngramErrorSums::FromJson(ts["sums"]);
@@ -833,8 +832,8 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = dir.WriteFile(kEngramReportFileName,
-                                     JsonText(report.ToJson()));
+  if (absl::Status s =
+          dir.WriteFile(kEngramReportFileName, JsonText(report.ToJson()));
       !s.ok()) {
     return s;
   }
@@ -849,8 +848,8 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
                                 .progress = o.progress});
     if (!verified.ok()) return verified.status();
     report.verify = *verified;
-    if (absl::Status s = dir.WriteFile(kEngramReportFileName,
-                                       JsonText(report.ToJson()));
+    if (absl::Status s =
+            dir.WriteFile(kEngramReportFileName, JsonText(report.ToJson()));
         !s.ok()) {
       return s;
     }
@@ -909,19 +908,19 @@ absl::StatusOr<nlohmann::json> VerifyEngramCheckpoint(
   if (!report.ok()) return report.status();
   const nlohmann::json tables =
       report->is_object() && report->contains("tables") ? (*report)["tables"]
-                                                         : nlohmann::json();
+                                                        : nlohmann::json();
   if (!tables.is_array() || tables.size() != source->tables.size()) {
-    return absl::DataLossError(absl::StrCat(
-        "verify: the report of '", o.out_dir, "' does not list ",
-        source->tables.size(), " tables"));
+    return absl::DataLossError(absl::StrCat("verify: the report of '",
+                                            o.out_dir, "' does not list ",
+                                            source->tables.size(), " tables"));
   }
   nlohmann::json result = {{"tables", nlohmann::json::array()}};
   for (size_t ti = 0; ti < source->tables.size(); ++ti) {
     const TableJob& t = source->tables[ti];
     const nlohmann::json& reported = tables[ti];
     if (JsonField(reported, "layer", -1) != t.layer) {
-      return absl::DataLossError(absl::StrCat(
-          "verify: report table ", ti, " is not layer ", t.layer));
+      return absl::DataLossError(
+          absl::StrCat("verify: report table ", ti, " is not layer ", t.layer));
     }
     absl::StatusOr<const engram::EngramTableLocation*> out_table =
         (*output)->Table(t.layer);
@@ -954,8 +953,7 @@ absl::StatusOr<nlohmann::json> VerifyEngramCheckpoint(
             std::make_tuple(&t.scale, kFp8Scale, src_s.data()),
             std::make_tuple(&out_w, kNvWeight, nv_w.data()),
             std::make_tuple(&out_s, kNvScale, nv_s.data())}) {
-        if (absl::Status s = ReadRows(*loc, bytes, first, n, buffer);
-            !s.ok()) {
+        if (absl::Status s = ReadRows(*loc, bytes, first, n, buffer); !s.ok()) {
           return s;
         }
       }
@@ -1023,14 +1021,14 @@ absl::StatusOr<nlohmann::json> VerifyEngramCheckpoint(
         total.amax = std::max(total.amax, part.amax);
         total.sums.Add(part.sums);
       }
-      if (absl::Status p = Notify(
-              o.progress,
-              {.layer = t.layer,
-               .phase = EngramProgress::Phase::kVerify,
-               .rows_done = first + n,
-               .rows_total = t.rows,
-               .rows_this_run = first + n,
-               .seconds = absl::ToDoubleSeconds(absl::Now() - start)});
+      if (absl::Status p =
+              Notify(o.progress,
+                     {.layer = t.layer,
+                      .phase = EngramProgress::Phase::kVerify,
+                      .rows_done = first + n,
+                      .rows_total = t.rows,
+                      .rows_this_run = first + n,
+                      .seconds = absl::ToDoubleSeconds(absl::Now() - start)});
           !p.ok()) {
         return p;
       }
@@ -1071,15 +1069,15 @@ absl::StatusOr<nlohmann::json> VerifyEngramCheckpoint(
                         static_cast<double>(value));
       }
     }
-    result["tables"].push_back({{"layer", t.layer},
-                                {"rows", t.rows},
-                                {"amax", total.amax},
-                                {"global_scale", gs},
-                                {"relative_rms", rms},
-                                {"wkv_relative_rms", wkv_rms},
-                                {"wkv_rows", total.sums.wkv_rows},
-                                {"scale_underflows",
-                                 total.sums.scale_underflows}});
+    result["tables"].push_back(
+        {{"layer", t.layer},
+         {"rows", t.rows},
+         {"amax", total.amax},
+         {"global_scale", gs},
+         {"relative_rms", rms},
+         {"wkv_relative_rms", wkv_rms},
+         {"wkv_rows", total.sums.wkv_rows},
+         {"scale_underflows", total.sums.scale_underflows}});
   }
   result["ok"] = true;
   return result;

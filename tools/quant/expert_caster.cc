@@ -180,17 +180,18 @@ absl::StatusOr<std::vector<ExpertWeight>> FindExperts(
     const std::vector<int64_t> want = {w.out, w.in / kMxfp4Block};
     if (scale->info->shape != want) {
       return absl::DataLossError(absl::StrCat(
-          Describe(*scale), ": shape [", absl::StrJoin(scale->info->shape, ", "),
-          "] does not match ", engram::QuoteTensorName(name), " [",
-          absl::StrJoin(info.shape, ", "), "] (expected [",
-          absl::StrJoin(want, ", "), "])"));
+          Describe(*scale), ": shape [",
+          absl::StrJoin(scale->info->shape, ", "), "] does not match ",
+          engram::QuoteTensorName(name), " [", absl::StrJoin(info.shape, ", "),
+          "] (expected [", absl::StrJoin(want, ", "), "])"));
     }
     weights.push_back(std::move(w));
   }
   if (weights.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint '", checkpoint.dir(),
-        "' has no MXFP4 routed experts (<layer>.ffn.experts.<E>.w1.weight ...)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint '", checkpoint.dir(),
+                     "' has no MXFP4 routed experts "
+                     "(<layer>.ffn.experts.<E>.w1.weight ...)"));
   }
   return weights;
 }
@@ -204,9 +205,9 @@ absl::StatusOr<int64_t> ApplyCalibration(const std::string& path,
   const nlohmann::json json = nlohmann::json::parse(*text, nullptr, false);
   if (!json.is_object() || !json.contains("input_scale") ||
       !json["input_scale"].is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "calibration '", path,
-        "' must be a JSON object with an \"input_scale\" object"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration '", path,
+                     "' must be a JSON object with an \"input_scale\" object"));
   }
   const nlohmann::json& scales = json["input_scale"];
   std::set<std::string> used;
@@ -240,9 +241,9 @@ absl::Status ComputeScaleExponents(std::vector<ExpertWeight>& weights,
         if (!scales.ok()) return scales.status();
         absl::StatusOr<int> k = MaxBlockExponent(*scales);
         if (!k.ok()) {
-          return absl::Status(k.status().code(),
-                              absl::StrCat(Describe(w.scale), ": ",
-                                           k.status().message()));
+          return absl::Status(
+              k.status().code(),
+              absl::StrCat(Describe(w.scale), ": ", k.status().message()));
         }
         w.block_exponent = *k;
         return absl::OkStatus();
@@ -307,7 +308,8 @@ std::vector<engram::TensorDecl> ShardDecls(
     const std::map<std::string, const ExpertWeight*>& by_weight,
     const std::set<std::string>& dropped) {
   std::vector<const engram::TensorInfo*> infos;
-  for (const engram::TensorInfo& info : reader.tensors()) infos.push_back(&info);
+  for (const engram::TensorInfo& info : reader.tensors())
+    infos.push_back(&info);
   std::sort(infos.begin(), infos.end(),
             [](const engram::TensorInfo* a, const engram::TensorInfo* b) {
               return a->offset < b->offset ||
@@ -370,8 +372,7 @@ absl::Status CastWeight(const ExpertWeight& w, const ShardFileWriter& writer,
 absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
     const ExpertCastOptions& o) {
   if (absl::Status s = CheckOptions(o); !s.ok()) return s;
-  if (absl::Status s = CheckOutputPaths(o.checkpoint_dir, o.out_dir);
-      !s.ok()) {
+  if (absl::Status s = CheckOutputPaths(o.checkpoint_dir, o.out_dir); !s.ok()) {
     return s;
   }
   absl::StatusOr<std::unique_ptr<engram::ShardedCheckpoint>> checkpoint =
@@ -422,8 +423,7 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
   }
   // A .scale in another shard than its weight is dropped there too.
   for (const ExpertWeight& w : *weights) {
-    by_shard.try_emplace(
-        fs::path(w.scale.shard->path()).filename().string());
+    by_shard.try_emplace(fs::path(w.scale.shard->path()).filename().string());
   }
   std::set<std::string> written = {std::string(engram::kConfigFileName),
                                    kExpertReportFileName,
@@ -458,8 +458,7 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
     }
     std::vector<WeightResult> results(shard_weights.size());
     absl::Status status = ParallelFor(
-        o.threads, static_cast<int64_t>(shard_weights.size()),
-        [&](int64_t i) {
+        o.threads, static_cast<int64_t>(shard_weights.size()), [&](int64_t i) {
           return CastWeight(*shard_weights[i], **writer,
                             static_cast<size_t>(o.max_listed_lossy_blocks),
                             &results[i]);
@@ -523,9 +522,9 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = dir.WriteFile(
-          kHfQuantConfigFileName,
-          JsonText(HfQuantConfig(*weights, o.input_scales)));
+  if (absl::Status s =
+          dir.WriteFile(kHfQuantConfigFileName,
+                        JsonText(HfQuantConfig(*weights, o.input_scales)));
       !s.ok()) {
     return s;
   }
@@ -582,8 +581,7 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
       {"layers", layer_reports},
       {"lossy_blocks", lossy},
   };
-  if (absl::Status s =
-          dir.WriteFile(kExpertReportFileName, JsonText(report));
+  if (absl::Status s = dir.WriteFile(kExpertReportFileName, JsonText(report));
       !s.ok()) {
     return s;
   }

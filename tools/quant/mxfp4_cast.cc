@@ -40,15 +40,14 @@ void CastStats::Add(const CastStats& o) {
 
 absl::Status CastMxfp4Tensor(int64_t rows, int64_t cols,
                              absl::Span<const uint8_t> packed,
-                             absl::Span<const uint8_t> scales,
-                             int ws2_exponent, absl::Span<uint8_t> out_packed,
+                             absl::Span<const uint8_t> scales, int ws2_exponent,
+                             absl::Span<uint8_t> out_packed,
                              absl::Span<uint8_t> out_scales, CastStats* stats,
-                             std::vector<LossyBlock>* lossy,
-                             size_t max_lossy) {
+                             std::vector<LossyBlock>* lossy, size_t max_lossy) {
   if (rows < 0 || cols <= 0 || cols % kMxfp4Block != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MXFP4 tensor of ", rows, " x ", cols,
-        " values: columns must be a positive multiple of 32"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("MXFP4 tensor of ", rows, " x ", cols,
+                     " values: columns must be a positive multiple of 32"));
   }
   const size_t blocks_per_row = static_cast<size_t>(cols / kMxfp4Block);
   const size_t n_packed = static_cast<size_t>(rows * cols / 2);
@@ -72,15 +71,15 @@ absl::Status CastMxfp4Tensor(int64_t rows, int64_t cols,
       const size_t block_index = r * blocks_per_row + b;
       const uint8_t e = scales[block_index];
       if (e == 255) {
-        return absl::DataLossError(absl::StrCat("row ", r, ", block ", b,
-                                                ": NaN scale (UE8M0 255)"));
+        return absl::DataLossError(
+            absl::StrCat("row ", r, ", block ", b, ": NaN scale (UE8M0 255)"));
       }
       const int k = static_cast<int>(e) - 127;
       const int p = k - ws2_exponent;
       if (p > 8) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "row ", r, ", block ", b, ": exponent ", k,
-            " exceeds weight_scale_2 2^", ws2_exponent, " x 2^8"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("row ", r, ", block ", b, ": exponent ", k,
+                         " exceeds weight_scale_2 2^", ws2_exponent, " x 2^8"));
       }
       const std::optional<uint8_t> code = E4m3PowerOfTwo(p);
       const uint8_t block_scale = code.value_or(smallest);

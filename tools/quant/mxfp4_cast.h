@@ -77,8 +77,8 @@ struct CastStats {
 // k_max was wrong); DataLoss for a NaN scale (naming row and block).
 absl::Status CastMxfp4Tensor(int64_t rows, int64_t cols,
                              absl::Span<const uint8_t> packed,
-                             absl::Span<const uint8_t> scales,
-                             int ws2_exponent, absl::Span<uint8_t> out_packed,
+                             absl::Span<const uint8_t> scales, int ws2_exponent,
+                             absl::Span<uint8_t> out_packed,
                              absl::Span<uint8_t> out_scales, CastStats* stats,
                              std::vector<LossyBlock>* lossy = nullptr,
                              size_t max_lossy = 0);

@@ -13,9 +13,8 @@ using engram::FloatToE4m3;
 using engram::kE2m1Max;
 
 std::string QuantMethodName(const QuantMethod& method) {
-  return absl::StrCat(
-      method.feedback == ErrorFeedback::kGptq ? "gptq" : "rtn", "-",
-      method.scale == ScaleChoice::kMse ? "mse" : "amax");
+  return absl::StrCat(method.feedback == ErrorFeedback::kGptq ? "gptq" : "rtn",
+                      "-", method.scale == ScaleChoice::kMse ? "mse" : "amax");
 }
 
 absl::StatusOr<QuantMethod> ParseQuantMethod(absl::string_view name) {
@@ -72,9 +71,8 @@ uint8_t ChooseBlockScale(const float* values, float global_scale,
   return best;
 }
 
-void QuantizeRowRtn(const float* values, float global_scale,
-                    ScaleChoice choice, uint8_t* weights, uint8_t* scales,
-                    RowQuantStats* stats) {
+void QuantizeRowRtn(const float* values, float global_scale, ScaleChoice choice,
+                    uint8_t* weights, uint8_t* scales, RowQuantStats* stats) {
   for (int block = 0; block < engram::kRowDim / kBlock; ++block) {
     const float* x = values + block * kBlock;
     bool smaller = false;

@@ -108,8 +108,8 @@ struct RowQuantStats {
 // `choice`: `weights` receives 128 packed bytes (low nibble = even element),
 // `scales` 16 e4m3 codes. A block with a zero step gets code 0 everywhere.
 // Adds to *stats when non-null.
-void QuantizeRowRtn(const float* values, float global_scale,
-                    ScaleChoice choice, uint8_t* weights, uint8_t* scales,
+void QuantizeRowRtn(const float* values, float global_scale, ScaleChoice choice,
+                    uint8_t* weights, uint8_t* scales,
                     RowQuantStats* stats = nullptr);
 
 // Packs 256 e2m1 codes (one per byte, low 4 bits) into 128 bytes, the even

@@ -27,8 +27,7 @@ std::string StripTrailingSlashes(std::string path) {
 
 absl::Status ErrorCodeStatus(const std::error_code& ec, absl::string_view what,
                              absl::string_view path) {
-  return absl::ErrnoToStatus(ec.value(),
-                             absl::StrCat(what, " '", path, "'"));
+  return absl::ErrnoToStatus(ec.value(), absl::StrCat(what, " '", path, "'"));
 }
 
 // Whether `inner` is `outer` or lies below it (both normalized absolute).
@@ -82,9 +81,10 @@ absl::Status CheckOutputPaths(const std::string& source_dir,
   const fs::path out = fs::weakly_canonical(StripTrailingSlashes(out_dir), ec);
   if (ec) return ErrorCodeStatus(ec, "cannot resolve", out_dir);
   if (out == source || IsWithin(out, source)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--out='", out_dir, "' is the source checkpoint or inside it; the "
-        "source must stay untouched, choose another directory"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out='", out_dir,
+                     "' is the source checkpoint or inside it; the "
+                     "source must stay untouched, choose another directory"));
   }
   if (fs::exists(fs::symlink_status(out_dir, ec))) {
     return absl::FailedPreconditionError(
@@ -110,11 +110,11 @@ nlohmann::json SourceFingerprint(const std::string& source_dir) {
         !S_ISREG(st.st_mode)) {
       continue;
     }
-    files.push_back({{"name", name},
-                     {"size", static_cast<uint64_t>(st.st_size)},
-                     {"mtime_ns", static_cast<int64_t>(st.st_mtim.tv_sec) *
-                                          1000000000 +
-                                      st.st_mtim.tv_nsec}});
+    files.push_back(
+        {{"name", name},
+         {"size", static_cast<uint64_t>(st.st_size)},
+         {"mtime_ns", static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
+                          st.st_mtim.tv_nsec}});
   }
   return files;
 }
@@ -133,8 +133,7 @@ absl::StatusOr<std::unique_ptr<PartialOutputDir>> PartialOutputDir::Open(
   dir->identity_ = options.identity;
   std::error_code ec;
   if (fs::exists(fs::symlink_status(dir->path_, ec))) {
-    const std::string journal_path =
-        dir->PathOf(std::string(kJournalFileName));
+    const std::string journal_path = dir->PathOf(std::string(kJournalFileName));
     absl::StatusOr<std::string> text =
         engram::ReadSmallFile(journal_path, kMaxJournalBytes);
     const nlohmann::json journal =

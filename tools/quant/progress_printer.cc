@@ -34,8 +34,7 @@ void ProgressPrinter::Update(absl::string_view label, int64_t done,
   const double eta = rate > 0 ? (total - done) / rate : -1.0;
   const std::string line = absl::StrFormat(
       "%s: %d / %d rows (%.1f%%), %.0f rows/s, %s %s", label, done, total,
-      total > 0 ? 100.0 * done / total : 100.0, rate,
-      complete ? "took" : "ETA",
+      total > 0 ? 100.0 * done / total : 100.0, rate, complete ? "took" : "ETA",
       FormatDuration(complete ? seconds : eta));
   if (terminal_) {
     absl::FPrintF(stream_, "\r\033[K%s%s", line, complete ? "\n" : "");

@@ -65,8 +65,8 @@ absl::StatusOr<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
     layout.push_back(std::move(info));
     data_bytes += bytes;
   }
-  std::string json =
-      header.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  std::string json = header.dump(
+      -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   json.append((8 - json.size() % 8) % 8, ' ');
   std::string prefix(engram::kSafetensorsLengthBytes, '\0');
   for (size_t i = 0; i < engram::kSafetensorsLengthBytes; ++i) {
@@ -97,8 +97,8 @@ absl::StatusOr<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
     if (*size != file_size || !read.ok() || existing != prefix) {
       return absl::DataLossError(absl::StrCat(
           "partial shard '", path,
-          "' does not match the tensors to be written (size ", *size,
-          " vs ", file_size, "); remove the partial output to start over"));
+          "' does not match the tensors to be written (size ", *size, " vs ",
+          file_size, "); remove the partial output to start over"));
     }
     return std::unique_ptr<ShardFileWriter>(new ShardFileWriter(
         path, std::move(scoped), std::move(layout), data_bytes, file_size));
@@ -114,9 +114,9 @@ absl::StatusOr<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
       ::fallocate(fd, 0, 0, static_cast<off_t>(file_size)) != 0) {
     const int error = errno;
     if (error != EOPNOTSUPP && error != ENOSYS) {
-      return ErrnoError(error, absl::StrCat("cannot reserve ", file_size,
-                                            " bytes for"),
-                        path);
+      return ErrnoError(
+          error, absl::StrCat("cannot reserve ", file_size, " bytes for"),
+          path);
     }
     if (::ftruncate(fd, static_cast<off_t>(file_size)) != 0) {
       return ErrnoError(errno, "cannot size", path);
@@ -180,8 +180,8 @@ absl::Status ShardFileWriter::CopyTensor(
   std::vector<uint8_t> buffer(
       static_cast<size_t>(std::min(kCopyChunkBytes, (*from)->byte_length)));
   for (uint64_t done = 0; done < (*from)->byte_length;) {
-    const uint64_t n = std::min<uint64_t>(buffer.size(),
-                                          (*from)->byte_length - done);
+    const uint64_t n =
+        std::min<uint64_t>(buffer.size(), (*from)->byte_length - done);
     absl::Span<uint8_t> chunk(buffer.data(), n);
     if (absl::Status s = source.ReadTensorRange(source_name, done, chunk);
         !s.ok()) {

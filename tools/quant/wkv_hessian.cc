@@ -36,8 +36,8 @@ std::string WkvScaleTensorName(int layer) {
   return absl::StrCat("layers.", layer, ".engram.wkv.scale");
 }
 
-absl::StatusOr<WkvTensors> LocateWkv(const engram::ShardedCheckpoint& checkpoint,
-                                     int layer, int num_columns) {
+absl::StatusOr<WkvTensors> LocateWkv(
+    const engram::ShardedCheckpoint& checkpoint, int layer, int num_columns) {
   WkvTensors wkv;
   wkv.layer = layer;
   absl::StatusOr<engram::TensorLocation> weight =
@@ -114,8 +114,9 @@ absl::StatusOr<std::vector<std::vector<double>>> ComputeWkvHessians(
         const uint8_t code = codes[r * wkv.in_dim + c];
         const uint8_t e = scale_row[c / kWkvBlock];
         if ((code & 0x7F) == 0x7F || e == 255) {
-          return absl::DataLossError(absl::StrCat(
-              Describe(wkv.weight), ": NaN at row ", first + r, ", column ", c));
+          return absl::DataLossError(absl::StrCat(Describe(wkv.weight),
+                                                  ": NaN at row ", first + r,
+                                                  ", column ", c));
         }
         band[r * wkv.in_dim + c] =
             static_cast<double>(engram::E4m3ToFloat(code)) *

@@ -35,8 +35,8 @@ struct WkvTensors {
 // supported); DataLoss (naming tensor and shapes) if wkv.weight is not
 // [out, 256 x num_columns] with out >= 1 or wkv.scale is not
 // [ceil(out / 32), 8 x num_columns].
-absl::StatusOr<WkvTensors> LocateWkv(const engram::ShardedCheckpoint& checkpoint,
-                                     int layer, int num_columns);
+absl::StatusOr<WkvTensors> LocateWkv(
+    const engram::ShardedCheckpoint& checkpoint, int layer, int num_columns);
 
 // Dequantizes wkv (fp32 values e4m3 x 2^(e - 127)) in bands of rows and
 // accumulates every column's H_c = W_c^T W_c in double precision (BLAS

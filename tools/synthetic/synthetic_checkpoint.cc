@@ -254,8 +254,8 @@ absl::Status WriteWkv(const SyntheticCheckpointOptions& o, int layer,
 // wkv.weight with correlated inputs (WkvKind::kCorrelated): bands of 32
 // rows are generated in fp32, then encoded with one UE8M0 scale per 32 x 32
 // block from the block's amax.
-absl::Status WriteCorrelatedWkv(const SyntheticCheckpointOptions& o,
-                                int layer, int64_t out_dim,
+absl::Status WriteCorrelatedWkv(const SyntheticCheckpointOptions& o, int layer,
+                                int64_t out_dim,
                                 engram::SafetensorsWriter& writer) {
   constexpr int64_t kBlock = 32;
   constexpr float kRho = 0.5f;
@@ -500,10 +500,9 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
         !st.ok()) {
       return st;
     }
-    if (absl::Status st =
-            o.wkv_kind == WkvKind::kCorrelated
-                ? WriteCorrelatedWkv(o, layer, wkv_out, **writer)
-                : WriteWkv(o, layer, wkv_out, **writer);
+    if (absl::Status st = o.wkv_kind == WkvKind::kCorrelated
+                              ? WriteCorrelatedWkv(o, layer, wkv_out, **writer)
+                              : WriteWkv(o, layer, wkv_out, **writer);
         !st.ok()) {
       return st;
     }

@@ -92,8 +92,8 @@ void BM_QuantizeRows(benchmark::State& state, std::string method_name) {
       .global_scale = gs, .scale = method.scale, .batch_columns = 32};
   std::vector<uint8_t> weights(n * 128), scales(n * 16);
   std::vector<float> work(kN * kGptqChunkRows);
-  std::vector<uint8_t> codes(kGptqChunkRows * kN), chunk_scales(
-                                                       kGptqChunkRows * 16);
+  std::vector<uint8_t> codes(kGptqChunkRows * kN),
+      chunk_scales(kGptqChunkRows * 16);
   for (auto _ : state) {
     if (method.feedback == ErrorFeedback::kNone) {
       for (int64_t r = 0; r < n; ++r) {

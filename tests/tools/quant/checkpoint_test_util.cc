@@ -74,8 +74,8 @@ void RewriteShard(const std::string& path,
   }
   edit(contents);
   fs::remove(path);
-  auto writer = engram::SafetensorsWriter::Create(path, contents.decls,
-                                                  {.metadata = contents.metadata});
+  auto writer = engram::SafetensorsWriter::Create(
+      path, contents.decls, {.metadata = contents.metadata});
   ASSERT_TRUE(writer.ok()) << writer.status();
   for (const engram::TensorDecl& d : contents.decls) {
     ASSERT_TRUE((*writer)->Append(d.name, contents.bytes[d.name]).ok())
@@ -85,7 +85,8 @@ void RewriteShard(const std::string& path,
 }
 
 std::string ShardOf(const std::string& dir, const std::string& tensor) {
-  auto index = engram::ReadCheckpointIndex(dir + "/model.safetensors.index.json");
+  auto index =
+      engram::ReadCheckpointIndex(dir + "/model.safetensors.index.json");
   EXPECT_TRUE(index.ok());
   return index.ok() ? index->weight_map.at(tensor) : "";
 }

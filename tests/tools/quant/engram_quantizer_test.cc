@@ -63,6 +63,9 @@ class EngramQuantizerTest : public ::testing::Test {
   static void TearDownTestSuite() {
     // The source must never change.
     EXPECT_EQ(ReadTree(*source_), *source_tree_);
+    delete source_;
+    delete hessians_;
+    delete source_tree_;
   }
 
   static std::string NewOut(const std::string& name) {
@@ -87,8 +90,8 @@ class EngramQuantizerTest : public ::testing::Test {
   static std::map<std::string, std::string>* source_tree_;
 };
 std::string* EngramQuantizerTest::source_ = nullptr;
-std::map<int, std::vector<std::vector<double>>>* EngramQuantizerTest::hessians_ =
-    nullptr;
+std::map<int, std::vector<std::vector<double>>>*
+    EngramQuantizerTest::hessians_ = nullptr;
 std::map<std::string, std::string>* EngramQuantizerTest::source_tree_ = nullptr;
 
 class EngramMethodTest : public EngramQuantizerTest,
@@ -220,11 +223,9 @@ TEST_P(EngramMethodTest, OutputAndReportMatchAnIndependentRecomputation) {
   ASSERT_EQ(::stat((*source_ + "/tokenizer.json").c_str(), &a), 0);
   ASSERT_EQ(::stat((out + "/tokenizer.json").c_str(), &b), 0);
   EXPECT_EQ(a.st_ino, b.st_ino);
-  ASSERT_EQ(::stat((*source_ + "/model-00001-of-00002.safetensors").c_str(),
-                   &a),
-            0);
-  ASSERT_EQ(::stat((out + "/model-00001-of-00002.safetensors").c_str(), &b),
-            0);
+  ASSERT_EQ(
+      ::stat((*source_ + "/model-00001-of-00002.safetensors").c_str(), &a), 0);
+  ASSERT_EQ(::stat((out + "/model-00001-of-00002.safetensors").c_str(), &b), 0);
   EXPECT_NE(a.st_ino, b.st_ino);
   EXPECT_EQ(report->output_shard_bytes,
             fs::file_size(out + "/model-00001-of-00002.safetensors") +
@@ -337,12 +338,14 @@ TEST_F(EngramQuantizerTest, ResumesAnInterruptedRunToTheSameBytes) {
     ASSERT_TRUE(fs::exists(out + ".partial/.mneme-journal.json"));
 
     // Another method may not continue it...
-    EXPECT_EQ(QuantizeEngramCheckpoint(Options("rtn-amax", out)).status().code(),
-              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(
+        QuantizeEngramCheckpoint(Options("rtn-amax", out)).status().code(),
+        absl::StatusCode::kFailedPrecondition);
     // ...the same one does, and ends with the bytes of an uninterrupted run.
     int64_t first_resumed_row = -1;
     o.progress = [&](const EngramProgress& p) {
-      if (first_resumed_row < 0 && p.phase == EngramProgress::Phase::kQuantize) {
+      if (first_resumed_row < 0 &&
+          p.phase == EngramProgress::Phase::kQuantize) {
         first_resumed_row = p.rows_done - p.rows_this_run;
       }
       return absl::OkStatus();
@@ -382,8 +385,9 @@ TEST_F(EngramQuantizerTest, RefusesPartialDirectoriesItDidNotStart) {
 TEST_F(EngramQuantizerTest, RefusesBadPathsAndOptions) {
   const std::string exists = NewOut("exists");
   fs::create_directories(exists);
-  EXPECT_EQ(QuantizeEngramCheckpoint(Options("rtn-amax", exists)).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      QuantizeEngramCheckpoint(Options("rtn-amax", exists)).status().code(),
+      absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(
       QuantizeEngramCheckpoint(Options("rtn-amax", *source_)).status().code(),
       absl::StatusCode::kInvalidArgument);
@@ -412,9 +416,8 @@ TEST_F(EngramQuantizerTest, RefusesBadPathsAndOptions) {
 
 // Bad sources: each is a fresh copy damaged one way.
 TEST(EngramQuantizerBadSourceTest, NotFp8) {
-  const std::string src = MakeSource("nvfp4-src", [](auto& o) {
-    o.engram_format = RowFormat::kNvfp4;
-  });
+  const std::string src = MakeSource(
+      "nvfp4-src", [](auto& o) { o.engram_format = RowFormat::kNvfp4; });
   EngramQuantizeOptions o;
   o.checkpoint_dir = src;
   o.out_dir = mneme::testing::MakeTempDir("o") + "/out";
@@ -480,7 +483,8 @@ INSTANTIATE_TEST_SUITE_P(
         Damage{"WkvWeightShape",
                [](const std::string& d) {
                  testing::RewriteShard(
-                     d + "/" + testing::ShardOf(d, "layers.3.engram.wkv.weight"),
+                     d + "/" +
+                         testing::ShardOf(d, "layers.3.engram.wkv.weight"),
                      [](testing::ShardContents& c) {
                        for (auto& decl : c.decls) {
                          if (decl.name == "layers.3.engram.wkv.weight") {
@@ -493,7 +497,8 @@ INSTANTIATE_TEST_SUITE_P(
         Damage{"WkvNotFp8",
                [](const std::string& d) {
                  testing::RewriteShard(
-                     d + "/" + testing::ShardOf(d, "layers.1.engram.wkv.weight"),
+                     d + "/" +
+                         testing::ShardOf(d, "layers.1.engram.wkv.weight"),
                      [](testing::ShardContents& c) {
                        for (auto& decl : c.decls) {
                          if (decl.name == "layers.1.engram.wkv.weight") {

@@ -85,7 +85,11 @@ class ExpertCasterTest : public ::testing::Test {
     source_ = new std::string(MakeExpertSource("experts-src"));
     tree_ = new std::map<std::string, std::string>(ReadTree(*source_));
   }
-  static void TearDownTestSuite() { EXPECT_EQ(ReadTree(*source_), *tree_); }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(ReadTree(*source_), *tree_);
+    delete source_;
+    delete tree_;
+  }
 
   static ExpertCastOptions Options(const std::string& out) {
     ExpertCastOptions o;
@@ -124,10 +128,12 @@ TEST_F(ExpertCasterTest, CastsEveryExpertLosslessly) {
     SCOPED_TRACE(base);
     EXPECT_EQ((*dst)->FindOrNull(base + ".scale"), nullptr);
     const engram::TensorLocation* w = (*dst)->FindOrNull(base + ".weight");
-    const engram::TensorLocation* ws = (*dst)->FindOrNull(base + ".weight_scale");
+    const engram::TensorLocation* ws =
+        (*dst)->FindOrNull(base + ".weight_scale");
     const engram::TensorLocation* ws2 =
         (*dst)->FindOrNull(base + ".weight_scale_2");
-    const engram::TensorLocation* is = (*dst)->FindOrNull(base + ".input_scale");
+    const engram::TensorLocation* is =
+        (*dst)->FindOrNull(base + ".input_scale");
     ASSERT_TRUE(w && ws && ws2 && is);
     EXPECT_EQ(w->info->dtype, engram::DType::kU8);
     EXPECT_EQ(ws->info->dtype, engram::DType::kF8E4M3);
@@ -147,9 +153,9 @@ TEST_F(ExpertCasterTest, CastsEveryExpertLosslessly) {
     const std::string expert = base.substr(0, base.size() - 3);
     int k_max = MaxExponent(src_s);
     if (base.back() != '2') {
-      k_max = std::max(
-          MaxExponent(TensorBytes(*source_, expert + ".w1.scale")),
-          MaxExponent(TensorBytes(*source_, expert + ".w3.scale")));
+      k_max =
+          std::max(MaxExponent(TensorBytes(*source_, expert + ".w1.scale")),
+                   MaxExponent(TensorBytes(*source_, expert + ".w3.scale")));
     }
     const float scale2 = ReadF32(TensorBytes(out, base + ".weight_scale_2"));
     EXPECT_EQ(scale2, std::ldexp(1.0f, k_max - 8));
@@ -158,8 +164,9 @@ TEST_F(ExpertCasterTest, CastsEveryExpertLosslessly) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
         const int nibble = (src_w[(r * cols + c) / 2] >> (4 * (c % 2))) & 0xF;
-        const float want = engram::E2m1ToFloat(nibble) *
-                           engram::Ue8m0ToFloat(src_s[r * (cols / 32) + c / 32]);
+        const float want =
+            engram::E2m1ToFloat(nibble) *
+            engram::Ue8m0ToFloat(src_s[r * (cols / 32) + c / 32]);
         const float got =
             (engram::E2m1ToFloat(nibble) *
              engram::E4m3ToFloat(dst_s[r * (cols / 16) + c / 16])) *
@@ -225,11 +232,13 @@ TEST_F(ExpertCasterTest, UncalibratedIsRecorded) {
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ((*report)["input_scales"], "uncalibrated");
   EXPECT_TRUE((*report)["calibration"].is_null());
-  EXPECT_EQ(ReadF32(TensorBytes(o.out_dir, "mtp.1.ffn.experts.2.w2.input_scale")),
-            1.0f);
-  EXPECT_EQ(nlohmann::json::parse(ReadFile(o.out_dir + "/hf_quant_config.json"))
-                ["quantization"]["input_scales"],
-            "uncalibrated");
+  EXPECT_EQ(
+      ReadF32(TensorBytes(o.out_dir, "mtp.1.ffn.experts.2.w2.input_scale")),
+      1.0f);
+  EXPECT_EQ(
+      nlohmann::json::parse(ReadFile(
+          o.out_dir + "/hf_quant_config.json"))["quantization"]["input_scales"],
+      "uncalibrated");
 }
 
 TEST_F(ExpertCasterTest, RefusesWithoutCalibrationAndBadCalibrations) {
@@ -245,8 +254,8 @@ TEST_F(ExpertCasterTest, RefusesWithoutCalibrationAndBadCalibrations) {
             absl::StatusCode::kInvalidArgument);
   o.input_scales = InputScales::kCalibrated;
   const std::vector<std::string> bases = ExpertBases();
-  o.calibration_path = WriteCalibration(
-      mneme::testing::MakeTempDir("partial-cal"), bases, 7);
+  o.calibration_path =
+      WriteCalibration(mneme::testing::MakeTempDir("partial-cal"), bases, 7);
   s = CastExpertsCheckpoint(o).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find(bases[7]), absl::string_view::npos) << s;
@@ -375,12 +384,12 @@ INSTANTIATE_TEST_SUITE_P(
                absl::StatusCode::kNotFound, "layers.2.ffn.experts.0.w3.scale"},
         Damage{"ScaleShape",
                [](const std::string& d) {
-                 EditDecl(d, "layers.0.ffn.experts.1.w1.scale",
-                          [](engram::TensorDecl& decl,
-                             std::vector<uint8_t>& bytes) {
-                            decl.shape[1] += 1;
-                            bytes.resize(decl.shape[0] * decl.shape[1], 120);
-                          });
+                 EditDecl(
+                     d, "layers.0.ffn.experts.1.w1.scale",
+                     [](engram::TensorDecl& decl, std::vector<uint8_t>& bytes) {
+                       decl.shape[1] += 1;
+                       bytes.resize(decl.shape[0] * decl.shape[1], 120);
+                     });
                },
                absl::StatusCode::kDataLoss, "layers.0.ffn.experts.1.w1.scale"},
         Damage{"NanScale",

@@ -25,9 +25,7 @@ class Lcg {
     state_ = state_ * 6364136223846793005ULL + 1442695040888963407ULL;
     return static_cast<double>(state_ >> 11) * 0x1p-53;
   }
-  double Normal() {
-    return (Uniform() + Uniform() + Uniform() - 1.5) * 2.0;
-  }
+  double Normal() { return (Uniform() + Uniform() + Uniform() - 1.5) * 2.0; }
 
  private:
   uint64_t state_;
@@ -53,7 +51,8 @@ std::vector<double> Hessian(const std::vector<double>& w, int out) {
   std::vector<double> h(kN * kN, 0.0);
   for (int o = 0; o < out; ++o) {
     for (int i = 0; i < kN; ++i) {
-      for (int j = 0; j < kN; ++j) h[i * kN + j] += w[o * kN + i] * w[o * kN + j];
+      for (int j = 0; j < kN; ++j)
+        h[i * kN + j] += w[o * kN + i] * w[o * kN + j];
     }
   }
   return h;
@@ -66,10 +65,10 @@ std::vector<float> Fp8Rows(int64_t count, uint64_t seed) {
   for (int64_t r = 0; r < count; ++r) {
     synthetic::SyntheticRowValues(seed, 1, r, absl::MakeSpan(row));
     EXPECT_TRUE(engram::EncodeFp8Row(row, absl::MakeSpan(fp8)).ok());
-    EXPECT_TRUE(engram::DecodeRowsF32({.format = engram::RowFormat::kFp8}, fp8,
-                                      absl::MakeSpan(values).subspan(r * kN,
-                                                                     kN))
-                    .ok());
+    EXPECT_TRUE(
+        engram::DecodeRowsF32({.format = engram::RowFormat::kFp8}, fp8,
+                              absl::MakeSpan(values).subspan(r * kN, kN))
+            .ok());
   }
   return values;
 }
@@ -100,9 +99,9 @@ Quantized RunGptq(const ColumnFactor& factor, const std::vector<float>& rows,
         work[i * R + r] = r < m ? rows[(first + r) * kN + i] : 0.0f;
       }
     }
-    GptqQuantizeChunk(factor, {.global_scale = gs, .scale = choice,
-                               .batch_columns = batch},
-                      work.data(), codes.data(), scales.data());
+    GptqQuantizeChunk(
+        factor, {.global_scale = gs, .scale = choice, .batch_columns = batch},
+        work.data(), codes.data(), scales.data());
     for (int64_t r = 0; r < m; ++r) {
       std::copy_n(codes.data() + r * kN, kN, q.codes.data() + (first + r) * kN);
       std::copy_n(scales.data() + r * 16, 16,
@@ -249,7 +248,8 @@ TEST(GptqTest, NotWorseThanRtnThroughTheSameW) {
     for (ScaleChoice choice : {ScaleChoice::kAmax, ScaleChoice::kMse}) {
       const double gptq =
           ErrorThroughW(h, rows, RunGptq(*f, rows, gs, choice, 32).values);
-      const double rtn = ErrorThroughW(h, rows, RunRtn(rows, gs, choice).values);
+      const double rtn =
+          ErrorThroughW(h, rows, RunRtn(rows, gs, choice).values);
       EXPECT_LE(gptq, rtn) << "correlated " << correlated << " choice "
                            << static_cast<int>(choice);
       if (correlated) {
@@ -309,8 +309,7 @@ TEST(GptqTest, LazyBatchesAgreeWithThePlainAlgorithm) {
     // same algorithm.
     EXPECT_GT(same, static_cast<int64_t>(got.codes.size() * 0.99))
         << "batch " << batch;
-    EXPECT_NEAR(ErrorThroughW(h, rows, got.values), ref_error,
-                0.01 * ref_error)
+    EXPECT_NEAR(ErrorThroughW(h, rows, got.values), ref_error, 0.01 * ref_error)
         << "batch " << batch;
   }
 }

@@ -44,8 +44,8 @@ float SourceValue(const Tensor& t, int64_t r, int64_t i) {
 }
 
 float TargetValue(const std::vector<uint8_t>& packed,
-                  const std::vector<uint8_t>& scales, int64_t cols,
-                  float ws2, int64_t r, int64_t i) {
+                  const std::vector<uint8_t>& scales, int64_t cols, float ws2,
+                  int64_t r, int64_t i) {
   const uint8_t byte = packed[(r * cols + i) / 2];
   return (E2m1ToFloat((byte >> (4 * (i % 2))) & 0xF) *
           E4m3ToFloat(scales[r * (cols / 16) + i / 16])) *
@@ -138,9 +138,9 @@ TEST(CastMxfp4TensorTest, UncastableBlocksAreReportedAndBounded) {
   std::vector<uint8_t> packed(t.packed.size()), scales(t.scales.size() * 2);
   CastStats stats;
   std::vector<LossyBlock> lossy;
-  ASSERT_TRUE(CastMxfp4Tensor(t.rows, t.cols, t.packed, t.scales,
-                              ws2_exponent, absl::MakeSpan(packed),
-                              absl::MakeSpan(scales), &stats, &lossy, 10)
+  ASSERT_TRUE(CastMxfp4Tensor(t.rows, t.cols, t.packed, t.scales, ws2_exponent,
+                              absl::MakeSpan(packed), absl::MakeSpan(scales),
+                              &stats, &lossy, 10)
                   .ok());
   EXPECT_EQ(stats.blocks, 16);
   EXPECT_EQ(stats.castable_blocks, 14);
@@ -171,29 +171,29 @@ TEST(CastMxfp4TensorTest, RejectsBadInput) {
   std::vector<uint8_t> packed(64), scales(8);
   CastStats stats;
   // Wrong column count, wrong output size.
-  EXPECT_EQ(CastMxfp4Tensor(2, 48, t.packed, t.scales, -8,
-                            absl::MakeSpan(packed), absl::MakeSpan(scales),
-                            &stats)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      CastMxfp4Tensor(2, 48, t.packed, t.scales, -8, absl::MakeSpan(packed),
+                      absl::MakeSpan(scales), &stats)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CastMxfp4Tensor(2, 64, t.packed, t.scales, -8,
                             absl::MakeSpan(packed).first(10),
                             absl::MakeSpan(scales), &stats)
                 .code(),
             absl::StatusCode::kInvalidArgument);
   // weight_scale_2 too small for the largest block.
-  EXPECT_EQ(CastMxfp4Tensor(2, 64, t.packed, t.scales, -30,
-                            absl::MakeSpan(packed), absl::MakeSpan(scales),
-                            &stats)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      CastMxfp4Tensor(2, 64, t.packed, t.scales, -30, absl::MakeSpan(packed),
+                      absl::MakeSpan(scales), &stats)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   Tensor nan = t;
   nan.scales[3] = 255;
-  EXPECT_EQ(CastMxfp4Tensor(2, 64, nan.packed, nan.scales, 0,
-                            absl::MakeSpan(packed), absl::MakeSpan(scales),
-                            &stats)
-                .code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(
+      CastMxfp4Tensor(2, 64, nan.packed, nan.scales, 0, absl::MakeSpan(packed),
+                      absl::MakeSpan(scales), &stats)
+          .code(),
+      absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -26,10 +26,10 @@ std::vector<float> Fp8Rows(int layer, int64_t first, int64_t count) {
   for (int64_t r = 0; r < count; ++r) {
     synthetic::SyntheticRowValues(9, layer, first + r, absl::MakeSpan(row));
     EXPECT_TRUE(engram::EncodeFp8Row(row, absl::MakeSpan(fp8)).ok());
-    EXPECT_TRUE(engram::DecodeRowsF32({.format = engram::RowFormat::kFp8}, fp8,
-                                      absl::MakeSpan(values).subspan(r * 256,
-                                                                     256))
-                    .ok());
+    EXPECT_TRUE(
+        engram::DecodeRowsF32({.format = engram::RowFormat::kFp8}, fp8,
+                              absl::MakeSpan(values).subspan(r * 256, 256))
+            .ok());
   }
   return values;
 }
@@ -83,8 +83,8 @@ TEST(QuantizeRowRtnTest, KnownBlockEncodesBitExactly) {
   // Global scale 1: block amax 6 -> scale 1.0 (e4m3 0x38); values are then
   // their own e2m1 codes.
   std::vector<float> row(256, 0.0f);
-  const float block0[16] = {6, 3, -1.5f, 0.5f, 0, -6, 2, 4,
-                            1, -0.5f, 1.5f, -3, -4, -2, -1, 0.25f};
+  const float block0[16] = {6, 3,     -1.5f, 0.5f, 0,  -6, 2,  4,
+                            1, -0.5f, 1.5f,  -3,   -4, -2, -1, 0.25f};
   std::copy(block0, block0 + 16, row.begin());
   uint8_t weights[128], scales[16];
   QuantizeRowRtn(row.data(), 1.0f, ScaleChoice::kAmax, weights, scales);
@@ -123,8 +123,8 @@ TEST(ChooseBlockScaleTest, MseIsTheArgminOverTheRoundedCandidates) {
     const uint8_t hi = FloatToE4m3(s);
     const uint8_t lo = FloatToE4m3(0.75f * s);
     bool chose_smaller = false;
-    const uint8_t mse = ChooseBlockScale(x, gs, ScaleChoice::kMse,
-                                         &chose_smaller);
+    const uint8_t mse =
+        ChooseBlockScale(x, gs, ScaleChoice::kMse, &chose_smaller);
     const uint8_t amax_scale = ChooseBlockScale(x, gs, ScaleChoice::kAmax);
     EXPECT_EQ(amax_scale, hi);
     ASSERT_GE(mse, std::max<uint8_t>(lo, 1));

@@ -1,0 +1,56 @@
+// mneme_engram_store: serves a node's share of the Engram tables over gRPC
+// (mneme.engram.v1.EngramStore). Flags -> options -> open the store (ready
+// only once the tables open and verify) -> serve until SIGTERM -> drain.
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "engram_store/engram_store.h"
+#include "engram_store/service/engram_service.h"
+#include "services/common/daemon.h"
+#include "services/common/inflight_gate.h"
+#include "services/common/metrics.h"
+#include "services/common/metrics_http_server.h"
+#include "services/common/server_flags.h"
+#include "services/common/server_runner.h"
+#include "services/common/systemd_notifier.h"
+#include "services/engram/engram_flags.h"
+
+int main(int argc, char** argv) {
+  mneme::InitDaemon(argc, argv,
+                    "mneme_engram_store --checkpoint=DIR [--listen=HOST:PORT] "
+                    "[--tp_size=N --ranks=R,...] [--tls_cert ...]");
+  absl::StatusOr<mneme::ServerOptions> server_options =
+      mneme::ServerOptionsFromFlags(mneme::kEngramStorePort,
+                                    mneme::kEngramStoreMetricsPort);
+  if (!server_options.ok()) mneme::ExitWithError(server_options.status());
+  absl::StatusOr<mneme::engram::EngramStoreOptions> store_options =
+      mneme::EngramStoreOptionsFromFlags();
+  if (!store_options.ok()) mneme::ExitWithError(store_options.status());
+
+  mneme::MetricsRegistry metrics;
+  absl::StatusOr<std::unique_ptr<mneme::engram::EngramStore>> store =
+      mneme::engram::EngramStore::Create(*store_options, &metrics);
+  if (!store.ok()) mneme::ExitWithError(store.status());
+
+  mneme::InflightGate gate;
+  absl::StatusOr<std::unique_ptr<mneme::engram::EngramService>> service =
+      mneme::engram::EngramService::Create(
+          mneme::EngramServiceOptionsFromFlags(), store->get(), &gate,
+          &metrics);
+  if (!service.ok()) mneme::ExitWithError(service.status());
+
+  absl::StatusOr<std::unique_ptr<mneme::ServerRunner>> runner =
+      mneme::ServerRunner::Create(*server_options, {service->get()}, &gate);
+  if (!runner.ok()) mneme::ExitWithError(runner.status());
+  absl::StatusOr<std::unique_ptr<mneme::MetricsHttpServer>> http =
+      mneme::StartMetricsServer(*server_options, metrics, **runner);
+  if (!http.ok()) mneme::ExitWithError(http.status());
+  mneme::PrintListening(**runner);
+
+  mneme::SystemdNotifier notifier;
+  const int code = mneme::ServeUntilSignal(**runner, notifier);
+  http->reset();
+  runner->reset();
+  return code;
+}
