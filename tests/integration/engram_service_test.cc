@@ -17,8 +17,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -27,6 +30,8 @@
 #include "engram_store/engram_store.h"
 #include "engram_store/format/row_decode.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
+#include "tests/testing/notify_socket.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/tls_certs.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
@@ -575,6 +580,119 @@ TEST(EngramServiceLoad, SixtyFourConcurrentStreamsWithoutErrors) {
   absl::StatusOr<int> code = d.process->Wait(absl::Seconds(60));
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 0);
+}
+
+// Resident memory of a process, from /proc/PID/status (VmRSS), in bytes.
+int64_t ResidentBytes(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "VmRSS:")) {
+      int64_t kib = 0;
+      std::sscanf(line.c_str(), "VmRSS: %ld", &kib);
+      return kib * 1024;
+    }
+  }
+  return -1;
+}
+
+// The value of an unlabelled series in Prometheus text.
+double MetricValue(const std::string& text, const std::string& name) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::StartsWith(line, name + " ")) {
+      double value = -1;
+      EXPECT_TRUE(absl::SimpleAtod(line.substr(name.size() + 1), &value));
+      return value;
+    }
+  }
+  ADD_FAILURE() << "no series " << name;
+  return -1;
+}
+
+TEST(EngramServiceLoad, MemoryStaysWithinBudgetUnderLoad) {
+  const std::string& dir = Checkpoint(RowFormat::kNvfp4);
+  absl::StatusOr<std::unique_ptr<EngramCheckpoint>> ckpt =
+      EngramCheckpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  Daemon d = StartDaemon(dir, {"--metrics_listen=127.0.0.1:0"});
+  ASSERT_FALSE(d.address.empty());
+  absl::StatusOr<std::string> line =
+      d.process->WaitForStdoutLine("metrics on ", absl::Seconds(30));
+  ASSERT_TRUE(line.ok()) << line.status();
+  int metrics_port = 0;
+  ASSERT_TRUE(
+      absl::SimpleAtoi(line->substr(line->rfind(':') + 1), &metrics_port));
+  const int64_t rss_before = ResidentBytes(d.process->pid());
+  std::atomic<bool> stop = false;
+  std::atomic<int64_t> calls = 0;
+  LoadResult result;
+  std::thread load([&] {
+    RunLoad(d.address, 64, (*ckpt)->tables()[0].layer,
+            (*ckpt)->hasher().vocabulary().num_tokens(), stop, result, calls);
+  });
+  httplib::Client http("127.0.0.1", metrics_port);
+  http.set_read_timeout(10, 0);
+  int64_t rss_peak = rss_before;
+  for (int i = 0; i < 10; ++i) {
+    absl::SleepFor(absl::Milliseconds(200));
+    rss_peak = std::max(rss_peak, ResidentBytes(d.process->pid()));
+    httplib::Result scrape = http.Get("/metrics");
+    ASSERT_TRUE(scrape);
+    // The RAM cache never holds more than its 8 MiB budget.
+    EXPECT_LE(MetricValue(scrape->body, "mneme_engram_ram_cache_bytes"),
+              MetricValue(scrape->body, "mneme_engram_ram_cache_budget_bytes"));
+  }
+  stop = true;
+  load.join();
+  EXPECT_GT(calls.load(), 0);
+  // Everything the daemon allocates per request is bounded (work queue, row
+  // limits, stream message size, cache budget): 64 streams may add thread
+  // and buffer memory, not growth with traffic.
+  EXPECT_LT(rss_peak - rss_before, int64_t{256} << 20)
+      << "RSS " << rss_before << " -> " << rss_peak;
+  d.process->Signal(SIGTERM);
+  absl::StatusOr<int> code = d.process->Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0);
+}
+
+TEST(EngramServiceReadiness, ReadyOnlyAfterTheTablesOpen) {
+  const std::string& dir = Checkpoint(RowFormat::kFp8);
+  {
+    mneme::testing::NotifySocket notify;
+    ASSERT_TRUE(notify.bound());
+    std::vector<std::string> argv = {
+        mneme::testing::RunfilePath("mneme/services/engram/mneme_engram_store"),
+        "--checkpoint=" + dir, "--listen=127.0.0.1:0", "--metrics_listen=none"};
+    auto p = Subprocess::Start(argv, {{"NOTIFY_SOCKET", notify.env_value()},
+                                      {"WATCHDOG_USEC", "200000"}});
+    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE(notify.WaitFor("READY=1", absl::Seconds(60)));
+    EXPECT_TRUE(
+        (*p)->WaitForStdoutLine("listening on ", absl::Seconds(10)).ok());
+    EXPECT_TRUE(notify.WaitFor("WATCHDOG=1", absl::Seconds(10)));
+    (*p)->Signal(SIGTERM);
+    EXPECT_TRUE(notify.WaitFor("STOPPING=1", absl::Seconds(10)));
+    absl::StatusOr<int> code = (*p)->Wait(absl::Seconds(60));
+    ASSERT_TRUE(code.ok());
+    EXPECT_EQ(*code, 0);
+  }
+  {
+    // A checkpoint that does not open: one error line, never READY=1.
+    mneme::testing::NotifySocket notify;
+    std::vector<std::string> argv = {
+        mneme::testing::RunfilePath("mneme/services/engram/mneme_engram_store"),
+        "--checkpoint=/nonexistent/ckpt", "--listen=127.0.0.1:0",
+        "--metrics_listen=none"};
+    auto p = Subprocess::Start(argv, {{"NOTIFY_SOCKET", notify.env_value()}});
+    ASSERT_TRUE(p.ok());
+    absl::StatusOr<int> code = (*p)->Wait(absl::Seconds(60));
+    ASSERT_TRUE(code.ok());
+    EXPECT_EQ(*code, 1);
+    EXPECT_FALSE(notify.WaitFor("READY=1", absl::Milliseconds(300)));
+    EXPECT_NE((*p)->Stderr().find("/nonexistent/ckpt"), std::string::npos)
+        << (*p)->Stderr();
+  }
 }
 
 TEST(EngramServiceDrain, SigtermDuringLoadCompletesInFlightAndExitsZero) {

@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "tests/testing/notify_socket.h"
 #include "tests/testing/subprocess.h"
 
 namespace mneme {
@@ -30,55 +31,7 @@ std::string DaemonPath() {
   return RunfilePath("mneme/tests/services/common/plumbing_daemon");
 }
 
-// An abstract-namespace datagram socket standing in for systemd's.
-class NotifySocket {
- public:
-  NotifySocket() {
-    name_ = absl::StrCat("mneme-notify-test-", getpid());
-    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    // Abstract socket: leading NUL, no file.
-    std::memcpy(addr.sun_path + 1, name_.data(), name_.size());
-    const socklen_t len = offsetof(sockaddr_un, sun_path) + 1 + name_.size();
-    bound_ = bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) == 0;
-    timeval timeout{};
-    timeout.tv_usec = 100000;
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  }
-  ~NotifySocket() { close(fd_); }
-
-  bool bound() const { return bound_; }
-  std::string env_value() const { return "@" + name_; }
-
-  // Collects messages until one equals `want` or the timeout passes.
-  bool WaitFor(const std::string& want, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    char buf[4096];
-    while (absl::Now() < deadline) {
-      const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
-      if (n <= 0) continue;
-      for (absl::string_view line :
-           absl::StrSplit(absl::string_view(buf, n), '\n')) {
-        received_.emplace_back(line);
-        if (line == want) return true;
-      }
-    }
-    return false;
-  }
-
-  int Count(const std::string& message) const {
-    int count = 0;
-    for (const std::string& m : received_) count += m == message;
-    return count;
-  }
-
- private:
-  std::string name_;
-  int fd_ = -1;
-  bool bound_ = false;
-  std::vector<std::string> received_;
-};
+using ::mneme::testing::NotifySocket;
 
 TEST(DaemonTest, NotifiesReadyWatchdogAndStoppingAndExitsCleanlyOnSigterm) {
   NotifySocket notify;
