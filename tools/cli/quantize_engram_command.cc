@@ -34,12 +34,12 @@ const char* PhaseName(quant::EngramProgress::Phase phase) {
 }
 
 // Progress on stderr; Ctrl-C (SIGINT/SIGTERM) stops after the current step.
-// With `blas_hint`, a note on slow BLAS kernels precedes the first step.
+// For GPTQ, a note on slow BLAS kernels precedes the first step.
 quant::EngramProgressCallback MakeProgress(quant::ProgressPrinter& printer,
-                                           bool blas_hint) {
-  return [&printer, blas_hint, noted = false](
+                                           quant::ErrorFeedback feedback) {
+  return [&printer, feedback, noted = false](
              const quant::EngramProgress& p) mutable -> absl::Status {
-    if (blas_hint && !noted &&
+    if (feedback == quant::ErrorFeedback::kGptq && !noted &&
         p.phase == quant::EngramProgress::Phase::kQuantize) {
       noted = true;
       if (const std::string hint = quant::BlasKernelHint(); !hint.empty()) {
@@ -120,8 +120,7 @@ absl::Status RunQuantizeEngram(const std::vector<std::string>& argv,
       verify ? quant::VerifyOutput::kYes : quant::VerifyOutput::kNo;
 
   quant::ProgressPrinter printer(stderr);
-  options.progress = MakeProgress(
-      printer, options.method.feedback == quant::ErrorFeedback::kGptq);
+  options.progress = MakeProgress(printer, options.method.feedback);
   std::signal(SIGINT, OnInterrupt);
   std::signal(SIGTERM, OnInterrupt);
 

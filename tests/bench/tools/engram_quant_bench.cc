@@ -11,7 +11,9 @@
 // ~300K rows, the published sample size) and a V4.1-shaped wkv ([25600,
 // 6144]: hidden 5120, hc_mult 4), on one thread; counters: rows/s of the
 // whole run (both passes, Hessians, I/O, error accounting), relative RMS
-// and error through wkv of the report (every row measured).
+// and error through wkv of the report (every row measured). The two
+// synthetic sources (~0.5 GB) are made once under $TMPDIR/mneme-quant-bench
+// and reused by later runs; delete that directory to remake them.
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>

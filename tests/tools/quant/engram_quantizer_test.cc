@@ -414,6 +414,49 @@ TEST_F(EngramQuantizerTest, RefusesBadPathsAndOptions) {
   EXPECT_FALSE(fs::exists(o.out_dir + ".partial"));
 }
 
+TEST(EngramQuantizerUnderflowTest, CountsBlocksWhoseScaleUnderflows) {
+  // Rows 10..19 of layer 1 scaled down to ~2^-126: far below the table's
+  // global scale x the smallest e4m3 step, so their NVFP4 scales are 0.
+  const std::string src = MakeSource("underflow");
+  for (int64_t row = 10; row < 20; ++row) {
+    for (int b = 0; b < 8; ++b) {
+      testing::PatchTensorByte(src, "layers.1.engram.embed.scale", row * 8 + b,
+                               1);
+    }
+  }
+  for (const char* method : {"rtn-amax", "gptq-mse"}) {
+    EngramQuantizeOptions o;
+    o.checkpoint_dir = src;
+    o.out_dir = mneme::testing::MakeTempDir(method) + "/out";
+    o.method = *ParseQuantMethod(method);
+    o.threads = 2;
+    o.wkv_error_rows = 500;
+    o.verify = VerifyOutput::kYes;
+    absl::StatusOr<EngramQuantReport> r = QuantizeEngramCheckpoint(o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    // Independently: non-zero source blocks whose output scale decodes to 0.
+    auto s = EngramCheckpoint::Open(src);
+    auto d = EngramCheckpoint::Open(o.out_dir);
+    ASSERT_TRUE(s.ok() && d.ok());
+    const std::vector<float> x = DecodeTable(**s, 1);
+    const float gs = (*d)->tables()[0].global_scale;
+    int64_t want = 0;
+    std::vector<uint8_t> raw(144);
+    for (int64_t row = 0; row < (*d)->tables()[0].rows; ++row) {
+      ASSERT_TRUE((*d)->ReadRawRows(1, {row}, absl::MakeSpan(raw)).ok());
+      for (int b = 0; b < 16; ++b) {
+        bool nonzero = false;
+        for (int i = 0; i < 16; ++i) nonzero |= x[row * 256 + b * 16 + i] != 0;
+        want += nonzero && engram::E4m3ToFloat(raw[128 + b]) * gs == 0.0f;
+      }
+    }
+    EXPECT_GT(want, 100) << method;
+    EXPECT_EQ(r->tables[0].sums.scale_underflows, want) << method;
+    EXPECT_EQ(r->tables[1].sums.scale_underflows, 0) << method;
+    ASSERT_TRUE(r->verify.has_value());
+  }
+}
+
 // Bad sources: each is a fresh copy damaged one way.
 TEST(EngramQuantizerBadSourceTest, NotFp8) {
   const std::string src = MakeSource(
