@@ -22,6 +22,8 @@ constexpr char kUsage[] =
     "commands:\n"
     "  make-checkpoint --out DIR [--engram-format fp8|nvfp4] [--seed N]\n"
     "                  [--engram-vocab-size N] [--threads N]\n"
+    "                  [--wkv independent|correlated] [--expert-layers L,...]\n"
+    "                  [--draft-stages N] [--experts N]\n"
     "      write a synthetic DeepSeek-V4.1-layout checkpoint\n"
     "  bench engram --checkpoint DIR --layer L [--io pread|uring] [--direct]\n"
     "               [--threads N] [--tokens-per-step N] [--steps N] [--json]\n"

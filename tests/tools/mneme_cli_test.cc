@@ -198,6 +198,27 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.name;
     });
 
+TEST(MnemeCliExpertsTest, MakeCheckpointWithMxfp4ExpertsAndDraftStages) {
+  const std::string dir = testing::MakeTempDir("cli-experts") + "/ckpt";
+  const Result made =
+      Mneme({"make-checkpoint", "--out", dir, "--expert-layers=0,2",
+             "--draft-stages=1", "--experts=3", "--wkv=correlated"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  const Result r = Mneme({"inspect", dir});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* want :
+       {"layers.0.ffn.experts.0.w1.weight", "layers.2.ffn.experts.2.w3.scale",
+        "mtp.0.ffn.experts.0.w2.weight", "F8_E8M0"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want;
+  }
+  EXPECT_EQ(r.out.find("experts.3."), std::string::npos);
+  const Result bad = Mneme({"make-checkpoint", "--out", dir + "2", "--wkv=x"});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("expected one of independent|correlated"),
+            std::string::npos)
+      << bad.err;
+}
+
 TEST(MnemeCliCorruptTest, CompressedVocabularyMismatchIsRefused) {
   const std::string dir = testing::MakeTempDir("cli-bad") + "/ckpt";
   ASSERT_EQ(Mneme({"make-checkpoint", "--out", dir}).code, 0);

@@ -1,5 +1,6 @@
 #include "tools/cli/make_checkpoint_command.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "tools/cli/args.h"
@@ -10,7 +11,8 @@ namespace mneme::cli {
 absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
                                std::ostream& out) {
   absl::StatusOr<Args> args = Args::Parse(
-      argv, {"out", "engram-format", "seed", "engram-vocab-size", "threads"});
+      argv, {"out", "engram-format", "seed", "engram-vocab-size", "threads",
+             "wkv", "expert-layers", "draft-stages", "experts"});
   if (!args.ok()) return args.status();
   if (!args->positionals().empty()) {
     return absl::InvalidArgumentError(
@@ -37,6 +39,31 @@ absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
   absl::StatusOr<int64_t> threads = args->GetInt("threads", 0, 0, 1024);
   if (!threads.ok()) return threads.status();
   options.threads = static_cast<int>(*threads);
+
+  absl::StatusOr<std::string> wkv =
+      args->GetChoice("wkv", "independent", {"independent", "correlated"});
+  if (!wkv.ok()) return wkv.status();
+  options.wkv_kind = *wkv == "correlated" ? synthetic::WkvKind::kCorrelated
+                                          : synthetic::WkvKind::kIndependent;
+  if (args->Has("expert-layers")) {
+    absl::StatusOr<std::vector<int64_t>> layers =
+        args->GetIntList("expert-layers");
+    if (!layers.ok()) return layers.status();
+    for (int64_t layer : *layers) {
+      if (layer < 0 || layer > 1024) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--expert-layers: layer ", layer, " out of range"));
+      }
+      options.expert_layer_ids.push_back(static_cast<int>(layer));
+    }
+  }
+  absl::StatusOr<int64_t> draft = args->GetInt("draft-stages", 0, 0, 8);
+  if (!draft.ok()) return draft.status();
+  options.draft_stages = static_cast<int>(*draft);
+  absl::StatusOr<int64_t> experts =
+      args->GetInt("experts", options.num_routed_experts, 1, 1024);
+  if (!experts.ok()) return experts.status();
+  options.num_routed_experts = static_cast<int>(*experts);
 
   const absl::Time start = absl::Now();
   if (absl::Status s = synthetic::MakeSyntheticCheckpoint(options); !s.ok()) {
