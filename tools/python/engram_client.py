@@ -75,12 +75,12 @@ def main():
 
     import grpc  # pylint: disable=import-outside-toplevel
     pb2, pb2_grpc = load_stubs(args.stubs_dir, args.proto_root)
-    stub = pb2_grpc.EngramStoreStub(grpc.insecure_channel(args.server))
+    service = pb2_grpc.EngramStoreStub(grpc.insecure_channel(args.server))
 
     try:
         if args.describe:
             from google.protobuf import json_format  # pylint: disable=import-outside-toplevel
-            reply = stub.Describe(pb2.DescribeRequest(), timeout=args.timeout_s)
+            reply = service.Describe(pb2.DescribeRequest(), timeout=args.timeout_s)
             print(json_format.MessageToJson(reply, indent=None))
             return 0
         request = pb2.LookupRequest(
@@ -97,9 +97,9 @@ def main():
             request.context_token_count = args.context
             request.columns.extend(parse_ints(args.columns))
         if args.stream:
-            replies = list(stub.LookupStream(request, timeout=args.timeout_s))
+            replies = list(service.LookupStream(request, timeout=args.timeout_s))
         else:
-            replies = [stub.Lookup(request, timeout=args.timeout_s)]
+            replies = [service.Lookup(request, timeout=args.timeout_s)]
     except grpc.RpcError as error:
         print(json.dumps({"code": error.code().name,
                           "message": error.details()}))
