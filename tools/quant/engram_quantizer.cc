@@ -33,6 +33,7 @@
 #include "tools/quant/output_dir.h"
 #include "tools/quant/parallel.h"
 #include "tools/quant/shard_file_writer.h"
+#include "tools/quant/source_config.h"
 #include "tools/quant/wkv_hessian.h"
 
 namespace mneme::quant {
@@ -385,32 +386,17 @@ std::string LayerKey(int layer) { return absl::StrCat(layer); }
 absl::StatusOr<std::string> QuantizedConfigText(
     const std::string& source_dir, const std::string& method,
     const std::map<int, float>& global_scales) {
-  const std::string path =
-      absl::StrCat(source_dir, "/", engram::kConfigFileName);
-  absl::StatusOr<std::string> text =
-      engram::ReadSmallFile(path, engram::kMaxConfigFileBytes);
-  if (!text.ok()) return text.status();
-  nlohmann::ordered_json config =
-      nlohmann::ordered_json::parse(*text, nullptr, false);
-  if (!config.is_object()) {
-    return absl::DataLossError(
-        absl::StrCat("'", path, "' is not a JSON object"));
-  }
-  nlohmann::ordered_json* target = &config;
-  auto text_config = config.find("text_config");
-  if (text_config != config.end() && text_config->is_object() &&
-      text_config->contains("engram_layer_ids")) {
-    target = &*text_config;
-  }
-  nlohmann::ordered_json scales = nlohmann::ordered_json::object();
-  for (const auto& [layer, scale] : global_scales) {
-    scales[LayerKey(layer)] = scale;
-  }
-  (*target)["engram_quant"] = "nvfp4";
-  (*target)["engram_quant_block_size"] = engram::kNvfp4BlockSize;
-  (*target)["engram_quant_method"] = method;
-  (*target)["engram_quant_global_scale"] = std::move(scales);
-  return JsonText(config);
+  return RewriteSourceConfig(
+      source_dir, "engram_layer_ids", [&](nlohmann::ordered_json& section) {
+        nlohmann::ordered_json scales = nlohmann::ordered_json::object();
+        for (const auto& [layer, scale] : global_scales) {
+          scales[LayerKey(layer)] = scale;
+        }
+        section["engram_quant"] = "nvfp4";
+        section["engram_quant_block_size"] = engram::kNvfp4BlockSize;
+        section["engram_quant_method"] = method;
+        section["engram_quant_global_scale"] = std::move(scales);
+      });
 }
 
 // The declarations of a rewritten shard: its source tensors in file order,

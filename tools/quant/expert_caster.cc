@@ -24,6 +24,7 @@
 #include "tools/quant/output_dir.h"
 #include "tools/quant/parallel.h"
 #include "tools/quant/shard_file_writer.h"
+#include "tools/quant/source_config.h"
 
 namespace mneme::quant {
 namespace {
@@ -264,25 +265,11 @@ absl::Status ComputeScaleExponents(std::vector<ExpertWeight>& weights,
 
 // The source config.json with the MoE quantization keys.
 absl::StatusOr<std::string> CastConfigText(const std::string& source_dir) {
-  const std::string path =
-      absl::StrCat(source_dir, "/", engram::kConfigFileName);
-  absl::StatusOr<std::string> text =
-      engram::ReadSmallFile(path, engram::kMaxConfigFileBytes);
-  if (!text.ok()) return text.status();
-  nlohmann::ordered_json config =
-      nlohmann::ordered_json::parse(*text, nullptr, false);
-  if (!config.is_object()) {
-    return absl::DataLossError(
-        absl::StrCat("'", path, "' is not a JSON object"));
-  }
-  nlohmann::ordered_json* target = &config;
-  auto text_config = config.find("text_config");
-  if (text_config != config.end() && text_config->is_object()) {
-    target = &*text_config;
-  }
-  (*target)["moe_quant_algo"] = "NVFP4";
-  (*target)["moe_quant_group_size"] = kGroupSize;
-  return JsonText(config);
+  return RewriteSourceConfig(source_dir, /*text_config_marker=*/"",
+                             [](nlohmann::ordered_json& section) {
+                               section["moe_quant_algo"] = "NVFP4";
+                               section["moe_quant_group_size"] = kGroupSize;
+                             });
 }
 
 nlohmann::json HfQuantConfig(const std::vector<ExpertWeight>& weights,
