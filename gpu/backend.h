@@ -1,0 +1,290 @@
+#ifndef MNEME_GPU_BACKEND_H_
+#define MNEME_GPU_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace mneme::gpu {
+
+// How a weight matrix [rows = out features, cols = in features] is stored in
+// a checkpoint. Every format is row-major; packed fp4 keeps the even element
+// in the low nibble.
+enum class WeightFormat {
+  kUnspecified = 0,
+  // fp32 values.
+  kF32 = 1,
+  // bf16 values.
+  kBf16 = 2,
+  // e4m3 (fn) codes with one UE8M0 scale byte per block_rows x block_cols
+  // block ([ceil(rows / block_rows), ceil(cols / block_cols)] scale bytes).
+  kFp8Block = 3,
+  // e2m1 codes, two per byte, with one UE8M0 scale byte per 32 consecutive
+  // values of a row ([rows, cols / 32] scale bytes).
+  kMxfp4 = 4,
+  // e2m1 codes, two per byte, with one e4m3 scale per 16 consecutive values
+  // of a row ([rows, cols / 16] scale bytes), times global_scale.
+  kNvfp4 = 5,
+};
+
+// A view of a weight's checkpoint bytes (borrowed; only read during
+// Backend::UploadWeight).
+struct HostWeight {
+  WeightFormat format = WeightFormat::kUnspecified;
+  // Output features. > 0.
+  int64_t rows = 0;
+  // Input features. > 0; a multiple of 32 (kMxfp4) or 16 (kNvfp4).
+  int64_t cols = 0;
+  // The codes: rows * cols values of the format's width.
+  absl::Span<const uint8_t> data;
+  // The block scales (empty for kF32 / kBf16).
+  absl::Span<const uint8_t> scale;
+  // kFp8Block block shape. Default: 32 x 32 (V4.1).
+  int block_rows = 32;
+  int block_cols = 32;
+  // kNvfp4 second-level scale. Default: 1.
+  float global_scale = 1.0f;
+};
+
+// A weight matrix resident in the backend (device memory on a GPU). Created
+// by Backend::UploadWeight; immutable; used only with the backend that made
+// it. Thread-safe (immutable).
+class Weight {
+ public:
+  virtual ~Weight() = default;
+  virtual int64_t rows() const = 0;
+  virtual int64_t cols() const = 0;
+  virtual WeightFormat format() const = 0;
+  // Backend memory it holds, bytes.
+  virtual int64_t bytes() const = 0;
+};
+
+// A dense row-major fp32 matrix in backend memory (host memory for the CPU
+// backend, device memory for CUDA). Borrowed views; the owner is a Buffer.
+struct MatrixView {
+  float* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+struct ConstMatrixView {
+  const float* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  ConstMatrixView() = default;
+  ConstMatrixView(const float* d, int64_t r, int64_t c)
+      : data(d), rows(r), cols(c) {}
+  ConstMatrixView(MatrixView m)  // NOLINT: a mutable view is readable.
+      : data(m.data), rows(m.rows), cols(m.cols) {}
+};
+
+// Owned backend memory of `size` floats (or int32s; see the typed views).
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual int64_t size() const = 0;  // Elements (4 bytes each).
+  virtual float* data() = 0;
+  virtual const float* data() const = 0;
+  int32_t* ints() { return reinterpret_cast<int32_t*>(data()); }
+  const int32_t* ints() const {
+    return reinterpret_cast<const int32_t*>(data());
+  }
+  MatrixView view(int64_t rows, int64_t cols) {
+    return MatrixView{data(), rows, cols};
+  }
+};
+
+// Where each query of an attention call looks: up to two half-open ranges of
+// rows of the key/value matrix (e.g. the compressed entries visible to it and
+// its sliding window). An empty range has begin == end.
+struct KeyRanges {
+  int32_t begin[2] = {0, 0};
+  int32_t end[2] = {0, 0};
+};
+
+// One sequence's sampling parameters.
+struct SamplingParams {
+  // 0 = greedy (argmax, lowest id on ties). Otherwise logits / temperature.
+  float temperature = 0.0f;
+  // Keep the smallest set of most likely tokens whose probability sums to
+  // >= top_p. Default 1 (off).
+  float top_p = 1.0f;
+  // Keep the top_k most likely tokens; 0 = off.
+  int32_t top_k = 0;
+  // Drop tokens with probability < min_p * max probability; 0 = off.
+  float min_p = 0.0f;
+  // Seed of this draw (the caller derives it per sequence and step so runs
+  // are reproducible).
+  uint64_t seed = 0;
+};
+
+// The numerical operations of the model, implemented per device. Every
+// MatrixView / pointer argument is backend memory (Buffer-owned) unless it is
+// a Span of host values. Activations are fp32, row-major, one row per token.
+// Calls are synchronous from the caller's point of view on the CPU backend;
+// a GPU backend may queue them on its stream, and Synchronize() waits.
+//
+// Shapes are the caller's contract: a mismatch is a programming error
+// (CHECK), not a runtime status; anything that depends on input data (ids
+// past a table, NaNs in weights at upload) returns a Status.
+//
+// Thread-safety: one Backend is used by one thread at a time (a worker's
+// step loop); the implementation may use its own threads inside a call.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu", "cuda:0", ...
+  virtual std::string name() const = 0;
+
+  // ---- memory ------------------------------------------------------------
+  // `elements` >= 0 floats, zero-filled. ResourceExhausted when out of
+  // memory.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(
+      int64_t elements) = 0;
+  virtual void CopyFromHost(absl::Span<const float> src, float* dst) = 0;
+  virtual void CopyToHost(const float* src, absl::Span<float> dst) = 0;
+  // Waits for queued work (no-op on the CPU).
+  virtual absl::Status Synchronize() = 0;
+
+  // Makes a backend copy of a checkpoint weight. InvalidArgument naming the
+  // problem for a bad shape / byte count / format; DataLoss for a NaN scale.
+  virtual absl::StatusOr<std::unique_ptr<Weight>> UploadWeight(
+      const HostWeight& weight) = 0;
+
+  // ---- dense ops -----------------------------------------------------------
+  // y[T, w.rows] = x[T, w.cols] . w^T (fp32 accumulation). With
+  // accumulate, y += instead of y =.
+  enum class Accumulate { kNo = 0, kYes = 1 };
+  virtual void Linear(ConstMatrixView x, const Weight& w, MatrixView y,
+                      Accumulate accumulate = Accumulate::kNo) = 0;
+  // y[i, :] = x[i, :] * rsqrt(mean(x[i, :]^2) + eps) * weight (weight may
+  // be null: no scale; else cols floats of backend memory). y may alias x.
+  virtual void RmsNorm(ConstMatrixView x, const float* weight, float eps,
+                       MatrixView y) = 0;
+  // Rotates, in place, the last rope_dim values of every head of x [T,
+  // heads * head_dim] by positions[t] (host values): interleaved pairs (2i,
+  // 2i + 1) of those values turn by angle pos * theta^(-2i / rope_dim);
+  // kInverse turns by -angle.
+  enum class RopeDirection { kForward = 0, kInverse = 1 };
+  virtual void Rope(MatrixView x, int head_dim, int rope_dim, float theta,
+                    absl::Span<const int32_t> positions,
+                    RopeDirection direction) = 0;
+  // y = a + b elementwise (same shapes); y may alias a or b.
+  virtual void Add(ConstMatrixView a, ConstMatrixView b, MatrixView y) = 0;
+  // Copies columns [src_col, src_col + y.cols) of x into y.
+  virtual void CopyColumns(ConstMatrixView x, int64_t src_col,
+                           MatrixView y) = 0;
+  // y[i, :] = x[rows[i], :] (rows: host values in [0, x.rows)).
+  virtual void GatherRows(ConstMatrixView x, absl::Span<const int32_t> rows,
+                          MatrixView y) = 0;
+  // x[rows[i], :] = src[i, :] (rows: host values in [0, x.rows)).
+  virtual void ScatterRows(ConstMatrixView src, absl::Span<const int32_t> rows,
+                           MatrixView x) = 0;
+
+  // ---- embedding -----------------------------------------------------------
+  // y[t, :] = table[ids[t] - first_id, :] for ids in [first_id, first_id +
+  // table.rows), zeros otherwise (the vocabulary shard of a TP rank; an
+  // all-reduce completes it). table is kF32 or kBf16.
+  virtual void Embedding(absl::Span<const int32_t> ids, int64_t first_id,
+                         const Weight& table, MatrixView y) = 0;
+
+  // ---- attention -----------------------------------------------------------
+  // Multi-query attention with K = V: q [T, heads * head_dim], kv [K,
+  // head_dim] shared by every head. For query t and head h the keys are the
+  // rows of kv in ranges[t]; s_j = scale * q[t, h] . kv[j];
+  // lse[t, h] = logsumexp_j s_j (-inf when no key is visible);
+  // out[t, h] = sum_j softmax(s)_j kv[j] (zeros when none is visible).
+  // With sink (heads host-or-backend floats; null = none) the output is
+  // then multiplied by sigmoid(lse - sink[h]) (the sink's logit added to the
+  // softmax denominator); lse is always reported without the sink, so
+  // partial results can be merged first (MergeAttention) and the sink
+  // applied once after.
+  virtual void Attention(ConstMatrixView q, ConstMatrixView kv, int heads,
+                         absl::Span<const KeyRanges> ranges, float scale,
+                         const float* sink, MatrixView out, MatrixView lse) = 0;
+  // out *= sigmoid(lse - sink[h]) per head (see Attention).
+  virtual void ApplySink(ConstMatrixView lse, const float* sink,
+                         MatrixView out) = 0;
+
+  // ---- compressor ----------------------------------------------------------
+  // One compressed entry from a block of r tokens: out[d] = sum_i
+  // softmax_i(score[i, d] + ape[i, d]) * kv[i, d] (softmax over the r rows,
+  // independently per column). kv, score, ape: [r, d]; out: [1, d].
+  virtual void SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
+                           ConstMatrixView ape, MatrixView out) = 0;
+
+  // ---- hyper-connections ---------------------------------------------------
+  // Before a sub-layer: x_stream [T, hc * D] (the hc copies of each token,
+  // flattened); fn [(2 + hc) * hc, hc * D]; base [(2 + hc) * hc]; scale [3].
+  // mix = (x_stream[t] . fn^T) * rsqrt(mean(x_stream[t]^2) + eps);
+  // pre_h = sigmoid(mix[h] * scale[0] + base[h]) + eps;
+  // post_h = 2 * sigmoid(mix[hc + h] * scale[1] + base[hc + h]);
+  // comb[i, j] = exp(mix[2hc + i * hc + j] * scale[2] + base[...]), then
+  // `sinkhorn_iters` times: normalise rows to sum 1, then columns.
+  // Outputs: x [T, D] = sum_h pre_h * x_stream[t, h]; post [T, hc];
+  // comb [T, hc * hc] (row-major i, j).
+  virtual void HcPre(ConstMatrixView x_stream, const Weight& fn,
+                     const float* base, const float* scale, int hc,
+                     int sinkhorn_iters, float eps, MatrixView x,
+                     MatrixView post, MatrixView comb) = 0;
+  // After a sub-layer with output a [T, D]: x_stream[t, j] =
+  // post[t, j] * a[t] + sum_i comb[t, i, j] * x_stream[t, i] (in place).
+  virtual void HcPost(ConstMatrixView a, ConstMatrixView post,
+                      ConstMatrixView comb, int hc, MatrixView x_stream) = 0;
+  // The head's combination: mix = (x_stream[t] . fn^T) * rsqrt(mean(
+  // x_stream[t]^2) + eps) with fn [hc, hc * D]; w_h = sigmoid(mix[h] *
+  // scale[0] + base[h]) + eps; x [T, D] = sum_h w_h x_stream[t, h].
+  virtual void HcHead(ConstMatrixView x_stream, const Weight& fn,
+                      const float* base, const float* scale, int hc, float eps,
+                      MatrixView x) = 0;
+
+  // ---- Engram --------------------------------------------------------------
+  // The V4.1 Engram gate. kv [T, (hc + 1) * D]: hc keys then the shared
+  // value; q_w, k_w [hc, D] (backend floats). For copy h of token t:
+  // dot = sum(x_h * q_w[h] * k_w[h] * key_h) * rsqrt(mean(x_h^2) + eps) *
+  //       rsqrt(mean(key_h^2) + eps) / sqrt(D);
+  // gate = sigmoid(sign(dot) * sqrt(max(|dot|, 1e-6)));
+  // x_stream[t, h] += gate * value (in place). x_stream [T, hc * D].
+  virtual void EngramGate(ConstMatrixView kv, const float* q_w,
+                          const float* k_w, int hc, float eps,
+                          MatrixView x_stream) = 0;
+
+  // ---- MoE -----------------------------------------------------------------
+  // Routing: scores = sqrt(softplus(logits)) [T, E] (fp32); the top_k experts
+  // of (scores + bias) are chosen (bias may be null; ties -> lower expert id
+  // first); their unbiased scores are normalised to sum 1 and multiplied by
+  // routed_scaling. Outputs (host): expert_ids [T * top_k], weights [T *
+  // top_k], in descending order of the biased score.
+  virtual void MoeRoute(ConstMatrixView logits, const float* bias, int top_k,
+                        float routed_scaling, absl::Span<int32_t> expert_ids,
+                        absl::Span<float> weights) = 0;
+  // One expert's SwiGLU, several tokens: h = silu(min(x w1^T, limit)) *
+  // clamp(x w3^T, -limit, limit); y[rows[i]] += weights[i] * (h w2^T)[i]
+  // where x = rows `rows` of x_all (host row indices). limit <= 0: no clamp.
+  // w1, w3: [I, D]; w2: [D, I].
+  virtual void ExpertForward(ConstMatrixView x_all,
+                             absl::Span<const int32_t> rows,
+                             absl::Span<const float> weights, const Weight& w1,
+                             const Weight& w2, const Weight& w3, float limit,
+                             MatrixView y_all) = 0;
+
+  // ---- sampling ------------------------------------------------------------
+  // Draws one token per row of logits [T, V] with params[t]; ids[t] is the
+  // token and logprobs[t] its log-probability under the unmodified
+  // distribution (log_softmax of the raw logits). Host outputs.
+  virtual void Sample(ConstMatrixView logits,
+                      absl::Span<const SamplingParams> params,
+                      absl::Span<int32_t> ids, absl::Span<float> logprobs) = 0;
+  // log_softmax of each row of logits at ids[t] (teacher-forced scoring);
+  // host outputs.
+  virtual void LogProbs(ConstMatrixView logits, absl::Span<const int32_t> ids,
+                        absl::Span<float> logprobs) = 0;
+};
+
+}  // namespace mneme::gpu
+
+#endif  // MNEME_GPU_BACKEND_H_

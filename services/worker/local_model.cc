@@ -1,0 +1,53 @@
+#include "services/worker/local_model.h"
+
+#include <utility>
+
+#include "engram_store/client/in_process_engram_client.h"
+#include "gpu/cpu/cpu_backend.h"
+
+namespace mneme::worker {
+
+LocalModel::~LocalModel() {
+  // The model borrows the client and the backend; the client the store.
+  model_.reset();
+  client_.reset();
+  store_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<LocalModel>> LocalModel::Create(
+    const LocalModelOptions& options) {
+  std::unique_ptr<LocalModel> local(new LocalModel());
+  gpu::CpuBackendOptions backend_options;
+  backend_options.threads = options.threads;
+  absl::StatusOr<std::unique_ptr<gpu::CpuBackend>> backend =
+      gpu::CpuBackend::Create(backend_options);
+  if (!backend.ok()) return backend.status();
+  local->backend_ = *std::move(backend);
+
+  ModelOptions model_options = options.model;
+  model_options.checkpoint_dir = options.checkpoint_dir;
+  model_options.tp_rank = 0;
+  model_options.tp_size = 1;
+  absl::StatusOr<std::unique_ptr<engram::ModelConfig>> config =
+      engram::ModelConfig::Create(options.checkpoint_dir + "/config.json");
+  if (!config.ok()) return config.status();
+  if ((*config)->Find("engram_layer_ids") != nullptr) {
+    engram::EngramStoreOptions store_options;
+    store_options.checkpoint_dir = options.checkpoint_dir;
+    store_options.ram_cache_bytes = uint64_t{64} << 20;
+    store_options.io_threads = 2;
+    absl::StatusOr<std::unique_ptr<engram::EngramStore>> store =
+        engram::EngramStore::Create(store_options);
+    if (!store.ok()) return store.status();
+    local->store_ = *std::move(store);
+    local->client_ = std::make_unique<engram::InProcessEngramClient>(
+        local->store_.get(), engram::RequestLimits{});
+  }
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(
+      model_options, *local->backend_, nullptr, local->client_.get());
+  if (!model.ok()) return model.status();
+  local->model_ = *std::move(model);
+  return local;
+}
+
+}  // namespace mneme::worker

@@ -1,0 +1,48 @@
+#ifndef MNEME_SERVICES_WORKER_LOCAL_MODEL_H_
+#define MNEME_SERVICES_WORKER_LOCAL_MODEL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engram_store/client/engram_client.h"
+#include "engram_store/engram_store.h"
+#include "gpu/backend.h"
+#include "services/worker/model/model.h"
+
+namespace mneme::worker {
+
+struct LocalModelOptions {
+  // Checkpoint directory. Required.
+  std::string checkpoint_dir;
+  // CPU backend threads; 0 = all cores. Default: 0.
+  int threads = 0;
+  // The model's cache and step limits. Default: ModelOptions{} (TP 1).
+  ModelOptions model;
+};
+
+// A whole model in one process (TP 1): the CPU backend, an engram store over
+// the checkpoint's tables with an in-process client, and the model. The
+// reference ("oracle") run that distributed runs are checked against, and
+// what `mneme run` and `mneme score` use. Thread-compatible.
+class LocalModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<LocalModel>> Create(
+      const LocalModelOptions& options);
+  ~LocalModel();
+
+  Model& model() { return *model_; }
+  gpu::Backend& backend() { return *backend_; }
+
+ private:
+  LocalModel() = default;
+
+  std::unique_ptr<gpu::Backend> backend_;
+  std::unique_ptr<engram::EngramStore> store_;
+  std::unique_ptr<engram::EngramClient> client_;
+  std::unique_ptr<Model> model_;
+};
+
+}  // namespace mneme::worker
+
+#endif  // MNEME_SERVICES_WORKER_LOCAL_MODEL_H_

@@ -1,0 +1,237 @@
+#include "services/worker/worker_service.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "services/common/grpc_status.h"
+#include "services/worker/model/generate.h"
+
+namespace mneme::worker {
+namespace {
+
+const grpc::Status kDraining(grpc::StatusCode::UNAVAILABLE,
+                             "the worker is shutting down");
+
+gpu::SamplingParams FromProto(const v1::SamplingParams& p) {
+  gpu::SamplingParams s;
+  s.temperature = p.temperature();
+  s.top_p = p.top_p() == 0 ? 1.0f : p.top_p();
+  s.top_k = p.top_k();
+  s.min_p = p.min_p();
+  s.seed = p.seed();
+  return s;
+}
+
+absl::Status CheckSampling(const v1::SamplingParams& p, int index) {
+  if (!(p.temperature() >= 0 && p.temperature() <= 1e4) ||
+      !(p.top_p() >= 0 && p.top_p() <= 1) || p.top_k() < 0 ||
+      !(p.min_p() >= 0 && p.min_p() <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", index,
+        ": sampling needs temperature in [0, 1e4], top_p and min_p in [0, "
+        "1], top_k >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerService>> WorkerService::Create(
+    const WorkerServiceOptions& options, InflightGate* gate) {
+  if (gate == nullptr) return absl::InvalidArgumentError("gate is required");
+  if (options.max_queued_steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_queued_steps=", options.max_queued_steps, " must be >= 1"));
+  }
+  if (options.max_response_logits < 1) {
+    return absl::InvalidArgumentError("max_response_logits must be >= 1");
+  }
+  std::unique_ptr<WorkerService> service(new WorkerService(options, gate));
+  absl::StatusOr<std::unique_ptr<engram::WorkPool>> pool =
+      engram::WorkPool::Create(1, options.max_queued_steps);
+  if (!pool.ok()) return pool.status();
+  service->pool_ = *std::move(pool);
+  return service;
+}
+
+WorkerService::~WorkerService() { pool_.reset(); }
+
+void WorkerService::Attach(Model* model, gpu::Backend* backend,
+                           gpu::Communicator* comm) {
+  absl::MutexLock lock(&mu_);
+  model_ = model;
+  backend_ = backend;
+  comm_ = comm;
+}
+
+absl::Status WorkerService::broken() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return broken_;
+}
+
+absl::Status WorkerService::Ready() const {
+  if (!broken_.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("the worker's group is broken (", broken_.message(),
+                     "); the worker must be restarted"));
+  }
+  if (model_ == nullptr) {
+    return absl::UnavailableError(
+        "the worker is not ready (loading its shard or joining its group)");
+  }
+  return absl::OkStatus();
+}
+
+template <typename Task>
+grpc::ServerUnaryReactor* WorkerService::Schedule(
+    grpc::CallbackServerContext* context, Task task) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<InflightGate::Pass> pass = gate_->Enter();
+  if (!pass.has_value()) {
+    reactor->Finish(kDraining);
+    return reactor;
+  }
+  const bool queued = pool_->TrySchedule([this, reactor, task = std::move(task),
+                                          pass = std::move(*pass)]() mutable {
+    absl::Status st;
+    {
+      absl::ReaderMutexLock lock(&mu_);
+      st = Ready();
+    }
+    if (st.ok()) st = task();
+    reactor->Finish(ToGrpcStatus(st));
+  });
+  if (!queued) {
+    reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
+        "the worker's step queue is full; retry later")));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* WorkerService::Step(
+    grpc::CallbackServerContext* context, const v1::StepRequest* request,
+    v1::StepResponse* response) {
+  return Schedule(context, [this, request, response] {
+    absl::Status st = RunStep(*request, *response);
+    // Validation and cache reservation fail alike on every rank before any
+    // collective; any other failure leaves the group out of step.
+    if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument &&
+        st.code() != absl::StatusCode::kResourceExhausted) {
+      absl::MutexLock lock(&mu_);
+      broken_ = st;
+    }
+    return st;
+  });
+}
+
+absl::Status WorkerService::RunStep(const v1::StepRequest& request,
+                                    v1::StepResponse& response) {
+  Model* model;
+  gpu::Backend* backend;
+  gpu::Communicator* comm;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    model = model_;
+    backend = backend_;
+    comm = comm_;
+  }
+  StepInput input;
+  int64_t logits_values = 0;
+  for (int i = 0; i < request.chunks_size(); ++i) {
+    const v1::SequenceChunk& c = request.chunks(i);
+    SequenceChunk chunk;
+    chunk.sequence_id = c.sequence_id();
+    chunk.tokens.assign(c.token_ids().begin(), c.token_ids().end());
+    chunk.start_position = c.start_position();
+    switch (c.output()) {
+      case v1::OUTPUT_UNSPECIFIED:
+      case v1::OUTPUT_NONE:
+        chunk.logits = SequenceChunk::Logits::kNone;
+        break;
+      case v1::OUTPUT_SAMPLE:
+      case v1::OUTPUT_LOGITS_LAST:
+        chunk.logits = SequenceChunk::Logits::kLast;
+        logits_values +=
+            c.output() == v1::OUTPUT_LOGITS_LAST ? model->dims().vocab_size : 0;
+        break;
+      case v1::OUTPUT_LOGITS_ALL:
+        chunk.logits = SequenceChunk::Logits::kAll;
+        logits_values += model->dims().vocab_size * c.token_ids_size();
+        break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "chunk ", i, ": unknown output ", static_cast<int>(c.output())));
+    }
+    if (absl::Status st = CheckSampling(c.sampling(), i); !st.ok()) return st;
+    input.chunks.push_back(std::move(chunk));
+  }
+  if (logits_values > options_.max_response_logits) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the step asks for ", logits_values, " logits, more than the ",
+        options_.max_response_logits, " a response may carry"));
+  }
+  const absl::Time start = absl::Now();
+  const absl::Duration comm_before =
+      comm != nullptr ? comm->stats().time : absl::ZeroDuration();
+  absl::StatusOr<StepOutput> out = model->Step(input);
+  if (!out.ok()) return out.status();
+  response.set_step_id(request.step_id());
+  for (int i = 0; i < request.chunks_size(); ++i) {
+    const v1::SequenceChunk& c = request.chunks(i);
+    v1::ChunkResult* result = response.add_results();
+    result->set_sequence_id(c.sequence_id());
+    if (c.output() == v1::OUTPUT_SAMPLE) {
+      absl::StatusOr<std::pair<int64_t, float>> token =
+          SampleToken(*backend, out->logits[i], FromProto(c.sampling()));
+      if (!token.ok()) return token.status();
+      result->set_token_id(token->first);
+      result->set_logprob(token->second);
+    } else if (c.output() == v1::OUTPUT_LOGITS_LAST ||
+               c.output() == v1::OUTPUT_LOGITS_ALL) {
+      result->mutable_logits()->Add(out->logits[i].begin(),
+                                    out->logits[i].end());
+    }
+  }
+  response.set_compute_micros(absl::ToInt64Microseconds(absl::Now() - start));
+  if (comm != nullptr) {
+    response.set_comm_micros(
+        absl::ToInt64Microseconds(comm->stats().time - comm_before));
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* WorkerService::Release(
+    grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
+    v1::ReleaseResponse* /*response*/) {
+  return Schedule(context, [this, request] {
+    absl::ReaderMutexLock lock(&mu_);
+    for (uint64_t id : request->sequence_ids()) model_->Release(id);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerService::GetInfo(
+    grpc::CallbackServerContext* context, const v1::GetInfoRequest* /*request*/,
+    v1::GetInfoResponse* response) {
+  return Schedule(context, [this, response] {
+    absl::ReaderMutexLock lock(&mu_);
+    const Model& m = *model_;
+    response->set_rank(m.tp_rank());
+    response->set_tp_size(m.tp_size());
+    response->set_backend(backend_->name());
+    response->set_checkpoint_dir(m.checkpoint_dir());
+    response->set_vocab_size(m.dims().vocab_size);
+    response->set_num_layers(m.dims().num_layers);
+    response->set_eos_token_id(m.dims().eos_token_id);
+    response->set_weight_bytes(m.weight_bytes());
+    response->set_kv_blocks_total(m.kv_cache().num_blocks());
+    response->set_kv_blocks_free(m.kv_cache().free_blocks());
+    response->set_kv_block_rows(m.kv_cache().block_rows());
+    response->set_sequences(m.num_sequences());
+    response->set_ready(true);
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace mneme::worker

@@ -1,0 +1,85 @@
+#ifndef MNEME_SERVICES_WORKER_WORKER_SERVICE_H_
+#define MNEME_SERVICES_WORKER_WORKER_SERVICE_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engram_store/service/work_pool.h"
+#include "gpu/backend.h"
+#include "gpu/comm/communicator.h"
+#include "proto/worker/v1/worker.grpc.pb.h"
+#include "services/common/inflight_gate.h"
+#include "services/worker/model/model.h"
+
+namespace mneme::worker {
+
+struct WorkerServiceOptions {
+  // Steps waiting to run; more are refused with RESOURCE_EXHAUSTED.
+  // Default: 64.
+  int max_queued_steps = 64;
+  // Most logits values one response may carry (OUTPUT_LOGITS_*).
+  // Default: 16,777,216 (64 MiB).
+  int64_t max_response_logits = int64_t{1} << 24;
+};
+
+// The Worker gRPC service (proto/worker/v1): runs step plans on the model,
+// one at a time on its own thread, in arrival order (every rank of a group
+// must get the same plans in the same order). Until Attach() every call is
+// UNAVAILABLE ("not ready"). A step that fails in a collective breaks the
+// group: the service then answers UNAVAILABLE with that error until the
+// process restarts.
+//
+// Thread-safe. `gate` is borrowed; the attached objects must outlive the
+// service.
+class WorkerService final : public v1::Worker::CallbackService {
+ public:
+  static absl::StatusOr<std::unique_ptr<WorkerService>> Create(
+      const WorkerServiceOptions& options, InflightGate* gate);
+  ~WorkerService() override;
+
+  // Makes the service ready to run steps on `model`.
+  void Attach(Model* model, gpu::Backend* backend, gpu::Communicator* comm);
+  // The error that broke the group; OK while it is intact.
+  absl::Status broken() const;
+
+  grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context,
+                                 const v1::StepRequest* request,
+                                 v1::StepResponse* response) override;
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context,
+                                    const v1::ReleaseRequest* request,
+                                    v1::ReleaseResponse* response) override;
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
+                                    const v1::GetInfoRequest* request,
+                                    v1::GetInfoResponse* response) override;
+
+ private:
+  WorkerService(const WorkerServiceOptions& options, InflightGate* gate)
+      : options_(options), gate_(gate) {}
+
+  // Runs on the step thread.
+  absl::Status RunStep(const v1::StepRequest& request,
+                       v1::StepResponse& response);
+  absl::Status Ready() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Schedules `task` on the step thread; finishes the call with
+  // RESOURCE_EXHAUSTED when the queue is full.
+  template <typename Task>
+  grpc::ServerUnaryReactor* Schedule(grpc::CallbackServerContext* context,
+                                     Task task);
+
+  const WorkerServiceOptions options_;
+  InflightGate* const gate_;
+  std::unique_ptr<engram::WorkPool> pool_;
+  mutable absl::Mutex mu_;
+  Model* model_ ABSL_GUARDED_BY(mu_) = nullptr;
+  gpu::Backend* backend_ ABSL_GUARDED_BY(mu_) = nullptr;
+  gpu::Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mneme::worker
+
+#endif  // MNEME_SERVICES_WORKER_WORKER_SERVICE_H_

@@ -1,0 +1,281 @@
+#include "tools/cli/run_command.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+#include "services/worker/local_model.h"
+#include "services/worker/model/generate.h"
+#include "tools/cli/args.h"
+
+namespace mneme::cli {
+namespace {
+
+using worker::LocalModel;
+
+absl::StatusOr<float> GetFloat(const Args& args, const std::string& name,
+                               float fallback, float lo, float hi) {
+  if (!args.Has(name)) return fallback;
+  float v = 0;
+  const std::string text = args.Get(name, "");
+  if (!absl::SimpleAtof(text, &v) || !(v >= lo && v <= hi)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", name, "=", text, " must be a number in [", lo, ", ", hi, "]"));
+  }
+  return v;
+}
+
+absl::StatusOr<std::unique_ptr<LocalModel>> OpenModel(const std::string& dir,
+                                                      int threads) {
+  worker::LocalModelOptions options;
+  options.checkpoint_dir = dir;
+  options.threads = threads;
+  return LocalModel::Create(options);
+}
+
+// log_softmax of one row, in double.
+std::vector<double> LogSoftmax(const float* logits, int64_t n) {
+  double max = logits[0];
+  for (int64_t i = 1; i < n; ++i) max = std::max<double>(max, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(logits[i] - max);
+  const double lse = max + std::log(sum);
+  std::vector<double> out(n);
+  for (int64_t i = 0; i < n; ++i) out[i] = logits[i] - lse;
+  return out;
+}
+
+// Logits [tokens.size(), vocab] of every position of `tokens`.
+absl::StatusOr<std::vector<float>> ScoreAll(
+    worker::Model& model, const std::vector<int64_t>& tokens) {
+  worker::StepInput in;
+  worker::SequenceChunk c;
+  c.sequence_id = 1;
+  c.tokens = tokens;
+  c.logits = worker::SequenceChunk::Logits::kAll;
+  in.chunks.push_back(std::move(c));
+  absl::StatusOr<worker::StepOutput> out = model.Step(in);
+  model.Release(1);
+  if (!out.ok()) return out.status();
+  return std::move(out->logits[0]);
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(
+      v.size() - 1, static_cast<size_t>(std::ceil(q * v.size())) - (q > 0));
+  return v[i];
+}
+
+}  // namespace
+
+absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
+  absl::StatusOr<Args> args = Args::Parse(
+      argv,
+      {"checkpoint", "tokens", "max-new-tokens", "temperature", "top-p",
+       "top-k", "min-p", "seed", "chunk-tokens", "threads"},
+      {"json", "ignore-eos"});
+  if (!args.ok()) return args.status();
+  absl::StatusOr<std::string> dir = args->Required("checkpoint");
+  if (!dir.ok()) return dir.status();
+  if (!args->Has("tokens")) {
+    return absl::InvalidArgumentError("--tokens is required");
+  }
+  absl::StatusOr<std::vector<int64_t>> prompt = args->GetIntList("tokens");
+  if (!prompt.ok()) return prompt.status();
+  if (prompt->empty()) return absl::InvalidArgumentError("--tokens is empty");
+  worker::GenerateOptions options;
+  absl::StatusOr<int64_t> max_new =
+      args->GetInt("max-new-tokens", 16, 0, 1 << 20);
+  absl::StatusOr<int64_t> top_k = args->GetInt("top-k", 0, 0, 1 << 24);
+  absl::StatusOr<int64_t> seed = args->GetInt("seed", 0, 0, INT64_MAX);
+  absl::StatusOr<int64_t> chunk = args->GetInt("chunk-tokens", 0, 0, 1 << 20);
+  absl::StatusOr<int64_t> threads = args->GetInt("threads", 0, 0, 1024);
+  absl::StatusOr<float> temperature = GetFloat(*args, "temperature", 0, 0, 100);
+  absl::StatusOr<float> top_p = GetFloat(*args, "top-p", 1, 0, 1);
+  absl::StatusOr<float> min_p = GetFloat(*args, "min-p", 0, 0, 1);
+  for (const absl::Status& st :
+       {max_new.status(), top_k.status(), seed.status(), chunk.status(),
+        threads.status(), temperature.status(), top_p.status(),
+        min_p.status()}) {
+    if (!st.ok()) return st;
+  }
+  options.max_new_tokens = *max_new;
+  options.sampling.temperature = *temperature;
+  options.sampling.top_p = *top_p;
+  options.sampling.top_k = static_cast<int32_t>(*top_k);
+  options.sampling.min_p = *min_p;
+  options.sampling.seed = static_cast<uint64_t>(*seed);
+  options.prefill_chunk_tokens = *chunk;
+  options.stop_at_eos = !args->Has("ignore-eos");
+
+  absl::StatusOr<std::unique_ptr<LocalModel>> local =
+      OpenModel(*dir, static_cast<int>(*threads));
+  if (!local.ok()) return local.status();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<worker::GenerateResult> result = worker::Generate(
+      (*local)->model(), (*local)->backend(), *prompt, options);
+  if (!result.ok()) return result.status();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (args->Has("json")) {
+    nlohmann::ordered_json j = {
+        {"token_ids", result->token_ids},
+        {"finish_reason", result->finish_reason},
+        {"logprobs", result->logprobs},
+        {"prompt_tokens", prompt->size()},
+        {"seconds", seconds},
+    };
+    out << j.dump() << "\n";
+  } else {
+    out << "token_ids: " << absl::StrJoin(result->token_ids, ",") << "\n"
+        << "finish_reason: " << result->finish_reason << "\n";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunScore(const std::vector<std::string>& argv, std::ostream& out) {
+  absl::StatusOr<Args> args =
+      Args::Parse(argv,
+                  {"checkpoint", "reference", "prompts", "sequences",
+                   "prompt-tokens", "completion-tokens", "seed", "threads"},
+                  {"json"});
+  if (!args.ok()) return args.status();
+  absl::StatusOr<std::string> dir = args->Required("checkpoint");
+  if (!dir.ok()) return dir.status();
+  absl::StatusOr<std::string> ref_dir = args->Required("reference");
+  if (!ref_dir.ok()) return ref_dir.status();
+  absl::StatusOr<int64_t> sequences = args->GetInt("sequences", 8, 1, 100000);
+  absl::StatusOr<int64_t> prompt_tokens =
+      args->GetInt("prompt-tokens", 32, 1, 1 << 20);
+  absl::StatusOr<int64_t> completion =
+      args->GetInt("completion-tokens", 32, 1, 1 << 20);
+  absl::StatusOr<int64_t> seed = args->GetInt("seed", 0, 0, INT64_MAX);
+  absl::StatusOr<int64_t> threads = args->GetInt("threads", 0, 0, 1024);
+  for (const absl::Status& st :
+       {sequences.status(), prompt_tokens.status(), completion.status(),
+        seed.status(), threads.status()}) {
+    if (!st.ok()) return st;
+  }
+  absl::StatusOr<std::unique_ptr<LocalModel>> cand =
+      OpenModel(*dir, static_cast<int>(*threads));
+  if (!cand.ok()) return cand.status();
+  absl::StatusOr<std::unique_ptr<LocalModel>> ref =
+      OpenModel(*ref_dir, static_cast<int>(*threads));
+  if (!ref.ok()) return ref.status();
+  const int64_t vocab = (*ref)->model().dims().vocab_size;
+  if ((*cand)->model().dims().vocab_size != vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoints have different vocabularies (",
+        (*cand)->model().dims().vocab_size, " vs ", vocab, " tokens)"));
+  }
+
+  // Prompts.
+  std::vector<std::vector<int64_t>> prompts;
+  if (args->Has("prompts")) {
+    const std::string path = args->Get("prompts", "");
+    std::ifstream in(path);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+    std::string line;
+    for (int line_no = 1; std::getline(in, line); ++line_no) {
+      absl::string_view text = absl::StripAsciiWhitespace(line);
+      if (text.empty()) continue;
+      std::vector<int64_t> p;
+      for (absl::string_view part : absl::StrSplit(text, ',')) {
+        int64_t id = 0;
+        if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &id) ||
+            id < 0 || id >= vocab) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(path, ":", line_no, ": '", part,
+                           "' is not a token id in [0, ", vocab, ")"));
+        }
+        p.push_back(id);
+      }
+      prompts.push_back(std::move(p));
+    }
+    if (prompts.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, " has no prompts"));
+    }
+  } else {
+    std::mt19937_64 rng(static_cast<uint64_t>(*seed));
+    // Ids above the special tokens (bos, eos, pad).
+    std::uniform_int_distribution<int64_t> pick(3, vocab - 1);
+    for (int64_t s = 0; s < *sequences; ++s) {
+      std::vector<int64_t> p(*prompt_tokens);
+      for (int64_t& t : p) t = pick(rng);
+      prompts.push_back(std::move(p));
+    }
+  }
+
+  double sum_cand = 0, sum_ref = 0;
+  int64_t positions = 0, agree = 0;
+  std::vector<double> kls;
+  for (const std::vector<int64_t>& prompt : prompts) {
+    worker::GenerateOptions gen;
+    gen.max_new_tokens = *completion;
+    gen.stop_at_eos = false;
+    absl::StatusOr<worker::GenerateResult> completed =
+        worker::Generate((*ref)->model(), (*ref)->backend(), prompt, gen);
+    if (!completed.ok()) return completed.status();
+    std::vector<int64_t> seq = prompt;
+    seq.insert(seq.end(), completed->token_ids.begin(),
+               completed->token_ids.end());
+    // The last token is never an input whose prediction is scored.
+    const std::vector<int64_t> inputs(seq.begin(), seq.end() - 1);
+    absl::StatusOr<std::vector<float>> lc = ScoreAll((*cand)->model(), inputs);
+    if (!lc.ok()) return lc.status();
+    absl::StatusOr<std::vector<float>> lr = ScoreAll((*ref)->model(), inputs);
+    if (!lr.ok()) return lr.status();
+    for (size_t pos = prompt.size() - 1; pos < inputs.size(); ++pos) {
+      const std::vector<double> a = LogSoftmax(lc->data() + pos * vocab, vocab);
+      const std::vector<double> b = LogSoftmax(lr->data() + pos * vocab, vocab);
+      const int64_t target = seq[pos + 1];
+      sum_cand += a[target];
+      sum_ref += b[target];
+      const int64_t arg_a = std::max_element(a.begin(), a.end()) - a.begin();
+      const int64_t arg_b = std::max_element(b.begin(), b.end()) - b.begin();
+      agree += arg_a == arg_b;
+      double kl = 0;
+      for (int64_t v = 0; v < vocab; ++v) kl += std::exp(b[v]) * (b[v] - a[v]);
+      kls.push_back(std::max(kl, 0.0));
+      ++positions;
+    }
+  }
+  double kl_mean = 0;
+  for (double k : kls) kl_mean += k;
+  kl_mean /= std::max<int64_t>(positions, 1);
+  nlohmann::ordered_json j = {
+      {"checkpoint", *dir},
+      {"reference", *ref_dir},
+      {"sequences", prompts.size()},
+      {"scored_tokens", positions},
+      {"mean_logprob", sum_cand / std::max<int64_t>(positions, 1)},
+      {"reference_mean_logprob", sum_ref / std::max<int64_t>(positions, 1)},
+      {"argmax_agreement",
+       static_cast<double>(agree) / std::max<int64_t>(positions, 1)},
+      {"kl_mean", kl_mean},
+      {"kl_p50", Percentile(kls, 0.5)},
+      {"kl_p99", Percentile(kls, 0.99)},
+      {"kl_max", kls.empty() ? 0.0 : *std::max_element(kls.begin(), kls.end())},
+  };
+  if (args->Has("json")) {
+    out << j.dump() << "\n";
+  } else {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      out << it.key() << ": " << it.value().dump() << "\n";
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mneme::cli
