@@ -56,6 +56,9 @@ int main(int argc, char** argv) {
       mneme::StartMetricsServer(*server_options, metrics, **runner);
   if (!http.ok()) mneme::ExitWithError(http.status());
   mneme::PrintListening(**runner);
+  if (runtime_options->group_address.empty()) {
+    runtime_options->group_address = (*runner)->address().ToString();
+  }
 
   absl::StatusOr<std::unique_ptr<mneme::worker::WorkerRuntime>> runtime =
       mneme::worker::WorkerRuntime::Create(*runtime_options);

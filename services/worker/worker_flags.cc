@@ -13,7 +13,8 @@ ABSL_FLAG(int, rank, 0, "This worker's tensor-parallel rank.");
 ABSL_FLAG(int, tp_size, 1, "Tensor-parallel size (workers in the group).");
 ABSL_FLAG(std::string, group, "",
           "HOST:PORT of the rank-0 worker (its gRPC address), where the "
-          "group meets; required when --tp_size > 1.");
+          "group meets; required for ranks > 0 (rank 0 defaults to its own "
+          "bound address).");
 ABSL_FLAG(std::string, group_name, "mneme",
           "Key prefix of the group in the rendezvous store.");
 ABSL_FLAG(std::string, comm_host, "127.0.0.1",
@@ -54,13 +55,13 @@ absl::StatusOr<worker::WorkerRuntimeOptions> WorkerRuntimeOptionsFromFlags() {
   }
   o.group_address = absl::GetFlag(FLAGS_group);
   if (o.model.tp_size > 1) {
-    if (o.group_address.empty()) {
+    if (o.group_address.empty() && o.model.tp_rank != 0) {
       return absl::InvalidArgumentError(
           "--group=HOST:PORT (the rank-0 worker) is required when "
-          "--tp_size > 1");
+          "--tp_size > 1 (rank 0 may leave it out: its own address)");
     }
     if (absl::StatusOr<HostPort> hp = ParseHostPort(o.group_address, "--group");
-        !hp.ok()) {
+        !o.group_address.empty() && !hp.ok()) {
       return hp.status();
     }
   }

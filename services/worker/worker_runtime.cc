@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engram_store/checkpoint/model_config.h"
 #include "engram_store/client/grpc_engram_client.h"
 #include "gpu/comm/gloo_communicator.h"
 #include "gpu/comm/grpc_rendezvous_store.h"
@@ -32,6 +33,19 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   }
   if (options.comm_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("comm_timeout must be positive");
+  }
+  // Refuse a config that cannot be split before making peers wait.
+  absl::StatusOr<std::unique_ptr<engram::ModelConfig>> config =
+      engram::ModelConfig::Create(mo.checkpoint_dir + "/config.json");
+  if (!config.ok()) return config.status();
+  absl::StatusOr<ModelDims> dims = LoadModelDims(**config);
+  if (!dims.ok()) return dims.status();
+  if (absl::Status st = CheckTensorParallel(*dims, mo.tp_size); !st.ok()) {
+    return st;
+  }
+  if (!dims->engram_layers.empty() && options.engram_store.empty()) {
+    return absl::InvalidArgumentError(
+        "the model has Engram layers: an engram store address is required");
   }
   std::unique_ptr<WorkerRuntime> rt(new WorkerRuntime());
   switch (options.backend) {

@@ -107,12 +107,6 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
         absl::StrCat("tp_rank=", options.tp_rank,
                      " must be in [0, tp_size=", options.tp_size, ")"));
   }
-  if (options.tp_size > 1 &&
-      (comm == nullptr || comm->size() != options.tp_size ||
-       comm->rank() != options.tp_rank)) {
-    return absl::InvalidArgumentError(
-        "tensor parallelism needs a communicator of the same rank and size");
-  }
   absl::StatusOr<std::unique_ptr<engram::ModelConfig>> config =
       engram::ModelConfig::Create(options.checkpoint_dir + "/config.json");
   if (!config.ok()) return config.status();
@@ -120,6 +114,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
   if (!dims.ok()) return dims.status();
   if (absl::Status st = CheckTensorParallel(*dims, options.tp_size); !st.ok()) {
     return st;
+  }
+  if (options.tp_size > 1 &&
+      (comm == nullptr || comm->size() != options.tp_size ||
+       comm->rank() != options.tp_rank)) {
+    return absl::InvalidArgumentError(
+        "tensor parallelism needs a communicator of the same rank and size");
   }
   std::unique_ptr<Model> model(
       new Model(options, *std::move(dims), backend, comm, engram));

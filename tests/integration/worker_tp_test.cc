@@ -1,0 +1,328 @@
+// Tensor parallelism across real processes: an engram store daemon and N
+// mneme_worker daemons (Gloo over TCP on 127.0.0.1) run the same steps as
+// the single-process reference (LocalModel, TP 1); their logits must agree
+// within a stated tolerance for prompts of several lengths, batched and
+// chunked, decode steps, hc_mult 1 and 4, FP8 and NVFP4 Engram tables.
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/worker/v1/worker.grpc.pb.h"
+#include "services/worker/local_model.h"
+#include "tests/testing/command.h"
+#include "tests/testing/subprocess.h"
+
+namespace mneme {
+namespace {
+
+using ::mneme::testing::RunfilePath;
+using ::mneme::testing::Subprocess;
+namespace v1 = ::mneme::worker::v1;
+
+// Logits of a TP-N run may differ from TP 1 by summation order only (the
+// all-reduces add partial sums in another order): |a - b| <= kTolerance *
+// (1 + max |b|) over a row.
+constexpr float kTolerance = 1e-4f;
+
+std::string TestDir(const std::string& name) {
+  return absl::StrCat(getenv("TEST_TMPDIR"), "/", name);
+}
+
+// A tiny model checkpoint, made once per (engram format, hc_mult).
+std::string Checkpoint(const std::string& format, int hc) {
+  static std::map<std::string, std::string>* made =
+      new std::map<std::string, std::string>();
+  const std::string key = absl::StrCat(format, "-hc", hc);
+  if (auto it = made->find(key); it != made->end()) return it->second;
+  const std::string dir = TestDir("ckpt-" + key);
+  const testing::CommandResult r = testing::RunMneme(
+      {"make-checkpoint", "--model", "--out", dir, "--engram-format", format,
+       "--hc-mult", absl::StrCat(hc), "--seed", "11"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  return (*made)[key] = dir;
+}
+
+struct Daemon {
+  std::unique_ptr<Subprocess> process;
+  std::string address;
+};
+
+Daemon Start(std::vector<std::string> argv) {
+  Daemon d;
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start(argv, {{"NOTIFY_SOCKET", ""}});
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (!p.ok()) return d;
+  d.process = *std::move(p);
+  absl::StatusOr<std::string> line =
+      d.process->WaitForStdoutLine("listening on ", absl::Seconds(60));
+  EXPECT_TRUE(line.ok()) << line.status() << d.process->Stderr();
+  if (line.ok()) {
+    d.address = std::string(
+        absl::StripAsciiWhitespace(absl::StripPrefix(*line, "listening on ")));
+  }
+  return d;
+}
+
+struct Cluster {
+  Daemon store;
+  std::vector<Daemon> workers;
+  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs;
+
+  // Sends `request` to every rank at once; every rank's response.
+  std::vector<std::pair<grpc::Status, v1::StepResponse>> Step(
+      const v1::StepRequest& request) {
+    std::vector<std::pair<grpc::Status, v1::StepResponse>> out(stubs.size());
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < stubs.size(); ++r) {
+      threads.emplace_back([&, r] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(120));
+        out[r].first = stubs[r]->Step(&ctx, request, &out[r].second);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return out;
+  }
+
+  v1::GetInfoResponse Info(int rank) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(30));
+    v1::GetInfoResponse info;
+    const grpc::Status st = stubs[rank]->GetInfo(&ctx, {}, &info);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return info;
+  }
+};
+
+std::unique_ptr<Cluster> StartCluster(const std::string& checkpoint, int tp) {
+  auto c = std::make_unique<Cluster>();
+  c->store = Start({RunfilePath("mneme/services/engram/mneme_engram_store"),
+                    "--checkpoint=" + checkpoint, "--listen=127.0.0.1:0",
+                    "--metrics_listen=none", "--io_threads=2",
+                    "--worker_threads=2", "--ram_cache_bytes=8388608"});
+  std::string group;
+  for (int r = 0; r < tp; ++r) {
+    std::vector<std::string> argv = {
+        RunfilePath("mneme/services/worker/mneme_worker"),
+        "--checkpoint=" + checkpoint,
+        "--listen=127.0.0.1:0",
+        "--metrics_listen=none",
+        absl::StrCat("--rank=", r),
+        absl::StrCat("--tp_size=", tp),
+        "--engram_store=" + c->store.address,
+        "--threads=1",
+        "--comm_timeout=60s",
+        "--kv_cache_bytes=16777216"};
+    if (r > 0) argv.push_back("--group=" + group);
+    c->workers.push_back(Start(argv));
+    if (r == 0) group = c->workers[0].address;
+  }
+  for (const Daemon& w : c->workers) {
+    c->stubs.push_back(v1::Worker::NewStub(
+        grpc::CreateChannel(w.address, grpc::InsecureChannelCredentials())));
+  }
+  // Ready once every rank answers GetInfo (NOT ready = UNAVAILABLE).
+  for (int r = 0; r < tp; ++r) {
+    for (int attempt = 0;; ++attempt) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(5));
+      v1::GetInfoResponse info;
+      const grpc::Status st = c->stubs[r]->GetInfo(&ctx, {}, &info);
+      if (st.ok()) break;
+      if (attempt > 600) {
+        ADD_FAILURE() << "rank " << r
+                      << " never became ready: " << st.error_message()
+                      << c->workers[r].process->Stderr();
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  return c;
+}
+
+// Prompt tokens above the special ids.
+std::vector<int64_t> Prompt(int length, int salt) {
+  std::vector<int64_t> p(length);
+  for (int i = 0; i < length; ++i) p[i] = 3 + (i * 37 + salt * 101) % 600;
+  return p;
+}
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(want[i]));
+    max_diff = std::max(max_diff, std::fabs(got[i] - want[i]));
+  }
+  EXPECT_LE(max_diff, kTolerance * (1 + max_ref))
+      << what << ": max |diff| " << max_diff << ", max |logit| " << max_ref;
+}
+
+class WorkerTpTest
+    : public ::testing::TestWithParam<std::tuple<int, std::string, int>> {};
+
+TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
+  const auto [tp, format, hc] = GetParam();
+  const std::string ckpt = Checkpoint(format, hc);
+  worker::LocalModelOptions lo;
+  lo.checkpoint_dir = ckpt;
+  lo.threads = 1;
+  absl::StatusOr<std::unique_ptr<worker::LocalModel>> ref =
+      worker::LocalModel::Create(lo);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  worker::Model& model = (*ref)->model();
+  std::unique_ptr<Cluster> cluster = StartCluster(ckpt, tp);
+  ASSERT_EQ(cluster->stubs.size(), static_cast<size_t>(tp));
+
+  // Sequences 1..3 prefill whole prompts in one batched step; sequence 4
+  // prefills a long prompt in chunks of 9 tokens.
+  const std::vector<int> lengths = {1, 7, 40};
+  const std::vector<int64_t> long_prompt = Prompt(45, 9);
+  std::map<uint64_t, int64_t> position;
+  std::map<uint64_t, int64_t> next_token;
+  v1::StepRequest request;
+  worker::StepInput ref_input;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const uint64_t id = i + 1;
+    const std::vector<int64_t> prompt = Prompt(lengths[i], static_cast<int>(i));
+    v1::SequenceChunk* c = request.add_chunks();
+    c->set_sequence_id(id);
+    c->mutable_token_ids()->Add(prompt.begin(), prompt.end());
+    c->set_output(v1::OUTPUT_LOGITS_LAST);
+    worker::SequenceChunk rc;
+    rc.sequence_id = id;
+    rc.tokens = prompt;
+    ref_input.chunks.push_back(rc);
+    position[id] = lengths[i];
+  }
+  // Decode steps after the batched prefill, teacher-forced by the
+  // reference's argmax.
+  for (int step = 0; step < 4; ++step) {
+    absl::StatusOr<worker::StepOutput> want = model.Step(ref_input);
+    ASSERT_TRUE(want.ok()) << want.status();
+    request.set_step_id(step);
+    auto got = cluster->Step(request);
+    for (int r = 0; r < tp; ++r) {
+      ASSERT_TRUE(got[r].first.ok())
+          << "rank " << r << ": " << got[r].first.error_message();
+      ASSERT_EQ(got[r].second.results_size(), request.chunks_size());
+    }
+    for (int i = 0; i < request.chunks_size(); ++i) {
+      for (int r = 0; r < tp; ++r) {
+        const auto& l = got[r].second.results(i).logits();
+        ExpectClose(std::vector<float>(l.begin(), l.end()), want->logits[i],
+                    absl::StrCat("step ", step, " sequence ",
+                                 request.chunks(i).sequence_id(), " rank ", r));
+      }
+    }
+    // Next step: one token per sequence (the reference's argmax).
+    v1::StepRequest next;
+    worker::StepInput next_ref;
+    for (int i = 0; i < request.chunks_size(); ++i) {
+      const uint64_t id = request.chunks(i).sequence_id();
+      const std::vector<float>& lg = want->logits[i];
+      const int64_t token = std::max_element(lg.begin(), lg.end()) - lg.begin();
+      v1::SequenceChunk* c = next.add_chunks();
+      c->set_sequence_id(id);
+      c->add_token_ids(token);
+      c->set_start_position(position[id]);
+      c->set_output(v1::OUTPUT_LOGITS_LAST);
+      worker::SequenceChunk rc;
+      rc.sequence_id = id;
+      rc.tokens = {token};
+      rc.start_position = position[id];
+      next_ref.chunks.push_back(rc);
+      position[id] += 1;
+    }
+    request = next;
+    ref_input = next_ref;
+  }
+
+  // Chunked prefill on the cluster vs the whole prompt at once on the
+  // reference.
+  worker::StepInput whole;
+  worker::SequenceChunk wc;
+  wc.sequence_id = 99;
+  wc.tokens = long_prompt;
+  whole.chunks.push_back(wc);
+  absl::StatusOr<worker::StepOutput> want = model.Step(whole);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (size_t begin = 0; begin < long_prompt.size(); begin += 9) {
+    const size_t end = std::min(long_prompt.size(), begin + 9);
+    v1::StepRequest chunk;
+    v1::SequenceChunk* c = chunk.add_chunks();
+    c->set_sequence_id(4);
+    c->mutable_token_ids()->Add(long_prompt.begin() + begin,
+                                long_prompt.begin() + end);
+    c->set_start_position(static_cast<int64_t>(begin));
+    c->set_output(end == long_prompt.size() ? v1::OUTPUT_LOGITS_LAST
+                                            : v1::OUTPUT_NONE);
+    auto got = cluster->Step(chunk);
+    for (int r = 0; r < tp; ++r) {
+      ASSERT_TRUE(got[r].first.ok()) << got[r].first.error_message();
+    }
+    if (end == long_prompt.size()) {
+      const auto& l = got[0].second.results(0).logits();
+      ExpectClose(std::vector<float>(l.begin(), l.end()), want->logits[0],
+                  "chunked prefill");
+    }
+  }
+
+  // A bad plan changes nothing: a wrong start position is refused on every
+  // rank, and the group keeps working.
+  v1::StepRequest bad;
+  v1::SequenceChunk* b = bad.add_chunks();
+  b->set_sequence_id(1);
+  b->add_token_ids(5);
+  b->set_start_position(1000);
+  for (auto& [st, resp] : cluster->Step(bad)) {
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("starts at position 1000"),
+              std::string::npos)
+        << st.error_message();
+  }
+
+  // Releasing every sequence returns every cache block.
+  v1::ReleaseRequest release;
+  for (uint64_t id : {1, 2, 3, 4}) release.add_sequence_ids(id);
+  for (int r = 0; r < tp; ++r) {
+    grpc::ClientContext ctx;
+    v1::ReleaseResponse resp;
+    ASSERT_TRUE(cluster->stubs[r]->Release(&ctx, release, &resp).ok());
+    const v1::GetInfoResponse info = cluster->Info(r);
+    EXPECT_EQ(info.rank(), r);
+    EXPECT_EQ(info.tp_size(), tp);
+    EXPECT_EQ(info.sequences(), 0);
+    EXPECT_EQ(info.kv_blocks_free(), info.kv_blocks_total());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TpFormatHc, WorkerTpTest,
+                         ::testing::Combine(::testing::Values(2, 4),
+                                            ::testing::Values("fp8", "nvfp4"),
+                                            ::testing::Values(4, 1)),
+                         [](const auto& info) {
+                           return absl::StrCat("tp", std::get<0>(info.param),
+                                               "_", std::get<1>(info.param),
+                                               "_hc", std::get<2>(info.param));
+                         });
+
+}  // namespace
+}  // namespace mneme
