@@ -13,6 +13,7 @@
 #include "tools/cli/localize_command.h"
 #include "tools/cli/make_checkpoint_command.h"
 #include "tools/cli/quantize_engram_command.h"
+#include "tools/cli/run_command.h"
 
 namespace {
 
@@ -23,8 +24,16 @@ constexpr char kUsage[] =
     "  make-checkpoint --out DIR [--engram-format fp8|nvfp4] [--seed N]\n"
     "                  [--engram-vocab-size N] [--threads N]\n"
     "                  [--wkv independent|correlated] [--expert-layers L,...]\n"
-    "                  [--draft-stages N] [--experts N]\n"
-    "      write a synthetic DeepSeek-V4.1-layout checkpoint\n"
+    "                  [--draft-stages N] [--experts N] [--hidden-size N]\n"
+    "                  [--layers N] [--engram-layers L,...] [--hc-mult N]\n"
+    "                  [--moe-intermediate-size N]\n"
+    "      write a synthetic DeepSeek-V4.1-layout checkpoint (Engram layers)\n"
+    "  make-checkpoint --model --out DIR [flags above but --expert-layers,\n"
+    "                  --draft-stages] [--heads N] [--head-dim N] [--top-k N]\n"
+    "                  [--sliding-window N] [--compress-ratios R,...]\n"
+    "      write the complete tiny model of docs/MODEL_LAYOUT.md (hidden 256,\n"
+    "      4 layers, Engram layers 1,3, 16 experts top-2, hc-mult 4,\n"
+    "      compress ratios 0,1,2,4), the flags overriding its dimensions\n"
     "  bench engram --checkpoint DIR --layer L [--io pread|uring] [--direct]\n"
     "               [--threads N] [--tokens-per-step N] [--steps N] [--json]\n"
     "      Engram lookups driven by a realistic token stream; rows/s, p50/p99\n"
@@ -51,7 +60,14 @@ constexpr char kUsage[] =
     "      FP8 -> NVFP4 Engram tables into a new checkpoint, with a report\n"
     "  cast-experts --checkpoint SRC --out DST\n"
     "               (--calibration FILE.json | --uncalibrated) [--threads N]\n"
-    "      lossless MXFP4 -> NVFP4 cast of the routed experts\n";
+    "      lossless MXFP4 -> NVFP4 cast of the routed experts\n"
+    "  run --checkpoint DIR --tokens T0,T1,... [--max-new-tokens N]\n"
+    "      [--temperature X] [--top-p X] [--top-k N] [--min-p X] [--seed N]\n"
+    "      [--chunk-tokens N] [--ignore-eos] [--threads N] [--json]\n"
+    "      generate with the whole model in this process (TP 1, CPU)\n"
+    "  score --checkpoint A --reference B [--prompts FILE | --sequences N\n"
+    "        --prompt-tokens P] [--completion-tokens C] [--seed N] [--json]\n"
+    "      teacher-forced quality of A against B: logprobs, argmax, KL\n";
 
 }  // namespace
 
@@ -84,6 +100,10 @@ int main(int argc, char** argv) {
     status = mneme::cli::RunQuantizeEngram(rest, std::cout);
   } else if (command == "cast-experts") {
     status = mneme::cli::RunCastExperts(rest, std::cout);
+  } else if (command == "run") {
+    status = mneme::cli::RunRun(rest, std::cout);
+  } else if (command == "score") {
+    status = mneme::cli::RunScore(rest, std::cout);
   } else if (command == "localize") {
     status = mneme::cli::RunLocalize(rest, std::cout, std::cerr);
   } else {

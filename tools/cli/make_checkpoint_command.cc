@@ -1,5 +1,7 @@
 #include "tools/cli/make_checkpoint_command.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -7,18 +9,76 @@
 #include "tools/synthetic/synthetic_checkpoint.h"
 
 namespace mneme::cli {
+namespace {
+
+// Flags that only shape the full model (--model).
+constexpr const char* kModelOnlyFlags[] = {"heads", "head-dim", "top-k",
+                                           "sliding-window", "compress-ratios"};
+
+// An int flag in [min, max] into `field` (left as is when absent).
+absl::Status SetInt(const Args& args, const std::string& name, int64_t min,
+                    int64_t max, int& field) {
+  absl::StatusOr<int64_t> value = args.GetInt(name, field, min, max);
+  if (!value.ok()) return value.status();
+  field = static_cast<int>(*value);
+  return absl::OkStatus();
+}
+
+// A comma list of ints, each in [min, max], into `field` (left as is when
+// absent).
+absl::Status SetIntList(const Args& args, const std::string& name, int64_t min,
+                        int64_t max, std::vector<int>& field) {
+  if (!args.Has(name)) return absl::OkStatus();
+  absl::StatusOr<std::vector<int64_t>> values = args.GetIntList(name);
+  if (!values.ok()) return values.status();
+  field.clear();
+  for (int64_t v : *values) {
+    if (v < min || v > max) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, ": ", v, " out of range [", min, ", ", max, "]"));
+    }
+    field.push_back(static_cast<int>(v));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
                                std::ostream& out) {
   absl::StatusOr<Args> args = Args::Parse(
-      argv, {"out", "engram-format", "seed", "engram-vocab-size", "threads",
-             "wkv", "expert-layers", "draft-stages", "experts"});
+      argv,
+      {"out", "engram-format", "seed", "engram-vocab-size", "threads", "wkv",
+       "expert-layers", "draft-stages", "experts", "hidden-size", "layers",
+       "engram-layers", "hc-mult", "moe-intermediate-size", "heads", "head-dim",
+       "top-k", "sliding-window", "compress-ratios"},
+      {"model"});
   if (!args.ok()) return args.status();
   if (!args->positionals().empty()) {
     return absl::InvalidArgumentError(
         "make-checkpoint takes no positional arguments");
   }
-  synthetic::SyntheticCheckpointOptions options;
+  const bool model = args->Has("model");
+  if (!model) {
+    for (const char* flag : kModelOnlyFlags) {
+      if (args->Has(flag)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", flag, " requires --model"));
+      }
+    }
+  } else {
+    for (const char* flag : {"expert-layers", "draft-stages"}) {
+      if (args->Has(flag)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", flag,
+            " cannot be combined with --model (every layer has experts; "
+            "no draft stages)"));
+      }
+    }
+  }
+  synthetic::SyntheticCheckpointOptions options =
+      model ? synthetic::TinyModelOptions()
+            : synthetic::SyntheticCheckpointOptions{};
   absl::StatusOr<std::string> out_dir = args->Required("out");
   if (!out_dir.ok()) return out_dir.status();
   options.out_dir = *out_dir;
@@ -45,34 +105,64 @@ absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
   if (!wkv.ok()) return wkv.status();
   options.wkv_kind = *wkv == "correlated" ? synthetic::WkvKind::kCorrelated
                                           : synthetic::WkvKind::kIndependent;
-  if (args->Has("expert-layers")) {
-    absl::StatusOr<std::vector<int64_t>> layers =
-        args->GetIntList("expert-layers");
-    if (!layers.ok()) return layers.status();
-    for (int64_t layer : *layers) {
-      if (layer < 0 || layer > 1024) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--expert-layers: layer ", layer, " out of range"));
-      }
-      options.expert_layer_ids.push_back(static_cast<int>(layer));
-    }
+  if (absl::Status s =
+          SetIntList(*args, "expert-layers", 0, 1024, options.expert_layer_ids);
+      !s.ok()) {
+    return s;
   }
   absl::StatusOr<int64_t> draft = args->GetInt("draft-stages", 0, 0, 8);
   if (!draft.ok()) return draft.status();
   options.draft_stages = static_cast<int>(*draft);
-  absl::StatusOr<int64_t> experts =
-      args->GetInt("experts", options.num_routed_experts, 1, 1024);
-  if (!experts.ok()) return experts.status();
-  options.num_routed_experts = static_cast<int>(*experts);
+  // Dimensions; the library validates how they fit together.
+  for (const auto& [flag, field] :
+       std::initializer_list<std::pair<const char*, int*>>{
+           {"experts", &options.num_routed_experts},
+           {"hidden-size", &options.hidden_size},
+           {"layers", &options.num_hidden_layers},
+           {"hc-mult", &options.hc_mult},
+           {"moe-intermediate-size", &options.moe_intermediate_size},
+           {"heads", &options.num_attention_heads},
+           {"head-dim", &options.head_dim},
+           {"top-k", &options.num_experts_per_tok},
+           {"sliding-window", &options.sliding_window}}) {
+    if (absl::Status s = SetInt(*args, flag, 1, 1 << 16, *field); !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = SetIntList(*args, "engram-layers", 0, 1 << 16,
+                                  options.engram_layer_ids);
+      !s.ok()) {
+    return s;
+  }
+  if (model && args->Has("layers") && !args->Has("compress-ratios")) {
+    // The preset's pattern 0, 1, 2, 4 repeated over the layers.
+    constexpr int kRatios[] = {0, 1, 2, 4};
+    options.compress_ratios.clear();
+    for (int layer = 0; layer < options.num_hidden_layers; ++layer) {
+      options.compress_ratios.push_back(kRatios[layer % 4]);
+    }
+  }
+  if (absl::Status s = SetIntList(*args, "compress-ratios", 0, 1 << 16,
+                                  options.compress_ratios);
+      !s.ok()) {
+    return s;
+  }
 
   const absl::Time start = absl::Now();
   if (absl::Status s = synthetic::MakeSyntheticCheckpoint(options); !s.ok()) {
     return s;
   }
-  out << absl::StrFormat(
-      "wrote %s: synthetic checkpoint, %s Engram tables, seed %d, %.1f s\n",
-      options.out_dir, *format, options.seed,
-      absl::ToDoubleSeconds(absl::Now() - start));
+  const std::string what =
+      model ? absl::StrFormat(
+                  "synthetic model (%d layers, hidden %d, %d heads, %d "
+                  "experts top-%d, hc_mult %d)",
+                  options.num_hidden_layers, options.hidden_size,
+                  options.num_attention_heads, options.num_routed_experts,
+                  options.num_experts_per_tok, options.hc_mult)
+            : std::string("synthetic checkpoint");
+  out << absl::StrFormat("wrote %s: %s, %s Engram tables, seed %d, %.1f s\n",
+                         options.out_dir, what, *format, options.seed,
+                         absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
 }
 

@@ -42,6 +42,8 @@ using engram::RowFormat;
 constexpr int kMaxNgramSize = 4;
 constexpr int kHeads = 8;
 constexpr int kColumns = (kMaxNgramSize - 1) * kHeads;
+// hc_eps of the full model's config.json.
+constexpr double kHcEps = 1e-6;
 // Rows generated per task.
 constexpr int64_t kRowsPerTask = 4096;
 
@@ -73,6 +75,90 @@ std::string ShardName(int index, int count) {
 
 absl::Status WriteText(const std::string& path, const std::string& text) {
   return engram::WriteFileAtomically(path, text);
+}
+
+// The options only kFullModel uses.
+absl::Status ValidateFullModel(const SyntheticCheckpointOptions& o) {
+  if (!o.expert_layer_ids.empty()) {
+    return absl::InvalidArgumentError(
+        "expert_layer_ids must be empty with contents kFullModel (every "
+        "layer has routed experts)");
+  }
+  if (o.draft_stages != 0) {
+    return absl::InvalidArgumentError(
+        "draft_stages must be 0 with contents kFullModel");
+  }
+  if (o.o_groups < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("o_groups=", o.o_groups, " must be >= 1"));
+  }
+  if (o.num_attention_heads < 1 || o.num_attention_heads % o.o_groups != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_attention_heads=", o.num_attention_heads,
+                     " must be a positive multiple of o_groups=", o.o_groups));
+  }
+  if (o.qk_rope_head_dim < 2 || o.qk_rope_head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("qk_rope_head_dim=", o.qk_rope_head_dim,
+                     " must be even and >= 2 (RoPE rotates pairs)"));
+  }
+  if (o.head_dim < o.qk_rope_head_dim || o.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_dim=", o.head_dim,
+        " must be even and >= qk_rope_head_dim=", o.qk_rope_head_dim));
+  }
+  if (o.q_lora_rank < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("q_lora_rank=", o.q_lora_rank, " must be >= 1"));
+  }
+  if (o.o_lora_rank < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("o_lora_rank=", o.o_lora_rank, " must be >= 1"));
+  }
+  if (o.sliding_window < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sliding_window=", o.sliding_window, " must be >= 1"));
+  }
+  if (static_cast<int64_t>(o.compress_ratios.size()) != o.num_hidden_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compress_ratios has ", o.compress_ratios.size(),
+                     " entries; it needs one per layer (num_hidden_layers=",
+                     o.num_hidden_layers, ")"));
+  }
+  for (size_t i = 0; i < o.compress_ratios.size(); ++i) {
+    if (o.compress_ratios[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "compress_ratios[", i, "]=", o.compress_ratios[i], " must be >= 0"));
+    }
+  }
+  if (o.num_experts_per_tok < 1 ||
+      o.num_experts_per_tok > o.num_routed_experts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_experts_per_tok=", o.num_experts_per_tok,
+        " must be in [1, num_routed_experts=", o.num_routed_experts, "]"));
+  }
+  if (o.n_shared_experts < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_shared_experts=", o.n_shared_experts, " must be >= 0"));
+  }
+  if (!std::isfinite(o.routed_scaling_factor) || o.routed_scaling_factor <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("routed_scaling_factor=", o.routed_scaling_factor,
+                     " must be finite and > 0"));
+  }
+  if (!std::isfinite(o.swiglu_limit) || o.swiglu_limit < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "swiglu_limit=", o.swiglu_limit, " must be finite and >= 0"));
+  }
+  if (!std::isfinite(o.rope_theta) || o.rope_theta <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope_theta=", o.rope_theta, " must be finite and > 0"));
+  }
+  if (o.hc_sinkhorn_iters < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hc_sinkhorn_iters=", o.hc_sinkhorn_iters, " must be >= 1"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Validate(const SyntheticCheckpointOptions& o) {
@@ -129,7 +215,14 @@ absl::Status Validate(const SyntheticCheckpointOptions& o) {
       o.wkv_kind != WkvKind::kCorrelated) {
     return absl::InvalidArgumentError("unknown wkv_kind");
   }
-  return absl::OkStatus();
+  switch (o.contents) {
+    case Contents::kEngramOnly:
+      return absl::OkStatus();
+    case Contents::kFullModel:
+      return ValidateFullModel(o);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "contents=", static_cast<int>(o.contents), " is not a Contents value"));
 }
 
 // Encodes rows [first, first + count) of one table into `weights`/`scales`.
@@ -251,13 +344,47 @@ absl::Status WriteWkv(const SyntheticCheckpointOptions& o, int layer,
   return writer.Append(prefix + "scale", scales);
 }
 
+// Side of the square blocks that share one UE8M0 scale in FP8 matrices.
+constexpr int64_t kFp8Block = 32;
+
+// Encodes the row-major fp32 matrix `values` of `cols` columns (rows =
+// values.size() / cols) to e4m3 `codes` (same size), with one UE8M0 scale
+// per 32 x 32 block (the last block row / column may be partial) from the
+// block's amax: the smallest 2^k with amax / 2^k <= 448. Appends the scales
+// to `scales`, row-major over the blocks.
+void EncodeFp8Blocks(absl::Span<const float> values, int64_t cols,
+                     absl::Span<uint8_t> codes, std::vector<uint8_t>& scales) {
+  const int64_t rows = static_cast<int64_t>(values.size()) / cols;
+  for (int64_t first_row = 0; first_row < rows; first_row += kFp8Block) {
+    const int64_t row_end = std::min(rows, first_row + kFp8Block);
+    for (int64_t first_col = 0; first_col < cols; first_col += kFp8Block) {
+      const int64_t col_end = std::min(cols, first_col + kFp8Block);
+      float amax = 0.0f;
+      for (int64_t r = first_row; r < row_end; ++r) {
+        for (int64_t c = first_col; c < col_end; ++c) {
+          amax = std::max(amax, std::fabs(values[r * cols + c]));
+        }
+      }
+      const uint8_t e = engram::FloatToUe8m0(amax / engram::kE4m3Max);
+      scales.push_back(e);
+      // 2^-(e - 127) exactly.
+      const float inverse = engram::Ue8m0ToFloat(static_cast<uint8_t>(254 - e));
+      for (int64_t r = first_row; r < row_end; ++r) {
+        for (int64_t c = first_col; c < col_end; ++c) {
+          codes[r * cols + c] =
+              engram::FloatToE4m3(values[r * cols + c] * inverse);
+        }
+      }
+    }
+  }
+}
+
 // wkv.weight with correlated inputs (WkvKind::kCorrelated): bands of 32
 // rows are generated in fp32, then encoded with one UE8M0 scale per 32 x 32
 // block from the block's amax.
 absl::Status WriteCorrelatedWkv(const SyntheticCheckpointOptions& o, int layer,
                                 int64_t out_dim,
                                 engram::SafetensorsWriter& writer) {
-  constexpr int64_t kBlock = 32;
   constexpr float kRho = 0.5f;
   const float innovation = std::sqrt(1.0f - kRho * kRho);
   const int64_t in_dim = int64_t{kColumns} * engram::kRowDim;
@@ -269,8 +396,8 @@ absl::Status WriteCorrelatedWkv(const SyntheticCheckpointOptions& o, int layer,
   std::vector<uint8_t> scales;
   std::vector<float> band;
   std::vector<uint8_t> codes;
-  for (int64_t first = 0; first < out_dim; first += kBlock) {
-    const int64_t rows = std::min(kBlock, out_dim - first);
+  for (int64_t first = 0; first < out_dim; first += kFp8Block) {
+    const int64_t rows = std::min(kFp8Block, out_dim - first);
     band.assign(rows * in_dim, 0.0f);
     for (int64_t r = 0; r < rows; ++r) {
       float a = 0.0f;
@@ -282,24 +409,7 @@ absl::Status WriteCorrelatedWkv(const SyntheticCheckpointOptions& o, int layer,
       }
     }
     codes.resize(rows * in_dim);
-    for (int64_t b = 0; b < in_dim / kBlock; ++b) {
-      float amax = 0.0f;
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t j = 0; j < kBlock; ++j) {
-          amax = std::max(amax, std::fabs(band[r * in_dim + b * kBlock + j]));
-        }
-      }
-      const uint8_t e = engram::FloatToUe8m0(amax / engram::kE4m3Max);
-      scales.push_back(e);
-      // 2^-(e - 127) exactly.
-      const float inverse = engram::Ue8m0ToFloat(static_cast<uint8_t>(254 - e));
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t j = 0; j < kBlock; ++j) {
-          const int64_t i = r * in_dim + b * kBlock + j;
-          codes[i] = engram::FloatToE4m3(band[i] * inverse);
-        }
-      }
-    }
+    EncodeFp8Blocks(band, in_dim, absl::MakeSpan(codes), scales);
     if (absl::Status st = writer.Append(prefix + "weight", codes); !st.ok()) {
       return st;
     }
@@ -334,10 +444,37 @@ void AddExpertDecls(const SyntheticCheckpointOptions& o,
   }
 }
 
+// The UE8M0 exponent codes around which the block scales of w1, w2 and w3
+// of the routed experts are drawn.
+struct ExpertExponents {
+  int w1 = 0;
+  int w2 = 0;
+  int w3 = 0;
+};
+
+// The experts of the Engram-only checkpoints: near 2^-7 (w3 one above w1).
+constexpr ExpertExponents kEngramOnlyExpertExponents = {
+    .w1 = 120, .w2 = 119, .w3 = 121};
+
+// Root mean square of random e2m1 codes (uniform over the 16) times a
+// uniform block exponent offset in [-2, 2]:
+// sqrt(68.5 / 8 * (1/16 + 1/4 + 1 + 4 + 16) / 5).
+constexpr double kRandomMxfp4Rms = 6.04;
+
+// The exponent code that gives random MXFP4 weights with `in` inputs an rms
+// near 1 / sqrt(in), so that y = W x keeps the scale of a normalized x.
+int UnitGainExponent(int64_t in) {
+  const double want =
+      1.0 / (kRandomMxfp4Rms * std::sqrt(static_cast<double>(in)));
+  return std::clamp(127 + static_cast<int>(std::lround(std::log2(want))), 3,
+                    251);
+}
+
 // Random e2m1 nibbles and UE8M0 block exponents within +-2 of a base that
 // differs by weight (w3 one above w1, so w1/w3 sharing matters).
 absl::Status WriteExperts(const SyntheticCheckpointOptions& o,
                           const std::string& prefix, int seed_layer,
+                          const ExpertExponents& exponents,
                           engram::SafetensorsWriter& writer) {
   const int64_t hidden = o.hidden_size;
   const int64_t inter = o.moe_intermediate_size;
@@ -348,7 +485,9 @@ absl::Status WriteExperts(const SyntheticCheckpointOptions& o,
       const int64_t in = w == 2 ? inter : hidden;
       std::vector<uint8_t> packed(out * in / 2);
       for (uint8_t& b : packed) b = static_cast<uint8_t>(mix.Next() & 0xFF);
-      const int base = w == 1 ? 120 : w == 3 ? 121 : 119;
+      const int base = w == 1   ? exponents.w1
+                       : w == 3 ? exponents.w3
+                                : exponents.w2;
       std::vector<uint8_t> scales(out * in / 32);
       for (uint8_t& s : scales) {
         s = static_cast<uint8_t>(base + static_cast<int>(mix.Next() % 5) - 2);
@@ -381,7 +520,255 @@ absl::Status WriteBf16(const std::string& name, int64_t count, uint64_t seed,
   return writer.Append(name, bytes);
 }
 
+// --- The full model (Contents::kFullModel) ---
+
+// A seed for the tensor `name`, so that its values depend only on (seed,
+// name): FNV-1a of the name, mixed with the seed.
+uint64_t TensorSeed(uint64_t seed, absl::string_view name) {
+  uint64_t hash = 0xCBF29CE484222325ULL;
+  for (const char c : name) {
+    hash = (hash ^ static_cast<uint8_t>(c)) * 0x100000001B3ULL;
+  }
+  return SplitMix(seed ^ hash).Next();
+}
+
+// Approximately N(0, 1): four uniforms, centred and scaled to unit variance
+// (no transcendental functions, so identical on every platform).
+float Normal(SplitMix& mix) {
+  const float sum =
+      mix.Uniform() + mix.Uniform() + mix.Uniform() + mix.Uniform();
+  return (sum - 2.0f) * 1.7320508f;
+}
+
+// The tensors of one shard, generated in memory before the shard is
+// written (a layer of a miniature model is a few MB at most). Values are
+// drawn per tensor from TensorSeed(seed, name).
+class ShardTensors {
+ public:
+  explicit ShardTensors(uint64_t seed) : seed_(seed) {}
+
+  // F32 tensor of `shape` with values mean + stddev x N(0, 1).
+  void AddF32(const std::string& name, std::vector<int64_t> shape, float mean,
+              float stddev) {
+    const std::vector<float> values = Normals(name, mean, stddev, shape);
+    AddF32Values(name, std::move(shape), values);
+  }
+  // F32 tensor with the given values.
+  void AddF32Values(const std::string& name, std::vector<int64_t> shape,
+                    const std::vector<float>& values) {
+    std::vector<uint8_t> bytes(values.size() * 4);
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    Add({name, engram::DType::kF32, std::move(shape)}, std::move(bytes));
+  }
+  // RMSNorm weight [dim]: 1 + 0.05 x N(0, 1).
+  void AddNorm(const std::string& name, int64_t dim) {
+    AddF32(name, {dim}, 1.0f, 0.05f);
+  }
+  // BF16 tensor of `shape` with values stddev x N(0, 1).
+  void AddBf16(const std::string& name, std::vector<int64_t> shape,
+               float stddev) {
+    const std::vector<float> values = Normals(name, 0.0f, stddev, shape);
+    std::vector<uint8_t> bytes(values.size() * 2);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint16_t v = engram::FloatToBf16(values[i]);
+      bytes[2 * i] = static_cast<uint8_t>(v & 0xFF);
+      bytes[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+    }
+    Add({name, engram::DType::kBf16, std::move(shape)}, std::move(bytes));
+  }
+  // FP8 linear layer `prefix`: .weight F8_E4M3 [out, in] with values
+  // N(0, 1) / sqrt(in), .scale F8_E8M0 [ceil(out / 32), ceil(in / 32)].
+  void AddFp8Linear(const std::string& prefix, int64_t out, int64_t in) {
+    const std::string weight = prefix + ".weight";
+    const std::vector<float> values = Normals(
+        weight, 0.0f, 1.0f / std::sqrt(static_cast<float>(in)), {out, in});
+    std::vector<uint8_t> codes(values.size());
+    std::vector<uint8_t> scales;
+    EncodeFp8Blocks(values, in, absl::MakeSpan(codes), scales);
+    Add({weight, engram::DType::kF8E4M3, {out, in}}, std::move(codes));
+    Add({prefix + ".scale",
+         engram::DType::kF8E8M0,
+         {(out + kFp8Block - 1) / kFp8Block, (in + kFp8Block - 1) / kFp8Block}},
+        std::move(scales));
+  }
+
+  // mean + stddev x N(0, 1) for every element of `shape`, from the seed of
+  // tensor `name`.
+  std::vector<float> Normals(const std::string& name, float mean, float stddev,
+                             const std::vector<int64_t>& shape) const {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    SplitMix mix(TensorSeed(seed_, name));
+    std::vector<float> values(count);
+    for (float& v : values) v = mean + stddev * Normal(mix);
+    return values;
+  }
+
+  const std::vector<engram::TensorDecl>& decls() const { return decls_; }
+
+  // Appends every tensor to `writer`, which must declare them.
+  absl::Status AppendTo(engram::SafetensorsWriter& writer) const {
+    for (size_t i = 0; i < decls_.size(); ++i) {
+      if (absl::Status st = writer.Append(decls_[i].name, bytes_[i]);
+          !st.ok()) {
+        return st;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  void Add(engram::TensorDecl decl, std::vector<uint8_t> bytes) {
+    decls_.push_back(std::move(decl));
+    bytes_.push_back(std::move(bytes));
+  }
+
+  const uint64_t seed_;
+  std::vector<engram::TensorDecl> decls_;
+  std::vector<std::vector<uint8_t>> bytes_;
+};
+
+// sigmoid(b) = 1 / hc_mult: the bias that makes each copy's pre weight (and
+// the head's) about 1 / hc_mult, so that the weighted sum of identical
+// copies is about one copy.
+float PreBias(int hc_mult) {
+  return -static_cast<float>(std::log(static_cast<double>(hc_mult - 1)));
+}
+
+// Hyper-connection mixing of one sub-layer (hc_mult > 1): `prefix`_fn
+// [(2 + hc) hc, hc D] small, so the mix is dominated by `prefix`_base:
+// pre ~ 1 / hc, post = 2 sigmoid(~0) ~ 1, comb logits 2 on the diagonal and
+// 0 elsewhere (after Sinkhorn ~0.7 on the diagonal); `prefix`_scale [3] ~ 1.
+void AddHcMix(const SyntheticCheckpointOptions& o, const std::string& prefix,
+              ShardTensors& t) {
+  const int64_t hc = o.hc_mult;
+  const int64_t mix = (2 + hc) * hc;
+  const int64_t in = hc * o.hidden_size;
+  t.AddF32(prefix + "_fn", {mix, in}, 0.0f,
+           0.1f / std::sqrt(static_cast<float>(in)));
+  std::vector<float> base =
+      t.Normals(prefix + "_base", 0.0f, 0.1f, std::vector<int64_t>{mix});
+  for (int64_t i = 0; i < hc; ++i) base[i] += PreBias(o.hc_mult);
+  for (int64_t i = 0; i < hc; ++i) base[2 * hc + i * hc + i] += 2.0f;
+  t.AddF32Values(prefix + "_base", {mix}, base);
+  t.AddF32(prefix + "_scale", {3}, 1.0f, 0.1f);
+}
+
+// Every tensor of main layer `layer` but its Engram and routed experts.
+ShardTensors LayerTensors(const SyntheticCheckpointOptions& o, int layer) {
+  ShardTensors t(o.seed);
+  const std::string p = absl::StrCat("layers.", layer, ".");
+  const int64_t d = o.hidden_size;
+  const int64_t hd = o.head_dim;
+  const int64_t heads = o.num_attention_heads;
+  const int64_t groups = o.o_groups;
+  t.AddNorm(p + "attn_norm.weight", d);
+  t.AddNorm(p + "ffn_norm.weight", d);
+  if (o.hc_mult > 1) {
+    AddHcMix(o, p + "hc_attn", t);
+    AddHcMix(o, p + "hc_ffn", t);
+  }
+  const std::string attn = p + "attn.";
+  t.AddFp8Linear(attn + "wq_a", o.q_lora_rank, d);
+  t.AddNorm(attn + "q_norm.weight", o.q_lora_rank);
+  t.AddFp8Linear(attn + "wq_b", heads * hd, o.q_lora_rank);
+  t.AddFp8Linear(attn + "wkv", hd, d);
+  t.AddNorm(attn + "kv_norm.weight", hd);
+  t.AddFp8Linear(attn + "wo_a", groups * o.o_lora_rank, heads / groups * hd);
+  t.AddFp8Linear(attn + "wo_b", d, groups * o.o_lora_rank);
+  t.AddF32(attn + "attn_sink", {heads}, 0.0f, 0.5f);
+  if (const int64_t ratio = o.compress_ratios[layer]; ratio > 0) {
+    const std::string c = attn + "compressor.";
+    t.AddFp8Linear(c + "wkv", hd, d);
+    t.AddFp8Linear(c + "wgate", hd, d);
+    t.AddF32(c + "ape", {ratio, hd}, 0.0f, 0.1f);
+    t.AddNorm(c + "norm.weight", hd);
+  }
+  const std::string ffn = p + "ffn.";
+  const int64_t experts = o.num_routed_experts;
+  t.AddBf16(ffn + "gate.weight", {experts, d},
+            1.0f / std::sqrt(static_cast<float>(d)));
+  // Small against the score spread, so biased and unbiased top-k differ for
+  // some tokens only.
+  t.AddF32(ffn + "gate.bias", {experts}, 0.0f, 0.03f);
+  if (o.n_shared_experts > 0) {
+    const int64_t inter = int64_t{o.n_shared_experts} * o.moe_intermediate_size;
+    t.AddFp8Linear(ffn + "shared_experts.w1", inter, d);
+    t.AddFp8Linear(ffn + "shared_experts.w2", d, inter);
+    t.AddFp8Linear(ffn + "shared_experts.w3", inter, d);
+  }
+  return t;
+}
+
+// embed, head, norm and hc_head_* (hc_mult > 1).
+ShardTensors TopLevelTensors(const SyntheticCheckpointOptions& o) {
+  ShardTensors t(o.seed);
+  const int64_t vocab = SyntheticVocabSize();
+  const int64_t d = o.hidden_size;
+  t.AddBf16("embed.weight", {vocab, d}, 1.0f);
+  // Logits = head . (unit-rms x): std 3 over the vocabulary.
+  t.AddBf16("head.weight", {vocab, d}, 3.0f / std::sqrt(static_cast<float>(d)));
+  t.AddNorm("norm.weight", d);
+  if (o.hc_mult > 1) {
+    const int64_t hc = o.hc_mult;
+    t.AddF32("hc_head_fn", {hc, hc * d}, 0.0f,
+             0.1f / std::sqrt(static_cast<float>(hc * d)));
+    std::vector<float> base =
+        t.Normals("hc_head_base", 0.0f, 0.1f, std::vector<int64_t>{hc});
+    for (float& b : base) b += PreBias(o.hc_mult);
+    t.AddF32Values("hc_head_base", {hc}, base);
+    t.AddF32("hc_head_scale", {1}, 1.0f, 0.1f);
+  }
+  return t;
+}
+
+// Writes `tensors`, then the MXFP4 routed experts of `expert_prefix` (none
+// when empty), as shard file `shard` of `dir`, and maps them in `index`.
+absl::Status WriteModelShard(const SyntheticCheckpointOptions& o,
+                             const std::string& dir, const std::string& shard,
+                             const ShardTensors& tensors,
+                             const std::string& expert_prefix,
+                             int expert_seed_layer,
+                             engram::CheckpointIndex& index,
+                             uint64_t& total_size) {
+  std::vector<engram::TensorDecl> decls = tensors.decls();
+  if (!expert_prefix.empty()) AddExpertDecls(o, expert_prefix, decls);
+  for (const engram::TensorDecl& d : decls) index.weight_map[d.name] = shard;
+  absl::StatusOr<std::unique_ptr<engram::SafetensorsWriter>> writer =
+      engram::SafetensorsWriter::Create(dir + "/" + shard, decls,
+                                        {.metadata = {{"format", "pt"}}});
+  if (!writer.ok()) return writer.status();
+  if (absl::Status st = tensors.AppendTo(**writer); !st.ok()) return st;
+  if (!expert_prefix.empty()) {
+    const ExpertExponents exponents = {
+        .w1 = UnitGainExponent(o.hidden_size),
+        .w2 = UnitGainExponent(o.moe_intermediate_size),
+        .w3 = UnitGainExponent(o.hidden_size) + 1};
+    if (absl::Status st = WriteExperts(o, expert_prefix, expert_seed_layer,
+                                       exponents, **writer);
+        !st.ok()) {
+      return st;
+    }
+  }
+  total_size += (*writer)->data_bytes();
+  return (*writer)->Finish();
+}
+
 }  // namespace
+
+SyntheticCheckpointOptions TinyModelOptions() {
+  SyntheticCheckpointOptions o;
+  o.contents = Contents::kFullModel;
+  o.hidden_size = 256;
+  o.num_hidden_layers = 4;
+  o.engram_layer_ids = {1, 3};
+  o.hc_mult = 4;
+  o.num_routed_experts = 16;
+  o.moe_intermediate_size = 64;
+  o.num_experts_per_tok = 2;
+  o.compress_ratios = {0, 1, 2, 4};
+  return o;
+}
 
 float SyntheticTableAmax(int layer_index) {
   return layer_index == 0 ? 11.0f : 24.0f;
@@ -450,10 +837,13 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
           {.tokenizer_json_path = tokenizer_path});
   if (!vocab.ok()) return vocab.status();
 
+  const bool full_model = o.contents == Contents::kFullModel;
   const int num_tables = static_cast<int>(o.engram_layer_ids.size());
-  const int num_shards = num_tables +
-                         static_cast<int>(o.expert_layer_ids.size()) +
-                         (o.draft_stages > 0 ? 1 : 0);
+  // Full model: one shard per layer and one for embed / head / norm.
+  const int num_shards =
+      num_tables + (full_model ? o.num_hidden_layers + 1
+                               : static_cast<int>(o.expert_layer_ids.size()) +
+                                     (o.draft_stages > 0 ? 1 : 0));
   absl::StatusOr<std::vector<std::vector<int64_t>>> primes =
       engram::SearchColumnPrimes(o.engram_vocab_size, num_tables, kMaxNgramSize,
                                  kHeads);
@@ -542,13 +932,32 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
                                           {.metadata = {{"format", "pt"}}});
     if (!writer.ok()) return writer.status();
     for (const auto& [prefix, seed_layer] : expert_shards[i]) {
-      if (absl::Status st = WriteExperts(o, prefix, seed_layer, **writer);
+      if (absl::Status st = WriteExperts(o, prefix, seed_layer,
+                                         kEngramOnlyExpertExponents, **writer);
           !st.ok()) {
         return st;
       }
     }
     total_size += (*writer)->data_bytes();
     if (absl::Status st = (*writer)->Finish(); !st.ok()) return st;
+  }
+  if (full_model) {
+    for (int layer = 0; layer < o.num_hidden_layers; ++layer) {
+      if (absl::Status st = WriteModelShard(
+              o, partial, ShardName(num_tables + layer, num_shards),
+              LayerTensors(o, layer), absl::StrCat("layers.", layer), layer,
+              index, total_size);
+          !st.ok()) {
+        return st;
+      }
+    }
+    if (absl::Status st =
+            WriteModelShard(o, partial, ShardName(num_shards - 1, num_shards),
+                            TopLevelTensors(o), /*expert_prefix=*/"",
+                            /*expert_seed_layer=*/0, index, total_size);
+        !st.ok()) {
+      return st;
+    }
   }
   index.total_size = total_size;
   if (absl::Status st = engram::WriteCheckpointIndex(
@@ -575,7 +984,25 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
       {"engram_compressed_vocab_size", (*vocab)->size()},
       {"engram_pad_token_id", kPadTokenId},
   };
-  if (!o.expert_layer_ids.empty() || o.draft_stages > 0) {
+  if (full_model) {
+    text_config["hc_sinkhorn_iters"] = o.hc_sinkhorn_iters;
+    text_config["hc_eps"] = kHcEps;
+    text_config["num_attention_heads"] = o.num_attention_heads;
+    text_config["head_dim"] = o.head_dim;
+    text_config["qk_rope_head_dim"] = o.qk_rope_head_dim;
+    text_config["rope_theta"] = o.rope_theta;
+    text_config["q_lora_rank"] = o.q_lora_rank;
+    text_config["o_lora_rank"] = o.o_lora_rank;
+    text_config["o_groups"] = o.o_groups;
+    text_config["sliding_window"] = o.sliding_window;
+    text_config["compress_ratios"] = o.compress_ratios;
+    text_config["n_routed_experts"] = o.num_routed_experts;
+    text_config["num_experts_per_tok"] = o.num_experts_per_tok;
+    text_config["n_shared_experts"] = o.n_shared_experts;
+    text_config["moe_intermediate_size"] = o.moe_intermediate_size;
+    text_config["routed_scaling_factor"] = o.routed_scaling_factor;
+    text_config["swiglu_limit"] = o.swiglu_limit;
+  } else if (!o.expert_layer_ids.empty() || o.draft_stages > 0) {
     text_config["n_routed_experts"] = o.num_routed_experts;
     text_config["moe_intermediate_size"] = o.moe_intermediate_size;
   }
@@ -588,12 +1015,21 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
     text_config["engram_quant_method"] = "rtn-amax";
     text_config["engram_quant_global_scale"] = global_scales;
   }
-  const nlohmann::ordered_json config = {
+  nlohmann::ordered_json config = {
       {"architectures", {"DeepseekV4ForCausalLM"}},
       {"model_type", "deepseek_v4"},
       {"text_config", text_config},
-      {"mneme_synthetic", {{"seed", o.seed}}},
   };
+  if (full_model) {
+    // As Hugging Face checkpoints of the family state their FP8 blocks.
+    config["quantization_config"] = {
+        {"quant_method", "fp8"},
+        {"fmt", "e4m3"},
+        {"scale_fmt", "ue8m0"},
+        {"weight_block_size", {kFp8Block, kFp8Block}},
+    };
+  }
+  config["mneme_synthetic"] = {{"seed", o.seed}};
   if (absl::Status st =
           WriteText(partial + "/config.json", config.dump(2) + "\n");
       !st.ok()) {
