@@ -1,0 +1,153 @@
+#ifndef MNEME_GPU_CPU_CPU_BACKEND_H_
+#define MNEME_GPU_CPU_CPU_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "gpu/backend.h"
+#include "gpu/cpu/fork_join_pool.h"
+
+namespace mneme::gpu {
+
+// The most threads CpuBackendOptions.threads may ask for.
+inline constexpr int kMaxCpuBackendThreads = 1024;
+
+struct CpuBackendOptions {
+  // Threads that work on one call, the calling thread included: the
+  // backend's own loops (over tokens, heads, rows) and OpenBLAS's sgemm.
+  // 0 = std::thread::hardware_concurrency() (1 where that is unknown); at
+  // most kMaxCpuBackendThreads. Default: 0.
+  int threads = 0;
+};
+
+// Backend (gpu/backend.h) on the host, the reference implementation and the
+// backend of machines without a GPU.
+//
+// Memory: buffers are zero-filled host arrays aligned to 64 bytes. Weights
+// are dequantized to fp32 by UploadWeight whatever their checkpoint format
+// (FP8 / MXFP4 / NVFP4 / bf16), so every weight costs 4 bytes per parameter
+// of host memory: the price of running every Linear as one OpenBLAS sgemm
+// (sgemv for a single token) instead of a dequantizing kernel per format.
+// Weight::bytes() reports those fp32 bytes.
+//
+// Compute: elementwise loops and dot products (RmsNorm, attention scores,
+// hyper-connections, the Engram gate) are Highway SIMD, dispatched at run
+// time to the best target of the CPU; loops over tokens, heads and rows are
+// split over a fixed pool of `threads` threads started by Create (the caller
+// plus threads - 1 workers; none is started per call), small loops staying
+// on the calling thread. The pool and OpenBLAS never run at the same time.
+//
+// OpenBLAS keeps one thread count for the whole process: Create sets it to
+// `threads` (openblas_set_num_threads), so with several CPU backends in one
+// process the last one created decides it.
+//
+// Numerics beyond backend.h:
+//  - UploadWeight also returns DataLoss for NaN weight values (an fp32 or
+//    bf16 NaN, an e4m3 NaN code of kFp8Block) and for a NaN kNvfp4
+//    global_scale; an infinite global_scale is InvalidArgument.
+//  - Attention attends each visible key once: overlapping ranges are merged.
+//  - MoeRoute: when the chosen experts' scores all underflow to 0 (logits
+//    below about -100), each gets routed_scaling / top_k.
+//  - Sample: a temperature that is not > 0 (also NaN) is greedy. A sampled
+//    draw takes the tokens kept by top_k, then top_p (of the distribution
+//    renormalised over the top_k survivors), then min_p, in order of
+//    descending probability (ties: lower id first) - or in id order when
+//    none of top_k / top_p is active - and picks the first whose cumulative
+//    probability exceeds u * (kept mass), with u = (splitmix64(seed) >> 11)
+//    * 2^-53 (the first output of SplitMix64 seeded with params.seed). The
+//    same logits, params and seed give the same token on every machine and
+//    with every thread count.
+//
+// Thread-safety: as Backend, one caller at a time; weights are immutable and
+// may be read from any thread. The backend owns its pool; weights and
+// buffers it returns are owned by the caller and must not outlive it.
+class CpuBackend : public Backend {
+ public:
+  // InvalidArgument naming the field for invalid options.
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(
+      const CpuBackendOptions& options);
+
+  ~CpuBackend() override = default;
+
+  // Threads per call (options.threads resolved).
+  int threads() const { return pool_.threads(); }
+  // The Highway target of the SIMD loops, e.g. "AVX2".
+  static const char* SimdTargetName();
+
+  std::string name() const override { return "cpu"; }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(int64_t elements) override;
+  void CopyFromHost(absl::Span<const float> src, float* dst) override;
+  void CopyToHost(const float* src, absl::Span<float> dst) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::StatusOr<std::unique_ptr<Weight>> UploadWeight(
+      const HostWeight& weight) override;
+
+  void Linear(ConstMatrixView x, const Weight& w, MatrixView y,
+              Accumulate accumulate = Accumulate::kNo) override;
+  void RmsNorm(ConstMatrixView x, const float* weight, float eps,
+               MatrixView y) override;
+  void Rope(MatrixView x, int head_dim, int rope_dim, float theta,
+            absl::Span<const int32_t> positions,
+            RopeDirection direction) override;
+  void Add(ConstMatrixView a, ConstMatrixView b, MatrixView y) override;
+  void CopyColumns(ConstMatrixView x, int64_t src_col, MatrixView y) override;
+  void GatherRows(ConstMatrixView x, absl::Span<const int32_t> rows,
+                  MatrixView y) override;
+  void ScatterRows(ConstMatrixView src, absl::Span<const int32_t> rows,
+                   MatrixView x) override;
+
+  void Embedding(absl::Span<const int32_t> ids, int64_t first_id,
+                 const Weight& table, MatrixView y) override;
+
+  void Attention(ConstMatrixView q, ConstMatrixView kv, int heads,
+                 absl::Span<const KeyRanges> ranges, float scale,
+                 const float* sink, MatrixView out, MatrixView lse) override;
+  void ApplySink(ConstMatrixView lse, const float* sink,
+                 MatrixView out) override;
+
+  void SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
+                   ConstMatrixView ape, MatrixView out) override;
+
+  void HcPre(ConstMatrixView x_stream, const Weight& fn, const float* base,
+             const float* scale, int hc, int sinkhorn_iters, float eps,
+             MatrixView x, MatrixView post, MatrixView comb) override;
+  void HcPost(ConstMatrixView a, ConstMatrixView post, ConstMatrixView comb,
+              int hc, MatrixView x_stream) override;
+  void HcHead(ConstMatrixView x_stream, const Weight& fn, const float* base,
+              const float* scale, int hc, float eps, MatrixView x) override;
+
+  void EngramGate(ConstMatrixView kv, const float* q_w, const float* k_w,
+                  int hc, float eps, MatrixView x_stream) override;
+
+  void MoeRoute(ConstMatrixView logits, const float* bias, int top_k,
+                float routed_scaling, absl::Span<int32_t> expert_ids,
+                absl::Span<float> weights) override;
+  void ExpertForward(ConstMatrixView x_all, absl::Span<const int32_t> rows,
+                     absl::Span<const float> weights, const Weight& w1,
+                     const Weight& w2, const Weight& w3, float limit,
+                     MatrixView y_all) override;
+
+  void Sample(ConstMatrixView logits, absl::Span<const SamplingParams> params,
+              absl::Span<int32_t> ids, absl::Span<float> logprobs) override;
+  void LogProbs(ConstMatrixView logits, absl::Span<const int32_t> ids,
+                absl::Span<float> logprobs) override;
+
+ private:
+  explicit CpuBackend(int threads) : pool_(threads) {}
+
+  // x [T, K] . w^T -> y [T, N] (w: N x K fp32, row-major); y = or +=.
+  void Gemm(const float* x, int64_t tokens, int64_t k, const float* w,
+            int64_t n, float* y, Accumulate accumulate);
+
+  ForkJoinPool pool_;
+};
+
+}  // namespace mneme::gpu
+
+#endif  // MNEME_GPU_CPU_CPU_BACKEND_H_
