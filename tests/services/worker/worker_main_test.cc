@@ -1,0 +1,144 @@
+// The mneme_worker daemon as a process: bad startup input exits 1 with one
+// clear line before it serves (or makes peers wait); a good start announces
+// READY to systemd only once the shard is loaded, feeds the watchdog, and
+// stops cleanly on SIGTERM.
+
+#include <csignal>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/command.h"
+#include "tests/testing/notify_socket.h"
+#include "tests/testing/subprocess.h"
+
+namespace mneme {
+namespace {
+
+using ::mneme::testing::RunfilePath;
+using ::mneme::testing::Subprocess;
+using ::testing::HasSubstr;
+
+const std::string& Checkpoint() {
+  static const std::string* dir = [] {
+    auto* d = new std::string(absl::StrCat(getenv("TEST_TMPDIR"), "/tiny"));
+    const testing::CommandResult r =
+        testing::RunMneme({"make-checkpoint", "--model", "--out", *d});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return d;
+  }();
+  return *dir;
+}
+
+std::string Worker() {
+  return RunfilePath("mneme/services/worker/mneme_worker");
+}
+
+std::vector<std::string> BaseArgs() {
+  return {Worker(), "--listen=127.0.0.1:0", "--metrics_listen=none",
+          "--threads=1"};
+}
+
+struct BadCase {
+  std::vector<std::string> flags;
+  std::string message;
+};
+
+TEST(WorkerMainTest, BadStartupInputExitsOneWithOneLine) {
+  const std::string ckpt = "--checkpoint=" + Checkpoint();
+  const std::vector<BadCase> cases = {
+      {{}, "--checkpoint is required"},
+      {{ckpt, "--tp_size=0"}, "--tp_size=0"},
+      {{ckpt, "--tp_size=2", "--rank=2"}, "--rank=2"},
+      {{ckpt, "--tp_size=2", "--rank=1"}, "--group=HOST:PORT"},
+      {{ckpt, "--tp_size=2", "--rank=1", "--group=nope"}, "--group"},
+      {{ckpt, "--backend=tpu"}, "--backend=tpu"},
+      {{ckpt, "--kv_cache_bytes=0"}, "--kv_cache_bytes"},
+      {{ckpt, "--engram_store=127.0.0.1:x"}, "--engram_store"},
+      // The model is checked before the group is joined.
+      {{ckpt, "--tp_size=3"}, "does not divide the 8 attention heads"},
+      {{ckpt}, "engram store address is required"},
+      {{"--checkpoint=/nonexistent/ckpt", "--engram_store=127.0.0.1:1"},
+       "/nonexistent/ckpt"},
+      {{ckpt, "--engram_store=127.0.0.1:1", "--bogus_flag=1"}, "bogus_flag"},
+  };
+  for (const BadCase& c : cases) {
+    std::vector<std::string> argv = BaseArgs();
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    const testing::CommandResult r =
+        testing::RunCommand(argv, absl::Seconds(60));
+    EXPECT_EQ(r.code, 1) << c.message << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+    EXPECT_EQ(testing::NonEmptyLines(r.err).size(), 1u) << r.err;
+  }
+}
+
+TEST(WorkerMainTest, ConfigThatDoesNotMatchTheTensorsFailsAtLoad) {
+  namespace fs = std::filesystem;
+  const std::string dir = absl::StrCat(getenv("TEST_TMPDIR"), "/mismatch");
+  fs::copy(Checkpoint(), dir, fs::copy_options::recursive);
+  // One expert fewer than the checkpoint holds: gate.weight's rows differ.
+  const testing::CommandResult sed = testing::RunCommand(
+      {"/bin/sed", "-i", "s/\"n_routed_experts\": 16/\"n_routed_experts\": 8/",
+       dir + "/config.json"});
+  ASSERT_EQ(sed.code, 0);
+  // An engram store for the tables.
+  absl::StatusOr<std::unique_ptr<Subprocess>> store = Subprocess::Start(
+      {RunfilePath("mneme/services/engram/mneme_engram_store"),
+       "--checkpoint=" + dir, "--listen=127.0.0.1:0", "--metrics_listen=none",
+       "--io_threads=1", "--worker_threads=1"},
+      {{"NOTIFY_SOCKET", ""}});
+  ASSERT_TRUE(store.ok());
+  absl::StatusOr<std::string> line =
+      (*store)->WaitForStdoutLine("listening on ", absl::Seconds(60));
+  ASSERT_TRUE(line.ok()) << (*store)->Stderr();
+  const std::string address(
+      absl::StripAsciiWhitespace(absl::StripPrefix(*line, "listening on ")));
+  std::vector<std::string> argv = BaseArgs();
+  argv.push_back("--checkpoint=" + dir);
+  argv.push_back("--engram_store=" + address);
+  const testing::CommandResult r = testing::RunCommand(argv, absl::Seconds(60));
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("layers.0.ffn.gate.weight"));
+  EXPECT_THAT(r.err, HasSubstr("the config implies [8, 256]"));
+}
+
+TEST(WorkerMainTest, ReadyAfterLoadWatchdogAndStopping) {
+  absl::StatusOr<std::unique_ptr<Subprocess>> store = Subprocess::Start(
+      {RunfilePath("mneme/services/engram/mneme_engram_store"),
+       "--checkpoint=" + Checkpoint(), "--listen=127.0.0.1:0",
+       "--metrics_listen=none", "--io_threads=1", "--worker_threads=1"},
+      {{"NOTIFY_SOCKET", ""}});
+  ASSERT_TRUE(store.ok());
+  absl::StatusOr<std::string> line =
+      (*store)->WaitForStdoutLine("listening on ", absl::Seconds(60));
+  ASSERT_TRUE(line.ok()) << (*store)->Stderr();
+  const std::string address(
+      absl::StripAsciiWhitespace(absl::StripPrefix(*line, "listening on ")));
+
+  testing::NotifySocket notify;
+  ASSERT_TRUE(notify.bound());
+  std::vector<std::string> argv = BaseArgs();
+  argv.push_back("--checkpoint=" + Checkpoint());
+  argv.push_back("--engram_store=" + address);
+  absl::StatusOr<std::unique_ptr<Subprocess>> worker = Subprocess::Start(
+      argv,
+      {{"NOTIFY_SOCKET", notify.env_value()}, {"WATCHDOG_USEC", "200000"}});
+  ASSERT_TRUE(worker.ok());
+  EXPECT_TRUE(notify.WaitFor("READY=1", absl::Seconds(60)))
+      << (*worker)->Stderr();
+  EXPECT_TRUE(notify.WaitFor("WATCHDOG=1", absl::Seconds(10)));
+  (*worker)->Signal(SIGTERM);
+  EXPECT_TRUE(notify.WaitFor("STOPPING=1", absl::Seconds(10)));
+  absl::StatusOr<int> code = (*worker)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0) << (*worker)->Stderr();
+}
+
+}  // namespace
+}  // namespace mneme
