@@ -1,0 +1,134 @@
+// `mneme run` and `mneme score` through their library entry points: the
+// JSON contract, chunked prefill = whole prefill, seeded sampling, the
+// quality gate on identical and on different checkpoints, bad input.
+
+#include "tools/cli/run_command.h"
+
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tools/synthetic/synthetic_checkpoint.h"
+
+namespace mneme::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string& Checkpoint(int seed) {
+  static std::map<int, std::string>* dirs = new std::map<int, std::string>();
+  if (auto it = dirs->find(seed); it != dirs->end()) return it->second;
+  synthetic::SyntheticCheckpointOptions o = synthetic::TinyModelOptions();
+  o.out_dir = absl::StrCat(getenv("TEST_TMPDIR"), "/tiny", seed);
+  o.seed = seed;
+  const absl::Status st = synthetic::MakeSyntheticCheckpoint(o);
+  EXPECT_TRUE(st.ok()) << st;
+  return (*dirs)[seed] = o.out_dir;
+}
+
+absl::StatusOr<nlohmann::json> Json(
+    absl::Status (*command)(const std::vector<std::string>&, std::ostream&),
+    const std::vector<std::string>& argv) {
+  std::ostringstream out;
+  if (absl::Status st = command(argv, out); !st.ok()) return st;
+  return nlohmann::json::parse(out.str());
+}
+
+const char kPrompt[] = "5,9,200,31,7,7,7,400,12,13,14,15,16,17,18,19,20,21,22";
+
+TEST(RunCommandTest, JsonContractAndChunkedPrefill) {
+  const std::string ckpt = "--checkpoint=" + Checkpoint(1);
+  absl::StatusOr<nlohmann::json> whole =
+      Json(RunRun, {ckpt, absl::StrCat("--tokens=", kPrompt),
+                    "--max-new-tokens=6", "--threads=1", "--json"});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_TRUE((*whole)["token_ids"].is_array());
+  EXPECT_EQ((*whole)["token_ids"].size(), 6u);
+  EXPECT_EQ((*whole)["finish_reason"], "length");
+  EXPECT_EQ((*whole)["prompt_tokens"], 19);
+  for (const auto& lp : (*whole)["logprobs"]) EXPECT_LE(lp.get<double>(), 0);
+  absl::StatusOr<nlohmann::json> chunked = Json(
+      RunRun, {ckpt, absl::StrCat("--tokens=", kPrompt), "--max-new-tokens=6",
+               "--chunk-tokens=4", "--threads=1", "--json"});
+  ASSERT_TRUE(chunked.ok()) << chunked.status();
+  EXPECT_EQ((*chunked)["token_ids"], (*whole)["token_ids"]);
+}
+
+TEST(RunCommandTest, SeededSamplingIsReproducible) {
+  const std::vector<std::string> argv = {"--checkpoint=" + Checkpoint(1),
+                                         absl::StrCat("--tokens=", kPrompt),
+                                         "--max-new-tokens=8",
+                                         "--temperature=1.5",
+                                         "--top-k=50",
+                                         "--seed=7",
+                                         "--ignore-eos",
+                                         "--json"};
+  absl::StatusOr<nlohmann::json> a = Json(RunRun, argv);
+  absl::StatusOr<nlohmann::json> b = Json(RunRun, argv);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ((*a)["token_ids"], (*b)["token_ids"]);
+  EXPECT_EQ((*a)["token_ids"].size(), 8u);
+}
+
+TEST(RunCommandTest, BadInput) {
+  const std::string ckpt = "--checkpoint=" + Checkpoint(1);
+  std::ostringstream out;
+  EXPECT_THAT(RunRun({ckpt, "--tokens=1,2,99999"}, out).message(),
+              HasSubstr("99999"));
+  EXPECT_EQ(RunRun({"--tokens=1"}, out).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(RunRun({ckpt}, out).message(), HasSubstr("--tokens"));
+  EXPECT_THAT(RunRun({ckpt, "--tokens=1", "--top-p=2"}, out).message(),
+              HasSubstr("--top-p"));
+  EXPECT_EQ(RunRun({"--checkpoint=/nonexistent", "--tokens=1"}, out).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(out.str().empty());
+}
+
+TEST(ScoreCommandTest, IdenticalCheckpointsAgreeCompletely) {
+  absl::StatusOr<nlohmann::json> s =
+      Json(RunScore, {"--checkpoint=" + Checkpoint(1),
+                      "--reference=" + Checkpoint(1), "--sequences=2",
+                      "--prompt-tokens=8", "--completion-tokens=6", "--json"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)["scored_tokens"], 12);
+  EXPECT_EQ((*s)["argmax_agreement"], 1.0);
+  EXPECT_NEAR((*s)["kl_max"].get<double>(), 0, 1e-9);
+  EXPECT_EQ((*s)["mean_logprob"], (*s)["reference_mean_logprob"]);
+}
+
+TEST(ScoreCommandTest, DifferentModelsDisagree) {
+  absl::StatusOr<nlohmann::json> s =
+      Json(RunScore, {"--checkpoint=" + Checkpoint(2),
+                      "--reference=" + Checkpoint(1), "--sequences=2",
+                      "--prompt-tokens=8", "--completion-tokens=6", "--json"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_LT((*s)["argmax_agreement"].get<double>(), 0.5);
+  EXPECT_GT((*s)["kl_mean"].get<double>(), 0.1);
+  // The reference's own greedy completion is its most likely path.
+  EXPECT_GT((*s)["reference_mean_logprob"].get<double>(),
+            (*s)["mean_logprob"].get<double>());
+}
+
+TEST(ScoreCommandTest, PromptsFileErrorsNameTheLine) {
+  const std::string path = absl::StrCat(getenv("TEST_TMPDIR"), "/prompts.txt");
+  FILE* f = fopen(path.c_str(), "w");
+  fputs("5,6,7\n\n8,x,9\n", f);
+  fclose(f);
+  std::ostringstream out;
+  const absl::Status st =
+      RunScore({"--checkpoint=" + Checkpoint(1), "--reference=" + Checkpoint(1),
+                "--prompts=" + path},
+               out);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("prompts.txt:3"));
+}
+
+}  // namespace
+}  // namespace mneme::cli
