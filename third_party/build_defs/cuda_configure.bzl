@@ -35,7 +35,9 @@ def _cuda_configure_impl(rctx):
         build.append("""
 cc_library(
     name = "cuda_headers",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh"]),
+    # nv/target and nv/detail/* (included by cuda_fp16.h, hence nccl.h)
+    # have no extension.
+    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh", "include/nv/**"]),
     includes = ["include"],
 )
 
