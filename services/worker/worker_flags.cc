@@ -32,6 +32,11 @@ ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{256} << 20,
           "KV cache budget of this rank, bytes.");
 ABSL_FLAG(int, kv_block_rows, 16, "Entries per KV cache block.");
 ABSL_FLAG(int64_t, max_step_tokens, 16384, "Most tokens in one step.");
+ABSL_FLAG(int, dcp_size, 1,
+          "Decode context parallelism: 1 (off) or --tp_size (the ranks split "
+          "the long-range attention entries).");
+ABSL_FLAG(int, dcp_interleave, 1,
+          "DCP: consecutive entries kept by one rank before the next.");
 ABSL_FLAG(int, max_queued_steps, 64, "Steps waiting to run at most.");
 
 namespace mneme {
@@ -52,6 +57,17 @@ absl::StatusOr<worker::WorkerRuntimeOptions> WorkerRuntimeOptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--rank=", o.model.tp_rank,
                      " must be in [0, --tp_size=", o.model.tp_size, ")"));
+  }
+  o.model.dcp_size = absl::GetFlag(FLAGS_dcp_size);
+  if (o.model.dcp_size != 1 && o.model.dcp_size != o.model.tp_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dcp_size=", o.model.dcp_size,
+                     " must be 1 or --tp_size (", o.model.tp_size, ")"));
+  }
+  o.model.dcp_interleave = absl::GetFlag(FLAGS_dcp_interleave);
+  if (o.model.dcp_interleave < 1 || o.model.dcp_interleave > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dcp_interleave=", o.model.dcp_interleave, " must be in [1, 2^20]"));
   }
   o.group_address = absl::GetFlag(FLAGS_group);
   if (o.model.tp_size > 1) {

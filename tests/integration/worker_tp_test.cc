@@ -108,7 +108,8 @@ struct Cluster {
   }
 };
 
-std::unique_ptr<Cluster> StartCluster(const std::string& checkpoint, int tp) {
+std::unique_ptr<Cluster> StartCluster(const std::string& checkpoint, int tp,
+                                      int dcp = 1, int interleave = 1) {
   auto c = std::make_unique<Cluster>();
   c->store = Start({RunfilePath("mneme/services/engram/mneme_engram_store"),
                     "--checkpoint=" + checkpoint, "--listen=127.0.0.1:0",
@@ -126,7 +127,9 @@ std::unique_ptr<Cluster> StartCluster(const std::string& checkpoint, int tp) {
         "--engram_store=" + c->store.address,
         "--threads=1",
         "--comm_timeout=60s",
-        "--kv_cache_bytes=16777216"};
+        "--kv_cache_bytes=16777216",
+        absl::StrCat("--dcp_size=", dcp),
+        absl::StrCat("--dcp_interleave=", interleave)};
     if (r > 0) argv.push_back("--group=" + group);
     c->workers.push_back(Start(argv));
     if (r == 0) group = c->workers[0].address;
@@ -175,11 +178,13 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
       << what << ": max |diff| " << max_diff << ", max |logit| " << max_ref;
 }
 
-class WorkerTpTest
-    : public ::testing::TestWithParam<std::tuple<int, std::string, int>> {};
+// tp, engram format, hc_mult, dcp, dcp interleave.
+using Config = std::tuple<int, std::string, int, int, int>;
+
+class WorkerTpTest : public ::testing::TestWithParam<Config> {};
 
 TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
-  const auto [tp, format, hc] = GetParam();
+  const auto [tp, format, hc, dcp, interleave] = GetParam();
   const std::string ckpt = Checkpoint(format, hc);
   worker::LocalModelOptions lo;
   lo.checkpoint_dir = ckpt;
@@ -188,7 +193,7 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
       worker::LocalModel::Create(lo);
   ASSERT_TRUE(ref.ok()) << ref.status();
   worker::Model& model = (*ref)->model();
-  std::unique_ptr<Cluster> cluster = StartCluster(ckpt, tp);
+  std::unique_ptr<Cluster> cluster = StartCluster(ckpt, tp, dcp, interleave);
   ASSERT_EQ(cluster->stubs.size(), static_cast<size_t>(tp));
 
   // Sequences 1..3 prefill whole prompts in one batched step; sequence 4
@@ -299,6 +304,20 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
         << st.error_message();
   }
 
+  // Without DCP every rank holds what the reference holds; with DCP each
+  // holds only its share of the compressed entries.
+  const int ref_used =
+      model.kv_cache().num_blocks() - model.kv_cache().free_blocks();
+  for (int r = 0; r < tp; ++r) {
+    const v1::GetInfoResponse info = cluster->Info(r);
+    const int used = info.kv_blocks_total() - info.kv_blocks_free();
+    if (dcp > 1) {
+      EXPECT_LT(used, ref_used) << "rank " << r;
+    } else {
+      EXPECT_EQ(used, ref_used) << "rank " << r;
+    }
+  }
+
   // Releasing every sequence returns every cache block.
   v1::ReleaseRequest release;
   for (uint64_t id : {1, 2, 3, 4}) release.add_sequence_ids(id);
@@ -314,15 +333,28 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TpFormatHc, WorkerTpTest,
+std::string Name(const ::testing::TestParamInfo<Config>& info) {
+  const auto& [tp, format, hc, dcp, interleave] = info.param;
+  return absl::StrCat(
+      "tp", tp, "_", format, "_hc", hc,
+      dcp > 1 ? absl::StrCat("_dcp", dcp, "i", interleave) : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Tp, WorkerTpTest,
                          ::testing::Combine(::testing::Values(2, 4),
                                             ::testing::Values("fp8", "nvfp4"),
-                                            ::testing::Values(4, 1)),
-                         [](const auto& info) {
-                           return absl::StrCat("tp", std::get<0>(info.param),
-                                               "_", std::get<1>(info.param),
-                                               "_hc", std::get<2>(info.param));
-                         });
+                                            ::testing::Values(4, 1),
+                                            ::testing::Values(1),
+                                            ::testing::Values(1)),
+                         Name);
+
+// Decode context parallelism: the compressed entries split across the
+// ranks (interleave 1 and 3), the partial attentions merged by log-sum-exp.
+INSTANTIATE_TEST_SUITE_P(Dcp, WorkerTpTest,
+                         ::testing::Values(Config{2, "fp8", 4, 2, 1},
+                                           Config{4, "fp8", 4, 4, 1},
+                                           Config{4, "nvfp4", 1, 4, 3}),
+                         Name);
 
 }  // namespace
 }  // namespace mneme

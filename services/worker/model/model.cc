@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -114,6 +115,17 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
   if (!dims.ok()) return dims.status();
   if (absl::Status st = CheckTensorParallel(*dims, options.tp_size); !st.ok()) {
     return st;
+  }
+  if (options.dcp_size != 1 && options.dcp_size != options.tp_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dcp_size=", options.dcp_size,
+                     " must be 1 or the tp_size (", options.tp_size,
+                     "): decode context parallelism runs on the "
+                     "tensor-parallel ranks"));
+  }
+  if (options.dcp_interleave < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dcp_interleave=", options.dcp_interleave, " must be >= 1"));
   }
   if (options.tp_size > 1 &&
       (comm == nullptr || comm->size() != options.tp_size ||
@@ -360,14 +372,34 @@ absl::StatusOr<StepOutput> Model::Step(const StepInput& input) {
         have_entries = static_cast<int64_t>(
             sequences_.at(c.sequence_id)->layers[l].entries.size());
       }
-      if (r > 0)
-        needed += std::max<int64_t>(CeilDiv(end / r, br) - have_entries, 0);
+      if (r > 0) {
+        needed += std::max<int64_t>(
+            CeilDiv(OwnedEntriesBefore(end / r), br) - have_entries, 0);
+      }
     }
   }
-  if (needed > kv_cache_->free_blocks()) {
+  // With DCP the ranks hold different entries: they agree on refusing a
+  // step if any of them cannot hold it, so that none enters the forward
+  // pass alone.
+  const bool fits = needed <= kv_cache_->free_blocks();
+  bool all_fit = fits;
+  if (options_.dcp_size > 1) {
+    float misses = fits ? 0.0f : 1.0f;
+    absl::StatusOr<std::unique_ptr<gpu::Buffer>> flag = Scratch(1);
+    if (!flag.ok()) return flag.status();
+    backend_.CopyFromHost({misses}, (*flag)->data());
+    if (absl::Status st = comm_->AllReduceSum((*flag)->data(), 1); !st.ok()) {
+      return st;
+    }
+    backend_.CopyToHost((*flag)->data(), absl::MakeSpan(&misses, 1));
+    all_fit = misses == 0.0f;
+  }
+  if (!all_fit) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "kv cache full: the step needs ", needed, " blocks, ",
-        kv_cache_->free_blocks(), " of ", kv_cache_->num_blocks(), " free"));
+        "kv cache full: the step needs ", needed, " blocks on rank ",
+        options_.tp_rank, ", ", kv_cache_->free_blocks(), " of ",
+        kv_cache_->num_blocks(), " free",
+        fits ? " (another rank of the group is full)" : ""));
   }
   std::vector<Sequence*> seqs;
   for (size_t i = 0; i < input.chunks.size(); ++i) {
@@ -393,8 +425,8 @@ absl::StatusOr<StepOutput> Model::Step(const StepInput& input) {
         }
       }
       if (r > 0) {
-        const int64_t more =
-            CeilDiv(end / r, br) - static_cast<int64_t>(ls.entries.size());
+        const int64_t more = CeilDiv(OwnedEntriesBefore(end / r), br) -
+                             static_cast<int64_t>(ls.entries.size());
         if (more > 0) {
           st.Update(kv_cache_->Allocate(static_cast<int>(more), ls.entries));
         }
@@ -631,8 +663,23 @@ absl::Status Model::Attention(int layer, const StepInput& input,
     ckv = std::move(a);
     cscore = std::move(b);
   }
-  MNEME_SCRATCH(o, T * hl * hd);
-  MNEME_SCRATCH(lse, T * hl);
+  // With DCP every rank attends with all heads over the entries it owns and
+  // the partial results are merged across ranks; otherwise each rank
+  // attends with its own heads over every entry.
+  const bool dcp = options_.dcp_size > 1;
+  const int64_t heads = dcp ? d.num_heads : hl;
+  std::unique_ptr<gpu::Buffer> q_all;
+  if (dcp) {
+    MNEME_SCRATCH(gathered, T * d.num_heads * hd);
+    if (absl::Status st = GatherHeads(q->view(T, hl * hd), gathered->data());
+        !st.ok()) {
+      return st;
+    }
+    q_all = std::move(gathered);
+  }
+  const MatrixView qv = dcp ? q_all->view(T, heads * hd) : q->view(T, hl * hd);
+  MNEME_SCRATCH(o_att, T * heads * hd);
+  MNEME_SCRATCH(lse, T * heads);
   MNEME_SCRATCH(entry, hd);
   MNEME_SCRATCH(pool_kv, std::max(r, 1) * hd);
   MNEME_SCRATCH(pool_score, std::max(r, 1) * hd);
@@ -647,10 +694,10 @@ absl::Status Model::Attention(int layer, const StepInput& input,
     Sequence::LayerState& ls = seqs[ci]->layers[layer];
     const int64_t n = static_cast<int64_t>(c.tokens.size());
     const int64_t p0 = c.start_position;
-    int64_t n_entries = 0;
+    int64_t n_entries = 0;  // This rank's entries after the chunk.
     if (r > 0) {
       // Feed the compressor token by token; each completed block of r
-      // tokens becomes one entry.
+      // tokens becomes one entry (kept by the rank that owns it).
       std::vector<int32_t> kv_rows(r), score_rows(r);
       for (int j = 0; j < r; ++j) {
         kv_rows[j] = row_of(ls.partial, j);
@@ -667,6 +714,7 @@ absl::Status Model::Attention(int layer, const StepInput& input,
             {score_rows[slot]}, pool);
         if (slot != r - 1) continue;
         const int64_t e = p / r;
+        if (!OwnsEntry(e)) continue;
         backend_.GatherRows(pool, kv_rows, pool_kv->view(r, hd));
         backend_.GatherRows(pool, score_rows, pool_score->view(r, hd));
         backend_.SoftmaxPool(pool_kv->view(r, hd), pool_score->view(r, hd),
@@ -676,46 +724,73 @@ absl::Status Model::Attention(int layer, const StepInput& input,
         const int32_t entry_pos = static_cast<int32_t>(e * r);
         backend_.Rope(entry->view(1, hd), static_cast<int>(hd), d.rope_dim,
                       d.rope_theta, {entry_pos}, fwd);
-        backend_.ScatterRows(entry->view(1, hd), {row_of(ls.entries, e)}, pool);
+        backend_.ScatterRows(entry->view(1, hd),
+                             {row_of(ls.entries, OwnedEntriesBefore(e))}, pool);
       }
-      n_entries = (p0 + n) / r;
+      n_entries = OwnedEntriesBefore((p0 + n) / r);
     }
-    // Keys: compressed entries, the window's earlier tokens, this chunk.
-    const int64_t prev = std::min<int64_t>(p0, W - 1);
-    const int64_t first_prev = p0 - prev;
-    const int64_t K = n_entries + prev + n;
+    // Keys: this rank's compressed entries, then the window positions it
+    // attends (all of them, or with DCP the ones it owns): earlier tokens
+    // from the ring, this chunk's from kv.
+    const int64_t first_prev = p0 - std::min<int64_t>(p0, W - 1);
+    std::vector<int64_t> window_pos;
+    for (int64_t p = first_prev; p < p0 + n; ++p) {
+      if (!dcp || OwnsEntry(p)) window_pos.push_back(p);
+    }
+    const int64_t K = n_entries + static_cast<int64_t>(window_pos.size());
     MNEME_SCRATCH(keys, K * hd);
-    std::vector<int32_t> key_rows;
-    key_rows.reserve(n_entries + prev);
+    std::vector<int32_t> pool_rows, key_index;     // From the pool.
+    std::vector<int32_t> chunk_rows, chunk_index;  // From kv.
     for (int64_t e = 0; e < n_entries; ++e) {
-      key_rows.push_back(row_of(ls.entries, e));
+      pool_rows.push_back(row_of(ls.entries, e));
+      key_index.push_back(static_cast<int32_t>(e));
     }
-    for (int64_t p = first_prev; p < p0; ++p) {
-      key_rows.push_back(row_of(ls.window, p % W));
+    for (size_t i = 0; i < window_pos.size(); ++i) {
+      const int64_t p = window_pos[i];
+      const int32_t k = static_cast<int32_t>(n_entries + i);
+      if (p < p0) {
+        pool_rows.push_back(row_of(ls.window, p % W));
+        key_index.push_back(k);
+      } else {
+        chunk_rows.push_back(static_cast<int32_t>(t0 + p - p0));
+        chunk_index.push_back(k);
+      }
     }
-    if (!key_rows.empty()) {
+    // Gather into place: rows of each source, then scatter into keys.
+    for (int from_pool = 0; from_pool < 2; ++from_pool) {
+      const std::vector<int32_t>& src = from_pool ? pool_rows : chunk_rows;
+      const std::vector<int32_t>& dst = from_pool ? key_index : chunk_index;
+      if (src.empty()) continue;
+      const int64_t m = static_cast<int64_t>(src.size());
+      MNEME_SCRATCH(tmp, m * hd);
       backend_.GatherRows(
-          pool, key_rows,
-          keys->view(static_cast<int64_t>(key_rows.size()), hd));
+          from_pool ? ConstMatrixView(pool) : ConstMatrixView(kv->view(T, hd)),
+          src, tmp->view(m, hd));
+      backend_.ScatterRows(tmp->view(m, hd), dst, keys->view(K, hd));
     }
-    std::vector<int32_t> chunk_rows(n);
-    for (int64_t j = 0; j < n; ++j)
-      chunk_rows[j] = static_cast<int32_t>(t0 + j);
-    backend_.GatherRows(kv->view(T, hd), chunk_rows,
-                        Rows(keys->view(K, hd), n_entries + prev, n));
     std::vector<gpu::KeyRanges> ranges(n);
     for (int64_t j = 0; j < n; ++j) {
       const int64_t p = p0 + j;
-      if (r > 0) ranges[j].end[0] = static_cast<int32_t>((p + 1) / r);
+      if (r > 0) {
+        ranges[j].end[0] =
+            static_cast<int32_t>(OwnedEntriesBefore((p + 1) / r));
+      }
       const int64_t lo = std::max<int64_t>(0, p - W + 1);
-      ranges[j].begin[1] = static_cast<int32_t>(n_entries + lo - first_prev);
-      ranges[j].end[1] = static_cast<int32_t>(n_entries + p - first_prev + 1);
+      ranges[j].begin[1] = static_cast<int32_t>(
+          n_entries +
+          (std::lower_bound(window_pos.begin(), window_pos.end(), lo) -
+           window_pos.begin()));
+      ranges[j].end[1] = static_cast<int32_t>(
+          n_entries +
+          (std::upper_bound(window_pos.begin(), window_pos.end(), p) -
+           window_pos.begin()));
     }
-    backend_.Attention(Rows(q->view(T, hl * hd), t0, n), keys->view(K, hd),
-                       static_cast<int>(hl), ranges,
+    backend_.Attention(Rows(qv, t0, n), keys->view(K, hd),
+                       static_cast<int>(heads), ranges,
                        1.0f / std::sqrt(static_cast<float>(hd)),
-                       lw.attn_sink->data(), Rows(o->view(T, hl * hd), t0, n),
-                       Rows(lse->view(T, hl), t0, n));
+                       dcp ? nullptr : lw.attn_sink->data(),
+                       Rows(o_att->view(T, heads * hd), t0, n),
+                       Rows(lse->view(T, heads), t0, n));
     // Remember the last W tokens of the chunk in the window ring.
     std::vector<int32_t> src_rows, dst_rows;
     for (int64_t p = std::max(p0, p0 + n - W); p < p0 + n; ++p) {
@@ -729,6 +804,18 @@ absl::Status Model::Attention(int layer, const StepInput& input,
     backend_.ScatterRows(tail_view, dst_rows, pool);
     t0 += n;
   }
+  std::unique_ptr<gpu::Buffer> merged;
+  if (dcp) {
+    MNEME_SCRATCH(mine, T * hl * hd);
+    if (absl::Status st =
+            MergeAttention(o_att->view(T, heads * hd), lse->view(T, heads),
+                           lw.attn_sink->data(), mine->view(T, hl * hd));
+        !st.ok()) {
+      return st;
+    }
+    merged = std::move(mine);
+  }
+  const std::unique_ptr<gpu::Buffer>& o = dcp ? merged : o_att;
   backend_.Rope(o->view(T, hl * hd), static_cast<int>(hd), d.rope_dim,
                 d.rope_theta, positions, Backend::RopeDirection::kInverse);
 
@@ -754,6 +841,97 @@ absl::Status Model::Attention(int layer, const StepInput& input,
   }
   backend_.Linear(oa->view(T, gl * ol), *lw.wo_b, out);
   return AllReduce(out);
+}
+
+bool Model::OwnsEntry(int64_t index) const {
+  const int n = options_.dcp_size;
+  return n == 1 || (index / options_.dcp_interleave) % n == options_.tp_rank;
+}
+
+int64_t Model::OwnedEntriesBefore(int64_t count) const {
+  const int n = options_.dcp_size;
+  if (n == 1) return count;
+  const int64_t il = options_.dcp_interleave;
+  const int64_t cycle = n * il;
+  const int64_t rest = count % cycle - options_.tp_rank * il;
+  return (count / cycle) * il + std::clamp<int64_t>(rest, 0, il);
+}
+
+absl::Status Model::GatherHeads(ConstMatrixView q_local, float* q_all) {
+  const int n = options_.tp_size;
+  const int64_t T = q_local.rows, w = q_local.cols;
+  MNEME_SCRATCH(recv, n * T * w);
+  if (absl::Status st = comm_->AllGather(q_local.data, T * w, recv->data());
+      !st.ok()) {
+    return st;
+  }
+  // recv is [rank][token][w]; q_all is [token][rank][w].
+  std::vector<int32_t> rows(n * T);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int q = 0; q < n; ++q)
+      rows[t * n + q] = static_cast<int32_t>(q * T + t);
+  }
+  backend_.GatherRows(recv->view(n * T, w), rows, MatrixView{q_all, n * T, w});
+  return absl::OkStatus();
+}
+
+absl::Status Model::MergeAttention(ConstMatrixView out_all,
+                                   ConstMatrixView lse_all, const float* sink,
+                                   MatrixView out) {
+  const int n = options_.tp_size, rank = options_.tp_rank;
+  const int64_t T = out_all.rows, H = lse_all.cols;
+  const int64_t hl = H / n, hd = out_all.cols / H;
+  // Every rank's log-sum-exp per token and head -> the global one.
+  MNEME_SCRATCH(lse_recv, n * T * H);
+  if (absl::Status st = comm_->AllGather(lse_all.data, T * H, lse_recv->data());
+      !st.ok()) {
+    return st;
+  }
+  std::vector<float> lses(static_cast<size_t>(n * T * H));
+  backend_.CopyToHost(lse_recv->data(), absl::MakeSpan(lses));
+  std::vector<float> global(static_cast<size_t>(T * H));
+  for (int64_t i = 0; i < T * H; ++i) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int q = 0; q < n; ++q) m = std::max(m, lses[q * T * H + i]);
+    double sum = 0;
+    if (std::isfinite(m)) {
+      for (int q = 0; q < n; ++q) sum += std::exp(lses[q * T * H + i] - m);
+    }
+    global[i] = std::isfinite(m) ? m + static_cast<float>(std::log(sum)) : m;
+  }
+  // This rank's share, weighted by exp(lse_rank - lse_global), laid out as
+  // [owner rank][token][owner's heads] for the reduce-scatter.
+  std::vector<float> part(static_cast<size_t>(T * H * hd));
+  backend_.CopyToHost(out_all.data, absl::MakeSpan(part));
+  std::vector<float> send(part.size());
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      const float l = lses[rank * T * H + t * H + h];
+      const float g = global[t * H + h];
+      const float w = std::isfinite(l) ? std::exp(l - g) : 0.0f;
+      const int64_t owner = h / hl, local = h % hl;
+      float* dst = send.data() + ((owner * T + t) * hl + local) * hd;
+      const float* src = part.data() + (t * H + h) * hd;
+      for (int64_t k = 0; k < hd; ++k) dst[k] = w * src[k];
+    }
+  }
+  MNEME_SCRATCH(send_buf, T * H * hd);
+  backend_.CopyFromHost(send, send_buf->data());
+  if (absl::Status st =
+          comm_->ReduceScatterSum(send_buf->data(), T * hl * hd, out.data);
+      !st.ok()) {
+    return st;
+  }
+  // The sink once, with the global log-sum-exp of this rank's heads.
+  std::vector<float> own(static_cast<size_t>(T * hl));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < hl; ++h)
+      own[t * hl + h] = global[t * H + rank * hl + h];
+  }
+  MNEME_SCRATCH(own_buf, T * hl);
+  backend_.CopyFromHost(own, own_buf->data());
+  backend_.ApplySink(own_buf->view(T, hl), sink, out);
+  return absl::OkStatus();
 }
 
 absl::Status Model::Moe(int layer, ConstMatrixView xn, MatrixView out) {

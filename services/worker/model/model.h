@@ -25,6 +25,14 @@ struct ModelOptions {
   int tp_size = 1;
   // The paged attention-entry pool. Default: KvCacheOptions{}.
   KvCacheOptions kv_cache;
+  // Decode context parallelism: 1 (off) or tp_size. With DCP the ranks
+  // split the compressed attention entries (entry i lives on rank
+  // (i / dcp_interleave) % dcp_size; the sliding window stays on every
+  // rank), attend over their own with every head, and merge the partial
+  // results by log-sum-exp. Default: 1.
+  int dcp_size = 1;
+  // Entries in a row on one rank before the next. Default: 1.
+  int dcp_interleave = 1;
   // Most tokens one step may carry (scratch memory grows with it).
   // Default: 16384.
   int64_t max_step_tokens = 16384;
@@ -132,6 +140,17 @@ class Model {
   absl::Status Head(const StepInput& input, gpu::ConstMatrixView x_stream,
                     StepOutput& out);
   absl::StatusOr<std::unique_ptr<gpu::Buffer>> Scratch(int64_t floats);
+  // DCP: whether this rank keeps compressed entry `index`; how many of the
+  // entries [0, count) it keeps.
+  bool OwnsEntry(int64_t index) const;
+  int64_t OwnedEntriesBefore(int64_t count) const;
+  // DCP: every rank's query heads [T, H * hd] from this rank's [T, hl * hd].
+  absl::Status GatherHeads(gpu::ConstMatrixView q_local, float* q_all);
+  // DCP: merges every rank's (out, lse) over all heads into this rank's
+  // heads of the attention output, with the sink applied once.
+  absl::Status MergeAttention(gpu::ConstMatrixView out_all,
+                              gpu::ConstMatrixView lse_all, const float* sink,
+                              gpu::MatrixView out);
   absl::Status AllReduce(gpu::MatrixView m);
 
   const ModelOptions options_;
