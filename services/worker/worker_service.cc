@@ -136,6 +136,18 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
     backend = backend_;
     comm = comm_;
   }
+  for (uint64_t id : request.release_sequence_ids()) model->Release(id);
+  if (request.prefetches_size() > 0) {
+    std::vector<PrefetchHint> hints;
+    for (const v1::PrefetchHint& h : request.prefetches()) {
+      PrefetchHint hint;
+      hint.context.assign(h.context_token_ids().begin(),
+                          h.context_token_ids().end());
+      hint.tokens.assign(h.token_ids().begin(), h.token_ids().end());
+      hints.push_back(std::move(hint));
+    }
+    model->Prefetch(hints);
+  }
   StepInput input;
   int64_t logits_values = 0;
   for (int i = 0; i < request.chunks_size(); ++i) {

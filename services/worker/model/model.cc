@@ -297,6 +297,28 @@ int64_t Model::SequenceLength(uint64_t sequence_id) const {
              : static_cast<int64_t>(it->second->tokens.size());
 }
 
+void Model::Prefetch(const std::vector<PrefetchHint>& hints) {
+  if (engram_ == nullptr || dims_.engram_layers.empty()) return;
+  const std::vector<int>& mine = engram_columns_[options_.tp_rank];
+  for (const PrefetchHint& h : hints) {
+    if (h.tokens.empty()) continue;
+    const size_t ctx = std::min<size_t>(h.context.size(), engram_context_);
+    for (int layer : dims_.engram_layers) {
+      engram::v1::PrefetchRequest req;
+      req.set_layer_id(layer);
+      for (size_t k = h.context.size() - ctx; k < h.context.size(); ++k) {
+        req.add_token_ids(h.context[k]);
+      }
+      for (int64_t t : h.tokens) req.add_token_ids(t);
+      req.set_context_token_count(static_cast<int32_t>(ctx));
+      for (int col : mine) req.add_columns(col);
+      // Best effort by design: a dropped or failed prefetch only means the
+      // step that needs the rows reads them itself.
+      (void)engram_->Prefetch(req);
+    }
+  }
+}
+
 void Model::Release(uint64_t sequence_id) {
   auto it = sequences_.find(sequence_id);
   if (it == sequences_.end()) return;

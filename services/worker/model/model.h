@@ -53,6 +53,13 @@ struct SequenceChunk {
   Logits logits = Logits::kLast;
 };
 
+// Tokens whose Engram rows a later step will need.
+struct PrefetchHint {
+  // Up to the n-gram lookback of tokens preceding `tokens`, oldest first.
+  std::vector<int64_t> context;
+  std::vector<int64_t> tokens;
+};
+
 struct StepInput {
   // At most one chunk per sequence.
   std::vector<SequenceChunk> chunks;
@@ -110,6 +117,11 @@ class Model {
 
   // Runs the chunks as one batch.
   absl::StatusOr<StepOutput> Step(const StepInput& input);
+  // Asks the engram store to stage the rows of this rank's hash columns
+  // for the hinted tokens (all Engram layers). Best effort: the store
+  // queues the reads and drops them when its queue is full; errors are
+  // ignored (a later lookup reads the rows anyway). No collectives.
+  void Prefetch(const std::vector<PrefetchHint>& hints);
   // Forgets a sequence and frees its cache blocks (no-op if unknown).
   void Release(uint64_t sequence_id);
   // Sequences with state.
