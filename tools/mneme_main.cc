@@ -9,6 +9,7 @@
 #include "tools/cli/cast_experts_command.h"
 #include "tools/cli/engram_command.h"
 #include "tools/cli/engram_service_command.h"
+#include "tools/cli/generate_command.h"
 #include "tools/cli/inspect_command.h"
 #include "tools/cli/localize_command.h"
 #include "tools/cli/make_checkpoint_command.h"
@@ -67,7 +68,11 @@ constexpr char kUsage[] =
     "      generate with the whole model in this process (TP 1, CPU)\n"
     "  score --checkpoint A --reference B [--prompts FILE | --sequences N\n"
     "        --prompt-tokens P] [--completion-tokens C] [--seed N] [--json]\n"
-    "      teacher-forced quality of A against B: logprobs, argmax, KL\n";
+    "      teacher-forced quality of A against B: logprobs, argmax, KL\n"
+    "  generate --server ADDR --tokens T0,T1,... [--max-new-tokens N]\n"
+    "           [--temperature X] [--top-p X] [--top-k N] [--seed N]\n"
+    "           [--stop-tokens S,...] [--ignore-eos] [--json]\n"
+    "      stream a generation from a running coordinator\n";
 
 }  // namespace
 
@@ -102,6 +107,8 @@ int main(int argc, char** argv) {
     status = mneme::cli::RunCastExperts(rest, std::cout);
   } else if (command == "run") {
     status = mneme::cli::RunRun(rest, std::cout);
+  } else if (command == "generate") {
+    status = mneme::cli::RunGenerate(rest, std::cout);
   } else if (command == "score") {
     status = mneme::cli::RunScore(rest, std::cout);
   } else if (command == "localize") {

@@ -82,8 +82,14 @@ void PrintListening(const ServerRunner& runner) {
 }
 
 int ServeUntilSignal(ServerRunner& runner, SystemdNotifier& notifier) {
+  return ServeUntilSignal(runner, notifier,
+                          [&runner] { return runner.serving(); });
+}
+
+int ServeUntilSignal(ServerRunner& runner, SystemdNotifier& notifier,
+                     std::function<bool()> alive) {
   notifier.Ready();
-  notifier.StartWatchdog([&runner] { return runner.serving(); });
+  notifier.StartWatchdog(std::move(alive));
   const sigset_t signals = TerminationSignals();
   int signal = 0;
   while (sigwait(&signals, &signal) != 0) {

@@ -1,6 +1,7 @@
 #ifndef MNEME_SERVICES_COMMON_DAEMON_H_
 #define MNEME_SERVICES_COMMON_DAEMON_H_
 
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -38,6 +39,11 @@ void PrintListening(const ServerRunner& runner);
 // waits for SIGTERM or SIGINT, then announces STOPPING=1 and drains.
 // Returns the process exit code (0).
 int ServeUntilSignal(ServerRunner& runner, SystemdNotifier& notifier);
+// The same, feeding the watchdog while `alive()` returns true instead of
+// while the runner serves (for a daemon whose health may be NOT_SERVING
+// for a while, e.g. a coordinator waiting for its workers).
+int ServeUntilSignal(ServerRunner& runner, SystemdNotifier& notifier,
+                     std::function<bool()> alive);
 
 }  // namespace mneme
 

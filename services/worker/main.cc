@@ -3,7 +3,10 @@
 // join the group and load the shard (NOT_SERVING until then) -> serve step
 // plans until SIGTERM -> drain.
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,9 +36,20 @@ int main(int argc, char** argv) {
   if (!runtime_options.ok()) mneme::ExitWithError(runtime_options.status());
 
   mneme::InflightGate gate;
+  mneme::worker::WorkerServiceOptions service_options =
+      mneme::WorkerServiceOptionsFromFlags();
+  // A broken group cannot heal in place: exit non-zero so the supervisor
+  // (systemd, Kubernetes, `mneme cluster up`) restarts the worker.
+  service_options.on_broken = [](const absl::Status& st) {
+    std::fprintf(stderr,
+                 "mneme_worker: error: the tensor-parallel group "
+                 "broke: %s\n",
+                 std::string(st.message()).c_str());
+    std::fflush(stderr);
+    std::_Exit(1);  // Not exit(): other threads are still running.
+  };
   absl::StatusOr<std::unique_ptr<mneme::worker::WorkerService>> service =
-      mneme::worker::WorkerService::Create(
-          mneme::WorkerServiceOptionsFromFlags(), &gate);
+      mneme::worker::WorkerService::Create(service_options, &gate);
   if (!service.ok()) mneme::ExitWithError(service.status());
   std::vector<grpc::Service*> services = {service->get()};
   std::unique_ptr<mneme::gpu::RendezvousService> rendezvous;

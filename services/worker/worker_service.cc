@@ -118,8 +118,11 @@ grpc::ServerUnaryReactor* WorkerService::Step(
     // collective; any other failure leaves the group out of step.
     if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument &&
         st.code() != absl::StatusCode::kResourceExhausted) {
-      absl::MutexLock lock(&mu_);
-      broken_ = st;
+      {
+        absl::MutexLock lock(&mu_);
+        broken_ = st;
+      }
+      if (options_.on_broken) options_.on_broken(st);
     }
     return st;
   });
@@ -242,6 +245,14 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(
     response->set_kv_block_rows(m.kv_cache().block_rows());
     response->set_sequences(m.num_sequences());
     response->set_ready(true);
+    const KvCache& kv = m.kv_cache();
+    response->set_kv_bytes_total(int64_t{kv.num_blocks()} * kv.block_bytes());
+    response->set_kv_fixed_bytes_per_sequence(m.KvFixedBlocksPerSequence() *
+                                              kv.block_bytes());
+    response->set_kv_bytes_per_token(m.KvBytesPerToken());
+    response->set_dcp_size(m.options().dcp_size);
+    response->set_dcp_interleave(m.options().dcp_interleave);
+    response->set_sliding_window(m.dims().sliding_window);
     return absl::OkStatus();
   });
 }

@@ -2,6 +2,7 @@
 #define MNEME_SERVICES_WORKER_WORKER_SERVICE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -24,6 +25,11 @@ struct WorkerServiceOptions {
   // Most logits values one response may carry (OUTPUT_LOGITS_*).
   // Default: 16,777,216 (64 MiB).
   int64_t max_response_logits = int64_t{1} << 24;
+  // Called once, on the step thread, when a step breaks the group (a peer
+  // lost, a collective timed out): the daemon exits so that its supervisor
+  // restarts it and the group re-forms. Default: none (the service then
+  // answers UNAVAILABLE until the process restarts).
+  std::function<void(const absl::Status&)> on_broken;
 };
 
 // The Worker gRPC service (proto/worker/v1): runs step plans on the model,

@@ -865,6 +865,26 @@ absl::Status Model::Attention(int layer, const StepInput& input,
   return AllReduce(out);
 }
 
+int64_t Model::KvFixedBlocksPerSequence() const {
+  const int64_t br = kv_cache_->block_rows();
+  int64_t blocks = 0;
+  for (int r : dims_.compress_ratios) {
+    blocks += CeilDiv(dims_.sliding_window, br);
+    // The compressor's partial block, plus rounding of the entry blocks.
+    if (r > 0)
+      blocks += CeilDiv(2 * r, br) + 1 + CeilDiv(options_.dcp_interleave, br);
+  }
+  return blocks;
+}
+
+int64_t Model::KvBytesPerToken() const {
+  double bytes = 0;
+  for (int r : dims_.compress_ratios) {
+    if (r > 0) bytes += dims_.head_dim * 4.0 / r;
+  }
+  return static_cast<int64_t>(std::ceil(bytes));
+}
+
 bool Model::OwnsEntry(int64_t index) const {
   const int n = options_.dcp_size;
   return n == 1 || (index / options_.dcp_interleave) % n == options_.tp_rank;

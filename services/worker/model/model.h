@@ -114,6 +114,12 @@ class Model {
   int64_t weight_bytes() const { return weight_bytes_; }
   const KvCache& kv_cache() const { return *kv_cache_; }
   const ModelStats& stats() const { return stats_; }
+  const ModelOptions& options() const { return options_; }
+  // KV accounting (an upper bound of what the cache holds): blocks every
+  // sequence holds whatever its length, and bytes per token on the rank
+  // owning the token's compressed entries.
+  int64_t KvFixedBlocksPerSequence() const;
+  int64_t KvBytesPerToken() const;
 
   // Runs the chunks as one batch.
   absl::StatusOr<StepOutput> Step(const StepInput& input);

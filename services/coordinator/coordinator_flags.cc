@@ -1,0 +1,90 @@
+#include "services/coordinator/coordinator_flags.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+
+ABSL_FLAG(std::string, workers, "",
+          "HOST:PORT of every worker, comma-separated, in rank order.");
+ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(120),
+          "Deadline of one step on the workers.");
+ABSL_FLAG(int64_t, max_num_batched_tokens, 8192,
+          "Token budget of one step (the prefill chunk size).");
+ABSL_FLAG(int64_t, max_num_seqs, 256, "Most requests running at once.");
+ABSL_FLAG(int64_t, long_prefill_token_threshold, 0,
+          "Most prompt tokens of one sequence per step; 0 = the budget.");
+ABSL_FLAG(int64_t, max_context_tokens, 0,
+          "Longest prompt + max_new_tokens; 0 = what the KV cache holds.");
+ABSL_FLAG(int64_t, max_queued_requests, 1024,
+          "Most waiting requests; more are RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_queued_tokens, 4194304,
+          "Most prompt tokens waiting; more are RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, kv_cache_bytes, 0,
+          "KV bytes per rank the scheduler may use; 0 = the workers' pool.");
+ABSL_FLAG(int, max_prefetch_hints, 4,
+          "Prefill chunks whose Engram rows are prefetched per step.");
+
+namespace mneme {
+
+absl::StatusOr<coordinator::WorkerGroupOptions> WorkerGroupOptionsFromFlags() {
+  coordinator::WorkerGroupOptions o;
+  const std::string workers = absl::GetFlag(FLAGS_workers);
+  if (workers.empty()) {
+    return absl::InvalidArgumentError(
+        "--workers=HOST:PORT,... (every worker, in rank order) is required");
+  }
+  o.workers = absl::StrSplit(workers, ',');
+  o.step_timeout = absl::GetFlag(FLAGS_step_timeout);
+  if (o.step_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--step_timeout must be positive");
+  }
+  return o;
+}
+
+absl::StatusOr<coordinator::EngineOptions> EngineOptionsFromFlags() {
+  coordinator::EngineOptions o;
+  coordinator::SchedulerOptions& s = o.scheduler;
+  struct IntFlag {
+    const char* name;
+    int64_t value;
+    int64_t lo;
+    int64_t* dst;
+  };
+  const std::vector<IntFlag> flags = {
+      {"max_num_batched_tokens", absl::GetFlag(FLAGS_max_num_batched_tokens), 1,
+       &s.max_num_batched_tokens},
+      {"max_num_seqs", absl::GetFlag(FLAGS_max_num_seqs), 1, &s.max_num_seqs},
+      {"long_prefill_token_threshold",
+       absl::GetFlag(FLAGS_long_prefill_token_threshold), 0,
+       &s.long_prefill_token_threshold},
+      {"max_context_tokens", absl::GetFlag(FLAGS_max_context_tokens), 0,
+       &s.max_context_tokens},
+      {"max_queued_requests", absl::GetFlag(FLAGS_max_queued_requests), 1,
+       &s.max_queued_requests},
+      {"max_queued_tokens", absl::GetFlag(FLAGS_max_queued_tokens), 1,
+       &s.max_queued_tokens},
+      {"kv_cache_bytes", absl::GetFlag(FLAGS_kv_cache_bytes), 0,
+       &s.kv_pool.bytes_per_rank},
+  };
+  for (const IntFlag& f : flags) {
+    if (f.value < f.lo || f.value > (int64_t{1} << 50)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", f.name, "=", f.value, " must be in [", f.lo, ", 2^50]"));
+    }
+    *f.dst = f.value;
+  }
+  o.max_prefetch_hints = absl::GetFlag(FLAGS_max_prefetch_hints);
+  if (o.max_prefetch_hints < 0 || o.max_prefetch_hints > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_prefetch_hints=", o.max_prefetch_hints,
+                     " must be in [0, 4096]"));
+  }
+  return o;
+}
+
+}  // namespace mneme

@@ -1,0 +1,27 @@
+#ifndef MNEME_SERVICES_COORDINATOR_COORDINATOR_FLAGS_H_
+#define MNEME_SERVICES_COORDINATOR_COORDINATOR_FLAGS_H_
+
+#include "absl/status/statusor.h"
+#include "services/coordinator/engine.h"
+#include "services/coordinator/worker_group.h"
+
+namespace mneme {
+
+// The coordinator daemon's default gRPC and metrics ports.
+inline constexpr int kCoordinatorPort = 50171;
+inline constexpr int kCoordinatorMetricsPort = 50172;
+
+// WorkerGroupOptions from --workers=HOST:PORT,... (rank order; required)
+// and --step_timeout. InvalidArgument naming the flag.
+absl::StatusOr<coordinator::WorkerGroupOptions> WorkerGroupOptionsFromFlags();
+
+// EngineOptions from --max_num_batched_tokens, --max_num_seqs,
+// --long_prefill_token_threshold, --max_context_tokens (0 = the longest
+// the workers' KV cache holds), --max_queued_requests, --max_queued_tokens,
+// --kv_cache_bytes (per rank for the scheduler; 0 = the workers'),
+// --max_prefetch_hints. InvalidArgument naming the flag.
+absl::StatusOr<coordinator::EngineOptions> EngineOptionsFromFlags();
+
+}  // namespace mneme
+
+#endif  // MNEME_SERVICES_COORDINATOR_COORDINATOR_FLAGS_H_

@@ -1,0 +1,625 @@
+#include "services/coordinator/engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+
+namespace mneme::coordinator {
+namespace {
+
+namespace v1 = worker::v1;
+
+constexpr size_t kMaxRequestIdBytes = 128;
+// Tokens of n-gram history a prefetch hint carries.
+constexpr int64_t kPrefetchContext = 3;
+
+std::vector<double> LatencyBuckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
+          1,     2,     5,    10,   20,   50,  100};
+}
+
+}  // namespace
+
+struct Engine::Live {
+  std::string name;
+  GenerateParams params;
+  absl::flat_hash_set<int64_t> stops;
+  // Prompt, then the generated tokens.
+  std::vector<int64_t> tokens;
+  int64_t prompt_tokens = 0;
+  int64_t generated = 0;
+  std::shared_ptr<GenerateSink> sink;
+  absl::Time arrival;
+  bool scheduled = false;
+  absl::Time last_token;
+};
+
+struct Engine::Metrics {
+  Histogram* ttft = nullptr;
+  Histogram* itl = nullptr;
+  Histogram* e2e = nullptr;
+  Histogram* queue = nullptr;
+  Histogram* step = nullptr;
+  Histogram* schedule = nullptr;
+  Counter* prompt_tokens = nullptr;
+  Counter* generation_tokens = nullptr;
+  Counter* finished_stop = nullptr;
+  Counter* finished_length = nullptr;
+  Counter* finished_abort = nullptr;
+  Counter* finished_error = nullptr;
+  Counter* worker_failures = nullptr;
+};
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    const EngineOptions& options, WorkerGroup* workers,
+    MetricsRegistry* metrics) {
+  if (workers == nullptr || metrics == nullptr) {
+    return absl::InvalidArgumentError("workers and metrics are required");
+  }
+  if (options.ready_poll_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("ready_poll_interval must be positive");
+  }
+  if (options.max_prefetch_hints < 0) {
+    return absl::InvalidArgumentError("max_prefetch_hints must be >= 0");
+  }
+  std::unique_ptr<Engine> engine(new Engine(options, workers));
+  auto m = std::make_unique<Metrics>();
+  absl::Status st;
+  auto histogram = [&](const char* name, const char* help) -> Histogram* {
+    absl::StatusOr<HistogramFamily*> f = metrics->AddHistogram(
+        {.name = name, .help = help, .label_names = {}}, LatencyBuckets());
+    if (!f.ok()) {
+      st.Update(f.status());
+      return nullptr;
+    }
+    absl::StatusOr<Histogram*> h = (*f)->Get();
+    st.Update(h.status());
+    return h.ok() ? *h : nullptr;
+  };
+  auto counter = [&](const char* name, const char* help,
+                     std::vector<std::string> labels,
+                     std::vector<std::vector<absl::string_view>> values)
+      -> std::vector<Counter*> {
+    std::vector<Counter*> out;
+    absl::StatusOr<CounterFamily*> f = metrics->AddCounter(
+        {.name = name, .help = help, .label_names = std::move(labels)});
+    if (!f.ok()) {
+      st.Update(f.status());
+      return std::vector<Counter*>(values.size(), nullptr);
+    }
+    for (const auto& v : values) {
+      absl::StatusOr<Counter*> c = (*f)->Get(v);
+      st.Update(c.status());
+      out.push_back(c.ok() ? *c : nullptr);
+    }
+    return out;
+  };
+  m->ttft = histogram("mneme:time_to_first_token_seconds",
+                      "Time from arrival to the first new token.");
+  m->itl = histogram("mneme:inter_token_latency_seconds",
+                     "Time between consecutive new tokens of a request.");
+  m->e2e = histogram("mneme:e2e_request_latency_seconds",
+                     "Time from arrival to the end of a request.");
+  m->queue = histogram("mneme:request_queue_time_seconds",
+                       "Time from arrival to the first scheduled step.");
+  m->step = histogram("mneme:step_seconds",
+                      "Wall time of one step on the worker group.");
+  m->schedule = histogram("mneme:scheduler_seconds",
+                          "Time the scheduler takes to plan one step.");
+  m->prompt_tokens =
+      counter("mneme:prompt_tokens_total",
+              "Prompt tokens of admitted requests.", {}, {{}})[0];
+  m->generation_tokens = counter("mneme:generation_tokens_total",
+                                 "Tokens generated.", {}, {{}})[0];
+  std::vector<Counter*> finished = counter(
+      "mneme:request_success_total", "Requests finished, by finish reason.",
+      {"finished_reason"}, {{"stop"}, {"length"}, {"abort"}, {"error"}});
+  m->finished_stop = finished[0];
+  m->finished_length = finished[1];
+  m->finished_abort = finished[2];
+  m->finished_error = finished[3];
+  m->worker_failures =
+      counter("mneme:worker_failures_total",
+              "Steps that failed on the worker group.", {}, {{}})[0];
+  if (!st.ok()) return st;
+  Engine* e = engine.get();
+  for (auto [name, help, fn] : std::vector<
+           std::tuple<const char*, const char*, std::function<double()>>>{
+           {"mneme:num_requests_running", "Requests running on the workers.",
+            [e] { return static_cast<double>(e->loads().running); }},
+           {"mneme:num_requests_waiting", "Requests waiting to run.",
+            [e] { return static_cast<double>(e->loads().waiting); }},
+           {"mneme:kv_cache_usage_perc",
+            "Fraction of the KV cache in use (0-1), all ranks.",
+            [e] { return e->loads().kv_usage; }},
+           {"mneme:ready", "1 when every worker is ready.",
+            [e] { return e->ready() ? 1.0 : 0.0; }},
+       }) {
+    if (absl::Status s = metrics->AddCallbackGauge(
+            {.name = name, .help = help, .label_names = {}}, fn);
+        !s.ok()) {
+      return s;
+    }
+  }
+  engine->metrics_ = std::move(m);
+  return engine;
+}
+
+Engine::Engine(const EngineOptions& options, WorkerGroup* workers)
+    : options_(options), workers_(workers) {}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Start() {
+  absl::MutexLock lock(&mu_);
+  if (thread_.joinable() || stopping_) return;
+  last_loop_ = absl::Now();
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Engine::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    wake_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+  absl::MutexLock lock(&mu_);
+  std::vector<RequestId> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  for (RequestId id : ids) {
+    if (scheduler_ != nullptr) (void)scheduler_->Abort(id);  // May be gone.
+    Finish(id, absl::UnavailableError("the coordinator is shutting down"),
+           GenerateEnd::kAbort);
+  }
+}
+
+bool Engine::ready() const {
+  absl::MutexLock lock(&mu_);
+  return ready_;
+}
+
+bool Engine::alive() const {
+  absl::MutexLock lock(&mu_);
+  // The loop comes round at least every poll interval or step timeout.
+  return !stopping_ && absl::Now() - last_loop_ < absl::Minutes(5);
+}
+
+absl::StatusOr<ModelInfo> Engine::model_info() const {
+  absl::MutexLock lock(&mu_);
+  if (!info_.has_value()) {
+    return absl::FailedPreconditionError("the workers have not been ready yet");
+  }
+  return *info_;
+}
+
+Loads Engine::loads() const {
+  absl::MutexLock lock(&mu_);
+  Loads l;
+  if (scheduler_ == nullptr) return l;
+  l.running = scheduler_->num_running();
+  l.waiting = scheduler_->num_waiting();
+  l.waiting_tokens = scheduler_->num_queued_tokens();
+  l.kv_usage = scheduler_->kv_usage();
+  l.preemptions = scheduler_->num_preemptions();
+  return l;
+}
+
+absl::Status Engine::ValidateLocked(const GenerateParams& p) const {
+  const int64_t vocab = info_->vocab_size;
+  if (p.request_id.size() > kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id is ", p.request_id.size(),
+                     " bytes, more than ", kMaxRequestIdBytes));
+  }
+  if (p.prompt.empty()) {
+    return absl::InvalidArgumentError("the prompt (token_ids) is empty");
+  }
+  for (size_t i = 0; i < p.prompt.size(); ++i) {
+    if (p.prompt[i] < 0 || p.prompt[i] >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token_ids[", i, "] = ", p.prompt[i],
+                       " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  for (size_t i = 0; i < p.stop_token_ids.size(); ++i) {
+    if (p.stop_token_ids[i] < 0 || p.stop_token_ids[i] >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop_token_ids[", i, "] = ", p.stop_token_ids[i],
+                       " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  if (p.max_new_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens = ", p.max_new_tokens, " is negative"));
+  }
+  const int64_t total =
+      static_cast<int64_t>(p.prompt.size()) + p.max_new_tokens;
+  if (total > info_->max_context_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt (", p.prompt.size(), " tokens) + max_new_tokens (",
+                     p.max_new_tokens, ") exceeds the maximum context of ",
+                     info_->max_context_tokens, " tokens"));
+  }
+  const v1::SamplingParams& s = p.sampling;
+  if (!(s.temperature() >= 0 && s.temperature() <= 1e4)) {
+    return absl::InvalidArgumentError("temperature must be in [0, 1e4]");
+  }
+  if (!(s.top_p() >= 0 && s.top_p() <= 1)) {
+    return absl::InvalidArgumentError("top_p must be in [0, 1]");
+  }
+  if (s.top_k() < 0) return absl::InvalidArgumentError("top_k must be >= 0");
+  if (!(s.min_p() >= 0 && s.min_p() <= 1)) {
+    return absl::InvalidArgumentError("min_p must be in [0, 1]");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Engine::Submit(GenerateParams params,
+                                           std::shared_ptr<GenerateSink> sink) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) {
+    return absl::UnavailableError("the coordinator is shutting down");
+  }
+  if (!ready_ || scheduler_ == nullptr) {
+    return absl::UnavailableError(
+        "the cluster is not ready: waiting for every worker");
+  }
+  if (absl::Status st = ValidateLocked(params); !st.ok()) return st;
+  const RequestId id = next_id_;
+  std::string name =
+      params.request_id.empty() ? absl::StrCat("req-", id) : params.request_id;
+  if (by_name_.contains(name)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("request ", name, " is already running"));
+  }
+  Request request;
+  request.id = id;
+  request.num_prompt_tokens = static_cast<int64_t>(params.prompt.size());
+  request.max_new_tokens = params.max_new_tokens;
+  if (absl::Status st = scheduler_->AddRequest(request); !st.ok()) return st;
+  ++next_id_;
+  auto live = std::make_unique<Live>();
+  live->name = name;
+  live->tokens = params.prompt;
+  live->prompt_tokens = request.num_prompt_tokens;
+  live->stops.insert(params.stop_token_ids.begin(),
+                     params.stop_token_ids.end());
+  if (!params.ignore_eos) live->stops.insert(info_->eos_token_id);
+  live->params = std::move(params);
+  live->params.prompt.clear();  // Kept once, in tokens.
+  live->sink = std::move(sink);
+  live->arrival = absl::Now();
+  metrics_->prompt_tokens->Increment(
+      static_cast<double>(request.num_prompt_tokens));
+  by_name_[name] = id;
+  live_[id] = std::move(live);
+  wake_ = true;
+  return name;
+}
+
+absl::Status Engine::Abort(const std::string& request_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_name_.find(request_id);
+  if (it == by_name_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no running or queued request ", request_id));
+  }
+  const RequestId id = it->second;
+  if (scheduler_ != nullptr) {
+    // NotFound only if it finished in this very step; nothing to undo then.
+    (void)scheduler_->Abort(id);
+  }
+  to_release_.push_back(id);
+  Finish(id, absl::OkStatus(), GenerateEnd::kAbort);
+  wake_ = true;
+  return absl::OkStatus();
+}
+
+void Engine::Finish(RequestId id, const absl::Status& status, GenerateEnd end) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  Live& l = *it->second;
+  if (!status.ok()) {
+    metrics_->finished_error->Increment();
+  } else if (end == GenerateEnd::kStop) {
+    metrics_->finished_stop->Increment();
+  } else if (end == GenerateEnd::kLength) {
+    metrics_->finished_length->Increment();
+  } else {
+    metrics_->finished_abort->Increment();
+  }
+  metrics_->e2e->Observe(absl::ToDoubleSeconds(absl::Now() - l.arrival));
+  l.sink->OnFinish(status, end, l.prompt_tokens, l.generated);
+  by_name_.erase(l.name);
+  live_.erase(it);
+}
+
+bool Engine::CheckReady() {
+  absl::StatusOr<std::vector<v1::GetInfoResponse>> info = workers_->Info();
+  if (!info.ok()) {
+    LOG_EVERY_N(INFO, 50) << "waiting for the workers: " << info.status();
+    return false;
+  }
+  const v1::GetInfoResponse& first = info->front();
+  int64_t pool_bytes = first.kv_bytes_total();
+  for (const v1::GetInfoResponse& w : *info) {
+    pool_bytes = std::min(pool_bytes, w.kv_bytes_total());
+    if (w.vocab_size() != first.vocab_size() ||
+        w.checkpoint_dir() != first.checkpoint_dir() ||
+        w.dcp_size() != first.dcp_size()) {
+      LOG_EVERY_N(ERROR, 50)
+          << "the workers disagree on the model or DCP (rank " << w.rank()
+          << ": " << w.checkpoint_dir() << ", vocab " << w.vocab_size()
+          << ", dcp " << w.dcp_size() << "); not ready";
+      return false;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (scheduler_ == nullptr) {
+    SchedulerOptions so = options_.scheduler;
+    KvBlockPoolOptions& kv = so.kv_pool;
+    const int64_t usable =
+        pool_bytes - so.max_num_seqs * first.kv_fixed_bytes_per_sequence();
+    kv.bytes_per_rank =
+        kv.bytes_per_rank > 0 ? std::min(kv.bytes_per_rank, usable) : usable;
+    kv.bytes_per_token = std::max<int64_t>(first.kv_bytes_per_token(), 1);
+    kv.block_size_tokens = first.kv_block_rows();
+    kv.dcp_size = first.dcp_size();
+    kv.dcp_interleave = first.dcp_interleave();
+    kv.sliding_window_tokens = first.sliding_window();
+    if (kv.bytes_per_rank <= 0) {
+      LOG_EVERY_N(ERROR, 50)
+          << "the workers' KV cache (" << pool_bytes
+          << " bytes per rank) cannot hold max_num_seqs=" << so.max_num_seqs
+          << " sequences of " << first.kv_fixed_bytes_per_sequence()
+          << " fixed bytes each; lower max_num_seqs or raise the workers' "
+             "--kv_cache_bytes";
+      return false;
+    }
+    if (so.max_context_tokens <= 0) {
+      // The longest sequence the pool holds on every rank, found by
+      // shrinking from an estimate.
+      const int64_t per_rank_tokens = kv.bytes_per_rank / kv.bytes_per_token;
+      so.max_context_tokens =
+          std::max<int64_t>(1, (per_rank_tokens - kv.sliding_window_tokens -
+                                4 * kv.block_size_tokens) *
+                                   kv.dcp_size);
+    }
+    absl::StatusOr<std::unique_ptr<Scheduler>> scheduler;
+    for (int attempt = 0; attempt < 40; ++attempt) {
+      so.max_queued_tokens =
+          std::max(so.max_queued_tokens, so.max_context_tokens);
+      scheduler = Scheduler::Create(so);
+      if (scheduler.ok() || options_.scheduler.max_context_tokens > 0) break;
+      so.max_context_tokens = so.max_context_tokens * 9 / 10;
+    }
+    if (!scheduler.ok()) {
+      LOG_EVERY_N(ERROR, 50)
+          << "cannot schedule on these workers: " << scheduler.status();
+      return false;
+    }
+    scheduler_ = *std::move(scheduler);
+    ModelInfo mi;
+    mi.checkpoint = first.checkpoint_dir();
+    mi.vocab_size = first.vocab_size();
+    mi.eos_token_id = first.eos_token_id();
+    mi.max_context_tokens = so.max_context_tokens;
+    mi.tp_size = first.tp_size();
+    mi.dcp_size = first.dcp_size();
+    info_ = mi;
+    LOG(INFO) << "workers ready: " << info->size() << " ranks, KV "
+              << kv.bytes_per_rank << " bytes per rank for the scheduler, "
+              << "max context " << so.max_context_tokens << " tokens";
+  } else {
+    LOG(INFO) << "workers ready again";
+  }
+  ready_ = true;
+  return true;
+}
+
+v1::StepRequest Engine::BuildStep(const StepPlan& plan) {
+  v1::StepRequest req;
+  req.set_step_id(plan.step_id);
+  for (RequestId id : to_release_) req.add_release_sequence_ids(id);
+  for (RequestId id : plan.preempted) req.add_release_sequence_ids(id);
+  to_release_.clear();
+  int hints = 0;
+  const absl::Time now = absl::Now();
+  for (const ScheduledSequence& s : plan.sequences) {
+    Live& l = *live_.at(s.id);
+    if (!l.scheduled) {
+      l.scheduled = true;
+      metrics_->queue->Observe(absl::ToDoubleSeconds(now - l.arrival));
+    }
+    v1::SequenceChunk* c = req.add_chunks();
+    c->set_sequence_id(s.id);
+    c->mutable_token_ids()->Add(
+        l.tokens.begin() + s.start_position,
+        l.tokens.begin() + s.start_position + s.num_tokens);
+    c->set_start_position(s.start_position);
+    if (s.output == ChunkOutput::kSample) {
+      c->set_output(v1::OUTPUT_SAMPLE);
+      *c->mutable_sampling() = l.params.sampling;
+      c->mutable_sampling()->set_seed(l.params.sampling.seed() +
+                                      static_cast<uint64_t>(l.generated));
+    } else {
+      c->set_output(v1::OUTPUT_NONE);
+      // The rest of the prompt comes in later steps: stage its rows now.
+      const int64_t next = s.start_position + s.num_tokens;
+      const int64_t end = std::min<int64_t>(
+          static_cast<int64_t>(l.tokens.size()),
+          next + scheduler_->options().max_num_batched_tokens);
+      if (hints < options_.max_prefetch_hints && next < end) {
+        v1::PrefetchHint* h = req.add_prefetches();
+        h->mutable_context_token_ids()->Add(
+            l.tokens.begin() + std::max<int64_t>(0, next - kPrefetchContext),
+            l.tokens.begin() + next);
+        h->mutable_token_ids()->Add(l.tokens.begin() + next,
+                                    l.tokens.begin() + end);
+        ++hints;
+      }
+    }
+  }
+  return req;
+}
+
+void Engine::ApplyResults(const StepPlan& plan,
+                          const v1::StepResponse& response) {
+  if (response.results_size() != static_cast<int>(plan.sequences.size())) {
+    FailStep(plan, absl::InternalError(absl::StrCat(
+                       "the workers returned ", response.results_size(),
+                       " results for ", plan.sequences.size(), " sequences")));
+    return;
+  }
+  StepResult result;
+  result.step_id = plan.step_id;
+  const absl::Time now = absl::Now();
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const ScheduledSequence& s = plan.sequences[i];
+    auto it = live_.find(s.id);
+    if (it == live_.end()) continue;  // Aborted while the step ran.
+    Live& l = *it->second;
+    SequenceResult r;
+    r.id = s.id;
+    if (s.output == ChunkOutput::kSample) {
+      const v1::ChunkResult& cr = response.results(static_cast<int>(i));
+      const int64_t token = cr.token_id();
+      const float logprob = cr.logprob();
+      l.tokens.push_back(token);
+      l.generated += 1;
+      r.num_new_tokens = 1;
+      r.stopped = l.stops.contains(token);
+      if (l.generated == 1) {
+        metrics_->ttft->Observe(absl::ToDoubleSeconds(now - l.arrival));
+      } else {
+        metrics_->itl->Observe(absl::ToDoubleSeconds(now - l.last_token));
+      }
+      l.last_token = now;
+      metrics_->generation_tokens->Increment();
+      const int64_t t[1] = {token};
+      const float lp[1] = {logprob};
+      l.sink->OnTokens(t, l.params.logprobs ? absl::Span<const float>(lp)
+                                            : absl::Span<const float>());
+    }
+    result.sequences.push_back(r);
+  }
+  absl::StatusOr<std::vector<FinishedRequest>> finished =
+      scheduler_->OnStepDone(result);
+  if (!finished.ok()) {
+    // A bookkeeping bug; fail the step's requests rather than hang them.
+    LOG(ERROR) << "scheduler refused the step's results: " << finished.status();
+    FailStep(plan, absl::InternalError(finished.status().message()));
+    return;
+  }
+  for (const FinishedRequest& f : *finished) {
+    to_release_.push_back(f.id);
+    Finish(f.id, absl::OkStatus(),
+           f.reason == FinishReason::kStop ? GenerateEnd::kStop
+                                           : GenerateEnd::kLength);
+  }
+}
+
+void Engine::FailStep(const StepPlan& plan, const absl::Status& status) {
+  metrics_->worker_failures->Increment();
+  const bool refused = status.code() == absl::StatusCode::kInvalidArgument ||
+                       status.code() == absl::StatusCode::kResourceExhausted ||
+                       status.code() == absl::StatusCode::kInternal;
+  std::vector<RequestId> victims;
+  if (refused) {
+    // The plan changed nothing on the workers: fail its requests only.
+    for (const ScheduledSequence& s : plan.sequences) victims.push_back(s.id);
+    LOG(ERROR) << "step " << plan.step_id << " refused: " << status;
+  } else {
+    // The group is lost: every running request's worker state is gone.
+    ready_ = false;
+    for (const auto& [id, live] : live_) {
+      absl::StatusOr<RequestProgress> p = scheduler_->GetProgress(id);
+      if (p.ok() && p->phase == RequestPhase::kRunning) victims.push_back(id);
+    }
+    LOG(ERROR) << "step " << plan.step_id << " failed, the worker group is "
+               << "not ready: " << status;
+  }
+  const absl::Status client_status =
+      refused ? (status.code() == absl::StatusCode::kResourceExhausted
+                     ? absl::ResourceExhaustedError(status.message())
+                     : absl::InternalError(status.message()))
+              : absl::UnavailableError(
+                    absl::StrCat("a worker was lost: ", status.message()));
+  for (RequestId id : victims) {
+    (void)scheduler_->Abort(id);  // NotFound if it already finished.
+    to_release_.push_back(id);
+    Finish(id, client_status, GenerateEnd::kAbort);
+  }
+  // Close the step: every sequence of the plan is gone.
+  StepResult empty;
+  empty.step_id = plan.step_id;
+  if (absl::StatusOr<std::vector<FinishedRequest>> f =
+          scheduler_->OnStepDone(empty);
+      !f.ok()) {
+    LOG(ERROR) << "closing the failed step: " << f.status();
+  }
+}
+
+void Engine::Loop() {
+  for (;;) {
+    bool ready;
+    {
+      absl::MutexLock lock(&mu_);
+      last_loop_ = absl::Now();
+      if (stopping_) return;
+      ready = ready_;
+    }
+    if (!ready) {
+      if (!CheckReady()) {
+        absl::MutexLock lock(&mu_);
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                             options_.ready_poll_interval);
+      }
+      continue;
+    }
+    StepPlan plan;
+    v1::StepRequest request;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time t0 = absl::Now();
+      absl::StatusOr<StepPlan> p = scheduler_->Schedule();
+      if (!p.ok()) {
+        LOG(ERROR) << "scheduler: " << p.status();
+        continue;
+      }
+      metrics_->schedule->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+      if (p->sequences.empty() && to_release_.empty()) {
+        wake_ = false;
+        mu_.AwaitWithTimeout(absl::Condition(&wake_), absl::Milliseconds(100));
+        continue;
+      }
+      plan = *std::move(p);
+      request = BuildStep(plan);
+    }
+    const absl::Time t0 = absl::Now();
+    absl::StatusOr<v1::StepResponse> response = workers_->Step(request);
+    metrics_->step->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+    absl::MutexLock lock(&mu_);
+    if (plan.sequences.empty()) {
+      // Only releases: nothing to apply; a lost group shows up next time.
+      if (!response.ok()) {
+        ready_ = false;
+        to_release_.insert(to_release_.end(),
+                           request.release_sequence_ids().begin(),
+                           request.release_sequence_ids().end());
+      }
+      continue;
+    }
+    if (!response.ok()) {
+      FailStep(plan, response.status());
+    } else {
+      ApplyResults(plan, *response);
+    }
+  }
+}
+
+}  // namespace mneme::coordinator

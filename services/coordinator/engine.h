@@ -1,0 +1,177 @@
+#ifndef MNEME_SERVICES_COORDINATOR_ENGINE_H_
+#define MNEME_SERVICES_COORDINATOR_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/worker/v1/worker.pb.h"
+#include "services/common/metrics.h"
+#include "services/coordinator/scheduler.h"
+#include "services/coordinator/worker_group.h"
+
+namespace mneme::coordinator {
+
+// How a generation ended.
+enum class GenerateEnd {
+  kStop = 0,    // eos or a stop token.
+  kLength = 1,  // max_new_tokens.
+  kAbort = 2,   // Aborted by the client (or its stream went away).
+};
+
+// One generation request, validated by Engine::Submit.
+struct GenerateParams {
+  // The client's id; empty = the engine assigns one. At most 128 bytes.
+  std::string request_id;
+  // >= 1 token ids in [0, vocab_size).
+  std::vector<int64_t> prompt;
+  // Sampling of every new token (its seed is the request's base: token i is
+  // drawn with seed + i, as `mneme run` does).
+  worker::v1::SamplingParams sampling;
+  // >= 0.
+  int64_t max_new_tokens = 16;
+  // Besides the model's eos token; each in [0, vocab_size).
+  std::vector<int64_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool logprobs = false;
+};
+
+// Receives one request's events, in order, on the engine's thread. Must not
+// block (a gRPC stream queues them). OnFinish is the last call.
+class GenerateSink {
+ public:
+  virtual ~GenerateSink() = default;
+  virtual void OnTokens(absl::Span<const int64_t> tokens,
+                        absl::Span<const float> logprobs) = 0;
+  // `status` is OK for kStop / kLength / kAbort; UNAVAILABLE when the
+  // workers were lost, RESOURCE_EXHAUSTED / INTERNAL for a step the workers
+  // refused.
+  virtual void OnFinish(const absl::Status& status, GenerateEnd end,
+                        int64_t prompt_tokens, int64_t completion_tokens) = 0;
+};
+
+struct EngineOptions {
+  // The scheduling policy. Its kv_pool is derived from the workers (their
+  // pool bytes less max_num_seqs times the per-sequence fixed bytes, their
+  // bytes per token, DCP, window); set kv_pool.bytes_per_rank > 0 here to
+  // use a smaller budget than the workers have. Default: SchedulerOptions{}
+  // with kv_pool.bytes_per_rank = 0.
+  SchedulerOptions scheduler;
+  // How often the workers are polled while the group is not ready.
+  // Default: 200 ms.
+  absl::Duration ready_poll_interval = absl::Milliseconds(200);
+  // Prefill chunks whose Engram rows are prefetched ahead, per step.
+  // Default: 4.
+  int max_prefetch_hints = 4;
+};
+
+// What a client sees of the served model.
+struct ModelInfo {
+  std::string checkpoint;
+  int64_t vocab_size = 0;
+  int64_t eos_token_id = 0;
+  int64_t max_context_tokens = 0;
+  int tp_size = 0;
+  int dcp_size = 0;
+};
+
+struct Loads {
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int64_t waiting_tokens = 0;
+  double kv_usage = 0;
+  int64_t preemptions = 0;
+};
+
+// The coordinator's engine: admits requests, runs the scheduler's steps on
+// the worker group one after another, streams each request's tokens to its
+// sink. Ready once every worker answers (and again after the group was lost
+// and came back); a lost group fails the running requests with UNAVAILABLE
+// while waiting ones stay queued.
+//
+// Call order: Create() -> Start() -> Submit()/Abort()* -> Stop() (or the
+// destructor): Stop finishes every live request with UNAVAILABLE.
+// Thread-safe. The worker group and metrics registry are borrowed.
+class Engine {
+ public:
+  // InvalidArgument naming the option for bad options.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const EngineOptions& options, WorkerGroup* workers,
+      MetricsRegistry* metrics);
+  ~Engine();
+
+  void Start();
+  void Stop();
+
+  // Queues a request; returns its id. UNAVAILABLE while not ready;
+  // INVALID_ARGUMENT for bad params (nothing changes); ALREADY_EXISTS for
+  // the id of a live request; RESOURCE_EXHAUSTED at the admission limits.
+  absl::StatusOr<std::string> Submit(GenerateParams params,
+                                     std::shared_ptr<GenerateSink> sink);
+  // Aborts a live request: its sink gets OnFinish(OK, kAbort). NotFound for
+  // an unknown id.
+  absl::Status Abort(const std::string& request_id);
+
+  bool ready() const;
+  // Whether the step loop is alive (for the watchdog).
+  bool alive() const;
+  // FailedPrecondition before the group was first ready.
+  absl::StatusOr<ModelInfo> model_info() const;
+  Loads loads() const;
+
+ private:
+  struct Live;
+  struct Metrics;
+
+  Engine(const EngineOptions& options, WorkerGroup* workers);
+
+  void Loop();
+  // Polls the workers; on success (re)creates what depends on them.
+  bool CheckReady();
+  // Finishes a live request (erasing it) with the given outcome.
+  void Finish(RequestId id, const absl::Status& status, GenerateEnd end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ValidateLocked(const GenerateParams& params) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  worker::v1::StepRequest BuildStep(const StepPlan& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyResults(const StepPlan& plan,
+                    const worker::v1::StepResponse& response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailStep(const StepPlan& plan, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const EngineOptions options_;
+  WorkerGroup* const workers_;
+  std::unique_ptr<Metrics> metrics_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_loop_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);
+  std::optional<ModelInfo> info_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<RequestId, std::unique_ptr<Live>> live_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, RequestId> by_name_ ABSL_GUARDED_BY(mu_);
+  // Worker sequences to forget at the next step.
+  std::vector<RequestId> to_release_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace mneme::coordinator
+
+#endif  // MNEME_SERVICES_COORDINATOR_ENGINE_H_

@@ -1,0 +1,68 @@
+// mneme_coordinator: the cluster's public API. Flags -> options -> serve
+// the Serving API (NOT_SERVING until every worker is ready) -> schedule
+// steps on the workers and stream tokens until SIGTERM -> drain.
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "services/common/daemon.h"
+#include "services/common/inflight_gate.h"
+#include "services/common/metrics.h"
+#include "services/common/metrics_http_server.h"
+#include "services/common/server_flags.h"
+#include "services/common/server_runner.h"
+#include "services/common/systemd_notifier.h"
+#include "services/coordinator/coordinator_flags.h"
+#include "services/coordinator/engine.h"
+#include "services/coordinator/readiness.h"
+#include "services/coordinator/serving_service.h"
+#include "services/coordinator/worker_group.h"
+
+int main(int argc, char** argv) {
+  mneme::InitDaemon(argc, argv,
+                    "mneme_coordinator --workers=HOST:PORT,... "
+                    "[--listen=HOST:PORT] [--max_num_batched_tokens=N]");
+  absl::StatusOr<mneme::ServerOptions> server_options =
+      mneme::ServerOptionsFromFlags(mneme::kCoordinatorPort,
+                                    mneme::kCoordinatorMetricsPort);
+  if (!server_options.ok()) mneme::ExitWithError(server_options.status());
+  absl::StatusOr<mneme::coordinator::WorkerGroupOptions> group_options =
+      mneme::WorkerGroupOptionsFromFlags();
+  if (!group_options.ok()) mneme::ExitWithError(group_options.status());
+  absl::StatusOr<mneme::coordinator::EngineOptions> engine_options =
+      mneme::EngineOptionsFromFlags();
+  if (!engine_options.ok()) mneme::ExitWithError(engine_options.status());
+
+  absl::StatusOr<std::unique_ptr<mneme::coordinator::WorkerGroup>> workers =
+      mneme::coordinator::WorkerGroup::Create(*group_options);
+  if (!workers.ok()) mneme::ExitWithError(workers.status());
+  mneme::MetricsRegistry metrics;
+  absl::StatusOr<std::unique_ptr<mneme::coordinator::Engine>> engine =
+      mneme::coordinator::Engine::Create(*engine_options, workers->get(),
+                                         &metrics);
+  if (!engine.ok()) mneme::ExitWithError(engine.status());
+  mneme::InflightGate gate;
+  absl::StatusOr<std::unique_ptr<mneme::coordinator::ServingService>> service =
+      mneme::coordinator::ServingService::Create(engine->get(), &gate);
+  if (!service.ok()) mneme::ExitWithError(service.status());
+  absl::StatusOr<std::unique_ptr<mneme::ServerRunner>> runner =
+      mneme::ServerRunner::Create(*server_options, {service->get()}, &gate);
+  if (!runner.ok()) mneme::ExitWithError(runner.status());
+  (*runner)->SetServing(false);
+  absl::StatusOr<std::unique_ptr<mneme::MetricsHttpServer>> http =
+      mneme::StartMetricsServer(*server_options, metrics, **runner);
+  if (!http.ok()) mneme::ExitWithError(http.status());
+  mneme::PrintListening(**runner);
+
+  (*engine)->Start();
+  // Health follows the workers: SERVING only while every one is ready.
+  mneme::coordinator::ReadinessMirror mirror(engine->get(), runner->get());
+  mneme::SystemdNotifier notifier;
+  const int code = mneme::ServeUntilSignal(
+      **runner, notifier, [&engine] { return (*engine)->alive(); });
+  mirror.Stop();
+  (*engine)->Stop();
+  http->reset();
+  runner->reset();
+  return code;
+}

@@ -1,0 +1,293 @@
+#include "services/coordinator/serving_service.h"
+
+#include <atomic>
+#include <deque>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "services/common/grpc_status.h"
+
+namespace mneme::coordinator {
+namespace {
+
+namespace sv1 = serving::v1;
+
+constexpr int64_t kDefaultMaxNewTokens = 16;
+
+const grpc::Status kDraining(grpc::StatusCode::UNAVAILABLE,
+                             "the coordinator is shutting down");
+
+sv1::FinishReason ToProto(GenerateEnd end) {
+  switch (end) {
+    case GenerateEnd::kStop:
+      return sv1::FINISH_REASON_STOP;
+    case GenerateEnd::kLength:
+      return sv1::FINISH_REASON_LENGTH;
+    case GenerateEnd::kAbort:
+      return sv1::FINISH_REASON_ABORT;
+  }
+  return sv1::FINISH_REASON_UNSPECIFIED;
+}
+
+class GenerateReactor;
+
+// What the engine holds of a stream: forwards events to the reactor until
+// the reactor is done (then drops them).
+class StreamSink final : public GenerateSink {
+ public:
+  explicit StreamSink(GenerateReactor* reactor) : reactor_(reactor) {}
+  void OnTokens(absl::Span<const int64_t> tokens,
+                absl::Span<const float> logprobs) override;
+  void OnFinish(const absl::Status& status, GenerateEnd end,
+                int64_t prompt_tokens, int64_t completion_tokens) override;
+  void Detach() {
+    absl::MutexLock lock(&mu_);
+    reactor_ = nullptr;
+  }
+
+ private:
+  absl::Mutex mu_;
+  GenerateReactor* reactor_ ABSL_GUARDED_BY(mu_);
+};
+
+class GenerateReactor final
+    : public grpc::ServerWriteReactor<sv1::GenerateResponse> {
+ public:
+  GenerateReactor(Engine* engine, InflightGate::Pass pass)
+      : engine_(engine), pass_(std::move(pass)) {}
+
+  void Start(const sv1::GenerateRequest& request) {
+    sink_ = std::make_shared<StreamSink>(this);
+    GenerateParams params = ParamsFromProto(request);
+    if (params.request_id.empty()) {
+      static std::atomic<uint64_t> counter{0};
+      params.request_id = absl::StrCat("gen-", absl::ToUnixMicros(absl::Now()),
+                                       "-", counter.fetch_add(1));
+    }
+    {
+      // Named before it can produce tokens.
+      absl::MutexLock lock(&mu_);
+      id_ = params.request_id;
+    }
+    absl::StatusOr<std::string> id = engine_->Submit(std::move(params), sink_);
+    absl::MutexLock lock(&mu_);
+    if (!id.ok()) {
+      id_.clear();
+      finishing_ = true;
+      final_ = ToGrpcStatus(id.status());
+      WriteNextLocked();
+      return;
+    }
+    // The first message names the request at once (for Abort).
+    sv1::GenerateResponse hello;
+    hello.set_request_id(id_);
+    queue_.push_back(std::move(hello));
+    WriteNextLocked();
+  }
+
+  void Push(absl::Span<const int64_t> tokens,
+            absl::Span<const float> logprobs) {
+    absl::MutexLock lock(&mu_);
+    if (finishing_) return;
+    if (queue_.empty()) {
+      queue_.emplace_back();
+      queue_.back().set_request_id(id_);
+    }
+    sv1::GenerateResponse& m = queue_.back();
+    m.mutable_token_ids()->Add(tokens.begin(), tokens.end());
+    m.mutable_logprobs()->Add(logprobs.begin(), logprobs.end());
+    WriteNextLocked();
+  }
+
+  void PushFinish(const absl::Status& status, GenerateEnd end,
+                  int64_t prompt_tokens, int64_t completion_tokens) {
+    absl::MutexLock lock(&mu_);
+    if (finishing_) return;
+    finishing_ = true;
+    if (!status.ok()) {
+      final_ = ToGrpcStatus(status);
+    } else {
+      if (queue_.empty()) {
+        queue_.emplace_back();
+        queue_.back().set_request_id(id_);
+      }
+      sv1::GenerateResponse& m = queue_.back();
+      m.set_finish_reason(ToProto(end));
+      m.set_prompt_tokens(static_cast<int32_t>(prompt_tokens));
+      m.set_completion_tokens(static_cast<int32_t>(completion_tokens));
+    }
+    WriteNextLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      // The client is gone; the request is aborted in OnCancel / OnDone.
+      broken_ = true;
+      if (!finished_) {
+        finished_ = true;
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
+      }
+      return;
+    }
+    WriteNextLocked();
+  }
+
+  void OnCancel() override { AbortRequest(); }
+
+  void OnDone() override {
+    sink_->Detach();
+    AbortRequest();
+    delete this;
+  }
+
+ private:
+  void AbortRequest() {
+    std::string id;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finishing_ || id_.empty()) return;
+      id = id_;
+    }
+    // NotFound when it finished meanwhile: nothing to abort.
+    (void)engine_->Abort(id);
+  }
+
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_ || broken_) return;
+    if (!queue_.empty()) {
+      current_ = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+      StartWrite(&current_);
+      return;
+    }
+    if (finishing_) {
+      finished_ = true;
+      Finish(final_);
+    }
+  }
+
+  Engine* const engine_;
+  InflightGate::Pass pass_;
+  std::shared_ptr<StreamSink> sink_;
+  absl::Mutex mu_;
+  std::string id_ ABSL_GUARDED_BY(mu_);
+  std::deque<sv1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
+  sv1::GenerateResponse current_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_ ABSL_GUARDED_BY(mu_);
+};
+
+void StreamSink::OnTokens(absl::Span<const int64_t> tokens,
+                          absl::Span<const float> logprobs) {
+  absl::MutexLock lock(&mu_);
+  if (reactor_ != nullptr) reactor_->Push(tokens, logprobs);
+}
+
+void StreamSink::OnFinish(const absl::Status& status, GenerateEnd end,
+                          int64_t prompt_tokens, int64_t completion_tokens) {
+  absl::MutexLock lock(&mu_);
+  if (reactor_ != nullptr) {
+    reactor_->PushFinish(status, end, prompt_tokens, completion_tokens);
+  }
+}
+
+// A write reactor that fails at once.
+class FailedReactor final
+    : public grpc::ServerWriteReactor<sv1::GenerateResponse> {
+ public:
+  explicit FailedReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+GenerateParams ParamsFromProto(const sv1::GenerateRequest& request) {
+  GenerateParams p;
+  p.request_id = request.request_id();
+  p.prompt.assign(request.token_ids().begin(), request.token_ids().end());
+  const sv1::SamplingParams& s = request.sampling();
+  p.sampling.set_temperature(s.temperature());
+  p.sampling.set_top_p(s.top_p());
+  p.sampling.set_top_k(s.top_k());
+  p.sampling.set_min_p(s.min_p());
+  p.sampling.set_seed(s.seed());
+  p.max_new_tokens = request.max_new_tokens() == 0 ? kDefaultMaxNewTokens
+                                                   : request.max_new_tokens();
+  p.stop_token_ids.assign(request.stop_token_ids().begin(),
+                          request.stop_token_ids().end());
+  p.ignore_eos = request.ignore_eos();
+  p.logprobs = request.logprobs();
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<ServingService>> ServingService::Create(
+    Engine* engine, InflightGate* gate) {
+  if (engine == nullptr || gate == nullptr) {
+    return absl::InvalidArgumentError("engine and gate are required");
+  }
+  return std::unique_ptr<ServingService>(new ServingService(engine, gate));
+}
+
+grpc::ServerWriteReactor<sv1::GenerateResponse>* ServingService::Generate(
+    grpc::CallbackServerContext* /*context*/,
+    const sv1::GenerateRequest* request) {
+  std::optional<InflightGate::Pass> pass = gate_->Enter();
+  if (!pass.has_value()) return new FailedReactor(kDraining);
+  auto* reactor = new GenerateReactor(engine_, *std::move(pass));
+  reactor->Start(*request);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ServingService::Abort(
+    grpc::CallbackServerContext* context, const sv1::AbortRequest* request,
+    sv1::AbortResponse* /*response*/) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(engine_->Abort(request->request_id())));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ServingService::GetModelInfo(
+    grpc::CallbackServerContext* context,
+    const sv1::GetModelInfoRequest* /*request*/,
+    sv1::GetModelInfoResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<ModelInfo> info = engine_->model_info();
+  if (!info.ok()) {
+    reactor->Finish(ToGrpcStatus(absl::UnavailableError(
+        absl::StrCat("the cluster is not ready: ", info.status().message()))));
+    return reactor;
+  }
+  response->set_checkpoint(info->checkpoint);
+  response->set_vocab_size(info->vocab_size);
+  response->set_eos_token_id(info->eos_token_id);
+  response->set_max_context_tokens(info->max_context_tokens);
+  response->set_tp_size(info->tp_size);
+  response->set_dcp_size(info->dcp_size);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ServingService::GetLoads(
+    grpc::CallbackServerContext* context,
+    const sv1::GetLoadsRequest* /*request*/, sv1::GetLoadsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const Loads l = engine_->loads();
+  response->set_running_requests(static_cast<int32_t>(l.running));
+  response->set_waiting_requests(static_cast<int32_t>(l.waiting));
+  response->set_kv_cache_usage(l.kv_usage);
+  response->set_waiting_tokens(l.waiting_tokens);
+  response->set_preemptions(l.preemptions);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace mneme::coordinator

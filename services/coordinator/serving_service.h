@@ -1,0 +1,54 @@
+#ifndef MNEME_SERVICES_COORDINATOR_SERVING_SERVICE_H_
+#define MNEME_SERVICES_COORDINATOR_SERVING_SERVICE_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "proto/serving/v1/serving.grpc.pb.h"
+#include "services/common/inflight_gate.h"
+#include "services/coordinator/engine.h"
+
+namespace mneme::coordinator {
+
+// The public gRPC API (proto/serving/v1) over an Engine: Generate streams a
+// request's tokens as the engine produces them (a client that goes away
+// aborts its request), Abort, GetModelInfo, GetLoads. Reactors never block:
+// the engine's thread pushes each request's messages into its stream's
+// queue (coalesced while a write is in flight, so it stays a few messages
+// long). Thread-safe; `engine` and `gate` are borrowed.
+class ServingService final : public serving::v1::Serving::CallbackService {
+ public:
+  static absl::StatusOr<std::unique_ptr<ServingService>> Create(
+      Engine* engine, InflightGate* gate);
+
+  grpc::ServerWriteReactor<serving::v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context,
+      const serving::v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Abort(
+      grpc::CallbackServerContext* context,
+      const serving::v1::AbortRequest* request,
+      serving::v1::AbortResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(
+      grpc::CallbackServerContext* context,
+      const serving::v1::GetModelInfoRequest* request,
+      serving::v1::GetModelInfoResponse* response) override;
+  grpc::ServerUnaryReactor* GetLoads(
+      grpc::CallbackServerContext* context,
+      const serving::v1::GetLoadsRequest* request,
+      serving::v1::GetLoadsResponse* response) override;
+
+ private:
+  ServingService(Engine* engine, InflightGate* gate)
+      : engine_(engine), gate_(gate) {}
+
+  Engine* const engine_;
+  InflightGate* const gate_;
+};
+
+// The request's GenerateParams, with the proto3 defaults resolved
+// (max_new_tokens 0 -> 16).
+GenerateParams ParamsFromProto(const serving::v1::GenerateRequest& request);
+
+}  // namespace mneme::coordinator
+
+#endif  // MNEME_SERVICES_COORDINATOR_SERVING_SERVICE_H_

@@ -1,0 +1,123 @@
+#include "services/coordinator/worker_group.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "services/common/grpc_status.h"
+#include "services/common/host_port.h"
+
+namespace mneme::coordinator {
+namespace {
+
+namespace v1 = worker::v1;
+
+std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
+  return absl::ToChronoTime(absl::Now() + timeout);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Create(
+    const WorkerGroupOptions& options) {
+  if (options.workers.empty()) {
+    return absl::InvalidArgumentError("the worker list is empty");
+  }
+  if (options.step_timeout <= absl::ZeroDuration() ||
+      options.control_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("worker timeouts must be positive");
+  }
+  std::unique_ptr<WorkerGroup> group(new WorkerGroup(options));
+  for (size_t r = 0; r < options.workers.size(); ++r) {
+    const std::string& address = options.workers[r];
+    if (absl::StatusOr<HostPort> hp =
+            ParseHostPort(address, absl::StrCat("worker ", r));
+        !hp.ok()) {
+      return hp.status();
+    }
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        CreateClientChannel(address, options.tls);
+    if (!channel.ok()) return channel.status();
+    group->stubs_.push_back(v1::Worker::NewStub(*channel));
+  }
+  return group;
+}
+
+absl::StatusOr<v1::StepResponse> WorkerGroup::Step(
+    const v1::StepRequest& request) {
+  const int n = size();
+  std::vector<grpc::ClientContext> contexts(n);
+  std::vector<v1::StepResponse> responses(n);
+  std::vector<grpc::Status> statuses(n);
+  absl::BlockingCounter done(n);
+  for (int r = 0; r < n; ++r) {
+    contexts[r].set_deadline(Deadline(options_.step_timeout));
+    stubs_[r]->async()->Step(&contexts[r], &request, &responses[r],
+                             [&statuses, &done, r](grpc::Status s) {
+                               statuses[r] = std::move(s);
+                               done.DecrementCount();
+                             });
+  }
+  done.Wait();
+  // Report the most telling error: a refused plan (refused alike on every
+  // rank) before a lost rank.
+  int first_bad = -1, refused = -1;
+  for (int r = 0; r < n; ++r) {
+    if (statuses[r].ok()) continue;
+    if (first_bad < 0) first_bad = r;
+    const grpc::StatusCode code = statuses[r].error_code();
+    if (refused < 0 && (code == grpc::StatusCode::INVALID_ARGUMENT ||
+                        code == grpc::StatusCode::RESOURCE_EXHAUSTED)) {
+      refused = r;
+    }
+  }
+  if (refused >= 0) first_bad = refused;
+  if (first_bad >= 0) {
+    const absl::Status st = FromGrpcStatus(statuses[first_bad]);
+    const absl::StatusCode code =
+        st.code() == absl::StatusCode::kDeadlineExceeded
+            ? absl::StatusCode::kUnavailable
+            : st.code();
+    return absl::Status(
+        code, absl::StrCat("worker ", first_bad, " (",
+                           options_.workers[first_bad], "): ", st.message()));
+  }
+  return std::move(responses[0]);
+}
+
+absl::StatusOr<std::vector<v1::GetInfoResponse>> WorkerGroup::Info() {
+  const int n = size();
+  std::vector<grpc::ClientContext> contexts(n);
+  std::vector<v1::GetInfoResponse> responses(n);
+  std::vector<grpc::Status> statuses(n);
+  const v1::GetInfoRequest request;
+  absl::BlockingCounter done(n);
+  for (int r = 0; r < n; ++r) {
+    contexts[r].set_deadline(Deadline(options_.control_timeout));
+    stubs_[r]->async()->GetInfo(&contexts[r], &request, &responses[r],
+                                [&statuses, &done, r](grpc::Status s) {
+                                  statuses[r] = std::move(s);
+                                  done.DecrementCount();
+                                });
+  }
+  done.Wait();
+  for (int r = 0; r < n; ++r) {
+    if (!statuses[r].ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("worker ", r, " (", options_.workers[r],
+                       ") is not ready: ", statuses[r].error_message()));
+    }
+    if (responses[r].rank() != r || responses[r].tp_size() != n) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker ", r, " (", options_.workers[r], ") is rank ",
+          responses[r].rank(), " of ", responses[r].tp_size(),
+          ", but the coordinator lists it as rank ", r, " of ", n));
+    }
+  }
+  return responses;
+}
+
+}  // namespace mneme::coordinator

@@ -1,0 +1,140 @@
+#include "tools/cli/generate_command.h"
+
+#include <chrono>
+#include <memory>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
+#include "proto/serving/v1/serving.grpc.pb.h"
+#include "services/common/grpc_status.h"
+#include "tools/cli/args.h"
+
+namespace mneme::cli {
+namespace {
+
+namespace sv1 = serving::v1;
+
+absl::StatusOr<float> GetFloat(const Args& args, const std::string& name,
+                               float fallback, float lo, float hi) {
+  if (!args.Has(name)) return fallback;
+  float v = 0;
+  const std::string text = args.Get(name, "");
+  if (!absl::SimpleAtof(text, &v) || !(v >= lo && v <= hi)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", name, "=", text, " must be a number in [", lo, ", ", hi, "]"));
+  }
+  return v;
+}
+
+const char* ReasonName(sv1::FinishReason r) {
+  switch (r) {
+    case sv1::FINISH_REASON_STOP:
+      return "stop";
+    case sv1::FINISH_REASON_LENGTH:
+      return "length";
+    case sv1::FINISH_REASON_ABORT:
+      return "abort";
+    default:
+      return "unspecified";
+  }
+}
+
+}  // namespace
+
+absl::Status RunGenerate(const std::vector<std::string>& argv,
+                         std::ostream& out) {
+  absl::StatusOr<Args> args = Args::Parse(
+      argv,
+      {"server", "tokens", "max-new-tokens", "temperature", "top-p", "top-k",
+       "min-p", "seed", "stop-tokens", "request-id", "timeout-s"},
+      {"json", "ignore-eos"});
+  if (!args.ok()) return args.status();
+  absl::StatusOr<std::string> server = args->Required("server");
+  if (!server.ok()) return server.status();
+  if (!args->Has("tokens")) {
+    return absl::InvalidArgumentError("--tokens is required");
+  }
+  absl::StatusOr<std::vector<int64_t>> tokens = args->GetIntList("tokens");
+  if (!tokens.ok()) return tokens.status();
+  absl::StatusOr<int64_t> max_new =
+      args->GetInt("max-new-tokens", 16, 1, 1 << 24);
+  absl::StatusOr<int64_t> top_k = args->GetInt("top-k", 0, 0, 1 << 24);
+  absl::StatusOr<int64_t> seed = args->GetInt("seed", 0, 0, INT64_MAX);
+  absl::StatusOr<int64_t> timeout = args->GetInt("timeout-s", 600, 1, 86400);
+  absl::StatusOr<float> temperature = GetFloat(*args, "temperature", 0, 0, 100);
+  absl::StatusOr<float> top_p = GetFloat(*args, "top-p", 1, 0, 1);
+  absl::StatusOr<float> min_p = GetFloat(*args, "min-p", 0, 0, 1);
+  for (const absl::Status& st :
+       {max_new.status(), top_k.status(), seed.status(), timeout.status(),
+        temperature.status(), top_p.status(), min_p.status()}) {
+    if (!st.ok()) return st;
+  }
+  sv1::GenerateRequest request;
+  request.set_request_id(args->Get("request-id", ""));
+  request.mutable_token_ids()->Add(tokens->begin(), tokens->end());
+  request.set_max_new_tokens(static_cast<int32_t>(*max_new));
+  sv1::SamplingParams* s = request.mutable_sampling();
+  s->set_temperature(*temperature);
+  s->set_top_p(*top_p);
+  s->set_top_k(static_cast<int32_t>(*top_k));
+  s->set_min_p(*min_p);
+  s->set_seed(static_cast<uint64_t>(*seed));
+  if (args->Has("stop-tokens")) {
+    absl::StatusOr<std::vector<int64_t>> stops =
+        args->GetIntList("stop-tokens");
+    if (!stops.ok()) return stops.status();
+    request.mutable_stop_token_ids()->Add(stops->begin(), stops->end());
+  }
+  request.set_ignore_eos(args->Has("ignore-eos"));
+  request.set_logprobs(true);
+
+  std::unique_ptr<sv1::Serving::Stub> stub = sv1::Serving::NewStub(
+      grpc::CreateChannel(*server, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(*timeout)));
+  std::unique_ptr<grpc::ClientReader<sv1::GenerateResponse>> reader =
+      stub->Generate(&context, request);
+  const bool json = args->Has("json");
+  std::vector<int64_t> ids;
+  std::vector<float> logprobs;
+  std::string request_id;
+  sv1::GenerateResponse last;
+  sv1::GenerateResponse message;
+  while (reader->Read(&message)) {
+    if (!message.request_id().empty()) request_id = message.request_id();
+    for (int i = 0; i < message.token_ids_size(); ++i) {
+      ids.push_back(message.token_ids(i));
+      if (!json) out << message.token_ids(i) << "\n" << std::flush;
+    }
+    logprobs.insert(logprobs.end(), message.logprobs().begin(),
+                    message.logprobs().end());
+    if (message.finish_reason() != sv1::FINISH_REASON_UNSPECIFIED) {
+      last = message;
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) {
+    const absl::Status st = FromGrpcStatus(status);
+    return absl::Status(st.code(), absl::StrCat(*server, ": ", st.message()));
+  }
+  if (json) {
+    nlohmann::ordered_json j = {
+        {"token_ids", ids},
+        {"finish_reason", ReasonName(last.finish_reason())},
+        {"logprobs", logprobs},
+        {"prompt_tokens", last.prompt_tokens()},
+        {"request_id", request_id},
+    };
+    out << j.dump() << "\n";
+  } else {
+    out << "finish_reason: " << ReasonName(last.finish_reason()) << "\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mneme::cli
