@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "tools/cli/bench_engram_command.h"
+#include "tools/cli/bench_serving_command.h"
 #include "tools/cli/cast_experts_command.h"
 #include "tools/cli/engram_command.h"
 #include "tools/cli/engram_service_command.h"
@@ -72,7 +73,10 @@ constexpr char kUsage[] =
     "  generate --server ADDR --tokens T0,T1,... [--max-new-tokens N]\n"
     "           [--temperature X] [--top-p X] [--top-k N] [--seed N]\n"
     "           [--stop-tokens S,...] [--ignore-eos] [--json]\n"
-    "      stream a generation from a running coordinator\n";
+    "      stream a generation from a running coordinator\n"
+    "  bench serving --server ADDR [--streams N] [--requests M]\n"
+    "                [--prompt-tokens P] [--max-new-tokens K]\n"
+    "      closed-loop load on a coordinator; JSON tokens/s, TTFT, ITL\n";
 
 }  // namespace
 
@@ -91,6 +95,9 @@ int main(int argc, char** argv) {
   } else if (command == "bench" && !rest.empty() &&
              rest[0] == "engram-service") {
     status = mneme::cli::RunBenchEngramService(
+        std::vector<std::string>(rest.begin() + 1, rest.end()), std::cout);
+  } else if (command == "bench" && !rest.empty() && rest[0] == "serving") {
+    status = mneme::cli::RunBenchServing(
         std::vector<std::string>(rest.begin() + 1, rest.end()), std::cout);
   } else if (command == "bench") {
     status = mneme::cli::RunBenchEngram(rest, std::cout);
