@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/serving/v1/serving.grpc.pb.h"
 #include "services/worker/local_model.h"
@@ -102,10 +103,17 @@ class Cluster {
     store_.argv = {RunfilePath("mneme/services/engram/mneme_engram_store"),
                    "--checkpoint=" + Checkpoint(),
                    "--listen=127.0.0.1:0",
-                   "--metrics_listen=none",
+                   "--metrics_listen=127.0.0.1:0",
                    "--io_threads=2",
                    "--worker_threads=2"};
     Launch(store_);
+    absl::StatusOr<std::string> metrics =
+        store_.process->WaitForStdoutLine("metrics on ", absl::Seconds(10));
+    EXPECT_TRUE(metrics.ok()) << metrics.status();
+    if (metrics.ok()) {
+      store_metrics_ = std::string(absl::StripAsciiWhitespace(
+          absl::StripPrefix(*metrics, "metrics on ")));
+    }
     workers_.resize(o.tp);
     for (int r = 0; r < o.tp; ++r) {
       StartWorker(r, "127.0.0.1:0");
@@ -187,12 +195,27 @@ class Cluster {
     return false;
   }
 
+  // The engram store's count of Prefetch RPCs answered OK.
+  double StorePrefetches() {
+    const size_t colon = store_metrics_.rfind(':');
+    httplib::Client http(store_metrics_.substr(0, colon),
+                         std::stoi(store_metrics_.substr(colon + 1)));
+    httplib::Result r = http.Get("/metrics");
+    if (!r || r->status != 200) return -1;
+    const std::string key =
+        "mneme_engram_rpcs_total{method=\"Prefetch\",code=\"OK\"} ";
+    const size_t at = r->body.find(key);
+    if (at == std::string::npos) return 0;
+    return std::stod(r->body.substr(at + key.size()));
+  }
+
   sv1::Serving::Stub& stub() { return *stub_; }
   std::vector<Daemon>& workers() { return workers_; }
 
  private:
   ClusterOptions options_;
   Daemon store_;
+  std::string store_metrics_;
   std::vector<Daemon> workers_;
   Daemon coordinator_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -243,6 +266,8 @@ TEST(CoordinatorTest, Tp4Dcp4ChunkedPrefillMatchesReference) {
     EXPECT_EQ(o.prompt_tokens, length);
     EXPECT_EQ(o.completion_tokens, static_cast<int>(o.tokens.size()));
   }
+  // The next prefill chunk's rows were staged while the current one ran.
+  EXPECT_GT(c.StorePrefetches(), 0);
   EXPECT_TRUE(c.WaitIdle(absl::Seconds(10)));
 }
 
