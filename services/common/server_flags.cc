@@ -1,5 +1,7 @@
 #include "services/common/server_flags.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -27,7 +29,19 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(int, max_message_bytes, 64 << 20,
           "Largest gRPC message received or sent, in bytes.");
 
+ABSL_FLAG(bool, check_config, false,
+          "Validate the flags (including a --flagfile) and exit: status 0 "
+          "and 'config ok' when they are valid, 1 and the error otherwise. "
+          "Files the flags name are not opened.");
+
 namespace mneme {
+
+void ExitIfCheckConfig(absl::string_view daemon) {
+  if (!absl::GetFlag(FLAGS_check_config)) return;
+  std::printf("%s: config ok\n", std::string(daemon).c_str());
+  std::fflush(stdout);
+  std::exit(0);
+}
 
 absl::StatusOr<ServerOptions> ServerOptionsFromFlags(
     int default_port, std::optional<int> default_metrics_port) {

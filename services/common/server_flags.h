@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "services/common/server_runner.h"
 
 namespace mneme {
@@ -15,6 +16,11 @@ namespace mneme {
 //   --metrics_listen=HOST:PORT|none (default 127.0.0.1:<default_metrics_port>
 //   when given, else none).
 // InvalidArgument naming the flag on a malformed value.
+// With --check_config: prints "<daemon>: config ok" and exits 0. Call once
+// every flag has been turned into options (each of which exits 1 with the
+// error on a bad value) and before any I/O.
+void ExitIfCheckConfig(absl::string_view daemon);
+
 absl::StatusOr<ServerOptions> ServerOptionsFromFlags(
     int default_port, std::optional<int> default_metrics_port = std::nullopt);
 

@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
       mneme::EngineOptionsFromFlags();
   if (!engine_options.ok()) mneme::ExitWithError(engine_options.status());
 
+  mneme::ExitIfCheckConfig("mneme_coordinator");
+
   absl::StatusOr<std::unique_ptr<mneme::coordinator::WorkerGroup>> workers =
       mneme::coordinator::WorkerGroup::Create(*group_options);
   if (!workers.ok()) mneme::ExitWithError(workers.status());

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
       mneme::EngramStoreOptionsFromFlags();
   if (!store_options.ok()) mneme::ExitWithError(store_options.status());
 
+  mneme::ExitIfCheckConfig("mneme_engram_store");
+
   mneme::MetricsRegistry metrics;
   absl::StatusOr<std::unique_ptr<mneme::engram::EngramStore>> store =
       mneme::engram::EngramStore::Create(*store_options, &metrics);

@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
       mneme::WorkerRuntimeOptionsFromFlags();
   if (!runtime_options.ok()) mneme::ExitWithError(runtime_options.status());
 
+  mneme::ExitIfCheckConfig("mneme_worker");
+
   mneme::InflightGate gate;
   mneme::worker::WorkerServiceOptions service_options =
       mneme::WorkerServiceOptionsFromFlags();
