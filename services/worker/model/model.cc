@@ -566,7 +566,11 @@ absl::Status Model::EngramLayer(int layer, const StepInput& input,
   const int64_t rd = engram_row_dim_;
   const std::vector<int>& mine = engram_columns_[rank];
   const int64_t ncols = static_cast<int64_t>(mine.size());
-  std::vector<float> rows(static_cast<size_t>(tokens * ncols * rd));
+  // The rows stay bf16 (as the store sends them) until they are placed:
+  // the all-gather moves half the bytes of fp32. Two bf16 values travel in
+  // one float slot; a gather only copies bits.
+  const int64_t per_rank = tokens * ncols * rd;  // bf16 values.
+  std::vector<uint16_t> rows(static_cast<size_t>(per_rank + (per_rank & 1)));
   int64_t t0 = 0;
   for (size_t i = 0; i < input.chunks.size(); ++i) {
     const SequenceChunk& c = input.chunks[i];
@@ -599,39 +603,39 @@ absl::Status Model::EngramLayer(int layer, const StepInput& input,
           " bytes of rows of ", resp->row_dim(), " values, expected ", want,
           " bytes of ", rd));
     }
-    const uint8_t* src = reinterpret_cast<const uint8_t*>(resp->rows().data());
-    float* dst = rows.data() + t0 * ncols * rd;
-    for (size_t k = 0; k < want / 2; ++k) {
-      uint16_t b;
-      std::memcpy(&b, src + 2 * k, 2);
-      dst[k] = engram::Bf16ToFloat(b);
-    }
+    std::memcpy(rows.data() + t0 * ncols * rd, resp->rows().data(), want);
     t0 += n_tokens;
   }
-  // Every rank's rows, then each token's 24 rows in column order.
-  std::vector<float> all;
+  // Every rank's rows, then each token's rows in column order.
+  const int64_t slots = (per_rank + 1) / 2;  // Floats per rank.
+  std::vector<uint16_t> all;
   if (n > 1) {
-    MNEME_SCRATCH(send, tokens * ncols * rd);
-    MNEME_SCRATCH(recv, n * tokens * ncols * rd);
-    backend_.CopyFromHost(rows, send->data());
-    if (absl::Status st =
-            comm_->AllGather(send->data(), tokens * ncols * rd, recv->data());
+    MNEME_SCRATCH(send, slots);
+    MNEME_SCRATCH(recv, n * slots);
+    backend_.CopyFromHost(
+        absl::MakeConstSpan(reinterpret_cast<const float*>(rows.data()),
+                            static_cast<size_t>(slots)),
+        send->data());
+    if (absl::Status st = comm_->AllGather(send->data(), slots, recv->data());
         !st.ok()) {
       return st;
     }
-    all.resize(static_cast<size_t>(n * tokens * ncols * rd));
-    backend_.CopyToHost(recv->data(), absl::MakeSpan(all));
+    all.resize(static_cast<size_t>(n * slots * 2));
+    backend_.CopyToHost(recv->data(),
+                        absl::MakeSpan(reinterpret_cast<float*>(all.data()),
+                                       static_cast<size_t>(n * slots)));
   } else {
     all = std::move(rows);
   }
   const int64_t width = int64_t{engram_num_columns_} * rd;
   std::vector<float> full(static_cast<size_t>(tokens * width));
   for (int q = 0; q < n; ++q) {
-    const float* block = all.data() + q * tokens * ncols * rd;
+    const uint16_t* block = all.data() + q * slots * 2;
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t i = 0; i < ncols; ++i) {
-        std::memcpy(full.data() + t * width + engram_columns_[q][i] * rd,
-                    block + (t * ncols + i) * rd, rd * sizeof(float));
+        const uint16_t* src = block + (t * ncols + i) * rd;
+        float* dst = full.data() + t * width + engram_columns_[q][i] * rd;
+        for (int64_t k = 0; k < rd; ++k) dst[k] = engram::Bf16ToFloat(src[k]);
       }
     }
   }
