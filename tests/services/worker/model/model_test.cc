@@ -24,6 +24,7 @@
 #include "services/worker/local_model.h"
 #include "services/worker/model/model_config.h"
 #include "services/worker/model/weight_loader.h"
+#include "tools/quant/expert_caster.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
 
 namespace mneme::worker {
@@ -312,6 +313,25 @@ TEST(ModelCacheTest, FullCacheIsResourceExhaustedAndChangesNothing) {
   EXPECT_EQ(model.kv_cache().free_blocks(), free_blocks);
   EXPECT_EQ(model.SequenceLength(2), -1);
   EXPECT_EQ(model.SequenceLength(1), 4);
+}
+
+TEST(ModelFormatsTest, NvFp4ExpertsFromTheLosslessCastGiveTheSameLogits) {
+  quant::ExpertCastOptions cast;
+  cast.checkpoint_dir = TinyCheckpoint();
+  cast.out_dir = TempDir("nvfp4-experts");
+  cast.input_scales = quant::InputScales::kUncalibrated;
+  cast.threads = 1;
+  ASSERT_TRUE(quant::CastExpertsCheckpoint(cast).ok());
+  absl::StatusOr<std::unique_ptr<LocalModel>> mx = Open(TinyCheckpoint());
+  absl::StatusOr<std::unique_ptr<LocalModel>> nv = Open(cast.out_dir);
+  ASSERT_TRUE(mx.ok() && nv.ok()) << nv.status();
+  StepInput in;
+  in.chunks.push_back(Chunk(1, Tokens(23, 4), 0, SequenceChunk::Logits::kAll));
+  absl::StatusOr<StepOutput> a = (*mx)->model().Step(in);
+  absl::StatusOr<StepOutput> b = (*nv)->model().Step(in);
+  ASSERT_TRUE(a.ok() && b.ok());
+  // The cast is exact, so every dequantized weight and every logit is.
+  EXPECT_EQ(a->logits[0], b->logits[0]);
 }
 
 // ---- weight slicing --------------------------------------------------------
