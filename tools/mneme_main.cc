@@ -8,6 +8,7 @@
 #include "tools/cli/bench_engram_command.h"
 #include "tools/cli/bench_serving_command.h"
 #include "tools/cli/cast_experts_command.h"
+#include "tools/cli/cluster_command.h"
 #include "tools/cli/engram_command.h"
 #include "tools/cli/engram_service_command.h"
 #include "tools/cli/generate_command.h"
@@ -76,7 +77,14 @@ constexpr char kUsage[] =
     "      stream a generation from a running coordinator\n"
     "  bench serving --server ADDR [--streams N] [--requests M]\n"
     "                [--prompt-tokens P] [--max-new-tokens K]\n"
-    "      closed-loop load on a coordinator; JSON tokens/s, TTFT, ITL\n";
+    "      closed-loop load on a coordinator; JSON tokens/s, TTFT, ITL\n"
+    "  cluster up [--checkpoint DIR] [--tp N] [--dcp N] [--chunk-tokens N]\n"
+    "             [--workdir DIR] [--bin-dir DIR] [--kv-cache-bytes N]\n"
+    "             [--max-num-seqs N] [--threads-per-worker N]\n"
+    "             [--listen HOST:PORT] [--comm-timeout D] [--ready-timeout D]\n"
+    "      a local cluster (engram store, workers, coordinator; the tiny\n"
+    "      model without --checkpoint) until Ctrl-C; prints\n"
+    "      `coordinator at HOST:PORT` when it is ready\n";
 
 }  // namespace
 
@@ -118,6 +126,8 @@ int main(int argc, char** argv) {
     status = mneme::cli::RunGenerate(rest, std::cout);
   } else if (command == "score") {
     status = mneme::cli::RunScore(rest, std::cout);
+  } else if (command == "cluster") {
+    status = mneme::cli::RunCluster(rest, std::cout, std::cerr);
   } else if (command == "localize") {
     status = mneme::cli::RunLocalize(rest, std::cout, std::cerr);
   } else {

@@ -565,6 +565,7 @@ void Engine::FailStep(const StepPlan& plan, const absl::Status& status) {
 }
 
 void Engine::Loop() {
+  bool idle_check = false;
   for (;;) {
     bool ready;
     {
@@ -595,10 +596,28 @@ void Engine::Loop() {
       if (p->sequences.empty() && to_release_.empty()) {
         wake_ = false;
         mu_.AwaitWithTimeout(absl::Condition(&wake_), absl::Milliseconds(100));
-        continue;
+        idle_check = !wake_ && absl::Now() - last_worker_check_ >
+                                   options_.idle_check_interval;
+        if (!idle_check) continue;
+      } else {
+        plan = *std::move(p);
+        request = BuildStep(plan);
+        last_worker_check_ = absl::Now();
       }
-      plan = *std::move(p);
-      request = BuildStep(plan);
+    }
+    if (idle_check) {
+      // Nothing to run: make sure the group is still whole, so that health
+      // turns NOT_SERVING while workers restart rather than at the next
+      // request.
+      idle_check = false;
+      const absl::Status st = workers_->Info().status();
+      absl::MutexLock lock(&mu_);
+      last_worker_check_ = absl::Now();
+      if (!st.ok()) {
+        ready_ = false;
+        LOG(WARNING) << "a worker is gone while idle: " << st;
+      }
+      continue;
     }
     const absl::Time t0 = absl::Now();
     absl::StatusOr<v1::StepResponse> response = workers_->Step(request);

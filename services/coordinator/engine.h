@@ -74,6 +74,9 @@ struct EngineOptions {
   // Prefill chunks whose Engram rows are prefetched ahead, per step.
   // Default: 4.
   int max_prefetch_hints = 4;
+  // While idle, how often the workers are checked (so that health reflects
+  // a lost worker before the next request). Default: 1 s.
+  absl::Duration idle_check_interval = absl::Seconds(1);
 };
 
 // What a client sees of the served model.
@@ -161,6 +164,7 @@ class Engine {
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_loop_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_worker_check_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);
   std::optional<ModelInfo> info_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

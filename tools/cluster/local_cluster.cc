@@ -1,0 +1,430 @@
+#include "tools/cluster/local_cluster.h"
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "services/common/host_port.h"
+
+namespace mneme::cluster {
+namespace {
+
+using ::grpc::health::v1::Health;
+using ::grpc::health::v1::HealthCheckRequest;
+using ::grpc::health::v1::HealthCheckResponse;
+
+constexpr char kAnyLocalPort[] = "127.0.0.1:0";
+constexpr char kListeningPrefix[] = "listening on ";
+constexpr char kMetricsPrefix[] = "metrics on ";
+// Lines of a daemon's log quoted in an error.
+constexpr int kTailLines = 20;
+// Deadline of one health check while waiting for readiness.
+constexpr absl::Duration kHealthCheckTimeout = absl::Seconds(1);
+
+std::string Flag(absl::string_view name, absl::string_view value) {
+  return absl::StrCat("--", name, "=", value);
+}
+
+std::string DurationFlag(absl::string_view name, absl::Duration value) {
+  return Flag(name, absl::FormatDuration(value));
+}
+
+absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo,
+                        int64_t hi) {
+  if (value < lo || value > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LocalClusterOptions.", field, "=", value, " must be in [",
+                     lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPositive(absl::string_view field, absl::Duration value) {
+  if (value <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LocalClusterOptions.", field, "=",
+                     absl::FormatDuration(value), " must be > 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckNonNegative(absl::string_view field, absl::Duration value) {
+  if (value < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LocalClusterOptions.", field, "=",
+                     absl::FormatDuration(value), " must be >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
+    const LocalClusterOptions& options) {
+  const std::pair<const char*, const std::string*> required[] = {
+      {"binaries.engram_store", &options.binaries.engram_store},
+      {"binaries.worker", &options.binaries.worker},
+      {"binaries.coordinator", &options.binaries.coordinator},
+      {"checkpoint_dir", &options.checkpoint_dir},
+      {"workdir", &options.workdir},
+  };
+  for (const auto& [field, value] : required) {
+    if (value->empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("LocalClusterOptions.", field, " is required"));
+    }
+  }
+  struct stat st;
+  if (stat(options.workdir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::NotFoundError(absl::StrCat("LocalClusterOptions.workdir ",
+                                            options.workdir,
+                                            " is not a directory"));
+  }
+  for (const absl::Status& s : {
+           CheckRange("tp_size", options.tp_size, 1, 64),
+           CheckRange("max_num_batched_tokens", options.max_num_batched_tokens,
+                      1, int64_t{1} << 40),
+           CheckRange("max_num_seqs", options.max_num_seqs, 1,
+                      int64_t{1} << 40),
+           CheckRange("kv_cache_bytes", options.kv_cache_bytes, 1,
+                      int64_t{1} << 50),
+           CheckRange("threads_per_worker", options.threads_per_worker, 1,
+                      1024),
+           CheckPositive("comm_timeout", options.comm_timeout),
+           CheckPositive("ready_timeout", options.ready_timeout),
+           CheckNonNegative("drain_timeout", options.drain_timeout),
+           CheckNonNegative("stop_timeout", options.stop_timeout),
+           CheckNonNegative("restart_interval", options.restart_interval),
+           CheckPositive("poll_interval", options.poll_interval),
+       }) {
+    if (!s.ok()) return s;
+  }
+  if (options.dcp_size != 1 && options.dcp_size != options.tp_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LocalClusterOptions.dcp_size=", options.dcp_size,
+                     " must be 1 or tp_size (", options.tp_size, ")"));
+  }
+  if (absl::StatusOr<HostPort> listen = ParseHostPort(
+          options.coordinator_listen, "LocalClusterOptions.coordinator_listen");
+      !listen.ok()) {
+    return listen.status();
+  }
+  return std::unique_ptr<LocalCluster>(new LocalCluster(options));
+}
+
+LocalCluster::~LocalCluster() { Stop(); }
+
+void LocalCluster::Emit(absl::string_view line) const {
+  if (options_.on_event) options_.on_event(line);
+}
+
+absl::Status LocalCluster::Start() {
+  if (started_) {
+    return absl::FailedPreconditionError("LocalCluster::Start called twice");
+  }
+  started_ = true;
+  absl::Status status = StartOnce();
+  if (!status.ok()) {
+    Stop();
+    return status;
+  }
+  start_ok_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartOnce() {
+  const absl::Time deadline = absl::Now() + options_.ready_timeout;
+  const std::string drain =
+      DurationFlag("drain_timeout", options_.drain_timeout);
+
+  store_.name = "engram_store";
+  store_.log_path = options_.workdir + "/engram_store.log";
+  store_.argv = {options_.binaries.engram_store,
+                 Flag("checkpoint", options_.checkpoint_dir),
+                 "--io_threads=2",
+                 "--worker_threads=2",
+                 "--prefetch_threads=1",
+                 absl::StrCat("--ram_cache_bytes=", int64_t{64} << 20),
+                 drain};
+  store_.listen = kAnyLocalPort;
+  if (absl::Status s = SpawnAndWait(store_, deadline); !s.ok()) return s;
+
+  workers_.resize(options_.tp_size);
+  for (int r = 0; r < options_.tp_size; ++r) {
+    Daemon& w = workers_[r];
+    w.name = absl::StrCat("worker ", r);
+    w.log_path = absl::StrCat(options_.workdir, "/worker", r, ".log");
+    w.argv = WorkerArgv(r);
+    w.listen = kAnyLocalPort;
+    if (absl::Status s = SpawnAndWait(w, deadline); !s.ok()) return s;
+  }
+  workers_started_ = absl::Now();
+
+  std::vector<std::string> addresses;
+  for (const Daemon& w : workers_) addresses.push_back(w.listen);
+  coordinator_.name = "coordinator";
+  coordinator_.log_path = options_.workdir + "/coordinator.log";
+  coordinator_.argv = {options_.binaries.coordinator,
+                       Flag("workers", absl::StrJoin(addresses, ",")),
+                       absl::StrCat("--max_num_batched_tokens=",
+                                    options_.max_num_batched_tokens),
+                       absl::StrCat("--max_num_seqs=", options_.max_num_seqs),
+                       drain};
+  coordinator_.listen = options_.coordinator_listen;
+  coordinator_.metrics_listen = kAnyLocalPort;
+  if (absl::Status s = SpawnAndWait(coordinator_, deadline); !s.ok()) return s;
+  return WaitUntilServing(deadline);
+}
+
+std::vector<std::string> LocalCluster::WorkerArgv(int rank) const {
+  std::vector<std::string> argv = {
+      options_.binaries.worker,
+      Flag("checkpoint", options_.checkpoint_dir),
+      absl::StrCat("--rank=", rank),
+      absl::StrCat("--tp_size=", options_.tp_size),
+      absl::StrCat("--dcp_size=", options_.dcp_size),
+      Flag("engram_store", store_.listen),
+      "--backend=cpu",
+      absl::StrCat("--threads=", options_.threads_per_worker),
+      absl::StrCat("--kv_cache_bytes=", options_.kv_cache_bytes),
+      DurationFlag("comm_timeout", options_.comm_timeout),
+      DurationFlag("drain_timeout", options_.drain_timeout)};
+  // Rank 0 hosts the group's rendezvous on its own address.
+  if (rank > 0) argv.push_back(Flag("group", workers_[0].listen));
+  return argv;
+}
+
+absl::Status LocalCluster::Spawn(Daemon& d) {
+  DaemonProcessOptions po;
+  po.argv = d.argv;
+  po.argv.push_back(Flag("listen", d.listen));
+  po.argv.push_back(Flag("metrics_listen", d.metrics_listen));
+  po.log_path = d.log_path;
+  // An attempt, failed or not, counts for restart_interval.
+  d.started = absl::Now();
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> process =
+      DaemonProcess::Start(po);
+  if (!process.ok()) {
+    return absl::Status(process.status().code(),
+                        absl::StrCat("cannot start ", d.name, ": ",
+                                     process.status().message()));
+  }
+  d.process = *std::move(process);
+  d.exit_reported = false;
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::SpawnAndWait(Daemon& d, absl::Time deadline) {
+  if (cancelled_.HasBeenNotified()) {
+    return absl::CancelledError("cancelled while starting the cluster");
+  }
+  if (absl::Status s = Spawn(d); !s.ok()) return s;
+  while (true) {
+    if (std::optional<std::string> address =
+            d.process->FindLine(kListeningPrefix);
+        address.has_value()) {
+      d.listen = *address;
+      std::string line =
+          absl::StrCat(d.name, " pid ", d.process->pid(), " at ", d.listen);
+      if (d.metrics_listen != "none") {
+        // Printed before the gRPC address.
+        d.metrics_listen =
+            d.process->FindLine(kMetricsPrefix).value_or(d.metrics_listen);
+        absl::StrAppend(&line, " (metrics on ", d.metrics_listen, ")");
+        if (&d == &coordinator_) metrics_address_ = d.metrics_listen;
+      }
+      Emit(line);
+      return absl::OkStatus();
+    }
+    if (d.process->Exited()) {
+      return ExitedError(d, "before printing its address");
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          d.name, " (pid ", d.process->pid(), ") printed no '",
+          kListeningPrefix, "HOST:PORT' line within ",
+          absl::FormatDuration(options_.ready_timeout), "; last lines of ",
+          d.log_path, ":\n", d.process->LogTail(kTailLines)));
+    }
+    if (cancelled_.WaitForNotificationWithTimeout(options_.poll_interval)) {
+      return absl::CancelledError("cancelled while starting the cluster");
+    }
+  }
+}
+
+absl::Status LocalCluster::ExitedError(const Daemon& d,
+                                       absl::string_view when) const {
+  return absl::UnavailableError(
+      absl::StrCat(d.name, " (pid ", d.process->pid(), ") ",
+                   d.process->ExitDescription(), " ", when, "; last lines of ",
+                   d.log_path, ":\n", d.process->LogTail(kTailLines)));
+}
+
+LocalCluster::Daemon* LocalCluster::FirstExited() {
+  if (store_.process != nullptr && store_.process->Exited()) return &store_;
+  for (Daemon& w : workers_) {
+    if (w.process != nullptr && w.process->Exited()) return &w;
+  }
+  if (coordinator_.process != nullptr && coordinator_.process->Exited()) {
+    return &coordinator_;
+  }
+  return nullptr;
+}
+
+absl::Status LocalCluster::WaitUntilServing(absl::Time deadline) {
+  std::unique_ptr<Health::Stub> health = Health::NewStub(grpc::CreateChannel(
+      coordinator_.listen, grpc::InsecureChannelCredentials()));
+  std::string last = "no answer yet";
+  while (true) {
+    if (const Daemon* d = FirstExited(); d != nullptr) {
+      return ExitedError(*d, "before the cluster was ready");
+    }
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         absl::ToChronoMilliseconds(kHealthCheckTimeout));
+    HealthCheckResponse response;
+    const grpc::Status status =
+        health->Check(&context, HealthCheckRequest(), &response);
+    if (status.ok() && response.status() == HealthCheckResponse::SERVING) {
+      return absl::OkStatus();
+    }
+    last = status.ok()
+               ? HealthCheckResponse::ServingStatus_Name(response.status())
+               : absl::StrCat("error ", status.error_code(), ": ",
+                              status.error_message());
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the cluster was not ready within ",
+          absl::FormatDuration(options_.ready_timeout), ": the coordinator at ",
+          coordinator_.listen, " answers health checks with ", last,
+          "; last lines of ", coordinator_.log_path, ":\n",
+          coordinator_.process->LogTail(kTailLines)));
+    }
+    if (cancelled_.WaitForNotificationWithTimeout(options_.poll_interval)) {
+      return absl::CancelledError("cancelled while starting the cluster");
+    }
+  }
+}
+
+absl::Status LocalCluster::Run() {
+  if (!start_ok_ || stopped_) {
+    return absl::FailedPreconditionError(
+        "LocalCluster::Run needs a successful Start() and no Stop()");
+  }
+  while (!cancelled_.WaitForNotificationWithTimeout(options_.poll_interval)) {
+    Supervise();
+  }
+  return absl::OkStatus();
+}
+
+void LocalCluster::Supervise() {
+  for (Daemon* d : {&store_, &coordinator_}) {
+    if (d->process->Exited() && !d->exit_reported) {
+      d->exit_reported = true;
+      Emit(absl::StrCat(d->name, " pid ", d->process->pid(), " ",
+                        d->process->ExitDescription()));
+    }
+  }
+  bool worker_down = false;
+  for (Daemon& w : workers_) {
+    if (!w.process->Exited()) continue;
+    worker_down = true;
+    if (!w.exit_reported) {
+      w.exit_reported = true;
+      Emit(absl::StrCat(w.name, " pid ", w.process->pid(), " ",
+                        w.process->ExitDescription()));
+    }
+  }
+
+  const absl::Duration interval = options_.restart_interval;
+  if (store_.process->Exited() && absl::Now() - store_.started >= interval) {
+    Emit(absl::StrCat("restarting ", store_.name, " on ", store_.listen));
+    if (absl::Status s = Spawn(store_); s.ok()) {
+      Emit(absl::StrCat(store_.name, " pid ", store_.process->pid(), " at ",
+                        store_.listen));
+      restart_workers_ = true;
+    } else {
+      Emit(s.message());
+    }
+  }
+  if ((worker_down || restart_workers_) &&
+      absl::Now() - workers_started_ >= interval &&
+      !cancelled_.HasBeenNotified()) {
+    RestartWorkerGroup(worker_down ? "a worker exited"
+                                   : "the engram store was restarted");
+  }
+  if (coordinator_.process->Exited() &&
+      absl::Now() - coordinator_.started >= interval) {
+    Emit(absl::StrCat("restarting ", coordinator_.name, " on ",
+                      coordinator_.listen));
+    if (absl::Status s = Spawn(coordinator_); s.ok()) {
+      Emit(absl::StrCat(coordinator_.name, " pid ", coordinator_.process->pid(),
+                        " at ", coordinator_.listen, " (metrics on ",
+                        coordinator_.metrics_listen, ")"));
+    } else {
+      Emit(s.message());
+    }
+  }
+}
+
+void LocalCluster::RestartWorkerGroup(absl::string_view why) {
+  Emit(absl::StrCat("restarting the worker group (", why, ")"));
+  // Survivors cannot rejoin a new group: replace them too.
+  for (Daemon& w : workers_) {
+    if (w.process->Exited()) continue;
+    Emit(absl::StrCat("stopping ", w.name, " pid ", w.process->pid()));
+    w.process->Stop(options_.stop_timeout);
+    w.exit_reported = true;
+  }
+  workers_started_ = absl::Now();
+  restart_workers_ = false;
+  for (Daemon& w : workers_) {
+    if (absl::Status s = Spawn(w); s.ok()) {
+      Emit(absl::StrCat(w.name, " pid ", w.process->pid(), " at ", w.listen));
+    } else {
+      // Still counts as down: retried after restart_interval.
+      Emit(s.message());
+    }
+  }
+}
+
+void LocalCluster::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (coordinator_.process != nullptr) {
+    coordinator_.process->Stop(options_.stop_timeout);
+  }
+  for (Daemon& w : workers_) {
+    if (w.process != nullptr) w.process->Signal(SIGTERM);
+  }
+  for (Daemon& w : workers_) {
+    if (w.process != nullptr) w.process->Stop(options_.stop_timeout);
+  }
+  if (store_.process != nullptr) store_.process->Stop(options_.stop_timeout);
+}
+
+std::vector<LocalCluster::DaemonInfo> LocalCluster::daemons() const {
+  std::vector<DaemonInfo> out;
+  std::vector<const Daemon*> all = {&store_};
+  for (const Daemon& w : workers_) all.push_back(&w);
+  all.push_back(&coordinator_);
+  for (const Daemon* d : all) {
+    if (d->process == nullptr) continue;
+    out.push_back({d->name, d->process->pid(), d->listen, d->log_path});
+  }
+  return out;
+}
+
+const std::string& LocalCluster::coordinator_address() const {
+  return coordinator_.listen;
+}
+
+}  // namespace mneme::cluster
