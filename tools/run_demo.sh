@@ -1,29 +1,60 @@
 #!/usr/bin/env bash
 # The main job, on the built-in synthetic checkpoint: installs what is
-# missing, builds the mneme CLI, makes a V4.1-layout checkpoint (FP8 and NVFP4
-# Engram tables), inspects it and looks rows up by token ids.
+# missing, builds Mneme, starts a local cluster (an engram store, two
+# tensor-parallel CPU workers with decode context parallelism, and the
+# coordinator on 127.0.0.1), streams a generation from it and checks it
+# against the single-process reference; then tours the Engram tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tools/bootstrap.sh
-bazel build //tools:mneme //services/engram:mneme_engram_store
+bazel build //tools:mneme //services/engram:mneme_engram_store \
+  //services/worker:mneme_worker //services/coordinator:mneme_coordinator
 mneme=bazel-bin/tools/mneme
 work=${MNEME_DEMO_DIR:-$(mktemp -d /tmp/mneme-demo.XXXXXX)}
 echo "== working in $work"
 
-for format in fp8 nvfp4; do
-  dir="$work/checkpoint-$format"
-  rm -rf "$dir"
-  echo "== mneme make-checkpoint --engram-format $format"
-  "$mneme" make-checkpoint --out "$dir" --engram-format "$format" --seed 7
-  echo "== mneme inspect"
-  "$mneme" inspect "$dir"
-done
+echo "== mneme make-checkpoint --model: the tiny V4.1-layout model"
+rm -rf "$work/model"
+"$mneme" make-checkpoint --model --out "$work/model" --seed 7
 
-dir="$work/checkpoint-nvfp4"
-echo "== mneme engram describe (first lines)"
-"$mneme" engram describe --checkpoint "$dir" >"$work/describe.json"
-head -n 30 "$work/describe.json"
+echo "== mneme cluster up --tp 2 --dcp 2 --chunk-tokens 16"
+"$mneme" cluster up --checkpoint "$work/model" --tp 2 --dcp 2 \
+  --chunk-tokens 16 --workdir "$work/cluster" >"$work/cluster.out" 2>&1 &
+cluster_pid=$!
+trap 'kill -INT $cluster_pid 2>/dev/null || true' EXIT
+for _ in $(seq 1 1200); do
+  grep -q '^coordinator at ' "$work/cluster.out" 2>/dev/null && break
+  kill -0 $cluster_pid 2>/dev/null || { cat "$work/cluster.out"; exit 1; }
+  sleep 0.1
+done
+sed 's/^/   /' "$work/cluster.out"
+address=$(sed -n 's/^coordinator at //p' "$work/cluster.out")
+prompt=$(seq -s, 40 79)
+
+echo "== mneme generate: tokens stream in as the cluster produces them"
+"$mneme" generate --server "$address" --tokens "$prompt" \
+  --max-new-tokens 24 | tr '\n' ' '
+echo
+"$mneme" generate --server "$address" --tokens "$prompt" \
+  --max-new-tokens 24 --json >"$work/cluster.json"
+"$mneme" run --checkpoint "$work/model" --tokens "$prompt" \
+  --max-new-tokens 24 --json >"$work/reference.json"
+/usr/bin/python3 - "$work/cluster.json" "$work/reference.json" <<'PY'
+import json, sys
+got, want = (json.load(open(p)) for p in sys.argv[1:3])
+same = got["token_ids"] == want["token_ids"]
+print("   TP 2 + DCP 2 cluster, 16-token chunks:", got["token_ids"][:8], "...")
+print("   single-process reference:            ", want["token_ids"][:8], "...")
+print("   identical:", same)
+sys.exit(0 if same else 1)
+PY
+echo "== stopping the cluster (SIGINT drains every daemon)"
+kill -INT $cluster_pid
+wait $cluster_pid && echo "   stopped cleanly"
+trap - EXIT
+
+dir="$work/model"
 echo "== mneme engram ids: the 24 row ids of each position of a token sequence"
 "$mneme" engram ids --checkpoint "$dir" --layer 1 --tokens 0,300,301,302,303
 first_id=$("$mneme" engram ids --checkpoint "$dir" --layer 1 --tokens 300,301 |
@@ -36,23 +67,4 @@ echo "== mneme localize: the sparse local copy of rank 1 of 4 (strided split)"
 echo "== mneme bench engram: decode steps (48 tokens x 24 columns) from a token stream"
 "$mneme" bench engram --checkpoint "$dir" --layer 1 --tokens-per-step 48 \
   --steps 100 --threads 4 --ram-cache-bytes 4194304
-echo "== mneme_engram_store: the node's Engram store daemon on 127.0.0.1 (free port)"
-bazel-bin/services/engram/mneme_engram_store --checkpoint "$dir" \
-  --listen 127.0.0.1:0 --metrics_listen none >"$work/store.out" 2>"$work/store.err" &
-store_pid=$!
-trap 'kill $store_pid 2>/dev/null || true' EXIT
-for _ in $(seq 1 300); do
-  grep -q '^listening on ' "$work/store.out" 2>/dev/null && break
-  sleep 0.1
-done
-address=$(sed -n 's/^listening on //p' "$work/store.out")
-echo "   listening on $address"
-echo "== mneme engram lookup: rows of a token window over gRPC (first 6 values)"
-"$mneme" engram lookup --server "$address" --layer 1 --tokens 300,301,302 \
-  >"$work/lookup.out"
-head -n 3 "$work/lookup.out" | cut -d' ' -f1-6
-echo "   ($(wc -l <"$work/lookup.out") rows: 3 tokens x 24 columns)"
-kill -TERM $store_pid
-wait $store_pid && echo "   store drained and exited 0"
-trap - EXIT
-echo "== done: checkpoints in $work"
+echo "== done: everything is in $work"
