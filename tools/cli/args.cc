@@ -94,6 +94,20 @@ absl::StatusOr<int64_t> Args::GetInt(const std::string& name, int64_t fallback,
   return value;
 }
 
+absl::StatusOr<double> Args::GetDouble(const std::string& name, double fallback,
+                                       double min, double max) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  double value = 0;
+  if (!absl::SimpleAtod(it->second, &value) || !(value >= min) ||
+      !(value <= max)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, "=", it->second,
+                                                   ": expected a number in [",
+                                                   min, ", ", max, "]"));
+  }
+  return value;
+}
+
 absl::StatusOr<std::vector<int64_t>> Args::GetIntList(
     const std::string& name) const {
   absl::StatusOr<std::string> text = Required(name);

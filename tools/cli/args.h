@@ -34,6 +34,9 @@ class Args {
   // Integer value in [min, max]; InvalidArgument naming the flag otherwise.
   absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback,
                                  int64_t min, int64_t max) const;
+  // Finite number in [min, max]; InvalidArgument naming the flag otherwise.
+  absl::StatusOr<double> GetDouble(const std::string& name, double fallback,
+                                   double min, double max) const;
   // Comma-separated int64 list (e.g. --ids=1,2,3); InvalidArgument naming
   // the flag and the bad element.
   absl::StatusOr<std::vector<int64_t>> GetIntList(

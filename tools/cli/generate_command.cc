@@ -12,23 +12,12 @@
 #include "proto/serving/v1/serving.grpc.pb.h"
 #include "services/common/grpc_status.h"
 #include "tools/cli/args.h"
+#include "tools/cli/sampling_flags.h"
 
 namespace mneme::cli {
 namespace {
 
 namespace sv1 = serving::v1;
-
-absl::StatusOr<float> GetFloat(const Args& args, const std::string& name,
-                               float fallback, float lo, float hi) {
-  if (!args.Has(name)) return fallback;
-  float v = 0;
-  const std::string text = args.Get(name, "");
-  if (!absl::SimpleAtof(text, &v) || !(v >= lo && v <= hi)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", name, "=", text, " must be a number in [", lo, ", ", hi, "]"));
-  }
-  return v;
-}
 
 const char* ReasonName(sv1::FinishReason r) {
   switch (r) {
@@ -47,11 +36,11 @@ const char* ReasonName(sv1::FinishReason r) {
 
 absl::Status RunGenerate(const std::vector<std::string>& argv,
                          std::ostream& out) {
-  absl::StatusOr<Args> args = Args::Parse(
-      argv,
-      {"server", "tokens", "max-new-tokens", "temperature", "top-p", "top-k",
-       "min-p", "seed", "stop-tokens", "request-id", "timeout-s"},
-      {"json", "ignore-eos"});
+  absl::StatusOr<Args> args =
+      Args::Parse(argv,
+                  WithSamplingFlags({"server", "tokens", "max-new-tokens",
+                                     "stop-tokens", "request-id", "timeout-s"}),
+                  {"json", "ignore-eos"});
   if (!args.ok()) return args.status();
   absl::StatusOr<std::string> server = args->Required("server");
   if (!server.ok()) return server.status();
@@ -62,15 +51,10 @@ absl::Status RunGenerate(const std::vector<std::string>& argv,
   if (!tokens.ok()) return tokens.status();
   absl::StatusOr<int64_t> max_new =
       args->GetInt("max-new-tokens", 16, 1, 1 << 24);
-  absl::StatusOr<int64_t> top_k = args->GetInt("top-k", 0, 0, 1 << 24);
-  absl::StatusOr<int64_t> seed = args->GetInt("seed", 0, 0, INT64_MAX);
   absl::StatusOr<int64_t> timeout = args->GetInt("timeout-s", 600, 1, 86400);
-  absl::StatusOr<float> temperature = GetFloat(*args, "temperature", 0, 0, 100);
-  absl::StatusOr<float> top_p = GetFloat(*args, "top-p", 1, 0, 1);
-  absl::StatusOr<float> min_p = GetFloat(*args, "min-p", 0, 0, 1);
+  absl::StatusOr<gpu::SamplingParams> sampling = SamplingFromArgs(*args);
   for (const absl::Status& st :
-       {max_new.status(), top_k.status(), seed.status(), timeout.status(),
-        temperature.status(), top_p.status(), min_p.status()}) {
+       {max_new.status(), timeout.status(), sampling.status()}) {
     if (!st.ok()) return st;
   }
   sv1::GenerateRequest request;
@@ -78,11 +62,11 @@ absl::Status RunGenerate(const std::vector<std::string>& argv,
   request.mutable_token_ids()->Add(tokens->begin(), tokens->end());
   request.set_max_new_tokens(static_cast<int32_t>(*max_new));
   sv1::SamplingParams* s = request.mutable_sampling();
-  s->set_temperature(*temperature);
-  s->set_top_p(*top_p);
-  s->set_top_k(static_cast<int32_t>(*top_k));
-  s->set_min_p(*min_p);
-  s->set_seed(static_cast<uint64_t>(*seed));
+  s->set_temperature(sampling->temperature);
+  s->set_top_p(sampling->top_p);
+  s->set_top_k(sampling->top_k);
+  s->set_min_p(sampling->min_p);
+  s->set_seed(sampling->seed);
   if (args->Has("stop-tokens")) {
     absl::StatusOr<std::vector<int64_t>> stops =
         args->GetIntList("stop-tokens");

@@ -17,23 +17,12 @@
 #include "services/worker/local_model.h"
 #include "services/worker/model/generate.h"
 #include "tools/cli/args.h"
+#include "tools/cli/sampling_flags.h"
 
 namespace mneme::cli {
 namespace {
 
 using worker::LocalModel;
-
-absl::StatusOr<float> GetFloat(const Args& args, const std::string& name,
-                               float fallback, float lo, float hi) {
-  if (!args.Has(name)) return fallback;
-  float v = 0;
-  const std::string text = args.Get(name, "");
-  if (!absl::SimpleAtof(text, &v) || !(v >= lo && v <= hi)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", name, "=", text, " must be a number in [", lo, ", ", hi, "]"));
-  }
-  return v;
-}
 
 absl::StatusOr<std::unique_ptr<LocalModel>> OpenModel(const std::string& dir,
                                                       int threads) {
@@ -81,11 +70,11 @@ double Percentile(std::vector<double> v, double q) {
 }  // namespace
 
 absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
-  absl::StatusOr<Args> args = Args::Parse(
-      argv,
-      {"checkpoint", "tokens", "max-new-tokens", "temperature", "top-p",
-       "top-k", "min-p", "seed", "chunk-tokens", "threads"},
-      {"json", "ignore-eos"});
+  absl::StatusOr<Args> args =
+      Args::Parse(argv,
+                  WithSamplingFlags({"checkpoint", "tokens", "max-new-tokens",
+                                     "chunk-tokens", "threads"}),
+                  {"json", "ignore-eos"});
   if (!args.ok()) return args.status();
   absl::StatusOr<std::string> dir = args->Required("checkpoint");
   if (!dir.ok()) return dir.status();
@@ -98,25 +87,15 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
   worker::GenerateOptions options;
   absl::StatusOr<int64_t> max_new =
       args->GetInt("max-new-tokens", 16, 0, 1 << 20);
-  absl::StatusOr<int64_t> top_k = args->GetInt("top-k", 0, 0, 1 << 24);
-  absl::StatusOr<int64_t> seed = args->GetInt("seed", 0, 0, INT64_MAX);
   absl::StatusOr<int64_t> chunk = args->GetInt("chunk-tokens", 0, 0, 1 << 20);
   absl::StatusOr<int64_t> threads = args->GetInt("threads", 0, 0, 1024);
-  absl::StatusOr<float> temperature = GetFloat(*args, "temperature", 0, 0, 100);
-  absl::StatusOr<float> top_p = GetFloat(*args, "top-p", 1, 0, 1);
-  absl::StatusOr<float> min_p = GetFloat(*args, "min-p", 0, 0, 1);
-  for (const absl::Status& st :
-       {max_new.status(), top_k.status(), seed.status(), chunk.status(),
-        threads.status(), temperature.status(), top_p.status(),
-        min_p.status()}) {
+  absl::StatusOr<gpu::SamplingParams> sampling = SamplingFromArgs(*args);
+  for (const absl::Status& st : {max_new.status(), chunk.status(),
+                                 threads.status(), sampling.status()}) {
     if (!st.ok()) return st;
   }
   options.max_new_tokens = *max_new;
-  options.sampling.temperature = *temperature;
-  options.sampling.top_p = *top_p;
-  options.sampling.top_k = static_cast<int32_t>(*top_k);
-  options.sampling.min_p = *min_p;
-  options.sampling.seed = static_cast<uint64_t>(*seed);
+  options.sampling = *sampling;
   options.prefill_chunk_tokens = *chunk;
   options.stop_at_eos = !args->Has("ignore-eos");
 

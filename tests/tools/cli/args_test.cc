@@ -1,5 +1,6 @@
 #include "tools/cli/args.h"
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace mneme::cli {
@@ -50,6 +51,26 @@ TEST(ArgsTest, ValidatesIntegersListsAndChoices) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(args->Required("absent").status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mneme::cli
+
+namespace mneme::cli {
+namespace {
+
+TEST(ArgsDoubleTest, RangeAndSyntax) {
+  absl::StatusOr<Args> a = Args::Parse(
+      {"--x=0.5", "--y=abc", "--z=nan", "--w=3"}, {"x", "y", "z", "w"});
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(*a->GetDouble("x", 0, 0, 1), 0.5);
+  EXPECT_EQ(*a->GetDouble("absent", 0.25, 0, 1), 0.25);
+  EXPECT_EQ(a->GetDouble("y", 0, 0, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a->GetDouble("z", 0, 0, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(a->GetDouble("w", 0, 0, 1).status().message()),
+              ::testing::HasSubstr("--w=3"));
 }
 
 }  // namespace
