@@ -25,13 +25,12 @@
 #include "services/worker/local_model.h"
 #include "services/worker/model/generate.h"
 #include "tests/testing/command.h"
-#include "tests/testing/subprocess.h"
+#include "tests/testing/daemon.h"
 
 namespace mneme {
 namespace {
 
 using ::mneme::testing::RunfilePath;
-using ::mneme::testing::Subprocess;
 namespace sv1 = ::mneme::serving::v1;
 
 const std::string& Checkpoint() {
@@ -72,23 +71,8 @@ std::vector<int64_t> Prompt(int length, int salt) {
   return p;
 }
 
-struct Daemon {
-  std::vector<std::string> argv;
-  std::unique_ptr<Subprocess> process;
-  std::string address;
-};
-
-void Launch(Daemon& d) {
-  absl::StatusOr<std::unique_ptr<Subprocess>> p =
-      Subprocess::Start(d.argv, {{"NOTIFY_SOCKET", ""}});
-  ASSERT_TRUE(p.ok()) << p.status();
-  d.process = *std::move(p);
-  absl::StatusOr<std::string> line =
-      d.process->WaitForStdoutLine("listening on ", absl::Seconds(60));
-  ASSERT_TRUE(line.ok()) << line.status() << d.process->Stderr();
-  d.address = std::string(
-      absl::StripAsciiWhitespace(absl::StripPrefix(*line, "listening on ")));
-}
+using ::mneme::testing::Daemon;
+using ::mneme::testing::Launch;
 
 struct ClusterOptions {
   int tp = 2;
@@ -107,13 +91,7 @@ class Cluster {
                    "--io_threads=2",
                    "--worker_threads=2"};
     Launch(store_);
-    absl::StatusOr<std::string> metrics =
-        store_.process->WaitForStdoutLine("metrics on ", absl::Seconds(10));
-    EXPECT_TRUE(metrics.ok()) << metrics.status();
-    if (metrics.ok()) {
-      store_metrics_ = std::string(absl::StripAsciiWhitespace(
-          absl::StripPrefix(*metrics, "metrics on ")));
-    }
+    store_metrics_ = testing::StdoutValue(*store_.process, "metrics on ");
     workers_.resize(o.tp);
     for (int r = 0; r < o.tp; ++r) {
       StartWorker(r, "127.0.0.1:0");

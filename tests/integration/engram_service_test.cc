@@ -31,6 +31,7 @@
 #include "engram_store/format/row_decode.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "tests/testing/daemon.h"
 #include "tests/testing/notify_socket.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/tls_certs.h"
@@ -54,10 +55,7 @@ const std::string& Checkpoint(RowFormat format) {
   return (*dirs)[format] = options.out_dir;
 }
 
-struct Daemon {
-  std::unique_ptr<Subprocess> process;
-  std::string address;
-};
+using ::mneme::testing::Daemon;
 
 Daemon StartDaemon(const std::string& checkpoint,
                    std::vector<std::string> flags = {}) {
@@ -70,20 +68,7 @@ Daemon StartDaemon(const std::string& checkpoint,
       "--worker_threads=4",
       "--ram_cache_bytes=8388608"};
   argv.insert(argv.end(), flags.begin(), flags.end());
-  Daemon d;
-  absl::StatusOr<std::unique_ptr<Subprocess>> p =
-      Subprocess::Start(argv, {{"NOTIFY_SOCKET", ""}});
-  EXPECT_TRUE(p.ok()) << p.status();
-  if (!p.ok()) return d;
-  d.process = *std::move(p);
-  absl::StatusOr<std::string> line =
-      d.process->WaitForStdoutLine("listening on ", absl::Seconds(60));
-  EXPECT_TRUE(line.ok()) << line.status() << d.process->Stderr();
-  if (line.ok()) {
-    d.address = std::string(
-        absl::StripAsciiWhitespace(absl::StripPrefix(*line, "listening on ")));
-  }
-  return d;
+  return mneme::testing::StartDaemon(std::move(argv));
 }
 
 std::unique_ptr<GrpcEngramClient> Client(const std::string& address,

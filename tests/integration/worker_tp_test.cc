@@ -21,13 +21,12 @@
 #include "proto/worker/v1/worker.grpc.pb.h"
 #include "services/worker/local_model.h"
 #include "tests/testing/command.h"
-#include "tests/testing/subprocess.h"
+#include "tests/testing/daemon.h"
 
 namespace mneme {
 namespace {
 
 using ::mneme::testing::RunfilePath;
-using ::mneme::testing::Subprocess;
 namespace v1 = ::mneme::worker::v1;
 
 // Logits of a TP-N run may differ from TP 1 by summation order only (the
@@ -53,27 +52,8 @@ std::string Checkpoint(const std::string& format, int hc) {
   return (*made)[key] = dir;
 }
 
-struct Daemon {
-  std::unique_ptr<Subprocess> process;
-  std::string address;
-};
-
-Daemon Start(std::vector<std::string> argv) {
-  Daemon d;
-  absl::StatusOr<std::unique_ptr<Subprocess>> p =
-      Subprocess::Start(argv, {{"NOTIFY_SOCKET", ""}});
-  EXPECT_TRUE(p.ok()) << p.status();
-  if (!p.ok()) return d;
-  d.process = *std::move(p);
-  absl::StatusOr<std::string> line =
-      d.process->WaitForStdoutLine("listening on ", absl::Seconds(60));
-  EXPECT_TRUE(line.ok()) << line.status() << d.process->Stderr();
-  if (line.ok()) {
-    d.address = std::string(
-        absl::StripAsciiWhitespace(absl::StripPrefix(*line, "listening on ")));
-  }
-  return d;
-}
+using ::mneme::testing::Daemon;
+using ::mneme::testing::StartDaemon;
 
 struct Cluster {
   Daemon store;
@@ -111,10 +91,11 @@ struct Cluster {
 std::unique_ptr<Cluster> StartCluster(const std::string& checkpoint, int tp,
                                       int dcp = 1, int interleave = 1) {
   auto c = std::make_unique<Cluster>();
-  c->store = Start({RunfilePath("mneme/services/engram/mneme_engram_store"),
-                    "--checkpoint=" + checkpoint, "--listen=127.0.0.1:0",
-                    "--metrics_listen=none", "--io_threads=2",
-                    "--worker_threads=2", "--ram_cache_bytes=8388608"});
+  c->store =
+      StartDaemon({RunfilePath("mneme/services/engram/mneme_engram_store"),
+                   "--checkpoint=" + checkpoint, "--listen=127.0.0.1:0",
+                   "--metrics_listen=none", "--io_threads=2",
+                   "--worker_threads=2", "--ram_cache_bytes=8388608"});
   std::string group;
   for (int r = 0; r < tp; ++r) {
     std::vector<std::string> argv = {
@@ -131,7 +112,7 @@ std::unique_ptr<Cluster> StartCluster(const std::string& checkpoint, int tp,
         absl::StrCat("--dcp_size=", dcp),
         absl::StrCat("--dcp_interleave=", interleave)};
     if (r > 0) argv.push_back("--group=" + group);
-    c->workers.push_back(Start(argv));
+    c->workers.push_back(StartDaemon(argv));
     if (r == 0) group = c->workers[0].address;
   }
   for (const Daemon& w : c->workers) {

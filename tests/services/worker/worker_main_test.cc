@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/command.h"
+#include "tests/testing/daemon.h"
 #include "tests/testing/notify_socket.h"
 #include "tests/testing/subprocess.h"
 
@@ -42,6 +42,13 @@ std::string Worker() {
 std::vector<std::string> BaseArgs() {
   return {Worker(), "--listen=127.0.0.1:0", "--metrics_listen=none",
           "--threads=1"};
+}
+
+testing::Daemon StartStore(const std::string& checkpoint) {
+  return testing::StartDaemon(
+      {RunfilePath("mneme/services/engram/mneme_engram_store"),
+       "--checkpoint=" + checkpoint, "--listen=127.0.0.1:0",
+       "--metrics_listen=none", "--io_threads=1", "--worker_threads=1"});
 }
 
 struct BadCase {
@@ -88,17 +95,8 @@ TEST(WorkerMainTest, ConfigThatDoesNotMatchTheTensorsFailsAtLoad) {
        dir + "/config.json"});
   ASSERT_EQ(sed.code, 0);
   // An engram store for the tables.
-  absl::StatusOr<std::unique_ptr<Subprocess>> store = Subprocess::Start(
-      {RunfilePath("mneme/services/engram/mneme_engram_store"),
-       "--checkpoint=" + dir, "--listen=127.0.0.1:0", "--metrics_listen=none",
-       "--io_threads=1", "--worker_threads=1"},
-      {{"NOTIFY_SOCKET", ""}});
-  ASSERT_TRUE(store.ok());
-  absl::StatusOr<std::string> line =
-      (*store)->WaitForStdoutLine("listening on ", absl::Seconds(60));
-  ASSERT_TRUE(line.ok()) << (*store)->Stderr();
-  const std::string address(
-      absl::StripAsciiWhitespace(absl::StripPrefix(*line, "listening on ")));
+  const testing::Daemon store = StartStore(dir);
+  const std::string address = store.address;
   std::vector<std::string> argv = BaseArgs();
   argv.push_back("--checkpoint=" + dir);
   argv.push_back("--engram_store=" + address);
@@ -109,17 +107,8 @@ TEST(WorkerMainTest, ConfigThatDoesNotMatchTheTensorsFailsAtLoad) {
 }
 
 TEST(WorkerMainTest, ReadyAfterLoadWatchdogAndStopping) {
-  absl::StatusOr<std::unique_ptr<Subprocess>> store = Subprocess::Start(
-      {RunfilePath("mneme/services/engram/mneme_engram_store"),
-       "--checkpoint=" + Checkpoint(), "--listen=127.0.0.1:0",
-       "--metrics_listen=none", "--io_threads=1", "--worker_threads=1"},
-      {{"NOTIFY_SOCKET", ""}});
-  ASSERT_TRUE(store.ok());
-  absl::StatusOr<std::string> line =
-      (*store)->WaitForStdoutLine("listening on ", absl::Seconds(60));
-  ASSERT_TRUE(line.ok()) << (*store)->Stderr();
-  const std::string address(
-      absl::StripAsciiWhitespace(absl::StripPrefix(*line, "listening on ")));
+  const testing::Daemon store = StartStore(Checkpoint());
+  const std::string address = store.address;
 
   testing::NotifySocket notify;
   ASSERT_TRUE(notify.bound());
