@@ -44,7 +44,13 @@ namespace {
 enum Tier { kRamTier = 0, kRocksDbTier = 1, kLocalTier = 2, kSourceTier = 3 };
 constexpr const char* kTierNames[] = {"ram", "rocksdb", "local", "source"};
 
-absl::Status ValidateOptions(const EngramStoreOptions& o) {
+void Inc(Counter* counter, double n = 1) {
+  if (counter != nullptr) counter->Increment(n);
+}
+
+}  // namespace
+
+absl::Status ValidateEngramStoreOptions(const EngramStoreOptions& o) {
   if (o.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError("--checkpoint is required");
   }
@@ -78,12 +84,6 @@ absl::Status ValidateOptions(const EngramStoreOptions& o) {
   return absl::OkStatus();
 }
 
-void Inc(Counter* counter, double n = 1) {
-  if (counter != nullptr) counter->Increment(n);
-}
-
-}  // namespace
-
 EngramStore::EngramStore(const EngramStoreOptions& options)
     : options_(options) {}
 
@@ -98,7 +98,9 @@ EngramStore::~EngramStore() {
 absl::StatusOr<std::unique_ptr<EngramStore>> EngramStore::Create(
     const EngramStoreOptions& options, MetricsRegistry* metrics,
     std::unique_ptr<RowReader> reader) {
-  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  if (absl::Status s = ValidateEngramStoreOptions(options); !s.ok()) {
+    return s;
+  }
   auto store = std::unique_ptr<EngramStore>(new EngramStore(options));
 
   absl::StatusOr<std::unique_ptr<EngramCheckpoint>> checkpoint =

@@ -93,6 +93,10 @@ struct EngramStoreOptions {
   absl::Duration prefetch_timeout = absl::Seconds(10);
 };
 
+// The checks Create() makes of `options` before any I/O (InvalidArgument
+// naming the option), for a daemon's --check_config.
+absl::Status ValidateEngramStoreOptions(const EngramStoreOptions& options);
+
 // Counters of a store since Create().
 struct EngramStoreStats {
   uint64_t lookups = 0;            // Lookup calls.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "services/common/host_port.h"
 
 ABSL_FLAG(std::string, workers, "",
           "HOST:PORT of every worker, comma-separated, in rank order.");
@@ -39,6 +40,13 @@ absl::StatusOr<coordinator::WorkerGroupOptions> WorkerGroupOptionsFromFlags() {
         "--workers=HOST:PORT,... (every worker, in rank order) is required");
   }
   o.workers = absl::StrSplit(workers, ',');
+  for (size_t r = 0; r < o.workers.size(); ++r) {
+    if (absl::StatusOr<HostPort> hp = ParseHostPort(
+            o.workers[r], absl::StrCat("--workers (rank ", r, ")"));
+        !hp.ok()) {
+      return hp.status();
+    }
+  }
   o.step_timeout = absl::GetFlag(FLAGS_step_timeout);
   if (o.step_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--step_timeout must be positive");

@@ -104,6 +104,9 @@ absl::StatusOr<engram::EngramStoreOptions> EngramStoreOptionsFromFlags() {
   o.io_threads = absl::GetFlag(FLAGS_io_threads);
   o.prefetch_queue_rows = absl::GetFlag(FLAGS_prefetch_queue_rows);
   o.prefetch_threads = absl::GetFlag(FLAGS_prefetch_threads);
+  if (absl::Status st = engram::ValidateEngramStoreOptions(o); !st.ok()) {
+    return st;
+  }
   return o;
 }
 

@@ -124,6 +124,11 @@ absl::StatusOr<worker::WorkerRuntimeOptions> WorkerRuntimeOptionsFromFlags() {
     return absl::InvalidArgumentError("--kv_cache_bytes must be positive");
   }
   o.model.kv_cache.block_rows = absl::GetFlag(FLAGS_kv_block_rows);
+  if (o.model.kv_cache.block_rows < 1 || o.model.kv_cache.block_rows > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_block_rows=", o.model.kv_cache.block_rows,
+                     " must be in [1, 4096]"));
+  }
   o.model.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   if (o.model.max_step_tokens < 1) {
     return absl::InvalidArgumentError("--max_step_tokens must be >= 1");
