@@ -37,7 +37,15 @@ void InitDaemon(int argc, char** argv, absl::string_view usage) {
     ProgramName() = name;
   }
   absl::SetProgramUsageMessage(usage);
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  // `--check-config` is accepted as spelled in the deployment docs; every
+  // other flag keeps absl's underscore spelling.
+  std::vector<char*> args(argv, argv + argc);
+  static char kCheckConfig[] = "--check_config";
+  for (char*& a : args) {
+    if (std::string(a) == "--check-config") a = kCheckConfig;
+  }
+  std::vector<char*> rest =
+      absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
   if (rest.size() > 1) {
     ExitWithError(absl::InvalidArgumentError(
         std::string("unexpected argument: ") + rest[1]));

@@ -30,7 +30,8 @@ ABSL_FLAG(int, max_message_bytes, 64 << 20,
           "Largest gRPC message received or sent, in bytes.");
 
 ABSL_FLAG(bool, check_config, false,
-          "Validate the flags (including a --flagfile) and exit: status 0 "
+          "Validate the flags (including a --flagfile) and exit (also "
+          "spelled --check-config): status 0 "
           "and 'config ok' when they are valid, 1 and the error otherwise. "
           "Files the flags name are not opened.");
 
