@@ -1,7 +1,10 @@
 #include "services/common/daemon.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -14,12 +17,33 @@
 namespace mneme {
 namespace {
 
-sigset_t TerminationSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  return set;
+// SIGTERM / SIGINT arrive through a pipe: the handler (which may run on
+// any thread, including ones libraries started before main) only writes
+// the signal number; ServeUntilSignal reads it. No signal is blocked, so
+// none can fall back to its default action on a thread that missed a mask.
+int g_signal_pipe[2] = {-1, -1};
+
+void OnTerminationSignal(int signo) {
+  const int saved = errno;
+  const unsigned char byte = static_cast<unsigned char>(signo);
+  // Async-signal-safe; a full pipe means a signal is already pending.
+  [[maybe_unused]] const ssize_t n = write(g_signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+void InstallTerminationHandlers() {
+  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    std::perror("pipe2");
+    std::exit(1);
+  }
+  // Reads block; only the handler's writes are non-blocking.
+  fcntl(g_signal_pipe[0], F_SETFL, 0);
+  struct sigaction action = {};
+  action.sa_handler = OnTerminationSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
 }
 
 std::string& ProgramName() {
@@ -56,8 +80,7 @@ void InitDaemon(int argc, char** argv, absl::string_view usage) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(ProgramName().c_str());
-  const sigset_t signals = TerminationSignals();
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  InstallTerminationHandlers();
 }
 
 void ExitWithError(const absl::Status& status) {
@@ -98,10 +121,10 @@ int ServeUntilSignal(ServerRunner& runner, SystemdNotifier& notifier,
                      std::function<bool()> alive) {
   notifier.Ready();
   notifier.StartWatchdog(std::move(alive));
-  const sigset_t signals = TerminationSignals();
-  int signal = 0;
-  while (sigwait(&signals, &signal) != 0) {
+  unsigned char byte = 0;
+  while (read(g_signal_pipe[0], &byte, 1) != 1) {
   }
+  const int signal = byte;
   LOG(INFO) << "received " << strsignal(signal) << ", draining";
   notifier.Stopping();
   runner.Drain();

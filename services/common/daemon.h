@@ -15,8 +15,8 @@
 namespace mneme {
 
 // What every daemon's main() does first: parses flags (an unknown flag
-// exits 1 with one error line), sets up logging to stderr, and blocks
-// SIGTERM/SIGINT in this and every later thread so that ServeUntilSignal()
+// exits 1 with one error line), sets up logging to stderr, and installs
+// SIGTERM/SIGINT handlers that hand the signal to ServeUntilSignal()
 // receives them. Call before creating any thread.
 void InitDaemon(int argc, char** argv, absl::string_view usage);
 

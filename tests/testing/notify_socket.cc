@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -16,7 +17,11 @@ namespace mneme::testing {
 
 NotifySocket::NotifySocket() {
   static std::atomic<int> counter{0};
-  name_ = absl::StrCat("mneme-notify-test-", getpid(), "-", counter++);
+  // Tests in PID namespaces (Bazel's sandbox) share pids but not the
+  // abstract socket namespace: a random part keeps concurrent tests apart.
+  absl::BitGen gen;
+  name_ = absl::StrCat("mneme-notify-test-", getpid(), "-", counter++, "-",
+                       absl::Uniform<uint64_t>(gen));
   fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;

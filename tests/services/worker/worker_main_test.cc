@@ -131,3 +131,27 @@ TEST(WorkerMainTest, ReadyAfterLoadWatchdogAndStopping) {
 
 }  // namespace
 }  // namespace mneme
+
+namespace mneme {
+namespace {
+
+TEST(WorkerMainTest, CheckConfigValidatesWithoutStarting) {
+  for (const char* spelling : {"--check_config", "--check-config"}) {
+    std::vector<std::string> argv = BaseArgs();
+    argv.insert(argv.end(), {"--checkpoint=/does/not/need/to/exist",
+                             "--tp_size=4", "--rank=2", "--group=10.0.0.1:1",
+                             "--engram_store=127.0.0.1:1", spelling});
+    const testing::CommandResult r = testing::RunCommand(argv);
+    EXPECT_EQ(r.code, 0) << spelling << ": " << r.err;
+    EXPECT_EQ(r.out, "mneme_worker: config ok\n");
+  }
+  std::vector<std::string> bad = BaseArgs();
+  bad.insert(bad.end(),
+             {"--checkpoint=/x", "--tp_size=4", "--rank=2", "--check-config"});
+  const testing::CommandResult r = testing::RunCommand(bad);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--group"));
+}
+
+}  // namespace
+}  // namespace mneme
