@@ -1,0 +1,37 @@
+#ifndef MNEME_TEXT_JSON_FIELDS_H_
+#define MNEME_TEXT_JSON_FIELDS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+
+// Field access for the components of a tokenizer.json. Every error is
+// InvalidArgument and names the component (`what`, e.g. "normalizer
+// Replace") and the field.
+namespace mneme::text {
+
+// A Split / Replace pattern: {"String": literal} or {"Regex": pattern}.
+struct Pattern {
+  std::string text;
+  bool is_regex = false;
+};
+
+// The component's "type" string; `what` names the component in errors.
+absl::StatusOr<std::string> TypeOf(const nlohmann::json& spec,
+                                   absl::string_view what);
+// A required string field.
+absl::StatusOr<std::string> StringField(const nlohmann::json& spec,
+                                        const char* field,
+                                        absl::string_view what);
+// An optional boolean field: `default_value` when absent or null.
+absl::StatusOr<bool> BoolField(const nlohmann::json& spec, const char* field,
+                               bool default_value, absl::string_view what);
+// The "pattern" field.
+absl::StatusOr<Pattern> PatternOf(const nlohmann::json& spec,
+                                  absl::string_view what);
+
+}  // namespace mneme::text
+
+#endif  // MNEME_TEXT_JSON_FIELDS_H_
