@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -61,12 +62,18 @@ void InitDaemon(int argc, char** argv, absl::string_view usage) {
     ProgramName() = name;
   }
   absl::SetProgramUsageMessage(usage);
-  // `--check-config` is accepted as spelled in the deployment docs; every
-  // other flag keeps absl's underscore spelling.
-  std::vector<char*> args(argv, argv + argc);
-  static char kCheckConfig[] = "--check_config";
-  for (char*& a : args) {
-    if (std::string(a) == "--check-config") a = kCheckConfig;
+  // Flag names may be spelled with dashes (`--check-config`,
+  // `--http-listen`) as well as absl's underscores.
+  std::vector<std::string> spelled(argv, argv + argc);
+  std::vector<char*> args;
+  for (std::string& a : spelled) {
+    if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
+      const size_t end = std::min(a.find('='), a.size());
+      for (size_t i = 2; i < end; ++i) {
+        if (a[i] == '-') a[i] = '_';
+      }
+    }
+    args.push_back(a.data());
   }
   std::vector<char*> rest =
       absl::ParseCommandLine(static_cast<int>(args.size()), args.data());

@@ -30,7 +30,39 @@ ABSL_FLAG(int64_t, kv_cache_bytes, 0,
 ABSL_FLAG(int, max_prefetch_hints, 4,
           "Prefill chunks whose Engram rows are prefetched per step.");
 
+ABSL_FLAG(std::string, http_listen, "",
+          "HOST:PORT of the OpenAI-compatible HTTP API; empty or none = off, "
+          "port 0 = any free port.");
+ABSL_FLAG(std::string, served_model_name, "mneme",
+          "The model name HTTP clients send and /v1/models lists.");
+ABSL_FLAG(int, http_threads, 64,
+          "Threads of the HTTP API (bounds its concurrent requests).");
+ABSL_FLAG(std::string, tokenizer, "",
+          "tokenizer.json for the text APIs; empty = the served checkpoint's.");
+
 namespace mneme {
+
+absl::StatusOr<TextFrontFlags> TextFrontFlagsFromFlags() {
+  TextFrontFlags t;
+  t.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  const std::string listen = absl::GetFlag(FLAGS_http_listen);
+  if (listen.empty() || listen == "none") return t;
+  absl::StatusOr<HostPort> address = ParseHostPort(listen, "--http_listen");
+  if (!address.ok()) return address.status();
+  coordinator::HttpFrontOptions o;
+  o.listen = *address;
+  o.model_name = absl::GetFlag(FLAGS_served_model_name);
+  if (o.model_name.empty()) {
+    return absl::InvalidArgumentError("--served_model_name must not be empty");
+  }
+  o.threads = absl::GetFlag(FLAGS_http_threads);
+  if (o.threads < 1 || o.threads > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http_threads=", o.threads, " must be in [1, 4096]"));
+  }
+  t.http = o;
+  return t;
+}
 
 absl::StatusOr<coordinator::WorkerGroupOptions> WorkerGroupOptionsFromFlags() {
   coordinator::WorkerGroupOptions o;

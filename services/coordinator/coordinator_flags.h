@@ -1,8 +1,12 @@
 #ifndef MNEME_SERVICES_COORDINATOR_COORDINATOR_FLAGS_H_
 #define MNEME_SERVICES_COORDINATOR_COORDINATOR_FLAGS_H_
 
+#include <optional>
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "services/coordinator/engine.h"
+#include "services/coordinator/http_front.h"
 #include "services/coordinator/worker_group.h"
 
 namespace mneme {
@@ -21,6 +25,15 @@ absl::StatusOr<coordinator::WorkerGroupOptions> WorkerGroupOptionsFromFlags();
 // --kv_cache_bytes (per rank for the scheduler; 0 = the workers'),
 // --max_prefetch_hints. InvalidArgument naming the flag.
 absl::StatusOr<coordinator::EngineOptions> EngineOptionsFromFlags();
+
+// The text front's settings: --http_listen=HOST:PORT (the OpenAI-compatible
+// HTTP API; empty or "none" = off, port 0 = any), --served_model_name,
+// --http_threads, --tokenizer (a tokenizer.json; empty = the checkpoint's).
+struct TextFrontFlags {
+  std::optional<coordinator::HttpFrontOptions> http;
+  std::string tokenizer_path;
+};
+absl::StatusOr<TextFrontFlags> TextFrontFlagsFromFlags();
 
 }  // namespace mneme
 

@@ -2,6 +2,7 @@
 // the Serving API (NOT_SERVING until every worker is ready) -> schedule
 // steps on the workers and stream tokens until SIGTERM -> drain.
 
+#include <cstdio>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -14,8 +15,10 @@
 #include "services/common/systemd_notifier.h"
 #include "services/coordinator/coordinator_flags.h"
 #include "services/coordinator/engine.h"
+#include "services/coordinator/http_front.h"
 #include "services/coordinator/readiness.h"
 #include "services/coordinator/serving_service.h"
+#include "services/coordinator/text_codec.h"
 #include "services/coordinator/worker_group.h"
 
 int main(int argc, char** argv) {
@@ -33,6 +36,9 @@ int main(int argc, char** argv) {
       mneme::EngineOptionsFromFlags();
   if (!engine_options.ok()) mneme::ExitWithError(engine_options.status());
 
+  absl::StatusOr<mneme::TextFrontFlags> text_flags =
+      mneme::TextFrontFlagsFromFlags();
+  if (!text_flags.ok()) mneme::ExitWithError(text_flags.status());
   mneme::ExitIfCheckConfig("mneme_coordinator");
 
   absl::StatusOr<std::unique_ptr<mneme::coordinator::WorkerGroup>> workers =
@@ -56,6 +62,19 @@ int main(int argc, char** argv) {
   if (!http.ok()) mneme::ExitWithError(http.status());
   mneme::PrintListening(**runner);
 
+  mneme::coordinator::TextCodec codec(text_flags->tokenizer_path,
+                                      engine->get());
+  std::unique_ptr<mneme::coordinator::HttpFront> http_front;
+  if (text_flags->http.has_value()) {
+    absl::StatusOr<std::unique_ptr<mneme::coordinator::HttpFront>> front =
+        mneme::coordinator::HttpFront::Create(*text_flags->http, engine->get(),
+                                              &codec, &gate);
+    if (!front.ok()) mneme::ExitWithError(front.status());
+    http_front = *std::move(front);
+    std::printf("http on %s:%d\n", text_flags->http->listen.host.c_str(),
+                http_front->port());
+    std::fflush(stdout);
+  }
   (*engine)->Start();
   // Health follows the workers: SERVING only while every one is ready.
   mneme::coordinator::ReadinessMirror mirror(engine->get(), runner->get());
@@ -63,6 +82,7 @@ int main(int argc, char** argv) {
   const int code = mneme::ServeUntilSignal(
       **runner, notifier, [&engine] { return (*engine)->alive(); });
   mirror.Stop();
+  if (http_front != nullptr) http_front->Stop();
   (*engine)->Stop();
   http->reset();
   runner->reset();

@@ -221,6 +221,7 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
     absl::Status s = (*cluster)->Start();
     if (s.ok()) {
       out << "coordinator at " << (*cluster)->coordinator_address() << "\n"
+          << "http at " << (*cluster)->http_address() << "\n"
           << std::flush;
       s = (*cluster)->Run();
     }

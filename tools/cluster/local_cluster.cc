@@ -177,10 +177,30 @@ absl::Status LocalCluster::StartOnce() {
                        absl::StrCat("--max_num_batched_tokens=",
                                     options_.max_num_batched_tokens),
                        absl::StrCat("--max_num_seqs=", options_.max_num_seqs),
-                       drain};
+                       drain,
+                       Flag("http_listen", kAnyLocalPort)};
   coordinator_.listen = options_.coordinator_listen;
   coordinator_.metrics_listen = kAnyLocalPort;
   if (absl::Status s = SpawnAndWait(coordinator_, deadline); !s.ok()) return s;
+  // The HTTP front is announced after the gRPC address; a restart keeps
+  // its port.
+  while (true) {
+    if (std::optional<std::string> http =
+            coordinator_.process->FindLine("http on ");
+        http.has_value()) {
+      http_address_ = *http;
+      coordinator_.argv.back() = Flag("http_listen", http_address_);
+      break;
+    }
+    if (coordinator_.process->Exited()) {
+      return ExitedError(coordinator_, "before starting its HTTP front");
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          "the coordinator did not start its HTTP front");
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   return WaitUntilServing(deadline);
 }
 

@@ -137,6 +137,8 @@ class LocalCluster {
   // The coordinator's gRPC address (after Start()).
   const std::string& coordinator_address() const;
   // Its HTTP /metrics address (after Start()).
+  // The coordinator's OpenAI-compatible HTTP front, HOST:PORT.
+  const std::string& http_address() const { return http_address_; }
   const std::string& coordinator_metrics_address() const {
     return metrics_address_;
   }
@@ -188,6 +190,7 @@ class LocalCluster {
   std::vector<Daemon> workers_;
   Daemon coordinator_;
   std::string metrics_address_;
+  std::string http_address_;
   absl::Time workers_started_ = absl::InfinitePast();
   // The worker group must be restarted (after the store's restart).
   bool restart_workers_ = false;

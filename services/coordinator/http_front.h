@@ -1,0 +1,81 @@
+#ifndef MNEME_SERVICES_COORDINATOR_HTTP_FRONT_H_
+#define MNEME_SERVICES_COORDINATOR_HTTP_FRONT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "services/common/host_port.h"
+#include "services/common/inflight_gate.h"
+#include "services/coordinator/engine.h"
+#include "services/coordinator/text_codec.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
+
+namespace mneme::coordinator {
+
+struct HttpFrontOptions {
+  // Where to listen; port 0 picks a free one (see HttpFront::port()).
+  // Required.
+  HostPort listen;
+  // The model name clients must send ("model"), listed by /v1/models.
+  // Default: "mneme".
+  std::string model_name = "mneme";
+  // Threads serving requests; a streaming request holds one until it ends,
+  // so this bounds the concurrent HTTP requests. Default: 64.
+  int threads = 64;
+  // Largest request body, bytes. Default: 8 MiB.
+  int64_t max_body_bytes = int64_t{8} << 20;
+  // How often a streaming response with nothing new sends an SSE comment
+  // (which is how a client that went away is noticed). Default: 1 s.
+  absl::Duration keepalive_interval = absl::Seconds(1);
+  // The longest a request may take. Default: 30 min.
+  absl::Duration request_timeout = absl::Minutes(30);
+};
+
+// The OpenAI-compatible HTTP front of the coordinator (cpp-httplib):
+// POST /v1/completions (prompt as text or token ids), POST
+// /v1/chat/completions (the DeepSeek-V4 chat template, thinking on or off via
+// chat_template_kwargs.thinking), GET /v1/models; non-streaming JSON or
+// server-sent events ending with `data: [DONE]`, usage counts, stop strings
+// on text and stop_token_ids, and errors in OpenAI's format: 400 for bad
+// requests (invalid JSON, wrong types, unknown model, too-long prompts),
+// 429 at the admission limits, 503 while the cluster is not ready or
+// draining, 404 for unknown paths. A streaming client that goes away
+// aborts its request. Thread-safe; everything borrowed must outlive it.
+class HttpFront {
+ public:
+  // Binds and starts serving on its own thread. InvalidArgument for bad
+  // options; Unavailable when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<HttpFront>> Create(
+      const HttpFrontOptions& options, Engine* engine, TextCodec* codec,
+      InflightGate* gate);
+  ~HttpFront();
+
+  // The bound port.
+  int port() const { return port_; }
+  // Stops accepting and waits for the server thread. Idempotent.
+  void Stop();
+
+ private:
+  HttpFront(const HttpFrontOptions& options, Engine* engine, TextCodec* codec,
+            InflightGate* gate);
+  void Routes();
+
+  const HttpFrontOptions options_;
+  Engine* const engine_;
+  TextCodec* const codec_;
+  InflightGate* const gate_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace mneme::coordinator
+
+#endif  // MNEME_SERVICES_COORDINATOR_HTTP_FRONT_H_
