@@ -502,8 +502,10 @@ void Engine::ApplyResults(const StepPlan& plan,
       metrics_->generation_tokens->Increment();
       const int64_t t[1] = {token};
       const float lp[1] = {logprob};
-      l.sink->OnTokens(t, l.params.logprobs ? absl::Span<const float>(lp)
-                                            : absl::Span<const float>());
+      if (!l.sink->OnTokens(t, l.params.logprobs ? absl::Span<const float>(lp)
+                                                 : absl::Span<const float>())) {
+        r.stopped = true;
+      }
     }
     result.sequences.push_back(r);
   }

@@ -52,7 +52,9 @@ struct GenerateParams {
 class GenerateSink {
  public:
   virtual ~GenerateSink() = default;
-  virtual void OnTokens(absl::Span<const int64_t> tokens,
+  // Returns false to end the request here (a stop string in its text):
+  // it then finishes as kStop, with these tokens as its last.
+  virtual bool OnTokens(absl::Span<const int64_t> tokens,
                         absl::Span<const float> logprobs) = 0;
   // `status` is OK for kStop / kLength / kAbort; UNAVAILABLE when the
   // workers were lost, RESOURCE_EXHAUSTED / INTERNAL for a step the workers

@@ -15,8 +15,7 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "services/coordinator/request_stream.h"
-#include "text/incremental_decoder.h"
-#include "text/stop_matcher.h"
+#include "services/coordinator/text_stream.h"
 
 namespace mneme::coordinator {
 namespace {
@@ -370,47 +369,6 @@ std::optional<HttpError> ParseMessages(const json& body,
   job.params.prompt = *std::move(ids);
   return std::nullopt;
 }
-
-// Turns the engine's tokens into text, stopping at stop strings.
-class TextStream {
- public:
-  TextStream(const text::Tokenizer& tokenizer, std::vector<std::string> stops)
-      : tokenizer_(tokenizer),
-        decoder_(tokenizer, text::SkipSpecialTokens::kYes),
-        stops_(std::move(stops)) {}
-
-  // Text of the new tokens; sets stopped() when a stop string appeared.
-  std::string Add(absl::Span<const int64_t> tokens) {
-    std::string out;
-    for (int64_t id : tokens) {
-      if (stopped_) break;
-      text::StopMatcher::Result r = stops_.Feed(decoder_.Add(id));
-      out += r.text;
-      if (r.stop.has_value()) stopped_ = true;
-    }
-    return out;
-  }
-  std::string Finish() {
-    if (stopped_) return "";
-    text::StopMatcher::Result r = stops_.Feed(decoder_.Finish());
-    if (r.stop.has_value()) {
-      stopped_ = true;
-      return r.text;
-    }
-    return r.text + stops_.Finish();
-  }
-  bool stopped() const { return stopped_; }
-  std::string TokenText(int64_t id) const {
-    std::optional<absl::string_view> t = tokenizer_.IdToToken(id);
-    return t.has_value() ? std::string(*t) : "";
-  }
-
- private:
-  const text::Tokenizer& tokenizer_;
-  text::IncrementalDecoder decoder_;
-  text::StopMatcher stops_;
-  bool stopped_ = false;
-};
 
 json Usage(int64_t prompt, int64_t completion) {
   return json{{"prompt_tokens", prompt},

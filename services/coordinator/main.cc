@@ -50,8 +50,10 @@ int main(int argc, char** argv) {
                                          &metrics);
   if (!engine.ok()) mneme::ExitWithError(engine.status());
   mneme::InflightGate gate;
+  mneme::coordinator::TextCodec codec(text_flags->tokenizer_path,
+                                      engine->get());
   absl::StatusOr<std::unique_ptr<mneme::coordinator::ServingService>> service =
-      mneme::coordinator::ServingService::Create(engine->get(), &gate);
+      mneme::coordinator::ServingService::Create(engine->get(), &gate, &codec);
   if (!service.ok()) mneme::ExitWithError(service.status());
   absl::StatusOr<std::unique_ptr<mneme::ServerRunner>> runner =
       mneme::ServerRunner::Create(*server_options, {service->get()}, &gate);
@@ -62,8 +64,6 @@ int main(int argc, char** argv) {
   if (!http.ok()) mneme::ExitWithError(http.status());
   mneme::PrintListening(**runner);
 
-  mneme::coordinator::TextCodec codec(text_flags->tokenizer_path,
-                                      engine->get());
   std::unique_ptr<mneme::coordinator::HttpFront> http_front;
   if (text_flags->http.has_value()) {
     absl::StatusOr<std::unique_ptr<mneme::coordinator::HttpFront>> front =

@@ -4,13 +4,14 @@
 
 namespace mneme::coordinator {
 
-void RequestStream::OnTokens(absl::Span<const int64_t> tokens,
+bool RequestStream::OnTokens(absl::Span<const int64_t> tokens,
                              absl::Span<const float> logprobs) {
   absl::MutexLock lock(&mu_);
   pending_.tokens.insert(pending_.tokens.end(), tokens.begin(), tokens.end());
   pending_.logprobs.insert(pending_.logprobs.end(), logprobs.begin(),
                            logprobs.end());
   ready_ = true;
+  return true;
 }
 
 void RequestStream::OnFinish(const absl::Status& status, GenerateEnd end,

@@ -30,7 +30,7 @@ class RequestStream final : public GenerateSink {
     int64_t completion_tokens = 0;
   };
 
-  void OnTokens(absl::Span<const int64_t> tokens,
+  bool OnTokens(absl::Span<const int64_t> tokens,
                 absl::Span<const float> logprobs) override;
   void OnFinish(const absl::Status& status, GenerateEnd end,
                 int64_t prompt_tokens, int64_t completion_tokens) override;

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "services/common/grpc_status.h"
+#include "services/coordinator/text_stream.h"
 
 namespace mneme::coordinator {
 namespace {
@@ -16,6 +17,7 @@ namespace {
 namespace sv1 = serving::v1;
 
 constexpr int64_t kDefaultMaxNewTokens = 16;
+constexpr int kMaxStopStrings = 16;
 
 const grpc::Status kDraining(grpc::StatusCode::UNAVAILABLE,
                              "the coordinator is shutting down");
@@ -39,7 +41,7 @@ class GenerateReactor;
 class StreamSink final : public GenerateSink {
  public:
   explicit StreamSink(GenerateReactor* reactor) : reactor_(reactor) {}
-  void OnTokens(absl::Span<const int64_t> tokens,
+  bool OnTokens(absl::Span<const int64_t> tokens,
                 absl::Span<const float> logprobs) override;
   void OnFinish(const absl::Status& status, GenerateEnd end,
                 int64_t prompt_tokens, int64_t completion_tokens) override;
@@ -56,12 +58,19 @@ class StreamSink final : public GenerateSink {
 class GenerateReactor final
     : public grpc::ServerWriteReactor<sv1::GenerateResponse> {
  public:
-  GenerateReactor(Engine* engine, InflightGate::Pass pass)
-      : engine_(engine), pass_(std::move(pass)) {}
+  GenerateReactor(Engine* engine, TextCodec* codec, InflightGate::Pass pass)
+      : engine_(engine), codec_(codec), pass_(std::move(pass)) {}
 
   void Start(const sv1::GenerateRequest& request) {
     sink_ = std::make_shared<StreamSink>(this);
     GenerateParams params = ParamsFromProto(request);
+    if (absl::Status st = TextPrompt(request, params); !st.ok()) {
+      absl::MutexLock lock(&mu_);
+      finishing_ = true;
+      final_ = ToGrpcStatus(st);
+      WriteNextLocked();
+      return;
+    }
     if (params.request_id.empty()) {
       static std::atomic<uint64_t> counter{0};
       params.request_id = absl::StrCat("gen-", absl::ToUnixMicros(absl::Now()),
@@ -88,10 +97,11 @@ class GenerateReactor final
     WriteNextLocked();
   }
 
-  void Push(absl::Span<const int64_t> tokens,
+  // False once a stop string ended the text.
+  bool Push(absl::Span<const int64_t> tokens,
             absl::Span<const float> logprobs) {
     absl::MutexLock lock(&mu_);
-    if (finishing_) return;
+    if (finishing_) return true;
     if (queue_.empty()) {
       queue_.emplace_back();
       queue_.back().set_request_id(id_);
@@ -99,7 +109,9 @@ class GenerateReactor final
     sv1::GenerateResponse& m = queue_.back();
     m.mutable_token_ids()->Add(tokens.begin(), tokens.end());
     m.mutable_logprobs()->Add(logprobs.begin(), logprobs.end());
+    if (text_ != nullptr) m.mutable_text()->append(text_->Add(tokens));
     WriteNextLocked();
+    return text_ == nullptr || !text_->stopped();
   }
 
   void PushFinish(const absl::Status& status, GenerateEnd end,
@@ -115,6 +127,7 @@ class GenerateReactor final
         queue_.back().set_request_id(id_);
       }
       sv1::GenerateResponse& m = queue_.back();
+      if (text_ != nullptr) m.mutable_text()->append(text_->Finish());
       m.set_finish_reason(ToProto(end));
       m.set_prompt_tokens(static_cast<int32_t>(prompt_tokens));
       m.set_completion_tokens(static_cast<int32_t>(completion_tokens));
@@ -146,6 +159,40 @@ class GenerateReactor final
   }
 
  private:
+  // A text prompt becomes token ids, and the stream's text is decoded.
+  absl::Status TextPrompt(const sv1::GenerateRequest& request,
+                          GenerateParams& params) {
+    if (request.prompt().empty()) {
+      if (request.stop_size() > 0) {
+        return absl::InvalidArgumentError(
+            "stop strings need a text prompt (use stop_token_ids)");
+      }
+      return absl::OkStatus();
+    }
+    if (request.token_ids_size() > 0) {
+      return absl::InvalidArgumentError(
+          "give the prompt as token_ids or as text, not both");
+    }
+    if (request.stop_size() > kMaxStopStrings) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("at most ", kMaxStopStrings, " stop strings"));
+    }
+    if (codec_ == nullptr) {
+      return absl::FailedPreconditionError("this server has no tokenizer");
+    }
+    absl::StatusOr<const text::Tokenizer*> tokenizer = codec_->tokenizer();
+    if (!tokenizer.ok()) return tokenizer.status();
+    absl::StatusOr<std::vector<int64_t>> ids =
+        (*tokenizer)->Encode(request.prompt(), text::AddSpecialTokens::kYes);
+    if (!ids.ok()) return ids.status();
+    params.prompt = *std::move(ids);
+    absl::MutexLock lock(&mu_);
+    text_ = std::make_unique<TextStream>(
+        **tokenizer,
+        std::vector<std::string>(request.stop().begin(), request.stop().end()));
+    return absl::OkStatus();
+  }
+
   void AbortRequest() {
     std::string id;
     {
@@ -173,6 +220,7 @@ class GenerateReactor final
   }
 
   Engine* const engine_;
+  TextCodec* const codec_;
   InflightGate::Pass pass_;
   std::shared_ptr<StreamSink> sink_;
   absl::Mutex mu_;
@@ -184,12 +232,13 @@ class GenerateReactor final
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status final_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<TextStream> text_ ABSL_GUARDED_BY(mu_);
 };
 
-void StreamSink::OnTokens(absl::Span<const int64_t> tokens,
+bool StreamSink::OnTokens(absl::Span<const int64_t> tokens,
                           absl::Span<const float> logprobs) {
   absl::MutexLock lock(&mu_);
-  if (reactor_ != nullptr) reactor_->Push(tokens, logprobs);
+  return reactor_ == nullptr || reactor_->Push(tokens, logprobs);
 }
 
 void StreamSink::OnFinish(const absl::Status& status, GenerateEnd end,
@@ -230,11 +279,12 @@ GenerateParams ParamsFromProto(const sv1::GenerateRequest& request) {
 }
 
 absl::StatusOr<std::unique_ptr<ServingService>> ServingService::Create(
-    Engine* engine, InflightGate* gate) {
+    Engine* engine, InflightGate* gate, TextCodec* codec) {
   if (engine == nullptr || gate == nullptr) {
     return absl::InvalidArgumentError("engine and gate are required");
   }
-  return std::unique_ptr<ServingService>(new ServingService(engine, gate));
+  return std::unique_ptr<ServingService>(
+      new ServingService(engine, gate, codec));
 }
 
 grpc::ServerWriteReactor<sv1::GenerateResponse>* ServingService::Generate(
@@ -242,7 +292,7 @@ grpc::ServerWriteReactor<sv1::GenerateResponse>* ServingService::Generate(
     const sv1::GenerateRequest* request) {
   std::optional<InflightGate::Pass> pass = gate_->Enter();
   if (!pass.has_value()) return new FailedReactor(kDraining);
-  auto* reactor = new GenerateReactor(engine_, *std::move(pass));
+  auto* reactor = new GenerateReactor(engine_, codec_, *std::move(pass));
   reactor->Start(*request);
   return reactor;
 }

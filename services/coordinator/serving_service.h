@@ -7,6 +7,7 @@
 #include "proto/serving/v1/serving.grpc.pb.h"
 #include "services/common/inflight_gate.h"
 #include "services/coordinator/engine.h"
+#include "services/coordinator/text_codec.h"
 
 namespace mneme::coordinator {
 
@@ -18,8 +19,10 @@ namespace mneme::coordinator {
 // long). Thread-safe; `engine` and `gate` are borrowed.
 class ServingService final : public serving::v1::Serving::CallbackService {
  public:
+  // `codec` (may be null: text prompts are then FAILED_PRECONDITION)
+  // tokenizes text prompts and decodes the streamed text.
   static absl::StatusOr<std::unique_ptr<ServingService>> Create(
-      Engine* engine, InflightGate* gate);
+      Engine* engine, InflightGate* gate, TextCodec* codec = nullptr);
 
   grpc::ServerWriteReactor<serving::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context,
@@ -38,11 +41,12 @@ class ServingService final : public serving::v1::Serving::CallbackService {
       serving::v1::GetLoadsResponse* response) override;
 
  private:
-  ServingService(Engine* engine, InflightGate* gate)
-      : engine_(engine), gate_(gate) {}
+  ServingService(Engine* engine, InflightGate* gate, TextCodec* codec)
+      : engine_(engine), gate_(gate), codec_(codec) {}
 
   Engine* const engine_;
   InflightGate* const gate_;
+  TextCodec* const codec_;
 };
 
 // The request's GenerateParams, with the proto3 defaults resolved

@@ -36,19 +36,25 @@ const char* ReasonName(sv1::FinishReason r) {
 
 absl::Status RunGenerate(const std::vector<std::string>& argv,
                          std::ostream& out) {
-  absl::StatusOr<Args> args =
-      Args::Parse(argv,
-                  WithSamplingFlags({"server", "tokens", "max-new-tokens",
-                                     "stop-tokens", "request-id", "timeout-s"}),
-                  {"json", "ignore-eos"});
+  absl::StatusOr<Args> args = Args::Parse(
+      argv,
+      WithSamplingFlags({"server", "tokens", "prompt", "stop", "max-new-tokens",
+                         "stop-tokens", "request-id", "timeout-s"}),
+      {"json", "ignore-eos"});
   if (!args.ok()) return args.status();
   absl::StatusOr<std::string> server = args->Required("server");
   if (!server.ok()) return server.status();
-  if (!args->Has("tokens")) {
-    return absl::InvalidArgumentError("--tokens is required");
+  if (args->Has("tokens") == args->Has("prompt")) {
+    return absl::InvalidArgumentError(
+        "give the prompt as --tokens T0,T1,... or as --prompt TEXT");
   }
-  absl::StatusOr<std::vector<int64_t>> tokens = args->GetIntList("tokens");
-  if (!tokens.ok()) return tokens.status();
+  const bool text = args->Has("prompt");
+  std::vector<int64_t> tokens;
+  if (!text) {
+    absl::StatusOr<std::vector<int64_t>> ids = args->GetIntList("tokens");
+    if (!ids.ok()) return ids.status();
+    tokens = *std::move(ids);
+  }
   absl::StatusOr<int64_t> max_new =
       args->GetInt("max-new-tokens", 16, 1, 1 << 24);
   absl::StatusOr<int64_t> timeout = args->GetInt("timeout-s", 600, 1, 86400);
@@ -59,7 +65,11 @@ absl::Status RunGenerate(const std::vector<std::string>& argv,
   }
   sv1::GenerateRequest request;
   request.set_request_id(args->Get("request-id", ""));
-  request.mutable_token_ids()->Add(tokens->begin(), tokens->end());
+  request.mutable_token_ids()->Add(tokens.begin(), tokens.end());
+  if (text) {
+    request.set_prompt(args->Get("prompt", ""));
+    if (args->Has("stop")) request.add_stop(args->Get("stop", ""));
+  }
   request.set_max_new_tokens(static_cast<int32_t>(*max_new));
   sv1::SamplingParams* s = request.mutable_sampling();
   s->set_temperature(sampling->temperature);
@@ -85,6 +95,7 @@ absl::Status RunGenerate(const std::vector<std::string>& argv,
       stub->Generate(&context, request);
   const bool json = args->Has("json");
   std::vector<int64_t> ids;
+  std::string generated;
   std::vector<float> logprobs;
   std::string request_id;
   sv1::GenerateResponse last;
@@ -93,8 +104,10 @@ absl::Status RunGenerate(const std::vector<std::string>& argv,
     if (!message.request_id().empty()) request_id = message.request_id();
     for (int i = 0; i < message.token_ids_size(); ++i) {
       ids.push_back(message.token_ids(i));
-      if (!json) out << message.token_ids(i) << "\n" << std::flush;
+      if (!json && !text) out << message.token_ids(i) << "\n" << std::flush;
     }
+    generated += message.text();
+    if (!json && text) out << message.text() << std::flush;
     logprobs.insert(logprobs.end(), message.logprobs().begin(),
                     message.logprobs().end());
     if (message.finish_reason() != sv1::FINISH_REASON_UNSPECIFIED) {
@@ -114,8 +127,10 @@ absl::Status RunGenerate(const std::vector<std::string>& argv,
         {"prompt_tokens", last.prompt_tokens()},
         {"request_id", request_id},
     };
+    if (text) j["text"] = generated;
     out << j.dump() << "\n";
   } else {
+    if (text) out << "\n";
     out << "finish_reason: " << ReasonName(last.finish_reason()) << "\n";
   }
   return absl::OkStatus();
