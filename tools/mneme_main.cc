@@ -83,9 +83,11 @@ constexpr char kUsage[] =
     "             [--workdir DIR] [--bin-dir DIR] [--kv-cache-bytes N]\n"
     "             [--max-num-seqs N] [--threads-per-worker N]\n"
     "             [--listen HOST:PORT] [--comm-timeout D] [--ready-timeout D]\n"
+    "             [--coordinator-flags \"--flag=value ...\"]\n"
     "      a local cluster (engram store, workers, coordinator; the tiny\n"
     "      model without --checkpoint) until Ctrl-C; prints\n"
-    "      `coordinator at HOST:PORT` when it is ready\n";
+    "      `coordinator at HOST:PORT` and `http at HOST:PORT` (the OpenAI-\n"
+    "      compatible API) when it is ready\n";
 
 }  // namespace
 

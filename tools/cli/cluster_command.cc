@@ -16,7 +16,9 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "services/common/host_port.h"
 #include "tools/cli/args.h"
@@ -138,7 +140,7 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
   absl::StatusOr<Args> args = Args::Parse(
       argv, {"checkpoint", "tp", "dcp", "chunk-tokens", "workdir", "bin-dir",
              "kv-cache-bytes", "max-num-seqs", "threads-per-worker", "listen",
-             "comm-timeout", "ready-timeout"});
+             "comm-timeout", "ready-timeout", "coordinator-flags"});
   if (!args.ok()) return args.status();
   if (!args->positionals().empty()) {
     return absl::InvalidArgumentError(
@@ -177,6 +179,14 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
   options.comm_timeout = *comm;
   options.ready_timeout = *ready;
   options.coordinator_listen = args->Get("listen", "127.0.0.1:0");
+  for (absl::string_view flag : absl::StrSplit(
+           args->Get("coordinator-flags", ""), ' ', absl::SkipEmpty())) {
+    if (!absl::StartsWith(flag, "--")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--coordinator-flags: '", flag, "' is not a --flag=value"));
+    }
+    options.coordinator_flags.emplace_back(flag);
+  }
   if (absl::StatusOr<HostPort> listen =
           ParseHostPort(options.coordinator_listen, "--listen");
       !listen.ok()) {

@@ -177,8 +177,12 @@ absl::Status LocalCluster::StartOnce() {
                        absl::StrCat("--max_num_batched_tokens=",
                                     options_.max_num_batched_tokens),
                        absl::StrCat("--max_num_seqs=", options_.max_num_seqs),
-                       drain,
-                       Flag("http_listen", kAnyLocalPort)};
+                       drain};
+  coordinator_.argv.insert(coordinator_.argv.end(),
+                           options_.coordinator_flags.begin(),
+                           options_.coordinator_flags.end());
+  // Last: replaced by the bound address for restarts.
+  coordinator_.argv.push_back(Flag("http_listen", kAnyLocalPort));
   coordinator_.listen = options_.coordinator_listen;
   coordinator_.metrics_listen = kAnyLocalPort;
   if (absl::Status s = SpawnAndWait(coordinator_, deadline); !s.ok()) return s;

@@ -41,6 +41,9 @@ struct LocalClusterOptions {
   int64_t kv_cache_bytes = int64_t{64} << 20;
   // CPU backend threads of each worker; in [1, 1024]. Default: 1.
   int threads_per_worker = 1;
+  // More flags for the coordinator (e.g. "--max_queued_requests=4").
+  // Default: none.
+  std::vector<std::string> coordinator_flags;
   // The coordinator's gRPC address, HOST:PORT (port 0 picks a free one).
   // The other daemons always listen on 127.0.0.1 with free ports.
   // Default: "127.0.0.1:0".

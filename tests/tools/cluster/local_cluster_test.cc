@@ -126,7 +126,8 @@ class LocalClusterTest : public ::testing::Test {
         dir_, "fake_coordinator",
         absl::StrCat("#!/bin/sh\necho \"args: $*\"\n",
                      "echo 'metrics on 127.0.0.1:9'\n", "echo 'listening on ",
-                     health_address_, "'\nexec sleep 1000\n"));
+                     health_address_, "'\necho 'http on 127.0.0.1:8'\n",
+                     "exec sleep 1000\n"));
     options_.binaries = {daemon, daemon, coordinator};
     options_.checkpoint_dir = "/the/checkpoint";
     options_.workdir = dir_;
