@@ -61,4 +61,20 @@ absl::StatusOr<Pattern> PatternOf(const nlohmann::json& spec,
       what, " needs \"pattern\": {\"String\": ...} or {\"Regex\": ...}"));
 }
 
+absl::StatusOr<bool> ExpandSequence(
+    const nlohmann::json& spec, absl::string_view type, const char* list_key,
+    absl::string_view what,
+    const std::function<absl::Status(const nlohmann::json&)>& add) {
+  if (type != "Sequence") return false;
+  const auto list = spec.find(list_key);
+  if (list == spec.end() || !list->is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " Sequence needs a \"", list_key, "\" array"));
+  }
+  for (const nlohmann::json& member : *list) {
+    if (absl::Status status = add(member); !status.ok()) return status;
+  }
+  return true;
+}
+
 }  // namespace mneme::text

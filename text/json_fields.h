@@ -1,6 +1,7 @@
 #ifndef MNEME_TEXT_JSON_FIELDS_H_
 #define MNEME_TEXT_JSON_FIELDS_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -31,6 +32,15 @@ absl::StatusOr<bool> BoolField(const nlohmann::json& spec, const char* field,
 // The "pattern" field.
 absl::StatusOr<Pattern> PatternOf(const nlohmann::json& spec,
                                   absl::string_view what);
+
+// For a component of type "Sequence" (`type`, from TypeOf): calls `add` on
+// each member of its `list_key` array, in order, and returns true; false
+// (nothing called) for any other type. InvalidArgument naming `what` when
+// the array is missing; the first error of `add` otherwise.
+absl::StatusOr<bool> ExpandSequence(
+    const nlohmann::json& spec, absl::string_view type, const char* list_key,
+    absl::string_view what,
+    const std::function<absl::Status(const nlohmann::json&)>& add);
 
 }  // namespace mneme::text
 

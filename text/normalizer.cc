@@ -56,17 +56,11 @@ absl::StatusOr<std::unique_ptr<Normalizer>> Normalizer::FromJson(
 absl::Status Normalizer::AddSteps(const nlohmann::json& spec) {
   absl::StatusOr<std::string> type = TypeOf(spec, "normalizer");
   if (!type.ok()) return type.status();
-  if (*type == "Sequence") {
-    const auto list = spec.find("normalizers");
-    if (list == spec.end() || !list->is_array()) {
-      return absl::InvalidArgumentError(
-          "normalizer Sequence needs a \"normalizers\" array");
-    }
-    for (const nlohmann::json& member : *list) {
-      if (absl::Status status = AddSteps(member); !status.ok()) return status;
-    }
-    return absl::OkStatus();
-  }
+  absl::StatusOr<bool> sequence = ExpandSequence(
+      spec, *type, "normalizers", "normalizer",
+      [this](const nlohmann::json& member) { return AddSteps(member); });
+  if (!sequence.ok()) return sequence.status();
+  if (*sequence) return absl::OkStatus();
   Step step;
   UErrorCode icu_status = U_ZERO_ERROR;
   if (*type == "NFC") {

@@ -211,17 +211,11 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromJson(
 absl::Status PreTokenizer::AddSteps(const nlohmann::json& spec) {
   absl::StatusOr<std::string> type = TypeOf(spec, "pre_tokenizer");
   if (!type.ok()) return type.status();
-  if (*type == "Sequence") {
-    const auto list = spec.find("pretokenizers");
-    if (list == spec.end() || !list->is_array()) {
-      return absl::InvalidArgumentError(
-          "pre_tokenizer Sequence needs a \"pretokenizers\" array");
-    }
-    for (const nlohmann::json& member : *list) {
-      if (absl::Status status = AddSteps(member); !status.ok()) return status;
-    }
-    return absl::OkStatus();
-  }
+  absl::StatusOr<bool> sequence = ExpandSequence(
+      spec, *type, "pretokenizers", "pre_tokenizer",
+      [this](const nlohmann::json& member) { return AddSteps(member); });
+  if (!sequence.ok()) return sequence.status();
+  if (*sequence) return absl::OkStatus();
   Step step;
   if (*type == "Split") {
     absl::StatusOr<Pattern> pattern = PatternOf(spec, "pre_tokenizer Split");
