@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   mneme::ExitIfCheckConfig("mneme_worker");
 
   mneme::InflightGate gate;
+  mneme::MetricsRegistry metrics;
   mneme::worker::WorkerServiceOptions service_options =
       mneme::WorkerServiceOptionsFromFlags();
   // A broken group cannot heal in place: exit non-zero so the supervisor
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
     std::fflush(stderr);
     std::_Exit(1);  // Not exit(): other threads are still running.
   };
+  service_options.metrics = &metrics;
   absl::StatusOr<std::unique_ptr<mneme::worker::WorkerService>> service =
       mneme::worker::WorkerService::Create(service_options, &gate);
   if (!service.ok()) mneme::ExitWithError(service.status());
@@ -67,7 +69,6 @@ int main(int argc, char** argv) {
       mneme::ServerRunner::Create(*server_options, services, &gate);
   if (!runner.ok()) mneme::ExitWithError(runner.status());
   (*runner)->SetServing(false);
-  mneme::MetricsRegistry metrics;
   absl::StatusOr<std::unique_ptr<mneme::MetricsHttpServer>> http =
       mneme::StartMetricsServer(*server_options, metrics, **runner);
   if (!http.ok()) mneme::ExitWithError(http.status());

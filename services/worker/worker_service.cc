@@ -1,6 +1,9 @@
 #include "services/worker/worker_service.h"
 
+#include <atomic>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -37,6 +40,110 @@ absl::Status CheckSampling(const v1::SamplingParams& p, int index) {
 
 }  // namespace
 
+// Counters updated by the step thread; gauges read the atomics (never the
+// model, which only the step thread touches).
+struct WorkerService::Metrics {
+  Counter* steps = nullptr;
+  Counter* failed_steps = nullptr;
+  Counter* tokens = nullptr;
+  Histogram* step_seconds = nullptr;
+  Counter* comm_seconds = nullptr;
+  Counter* engram_seconds = nullptr;
+  std::atomic<int64_t> kv_blocks_used{0};
+  std::atomic<int64_t> kv_blocks_total{0};
+  std::atomic<int64_t> sequences{0};
+  absl::Duration last_engram;
+};
+
+WorkerService::WorkerService(const WorkerServiceOptions& options,
+                             InflightGate* gate)
+    : options_(options), gate_(gate) {}
+
+absl::Status WorkerService::RegisterMetrics() {
+  MetricsRegistry* r = options_.metrics;
+  if (r == nullptr) return absl::OkStatus();
+  auto m = std::make_unique<Metrics>();
+  auto counter = [r](const char* name,
+                     const char* help) -> absl::StatusOr<Counter*> {
+    absl::StatusOr<CounterFamily*> f =
+        r->AddCounter({.name = name, .help = help, .label_names = {}});
+    if (!f.ok()) return f.status();
+    return (*f)->Get();
+  };
+  absl::StatusOr<CounterFamily*> outcomes =
+      r->AddCounter({.name = "mneme_worker_steps_total",
+                     .help = "Steps run, by outcome.",
+                     .label_names = {"outcome"}});
+  if (!outcomes.ok()) return outcomes.status();
+  absl::StatusOr<Counter*> steps = (*outcomes)->Get({"ok"});
+  absl::StatusOr<Counter*> failed = (*outcomes)->Get({"error"});
+  absl::StatusOr<Counter*> tokens =
+      counter("mneme_worker_tokens_total", "Tokens run through the model.");
+  absl::StatusOr<Counter*> comm =
+      counter("mneme_worker_comm_seconds_total", "Time in collectives.");
+  absl::StatusOr<Counter*> engram =
+      counter("mneme_worker_engram_seconds_total", "Time getting Engram rows.");
+  absl::StatusOr<HistogramFamily*> step =
+      r->AddHistogram({.name = "mneme_worker_step_seconds",
+                       .help = "Wall time of a step on this rank.",
+                       .label_names = {}},
+                      std::vector<double>{0.001, 0.005, 0.01, 0.02, 0.05, 0.1,
+                                          0.2, 0.5, 1, 2, 5, 10});
+  for (const absl::Status& st :
+       {steps.status(), failed.status(), tokens.status(), comm.status(),
+        engram.status(), step.status()}) {
+    if (!st.ok()) return st;
+  }
+  m->steps = *steps;
+  m->failed_steps = *failed;
+  m->tokens = *tokens;
+  m->comm_seconds = *comm;
+  m->engram_seconds = *engram;
+  absl::StatusOr<Histogram*> h = (*step)->Get();
+  if (!h.ok()) return h.status();
+  m->step_seconds = *h;
+  Metrics* raw = m.get();
+  for (auto [name, help, value] :
+       std::vector<std::tuple<const char*, const char*, std::atomic<int64_t>*>>{
+           {"mneme_worker_kv_blocks_used", "KV cache blocks in use.",
+            &raw->kv_blocks_used},
+           {"mneme_worker_kv_blocks_total", "KV cache blocks in the pool.",
+            &raw->kv_blocks_total},
+           {"mneme_worker_sequences", "Sequences with state on this rank.",
+            &raw->sequences},
+       }) {
+    if (absl::Status st = r->AddCallbackGauge(
+            {.name = name, .help = help, .label_names = {}},
+            [value] { return static_cast<double>(value->load()); });
+        !st.ok()) {
+      return st;
+    }
+  }
+  metrics_ = std::move(m);
+  return absl::OkStatus();
+}
+
+void WorkerService::RecordStep(const Model& model, absl::Duration step,
+                               absl::Duration comm, int64_t tokens, bool ok) {
+  if (metrics_ == nullptr) return;
+  Metrics& m = *metrics_;
+  if (ok) {
+    m.steps->Increment();
+    m.tokens->Increment(static_cast<double>(tokens));
+    m.step_seconds->Observe(absl::ToDoubleSeconds(step));
+  } else {
+    m.failed_steps->Increment();
+  }
+  m.comm_seconds->Increment(absl::ToDoubleSeconds(comm));
+  const absl::Duration engram = model.stats().engram_time;
+  m.engram_seconds->Increment(absl::ToDoubleSeconds(engram - m.last_engram));
+  m.last_engram = engram;
+  const KvCache& kv = model.kv_cache();
+  m.kv_blocks_total.store(kv.num_blocks());
+  m.kv_blocks_used.store(kv.num_blocks() - kv.free_blocks());
+  m.sequences.store(model.num_sequences());
+}
+
 absl::StatusOr<std::unique_ptr<WorkerService>> WorkerService::Create(
     const WorkerServiceOptions& options, InflightGate* gate) {
   if (gate == nullptr) return absl::InvalidArgumentError("gate is required");
@@ -52,6 +159,7 @@ absl::StatusOr<std::unique_ptr<WorkerService>> WorkerService::Create(
       engram::WorkPool::Create(1, options.max_queued_steps);
   if (!pool.ok()) return pool.status();
   service->pool_ = *std::move(pool);
+  if (absl::Status st = service->RegisterMetrics(); !st.ok()) return st;
   return service;
 }
 
@@ -190,6 +298,14 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
   const absl::Duration comm_before =
       comm != nullptr ? comm->stats().time : absl::ZeroDuration();
   absl::StatusOr<StepOutput> out = model->Step(input);
+  int64_t tokens = 0;
+  for (const SequenceChunk& c : input.chunks) {
+    tokens += static_cast<int64_t>(c.tokens.size());
+  }
+  RecordStep(
+      *model, absl::Now() - start,
+      comm != nullptr ? comm->stats().time - comm_before : absl::ZeroDuration(),
+      tokens, out.ok());
   if (!out.ok()) return out.status();
   response.set_step_id(request.step_id());
   for (int i = 0; i < request.chunks_size(); ++i) {

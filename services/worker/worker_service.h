@@ -14,6 +14,7 @@
 #include "gpu/comm/communicator.h"
 #include "proto/worker/v1/worker.grpc.pb.h"
 #include "services/common/inflight_gate.h"
+#include "services/common/metrics.h"
 #include "services/worker/model/model.h"
 
 namespace mneme::worker {
@@ -30,6 +31,9 @@ struct WorkerServiceOptions {
   // restarts it and the group re-forms. Default: none (the service then
   // answers UNAVAILABLE until the process restarts).
   std::function<void(const absl::Status&)> on_broken;
+  // Receives the worker's metrics (steps, tokens, step / collective /
+  // Engram time, KV blocks); must outlive the service. Default: none.
+  MetricsRegistry* metrics = nullptr;
 };
 
 // The Worker gRPC service (proto/worker/v1): runs step plans on the model,
@@ -46,6 +50,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   static absl::StatusOr<std::unique_ptr<WorkerService>> Create(
       const WorkerServiceOptions& options, InflightGate* gate);
   ~WorkerService() override;
+  WorkerService(const WorkerService&) = delete;
+  WorkerService& operator=(const WorkerService&) = delete;
 
   // Makes the service ready to run steps on `model`.
   void Attach(Model* model, gpu::Backend* backend, gpu::Communicator* comm);
@@ -63,8 +69,7 @@ class WorkerService final : public v1::Worker::CallbackService {
                                     v1::GetInfoResponse* response) override;
 
  private:
-  WorkerService(const WorkerServiceOptions& options, InflightGate* gate)
-      : options_(options), gate_(gate) {}
+  WorkerService(const WorkerServiceOptions& options, InflightGate* gate);
 
   // Runs on the step thread.
   absl::Status RunStep(const v1::StepRequest& request,
@@ -76,8 +81,14 @@ class WorkerService final : public v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* Schedule(grpc::CallbackServerContext* context,
                                      Task task);
 
+  struct Metrics;
+  absl::Status RegisterMetrics();
+  void RecordStep(const Model& model, absl::Duration step, absl::Duration comm,
+                  int64_t tokens, bool ok);
+
   const WorkerServiceOptions options_;
   InflightGate* const gate_;
+  std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<engram::WorkPool> pool_;
   mutable absl::Mutex mu_;
   Model* model_ ABSL_GUARDED_BY(mu_) = nullptr;

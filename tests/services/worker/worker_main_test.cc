@@ -9,9 +9,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
+#include "proto/worker/v1/worker.grpc.pb.h"
 #include "tests/testing/command.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/notify_socket.h"
@@ -151,6 +155,52 @@ TEST(WorkerMainTest, CheckConfigValidatesWithoutStarting) {
   const testing::CommandResult r = testing::RunCommand(bad);
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("--group"));
+}
+
+}  // namespace
+}  // namespace mneme
+
+namespace mneme {
+namespace {
+
+TEST(WorkerMainTest, MetricsCountStepsTokensAndBlocks) {
+  const testing::Daemon store = StartStore(Checkpoint());
+  std::vector<std::string> argv = {Worker(),
+                                   "--listen=127.0.0.1:0",
+                                   "--metrics_listen=127.0.0.1:0",
+                                   "--threads=1",
+                                   "--checkpoint=" + Checkpoint(),
+                                   "--engram_store=" + store.address};
+  testing::Daemon worker = testing::StartDaemon(argv);
+  const std::string metrics =
+      testing::StdoutValue(*worker.process, "metrics on ");
+  auto stub = worker::v1::Worker::NewStub(
+      grpc::CreateChannel(worker.address, grpc::InsecureChannelCredentials()));
+  worker::v1::StepRequest step;
+  worker::v1::SequenceChunk* c = step.add_chunks();
+  c->set_sequence_id(7);
+  for (int64_t t : {5, 6, 7}) c->add_token_ids(t);
+  c->set_output(worker::v1::OUTPUT_SAMPLE);
+  worker::v1::StepResponse response;
+  grpc::Status st;
+  for (int attempt = 0; attempt < 100; ++attempt) {  // Until it is ready.
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    st = stub->Step(&ctx, step, &response);
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  const size_t colon = metrics.rfind(':');
+  httplib::Client http(metrics.substr(0, colon),
+                       std::stoi(metrics.substr(colon + 1)));
+  httplib::Result r = http.Get("/metrics");
+  ASSERT_TRUE(r && r->status == 200);
+  EXPECT_THAT(r->body, HasSubstr("mneme_worker_steps_total{outcome=\"ok\"} 1"));
+  EXPECT_THAT(r->body, HasSubstr("mneme_worker_tokens_total 3"));
+  EXPECT_THAT(r->body, HasSubstr("mneme_worker_sequences 1"));
+  EXPECT_THAT(r->body,
+              ::testing::Not(HasSubstr("mneme_worker_kv_blocks_used 0\n")));
 }
 
 }  // namespace
