@@ -26,7 +26,8 @@ ABSL_FLAG(std::string, engram_store, "",
           "Engram layers).");
 ABSL_FLAG(absl::Duration, engram_timeout, absl::Seconds(10),
           "Deadline of each Engram lookup.");
-ABSL_FLAG(std::string, backend, "cpu", "cpu or cuda.");
+ABSL_FLAG(std::string, backend, "cpu",
+          "Backend of the model ops: cpu (the only one this build has).");
 ABSL_FLAG(int, threads, 0, "Backend threads (CPU); 0 = all cores.");
 ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{256} << 20,
           "KV cache budget of this rank, bytes.");
@@ -108,11 +109,11 @@ absl::StatusOr<worker::WorkerRuntimeOptions> WorkerRuntimeOptionsFromFlags() {
   const std::string backend = absl::GetFlag(FLAGS_backend);
   if (backend == "cpu") {
     o.backend = worker::BackendKind::kCpu;
-  } else if (backend == "cuda") {
-    o.backend = worker::BackendKind::kCuda;
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("--backend=", backend, " must be cpu or cuda"));
+        absl::StrCat("--backend=", backend,
+                     ": the only backend of the model ops is cpu (CUDA "
+                     "kernels for it do not exist yet)"));
   }
   o.threads = absl::GetFlag(FLAGS_threads);
   if (o.threads < 0 || o.threads > 1024) {

@@ -15,7 +15,7 @@ inline constexpr int kWorkerMetricsPort = 50162;
 //   --checkpoint=DIR (required), --rank, --tp_size, --group=HOST:PORT (the
 //   rank-0 worker; required when tp_size > 1), --group_name, --comm_host,
 //   --comm_timeout, --engram_store=HOST:PORT, --engram_timeout,
-//   --backend=cpu|cuda, --threads, --kv_cache_bytes, --kv_block_rows,
+//   --backend=cpu, --threads, --kv_cache_bytes, --kv_block_rows,
 //   --max_step_tokens, --dcp_size, --dcp_interleave.
 // InvalidArgument naming the flag on a malformed value.
 absl::StatusOr<worker::WorkerRuntimeOptions> WorkerRuntimeOptionsFromFlags();

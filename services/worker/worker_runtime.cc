@@ -58,10 +58,6 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
       rt->backend_ = *std::move(b);
       break;
     }
-    case BackendKind::kCuda:
-      return absl::UnavailableError(
-          "the CUDA backend's model kernels are not implemented yet; run "
-          "workers with --backend=cpu");
     default:
       return absl::InvalidArgumentError("backend is unspecified");
   }

@@ -19,8 +19,6 @@ enum class BackendKind {
   kUnspecified = 0,
   // CPU backend, Gloo collectives over TCP.
   kCpu = 1,
-  // CUDA backend, NCCL collectives (builds with --config=cuda).
-  kCuda = 2,
 };
 
 struct WorkerRuntimeOptions {
