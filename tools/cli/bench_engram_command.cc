@@ -11,6 +11,7 @@
 #include "engram_store/engram_store.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/args.h"
+#include "tools/cli/percentile.h"
 
 namespace mneme::cli {
 namespace {
@@ -44,15 +45,6 @@ class ZipfTokenStream {
   std::vector<int64_t> tokens_;
   std::vector<double> cdf_;
 };
-
-double Percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t index =
-      std::min(values.size() - 1,
-               static_cast<size_t>(std::ceil(p / 100.0 * values.size())) - 1);
-  return values[index];
-}
 
 }  // namespace
 

@@ -13,18 +13,12 @@
 #include "nlohmann/json.hpp"
 #include "proto/serving/v1/serving.grpc.pb.h"
 #include "tools/cli/args.h"
+#include "tools/cli/percentile.h"
 
 namespace mneme::cli {
 namespace {
 
 namespace sv1 = serving::v1;
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * v.size()));
-  return v[i];
-}
 
 }  // namespace
 
@@ -112,12 +106,12 @@ absl::Status RunBenchServing(const std::vector<std::string>& argv,
       {"seconds", seconds},
       {"output_tokens_per_s", output_tokens / seconds},
       {"total_tokens_per_s", (output_tokens + ok * *prompt) / seconds},
-      {"ttft_ms_p50", Percentile(ttft, 0.5)},
-      {"ttft_ms_p99", Percentile(ttft, 0.99)},
-      {"itl_ms_p50", Percentile(itl, 0.5)},
-      {"itl_ms_p99", Percentile(itl, 0.99)},
-      {"e2e_ms_p50", Percentile(e2e, 0.5)},
-      {"e2e_ms_p99", Percentile(e2e, 0.99)},
+      {"ttft_ms_p50", Percentile(ttft, 50)},
+      {"ttft_ms_p99", Percentile(ttft, 99)},
+      {"itl_ms_p50", Percentile(itl, 50)},
+      {"itl_ms_p99", Percentile(itl, 99)},
+      {"e2e_ms_p50", Percentile(e2e, 50)},
+      {"e2e_ms_p99", Percentile(e2e, 99)},
   };
   if (!first_error.empty()) j["first_error"] = first_error;
   out << j.dump() << "\n";

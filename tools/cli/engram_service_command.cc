@@ -16,6 +16,7 @@
 #include "engram_store/format/bf16.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/args.h"
+#include "tools/cli/percentile.h"
 
 namespace mneme::cli {
 namespace {
@@ -44,16 +45,6 @@ std::set<std::string> With(std::set<std::string> a,
                            const std::set<std::string>& b) {
   a.insert(b.begin(), b.end());
   return a;
-}
-
-double Percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t index = std::min(
-      values.size() - 1,
-      static_cast<size_t>(std::max(1.0, std::ceil(p / 100.0 * values.size()))) -
-          1);
-  return values[index];
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "services/worker/local_model.h"
 #include "services/worker/model/generate.h"
 #include "tools/cli/args.h"
+#include "tools/cli/percentile.h"
 #include "tools/cli/sampling_flags.h"
 
 namespace mneme::cli {
@@ -57,14 +58,6 @@ absl::StatusOr<std::vector<float>> ScoreAll(
   model.Release(1);
   if (!out.ok()) return out.status();
   return std::move(out->logits[0]);
-}
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(
-      v.size() - 1, static_cast<size_t>(std::ceil(q * v.size())) - (q > 0));
-  return v[i];
 }
 
 }  // namespace
@@ -243,8 +236,8 @@ absl::Status RunScore(const std::vector<std::string>& argv, std::ostream& out) {
       {"argmax_agreement",
        static_cast<double>(agree) / std::max<int64_t>(positions, 1)},
       {"kl_mean", kl_mean},
-      {"kl_p50", Percentile(kls, 0.5)},
-      {"kl_p99", Percentile(kls, 0.99)},
+      {"kl_p50", Percentile(kls, 50)},
+      {"kl_p99", Percentile(kls, 99)},
       {"kl_max", kls.empty() ? 0.0 : *std::max_element(kls.begin(), kls.end())},
   };
   if (args->Has("json")) {
