@@ -23,19 +23,6 @@ namespace {
 
 // Hugging Face caches words shorter than this (bytes).
 constexpr size_t kMaxCachedWordBytes = 256;
-constexpr int64_t kMaxTokenId = (int64_t{1} << 32) - 1;
-
-std::optional<int64_t> TokenId(const nlohmann::json& value) {
-  if (!value.is_number_integer()) return std::nullopt;
-  if (value.is_number_unsigned()) {
-    const uint64_t id = value.get<uint64_t>();
-    if (id > static_cast<uint64_t>(kMaxTokenId)) return std::nullopt;
-    return static_cast<int64_t>(id);
-  }
-  const int64_t id = value.get<int64_t>();
-  if (id < 0 || id > kMaxTokenId) return std::nullopt;
-  return id;
-}
 
 // An optional string field: "" when absent or null.
 absl::StatusOr<std::string> OptionalString(const nlohmann::json& spec,
@@ -131,7 +118,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(
   bpe->vocab_.reserve(vocab->size());
   bpe->vocab_r_.reserve(vocab->size());
   for (const auto& [token, id_json] : vocab->items()) {
-    const std::optional<int64_t> id = TokenId(id_json);
+    const std::optional<int64_t> id = JsonTokenId(id_json);
     if (!id.has_value()) {
       return absl::InvalidArgumentError(
           absl::StrCat("model.vocab token \"", token, "\" has id ",

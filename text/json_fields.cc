@@ -77,4 +77,18 @@ absl::StatusOr<bool> ExpandSequence(
   return true;
 }
 
+std::optional<int64_t> JsonTokenId(const nlohmann::json& value) {
+  // Hugging Face token ids are u32.
+  constexpr int64_t kMaxTokenId = (int64_t{1} << 32) - 1;
+  if (!value.is_number_integer()) return std::nullopt;
+  if (value.is_number_unsigned()) {
+    const uint64_t id = value.get<uint64_t>();
+    if (id > static_cast<uint64_t>(kMaxTokenId)) return std::nullopt;
+    return static_cast<int64_t>(id);
+  }
+  const int64_t id = value.get<int64_t>();
+  if (id < 0 || id > kMaxTokenId) return std::nullopt;
+  return id;
+}
+
 }  // namespace mneme::text

@@ -1,7 +1,9 @@
 #ifndef MNEME_TEXT_JSON_FIELDS_H_
 #define MNEME_TEXT_JSON_FIELDS_H_
 
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -32,6 +34,9 @@ absl::StatusOr<bool> BoolField(const nlohmann::json& spec, const char* field,
 // The "pattern" field.
 absl::StatusOr<Pattern> PatternOf(const nlohmann::json& spec,
                                   absl::string_view what);
+
+// A Hugging Face token id (an integer in [0, 2^32)); nullopt otherwise.
+std::optional<int64_t> JsonTokenId(const nlohmann::json& value);
 
 // For a component of type "Sequence" (`type`, from TypeOf): calls `add` on
 // each member of its `list_key` array, in order, and returns true; false

@@ -16,6 +16,7 @@
 #include "engram_store/checkpoint/file_io.h"
 #include "engram_store/hashing/byte_level.h"
 #include "nlohmann/json.hpp"
+#include "text/json_fields.h"
 
 namespace mneme::engram {
 namespace {
@@ -24,18 +25,6 @@ namespace {
 constexpr uint64_t kMaxTokenizerJsonBytes = uint64_t{1} << 30;
 // Hugging Face token ids are u32.
 constexpr int64_t kMaxTokenId = (int64_t{1} << 32) - 1;
-
-std::optional<int64_t> TokenId(const nlohmann::json& value) {
-  if (!value.is_number_integer()) return std::nullopt;
-  if (value.is_number_unsigned()) {
-    const uint64_t id = value.get<uint64_t>();
-    if (id > static_cast<uint64_t>(kMaxTokenId)) return std::nullopt;
-    return static_cast<int64_t>(id);
-  }
-  const int64_t id = value.get<int64_t>();
-  if (id < 0 || id > kMaxTokenId) return std::nullopt;
-  return id;
-}
 
 // The decoder's type: "ByteLevel" alone or as the only member of a Sequence
 // decodes byte-level; null means no decoder.
@@ -112,7 +101,7 @@ absl::StatusOr<std::unique_ptr<TokenizerVocab>> TokenizerVocab::FromJson(
   // Distinct token strings: the keys of Hugging Face's get_vocab(true).
   absl::flat_hash_set<std::string> strings;
   for (const auto& [token, id_json] : vocab->items()) {
-    const std::optional<int64_t> id = TokenId(id_json);
+    const std::optional<int64_t> id = text::JsonTokenId(id_json);
     if (!id.has_value()) {
       return absl::DataLossError(absl::StrCat(
           source_name, ": model.vocab token \"", token, "\" has id ",
@@ -146,7 +135,7 @@ absl::StatusOr<std::unique_ptr<TokenizerVocab>> TokenizerVocab::FromJson(
             entry.is_object() ? entry.find("content") : entry.end();
         std::optional<int64_t> file_id;
         if (entry.is_object() && id_it != entry.end()) {
-          file_id = TokenId(*id_it);
+          file_id = text::JsonTokenId(*id_it);
         }
         if (!file_id.has_value() || content_it == entry.end() ||
             !content_it->is_string()) {
@@ -162,7 +151,7 @@ absl::StatusOr<std::unique_ptr<TokenizerVocab>> TokenizerVocab::FromJson(
           id = it->second;
         } else if (const auto in_vocab = vocab->find(content);
                    in_vocab != vocab->end()) {
-          id = *TokenId(*in_vocab);
+          id = *text::JsonTokenId(*in_vocab);
         } else if (max_added_id < 0) {
           id = vocab_size;
         } else {
