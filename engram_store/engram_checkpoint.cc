@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engram_store/checkpoint/checkpoint_index.h"
-#include "engram_store/checkpoint/engram_config_loader.h"
-#include "engram_store/checkpoint/file_io.h"
+#include "checkpoint/checkpoint_index.h"
+#include "checkpoint/engram_config_loader.h"
+#include "common/file_io.h"
 #include "engram_store/hashing/compressed_vocabulary.h"
 
 namespace mneme::engram {
@@ -15,13 +15,14 @@ absl::StatusOr<std::unique_ptr<EngramCheckpoint>> EngramCheckpoint::Open(
     const std::string& dir) {
   auto result = std::unique_ptr<EngramCheckpoint>(new EngramCheckpoint());
   result->dir_ = dir;
-  absl::StatusOr<EngramConfig> config =
-      LoadEngramConfig(absl::StrCat(dir, "/", kConfigFileName));
+  absl::StatusOr<checkpoint::EngramConfig> config =
+      checkpoint::LoadEngramConfig(
+          absl::StrCat(dir, "/", checkpoint::kConfigFileName));
   if (!config.ok()) return config.status();
   result->config_ = *std::move(config);
 
-  absl::StatusOr<std::unique_ptr<ShardedCheckpoint>> checkpoint =
-      ShardedCheckpoint::Create(dir);
+  absl::StatusOr<std::unique_ptr<checkpoint::ShardedCheckpoint>> checkpoint =
+      checkpoint::ShardedCheckpoint::Create(dir);
   if (!checkpoint.ok()) return checkpoint.status();
   result->checkpoint_ = *std::move(checkpoint);
 
@@ -34,16 +35,16 @@ absl::StatusOr<std::unique_ptr<EngramCheckpoint>> EngramCheckpoint::Open(
   if (!hasher.ok()) return hasher.status();
   result->hasher_ = *std::move(hasher);
 
-  absl::StatusOr<std::vector<EngramTableLocation>> tables =
-      LocateEngramTables(*result->checkpoint_, result->config_);
+  absl::StatusOr<std::vector<checkpoint::EngramTableLocation>> tables =
+      checkpoint::LocateEngramTables(*result->checkpoint_, result->config_);
   if (!tables.ok()) return tables.status();
   result->tables_ = *std::move(tables);
   return result;
 }
 
-absl::StatusOr<const EngramTableLocation*> EngramCheckpoint::Table(
+absl::StatusOr<const checkpoint::EngramTableLocation*> EngramCheckpoint::Table(
     int layer) const {
-  for (const EngramTableLocation& table : tables_) {
+  for (const checkpoint::EngramTableLocation& table : tables_) {
     if (table.layer == layer) return &table;
   }
   return absl::InvalidArgumentError(
@@ -54,9 +55,9 @@ absl::StatusOr<const EngramTableLocation*> EngramCheckpoint::Table(
 absl::Status EngramCheckpoint::ReadRawRows(int layer,
                                            absl::Span<const int64_t> ids,
                                            absl::Span<uint8_t> out) const {
-  absl::StatusOr<const EngramTableLocation*> table = Table(layer);
+  absl::StatusOr<const checkpoint::EngramTableLocation*> table = Table(layer);
   if (!table.ok()) return table.status();
-  const EngramTableLocation& t = **table;
+  const checkpoint::EngramTableLocation& t = **table;
   const size_t row_bytes = t.weight_row_bytes + t.scale_row_bytes;
   if (out.size() != ids.size() * row_bytes) {
     return absl::InvalidArgumentError(

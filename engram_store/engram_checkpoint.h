@@ -8,9 +8,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engram_store/checkpoint/engram_config.h"
-#include "engram_store/checkpoint/engram_table.h"
-#include "engram_store/checkpoint/sharded_checkpoint.h"
+#include "checkpoint/engram_config.h"
+#include "checkpoint/engram_table.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "engram_store/hashing/ngram_hasher.h"
 
 namespace mneme::engram {
@@ -33,14 +33,18 @@ class EngramCheckpoint {
       const std::string& dir);
 
   const std::string& dir() const { return dir_; }
-  const EngramConfig& config() const { return config_; }
-  const ShardedCheckpoint& checkpoint() const { return *checkpoint_; }
+  const checkpoint::EngramConfig& config() const { return config_; }
+  const checkpoint::ShardedCheckpoint& checkpoint() const {
+    return *checkpoint_;
+  }
   const NgramHasher& hasher() const { return *hasher_; }
-  const std::vector<EngramTableLocation>& tables() const { return tables_; }
+  const std::vector<checkpoint::EngramTableLocation>& tables() const {
+    return tables_;
+  }
 
   // The table of Engram layer `layer`; InvalidArgument naming the layer and
   // the Engram layers when it has none.
-  absl::StatusOr<const EngramTableLocation*> Table(int layer) const;
+  absl::StatusOr<const checkpoint::EngramTableLocation*> Table(int layer) const;
 
   // Reads rows `ids` of layer `layer` into `out` (ids.size() *
   // RowBytes(format) bytes; each row its weight bytes then its scale bytes).
@@ -53,10 +57,10 @@ class EngramCheckpoint {
   EngramCheckpoint() = default;
 
   std::string dir_;
-  EngramConfig config_;
-  std::unique_ptr<ShardedCheckpoint> checkpoint_;
+  checkpoint::EngramConfig config_;
+  std::unique_ptr<checkpoint::ShardedCheckpoint> checkpoint_;
   std::unique_ptr<NgramHasher> hasher_;
-  std::vector<EngramTableLocation> tables_;
+  std::vector<checkpoint::EngramTableLocation> tables_;
 };
 
 }  // namespace mneme::engram

@@ -8,21 +8,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engram_store/cache/source_fingerprint.h"
-#include "engram_store/format/row_decode.h"
 #include "engram_store/io/pread_pool_reader.h"
 #include "engram_store/io/uring_row_reader.h"
+#include "formats/row_decode.h"
 #include "glog/logging.h"
 
 namespace mneme::engram {
 
-size_t EncodedRowBytes(RowEncoding encoding, RowFormat format) {
+size_t EncodedRowBytes(RowEncoding encoding, formats::RowFormat format) {
   switch (encoding) {
     case RowEncoding::kRaw:
-      return RowBytes(format);
+      return formats::RowBytes(format);
     case RowEncoding::kBf16:
-      return kRowDim * sizeof(uint16_t);
+      return formats::kRowDim * sizeof(uint16_t);
     case RowEncoding::kFp32:
-      return kRowDim * sizeof(float);
+      return formats::kRowDim * sizeof(float);
   }
   return 0;
 }
@@ -138,7 +138,7 @@ absl::StatusOr<std::unique_ptr<EngramStore>> EngramStore::Create(
     store->local_copy_ = *std::move(local);
   }
 
-  for (const EngramTableLocation& location : c.tables()) {
+  for (const checkpoint::EngramTableLocation& location : c.tables()) {
     Table table;
     table.location = &location;
     absl::StatusOr<std::unique_ptr<RowFile>> weights =
@@ -163,17 +163,17 @@ absl::StatusOr<std::unique_ptr<EngramStore>> EngramStore::Create(
     store->tables_.push_back(std::move(table));
   }
 
-  const RowFormat format = c.config().format;
+  const formats::RowFormat format = c.config().format;
   if (options.ram_cache_bytes > 0) {
     absl::StatusOr<std::unique_ptr<RamRowCache>> ram =
-        RamRowCache::Create({.row_bytes = RowBytes(format),
+        RamRowCache::Create({.row_bytes = formats::RowBytes(format),
                              .budget_bytes = options.ram_cache_bytes});
     if (!ram.ok()) return ram.status();
     store->ram_cache_ = *std::move(ram);
   }
   if (!options.rocksdb_dir.empty()) {
     std::vector<std::string> shards;
-    for (const EngramTableLocation& t : c.tables()) {
+    for (const checkpoint::EngramTableLocation& t : c.tables()) {
       shards.push_back(t.shard_path);
       if (t.scale_shard_path != t.shard_path) {
         shards.push_back(t.scale_shard_path);
@@ -184,9 +184,9 @@ absl::StatusOr<std::unique_ptr<EngramStore>> EngramStore::Create(
     absl::StatusOr<std::unique_ptr<RocksDbRowCache>> rocksdb =
         RocksDbRowCache::Create(
             {.path = options.rocksdb_dir,
-             .source_id =
-                 absl::StrCat(*fingerprint, "|", RowFormatName(format)),
-             .row_bytes = RowBytes(format),
+             .source_id = absl::StrCat(*fingerprint, "|",
+                                       formats::RowFormatName(format)),
+             .row_bytes = formats::RowBytes(format),
              .budget_bytes = options.rocksdb_budget_bytes,
              .write_buffer_bytes = options.rocksdb_write_buffer_bytes});
     if (!rocksdb.ok()) return rocksdb.status();
@@ -322,7 +322,8 @@ absl::Status EngramStore::Lookup(int layer, absl::Span<const int64_t> ids,
   Inc(metrics_->rows_requested, static_cast<double>(ids.size()));
   absl::StatusOr<size_t> table_index = TableIndex(layer);
   if (!table_index.ok()) return table_index.status();
-  const EngramTableLocation& location = *tables_[*table_index].location;
+  const checkpoint::EngramTableLocation& location =
+      *tables_[*table_index].location;
   const size_t out_row_bytes = EncodedRowBytes(encoding, location.format);
   if (out.size() != ids.size() * out_row_bytes) {
     return absl::InvalidArgumentError(
@@ -357,7 +358,7 @@ absl::Status EngramStore::Lookup(int layer, absl::Span<const int64_t> ids,
   }
   rows_unique_.fetch_add(unique.size(), std::memory_order_relaxed);
 
-  const size_t row_bytes = RowBytes(location.format);
+  const size_t row_bytes = formats::RowBytes(location.format);
   std::vector<uint8_t> raw(unique.size() * row_bytes);
   if (absl::Status s =
           FetchUnique(*table_index, unique, absl::MakeSpan(raw), deadline);
@@ -373,19 +374,19 @@ absl::Status EngramStore::Lookup(int layer, absl::Span<const int64_t> ids,
                   raw.data() + size_t{slots[i]} * row_bytes, row_bytes);
     }
   } else {
-    const RowDecodeOptions decode{.format = location.format,
-                                  .global_scale = location.global_scale};
+    const formats::RowDecodeOptions decode{
+        .format = location.format, .global_scale = location.global_scale};
     std::vector<uint8_t> decoded(unique.size() * out_row_bytes);
     const absl::Status s =
         encoding == RowEncoding::kBf16
-            ? DecodeRowsBf16(
+            ? formats::DecodeRowsBf16(
                   decode, raw,
                   absl::MakeSpan(reinterpret_cast<uint16_t*>(decoded.data()),
-                                 unique.size() * kRowDim))
-            : DecodeRowsF32(
+                                 unique.size() * formats::kRowDim))
+            : formats::DecodeRowsF32(
                   decode, raw,
                   absl::MakeSpan(reinterpret_cast<float*>(decoded.data()),
-                                 unique.size() * kRowDim));
+                                 unique.size() * formats::kRowDim));
     if (!s.ok()) return s;
     for (size_t i = 0; i < ids.size(); ++i) {
       std::memcpy(out.data() + i * out_row_bytes,
@@ -406,7 +407,7 @@ absl::Status EngramStore::FetchUnique(size_t table,
                                       absl::Time deadline) {
   const uint32_t table_id =
       static_cast<uint32_t>(tables_[table].location->layer);
-  const size_t row_bytes = RowBytes(tables_[table].location->format);
+  const size_t row_bytes = formats::RowBytes(tables_[table].location->format);
   std::vector<size_t> missing(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) missing[i] = i;
 
@@ -485,7 +486,7 @@ absl::Status EngramStore::ReadRows(size_t table, absl::Span<const int64_t> ids,
                                    absl::Span<uint8_t> out, absl::Time deadline,
                                    bool use_local) {
   const Table& t = tables_[table];
-  const EngramTableLocation& loc = *t.location;
+  const checkpoint::EngramTableLocation& loc = *t.location;
   const size_t row_bytes = loc.weight_row_bytes + loc.scale_row_bytes;
   std::vector<ReadSpan> spans;
   spans.reserve(ids.size() * 2);
@@ -594,8 +595,8 @@ void EngramStore::PrefetchLoop() {
     }
     absl::StatusOr<size_t> t = TableIndex(item.layer);
     if (!t.ok()) continue;
-    std::vector<uint8_t> scratch(item.ids.size() *
-                                 RowBytes(tables_[*t].location->format));
+    std::vector<uint8_t> scratch(
+        item.ids.size() * formats::RowBytes(tables_[*t].location->format));
     const absl::Status s = FetchUnique(*t, item.ids, absl::MakeSpan(scratch),
                                        absl::Now() + options_.prefetch_timeout);
     if (!s.ok()) {

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/metrics.h"
 #include "engram_store/cache/ram_row_cache.h"
 #include "engram_store/cache/rocksdb_row_cache.h"
 #include "engram_store/engram_checkpoint.h"
@@ -21,7 +22,6 @@
 #include "engram_store/io/row_file.h"
 #include "engram_store/io/row_reader.h"
 #include "engram_store/local_copy/local_copy.h"
-#include "services/common/metrics.h"
 
 namespace mneme::engram {
 
@@ -45,7 +45,7 @@ enum class RowEncoding {
 };
 
 // Bytes of one row in `encoding` for a table of `format`.
-size_t EncodedRowBytes(RowEncoding encoding, RowFormat format);
+size_t EncodedRowBytes(RowEncoding encoding, formats::RowFormat format);
 
 struct EngramStoreOptions {
   // The checkpoint directory (local NVMe or NFS). Required.
@@ -187,7 +187,7 @@ class EngramStore {
 
  private:
   struct Table {
-    const EngramTableLocation* location = nullptr;
+    const checkpoint::EngramTableLocation* location = nullptr;
     std::unique_ptr<RowFile> weight_file;
     std::unique_ptr<RowFile> scale_file;  // Same file as weight_file mostly.
     std::unique_ptr<RowFile> local_file;  // Null without a local copy.

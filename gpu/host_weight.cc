@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engram_store/format/bf16.h"
-#include "engram_store/format/e2m1.h"
-#include "engram_store/format/e4m3.h"
-#include "engram_store/format/ue8m0.h"
+#include "formats/bf16.h"
+#include "formats/e2m1.h"
+#include "formats/e4m3.h"
+#include "formats/ue8m0.h"
 
 namespace mneme::gpu {
 namespace {
@@ -205,7 +205,7 @@ void DequantizeRows(const HostWeight& w, int64_t begin, int64_t end,
         for (int64_t c = 0; c < cols; ++c) {
           uint16_t bits;
           std::memcpy(&bits, data + (r * cols + c) * 2, 2);
-          dst[c] = engram::Bf16ToFloat(bits);
+          dst[c] = formats::Bf16ToFloat(bits);
         }
         break;
       case WeightFormat::kFp8Block: {
@@ -213,8 +213,8 @@ void DequantizeRows(const HostWeight& w, int64_t begin, int64_t end,
         const uint8_t* scales =
             scale + (r / w.block_rows) * CeilDiv(cols, w.block_cols);
         for (int64_t c = 0; c < cols; ++c) {
-          dst[c] = engram::E4m3ToFloat(codes[c]) *
-                   engram::Ue8m0ToFloat(scales[c / w.block_cols]);
+          dst[c] = formats::E4m3ToFloat(codes[c]) *
+                   formats::Ue8m0ToFloat(scales[c / w.block_cols]);
         }
         break;
       }
@@ -222,9 +222,9 @@ void DequantizeRows(const HostWeight& w, int64_t begin, int64_t end,
         const uint8_t* pairs = data + r * cols / 2;
         const uint8_t* scales = scale + r * (cols / 32);
         for (int64_t c = 0; c < cols; c += 2) {
-          const float s = engram::Ue8m0ToFloat(scales[c / 32]);
-          dst[c] = engram::E2m1ToFloat(pairs[c / 2]) * s;
-          dst[c + 1] = engram::E2m1ToFloat(pairs[c / 2] >> 4) * s;
+          const float s = formats::Ue8m0ToFloat(scales[c / 32]);
+          dst[c] = formats::E2m1ToFloat(pairs[c / 2]) * s;
+          dst[c + 1] = formats::E2m1ToFloat(pairs[c / 2] >> 4) * s;
         }
         break;
       }
@@ -233,10 +233,10 @@ void DequantizeRows(const HostWeight& w, int64_t begin, int64_t end,
         const uint8_t* scales = scale + r * (cols / 16);
         // (e2m1 * scale) * global_scale: the order of the Engram decoders.
         for (int64_t c = 0; c < cols; c += 2) {
-          const float s = engram::E4m3ToFloat(scales[c / 16]);
-          dst[c] = (engram::E2m1ToFloat(pairs[c / 2]) * s) * w.global_scale;
+          const float s = formats::E4m3ToFloat(scales[c / 16]);
+          dst[c] = (formats::E2m1ToFloat(pairs[c / 2]) * s) * w.global_scale;
           dst[c + 1] =
-              (engram::E2m1ToFloat(pairs[c / 2] >> 4) * s) * w.global_scale;
+              (formats::E2m1ToFloat(pairs[c / 2] >> 4) * s) * w.global_scale;
         }
         break;
       }

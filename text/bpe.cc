@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/json_fields.h"
 #include "nlohmann/json.hpp"
-#include "text/json_fields.h"
 
 namespace mneme::text {
 namespace {

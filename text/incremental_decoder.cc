@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "engram_store/hashing/byte_level.h"
+#include "text/byte_level.h"
 #include "text/utf8.h"
 
 namespace mneme::text {
@@ -21,13 +21,13 @@ std::string IncrementalDecoder::Add(int64_t id) {
   pending_.append(*bytes);
   const size_t complete = CompleteUtf8PrefixLength(pending_);
   std::string text =
-      engram::Utf8Lossy(absl::string_view(pending_).substr(0, complete));
+      text::Utf8Lossy(absl::string_view(pending_).substr(0, complete));
   pending_.erase(0, complete);
   return text;
 }
 
 std::string IncrementalDecoder::Finish() {
-  std::string text = engram::Utf8Lossy(pending_);
+  std::string text = text::Utf8Lossy(pending_);
   pending_.clear();
   started_ = false;
   return text;

@@ -18,8 +18,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/json_fields.h"
 #include "nlohmann/json.hpp"
-#include "text/json_fields.h"
 #include "text/unicode_regex.h"
 #include "text/utf8.h"
 

@@ -12,9 +12,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "engram_store/hashing/byte_level.h"
+#include "common/json_fields.h"
 #include "nlohmann/json.hpp"
-#include "text/json_fields.h"
+#include "text/byte_level.h"
 #include "text/unicode_regex.h"
 
 namespace mneme::text {
@@ -111,9 +111,9 @@ std::string SpellBytes(absl::string_view bytes) {
   std::u32string chars;
   chars.reserve(bytes.size());
   for (unsigned char b : bytes) {
-    chars.push_back(engram::ByteLevelCharOfByte(b));
+    chars.push_back(text::ByteLevelCharOfByte(b));
   }
-  return engram::EncodeUtf8(chars);
+  return text::EncodeUtf8(chars);
 }
 
 }  // namespace

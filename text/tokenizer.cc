@@ -15,12 +15,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "engram_store/checkpoint/file_io.h"
-#include "engram_store/hashing/byte_level.h"
+#include "common/file_io.h"
+#include "common/json_fields.h"
 #include "nlohmann/json.hpp"
 #include "text/added_vocabulary.h"
 #include "text/bpe.h"
-#include "text/json_fields.h"
+#include "text/byte_level.h"
 #include "text/normalizer.h"
 #include "text/pretokenizer.h"
 #include "text/utf8.h"
@@ -239,7 +239,7 @@ Tokenizer::~Tokenizer() = default;
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(
     const std::string& tokenizer_json_path, const TokenizerOptions& options) {
   absl::StatusOr<std::string> text =
-      engram::ReadSmallFile(tokenizer_json_path, kMaxTokenizerJsonBytes);
+      mneme::ReadSmallFile(tokenizer_json_path, kMaxTokenizerJsonBytes);
   if (!text.ok()) return text.status();
   std::string config_path = options.tokenizer_config_path;
   if (config_path.empty()) {
@@ -254,7 +254,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(
   std::string config;
   if (!config_path.empty()) {
     absl::StatusOr<std::string> read =
-        engram::ReadSmallFile(config_path, kMaxConfigJsonBytes);
+        mneme::ReadSmallFile(config_path, kMaxConfigJsonBytes);
     if (!read.ok()) return read.status();
     config = *std::move(read);
   }
@@ -392,7 +392,7 @@ std::optional<std::string> Tokenizer::DecodedBytes(
     }
   }
   if (decoder_ == DecoderKind::kByteLevel) {
-    return engram::ByteLevelTokenBytes(*token);
+    return text::ByteLevelTokenBytes(*token);
   }
   return std::string(*token);
 }
@@ -413,7 +413,7 @@ std::string Tokenizer::Decode(absl::Span<const int64_t> ids,
     first = false;
     bytes.append(*piece);
   }
-  return engram::Utf8Lossy(bytes);
+  return text::Utf8Lossy(bytes);
 }
 
 std::optional<int64_t> Tokenizer::TokenToId(absl::string_view token) const {

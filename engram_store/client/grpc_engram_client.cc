@@ -10,7 +10,8 @@
 #include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
-#include "services/common/grpc_status.h"
+#include "common/grpc_channel.h"
+#include "common/grpc_status.h"
 
 namespace mneme::engram {
 namespace {
@@ -40,17 +41,14 @@ absl::StatusOr<std::unique_ptr<GrpcEngramClient>> GrpcEngramClient::Create(
   if (options.max_message_bytes < 1) {
     return absl::InvalidArgumentError("max_message_bytes must be >= 1");
   }
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      MakeChannelCredentials(options.tls);
-  if (!credentials.ok()) return credentials.status();
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(options.max_message_bytes);
-  if (!options.tls.server_name_override.empty()) {
-    args.SetSslTargetNameOverride(options.tls.server_name_override);
-  }
+  ClientChannelOptions channel_options;
+  channel_options.tls = options.tls;
+  channel_options.max_receive_message_bytes = options.max_message_bytes;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateClientChannel(options.target, channel_options);
+  if (!channel.ok()) return channel.status();
   std::unique_ptr<GrpcEngramClient> client(new GrpcEngramClient(options));
-  client->stub_ = v1::EngramStore::NewStub(
-      grpc::CreateCustomChannel(options.target, *credentials, args));
+  client->stub_ = v1::EngramStore::NewStub(*channel);
   return client;
 }
 

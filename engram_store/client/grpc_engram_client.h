@@ -6,9 +6,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "engram_store/client/engram_client.h"
 #include "proto/engram/v1/engram_store.grpc.pb.h"
-#include "services/common/tls.h"
 
 namespace mneme::engram {
 

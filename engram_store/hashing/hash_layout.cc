@@ -17,7 +17,7 @@ namespace {
 constexpr int kMaxNgramSizeLimit = 64;
 constexpr int kMaxHeadsLimit = 4096;
 
-absl::Status ValidateConfig(const EngramConfig& config) {
+absl::Status ValidateConfig(const checkpoint::EngramConfig& config) {
   if (config.layer_ids.empty()) {
     return absl::InvalidArgumentError("engram_layer_ids is empty");
   }
@@ -65,7 +65,8 @@ absl::Status ValidateConfig(const EngramConfig& config) {
 
 }  // namespace
 
-absl::StatusOr<HashLayout> HashLayout::Create(const EngramConfig& config) {
+absl::StatusOr<HashLayout> HashLayout::Create(
+    const checkpoint::EngramConfig& config) {
   if (absl::Status status = ValidateConfig(config); !status.ok()) {
     return status;
   }

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engram_store/checkpoint/engram_config.h"
+#include "checkpoint/engram_config.h"
 
 namespace mneme::engram {
 
@@ -38,7 +38,8 @@ class HashLayout {
   // max_ngram_size < 2, n_heads < 1, vocab_size or compressed_vocab_size
   // < 1, pad_token_id < 0), or naming the layer when a layer's
   // engram_num_embeddings differs from the sum of its primes.
-  static absl::StatusOr<HashLayout> Create(const EngramConfig& config);
+  static absl::StatusOr<HashLayout> Create(
+      const checkpoint::EngramConfig& config);
 
   int max_ngram_size() const { return max_ngram_size_; }
   int n_heads() const { return n_heads_; }

@@ -36,7 +36,7 @@ NgramHasher::NgramHasher(HashLayout layout,
 }
 
 absl::StatusOr<std::unique_ptr<NgramHasher>> NgramHasher::Create(
-    const EngramConfig& config,
+    const checkpoint::EngramConfig& config,
     std::unique_ptr<const CompressedVocabulary> vocabulary) {
   if (vocabulary == nullptr) {
     return absl::InvalidArgumentError("NgramHasher needs a vocabulary");

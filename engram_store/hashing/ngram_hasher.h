@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engram_store/checkpoint/engram_config.h"
+#include "checkpoint/engram_config.h"
 #include "engram_store/hashing/compressed_vocabulary.h"
 #include "engram_store/hashing/hash_layout.h"
 
@@ -38,7 +38,7 @@ class NgramHasher {
   // both); OutOfRange when config.pad_token_id is not a token of the
   // vocabulary.
   static absl::StatusOr<std::unique_ptr<NgramHasher>> Create(
-      const EngramConfig& config,
+      const checkpoint::EngramConfig& config,
       std::unique_ptr<const CompressedVocabulary> vocabulary);
 
   const HashLayout& layout() const { return layout_; }

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "engram_store/hashing/byte_level.h"
+#include "text/byte_level.h"
 
 namespace mneme::engram {
 namespace {
@@ -35,7 +35,7 @@ absl::Status IcuError(const char* what, UErrorCode code) {
 }  // namespace
 
 absl::StatusOr<std::string> NormalizeTokenText(absl::string_view utf8_text) {
-  if (!DecodeUtf8(utf8_text).has_value()) {
+  if (!text::DecodeUtf8(utf8_text).has_value()) {
     return absl::InvalidArgumentError("token text is not well-formed UTF-8");
   }
   UErrorCode code = U_ZERO_ERROR;
@@ -97,7 +97,7 @@ absl::StatusOr<std::string> NormalizeTokenText(absl::string_view utf8_text) {
   for (char32_t& c : stripped) {
     if (c == kSentinel) c = U' ';
   }
-  return EncodeUtf8(stripped);
+  return text::EncodeUtf8(stripped);
 }
 
 }  // namespace mneme::engram

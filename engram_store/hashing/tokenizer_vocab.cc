@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
-#include "engram_store/checkpoint/file_io.h"
-#include "engram_store/hashing/byte_level.h"
+#include "common/file_io.h"
+#include "common/json_fields.h"
 #include "nlohmann/json.hpp"
-#include "text/json_fields.h"
+#include "text/byte_level.h"
 
 namespace mneme::engram {
 namespace {
@@ -101,7 +101,7 @@ absl::StatusOr<std::unique_ptr<TokenizerVocab>> TokenizerVocab::FromJson(
   // Distinct token strings: the keys of Hugging Face's get_vocab(true).
   absl::flat_hash_set<std::string> strings;
   for (const auto& [token, id_json] : vocab->items()) {
-    const std::optional<int64_t> id = text::JsonTokenId(id_json);
+    const std::optional<int64_t> id = mneme::JsonTokenId(id_json);
     if (!id.has_value()) {
       return absl::DataLossError(absl::StrCat(
           source_name, ": model.vocab token \"", token, "\" has id ",
@@ -135,7 +135,7 @@ absl::StatusOr<std::unique_ptr<TokenizerVocab>> TokenizerVocab::FromJson(
             entry.is_object() ? entry.find("content") : entry.end();
         std::optional<int64_t> file_id;
         if (entry.is_object() && id_it != entry.end()) {
-          file_id = text::JsonTokenId(*id_it);
+          file_id = mneme::JsonTokenId(*id_it);
         }
         if (!file_id.has_value() || content_it == entry.end() ||
             !content_it->is_string()) {
@@ -151,7 +151,7 @@ absl::StatusOr<std::unique_ptr<TokenizerVocab>> TokenizerVocab::FromJson(
           id = it->second;
         } else if (const auto in_vocab = vocab->find(content);
                    in_vocab != vocab->end()) {
-          id = *text::JsonTokenId(*in_vocab);
+          id = *mneme::JsonTokenId(*in_vocab);
         } else if (max_added_id < 0) {
           id = vocab_size;
         } else {
@@ -185,7 +185,7 @@ std::string TokenizerVocab::Decode(int64_t id,
   const std::optional<absl::string_view> token = TokenString(id);
   if (!token.has_value()) return "";
   std::string text = decoder_ == Decoder::kByteLevel
-                         ? Utf8Lossy(ByteLevelTokenBytes(*token))
+                         ? text::Utf8Lossy(text::ByteLevelTokenBytes(*token))
                          : std::string(*token);
   if (clean_up == CleanUpTokenizationSpaces::kYes) {
     // transformers' clean_up_tokenization: sequential str.replace calls.

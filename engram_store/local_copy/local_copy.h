@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engram_store/checkpoint/file_io.h"
+#include "common/file_io.h"
 #include "engram_store/engram_checkpoint.h"
 #include "engram_store/local_copy/local_copy_manifest.h"
 #include "engram_store/local_copy/range_checksum.h"

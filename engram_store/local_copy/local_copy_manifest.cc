@@ -163,11 +163,13 @@ class ManifestReader {
   std::string origin_;
 };
 
-absl::StatusOr<RowFormat> ParseFormat(const ManifestReader& reader,
-                                      const std::string& name,
-                                      absl::string_view where) {
-  if (name == RowFormatName(RowFormat::kFp8)) return RowFormat::kFp8;
-  if (name == RowFormatName(RowFormat::kNvfp4)) return RowFormat::kNvfp4;
+absl::StatusOr<formats::RowFormat> ParseFormat(const ManifestReader& reader,
+                                               const std::string& name,
+                                               absl::string_view where) {
+  if (name == formats::RowFormatName(formats::RowFormat::kFp8))
+    return formats::RowFormat::kFp8;
+  if (name == formats::RowFormatName(formats::RowFormat::kNvfp4))
+    return formats::RowFormat::kNvfp4;
   return reader.Error(where, absl::StrCat("unknown format \"", name, "\""));
 }
 
@@ -189,7 +191,7 @@ OrderedJson SourceToJson(const SourceIdentity& source) {
       {"engram_n_heads", source.n_heads},
       {"engram_head_dim", source.head_dim},
       {"engram_vocab_size", source.vocab_size},
-      {"engram_quant", RowFormatName(source.format)},
+      {"engram_quant", formats::RowFormatName(source.format)},
       {"engram_quant_block_size", source.quant_block_size},
       {"engram_quant_global_scale", scales},
       {"shards", shards},
@@ -208,7 +210,7 @@ OrderedJson ToJson(const LocalCopyManifest& manifest) {
     }
     layers.push_back({
         {"layer", layer.layer},
-        {"format", RowFormatName(layer.format)},
+        {"format", formats::RowFormatName(layer.format)},
         {"table_rows", layer.table_rows},
         {"weight_row_bytes", layer.weight_row_bytes},
         {"scale_row_bytes", layer.scale_row_bytes},
@@ -268,7 +270,8 @@ absl::StatusOr<SourceIdentity> ParseSource(const ManifestReader& reader,
   absl::StatusOr<std::string> quant =
       reader.String(json, "engram_quant", kWhere);
   if (!quant.ok()) return quant.status();
-  absl::StatusOr<RowFormat> format = ParseFormat(reader, *quant, kWhere);
+  absl::StatusOr<formats::RowFormat> format =
+      ParseFormat(reader, *quant, kWhere);
   if (!format.ok()) return format.status();
   source.format = *format;
 
@@ -328,7 +331,8 @@ absl::StatusOr<LocalCopyLayer> ParseLayer(const ManifestReader& reader,
   absl::StatusOr<std::string> format_name =
       reader.String(json, "format", where);
   if (!format_name.ok()) return format_name.status();
-  absl::StatusOr<RowFormat> format = ParseFormat(reader, *format_name, where);
+  absl::StatusOr<formats::RowFormat> format =
+      ParseFormat(reader, *format_name, where);
   if (!format.ok()) return format.status();
   layer.format = *format;
   absl::StatusOr<int64_t> table_rows =
@@ -340,8 +344,8 @@ absl::StatusOr<LocalCopyLayer> ParseLayer(const ManifestReader& reader,
   if (!weight.ok()) return weight.status();
   absl::StatusOr<uint64_t> scale = reader.Uint(json, "scale_row_bytes", where);
   if (!scale.ok()) return scale.status();
-  if (*weight != RowWeightBytes(layer.format) ||
-      *scale != RowScaleBytes(layer.format)) {
+  if (*weight != formats::RowWeightBytes(layer.format) ||
+      *scale != formats::RowScaleBytes(layer.format)) {
     return reader.Error(
         where, absl::StrCat("row parts of ", *weight, " + ", *scale,
                             " bytes do not match format ", *format_name));
@@ -453,7 +457,7 @@ std::string LocalCopyDataFileName(int layer) {
 
 absl::StatusOr<SourceIdentity> IdentifySource(
     const EngramCheckpoint& checkpoint) {
-  const EngramConfig& config = checkpoint.config();
+  const checkpoint::EngramConfig& config = checkpoint.config();
   SourceIdentity source;
   source.layer_ids = config.layer_ids;
   source.num_embeddings = config.num_embeddings;
@@ -462,12 +466,12 @@ absl::StatusOr<SourceIdentity> IdentifySource(
   source.head_dim = config.head_dim;
   source.vocab_size = config.vocab_size;
   source.format = config.format;
-  if (config.format == RowFormat::kNvfp4) {
+  if (config.format == formats::RowFormat::kNvfp4) {
     source.quant_block_size = config.quant_block_size;
     source.global_scales = config.global_scales;
   }
   std::set<std::string> paths;
-  for (const EngramTableLocation& table : checkpoint.tables()) {
+  for (const checkpoint::EngramTableLocation& table : checkpoint.tables()) {
     paths.insert(table.shard_path);
     paths.insert(table.scale_shard_path);
   }
@@ -519,8 +523,8 @@ std::optional<std::string> DescribeSourceMismatch(
     return differ("engram_vocab_size", recorded.vocab_size, current.vocab_size);
   }
   if (recorded.format != current.format) {
-    return differ("engram_quant", RowFormatName(recorded.format),
-                  RowFormatName(current.format));
+    return differ("engram_quant", formats::RowFormatName(recorded.format),
+                  formats::RowFormatName(current.format));
   }
   if (recorded.quant_block_size != current.quant_block_size) {
     return differ("engram_quant_block_size", recorded.quant_block_size,
@@ -658,10 +662,10 @@ absl::StatusOr<LocalCopyManifest> PlanLocalCopy(
   manifest.target = target;
   for (size_t i = 0; i < layout.layers().size(); ++i) {
     const int layer_id = layout.layers()[i].layer_id;
-    absl::StatusOr<const EngramTableLocation*> table =
+    absl::StatusOr<const checkpoint::EngramTableLocation*> table =
         checkpoint.Table(layer_id);
     if (!table.ok()) return table.status();
-    const EngramTableLocation& t = **table;
+    const checkpoint::EngramTableLocation& t = **table;
     LocalCopyLayer layer;
     layer.layer = layer_id;
     layer.format = t.format;
@@ -811,10 +815,11 @@ absl::Status CheckManifestMatches(const LocalCopyManifest& recorded,
     if (have.format != want.format ||
         have.weight_row_bytes != want.weight_row_bytes ||
         have.scale_row_bytes != want.scale_row_bytes) {
-      return mismatch(absl::StrCat(
-          layer, "rows are ", RowFormatName(have.format), " (",
-          have.row_bytes(), " bytes), the checkpoint's ",
-          RowFormatName(want.format), " (", want.row_bytes(), " bytes)"));
+      return mismatch(
+          absl::StrCat(layer, "rows are ", formats::RowFormatName(have.format),
+                       " (", have.row_bytes(), " bytes), the checkpoint's ",
+                       formats::RowFormatName(want.format), " (",
+                       want.row_bytes(), " bytes)"));
     }
     if (!SameFloat(have.global_scale, want.global_scale)) {
       return mismatch(absl::StrCat(layer, "global scale ", have.global_scale,

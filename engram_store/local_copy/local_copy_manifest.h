@@ -11,9 +11,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engram_store/engram_checkpoint.h"
-#include "engram_store/format/row_format.h"
 #include "engram_store/hashing/column_split.h"
 #include "engram_store/hashing/hash_layout.h"
+#include "formats/row_format.h"
 
 namespace mneme::engram {
 
@@ -64,7 +64,7 @@ struct SourceIdentity {
   int n_heads = 0;
   int head_dim = 0;
   int64_t vocab_size = 0;
-  RowFormat format = RowFormat::kUnspecified;
+  formats::RowFormat format = formats::RowFormat::kUnspecified;
   // engram_quant_block_size; recorded for NVFP4 only (0 for FP8).
   int quant_block_size = 0;
   // NVFP4 global scales by layer id; empty for FP8.
@@ -128,7 +128,7 @@ struct LocalCopyRange {
 // One layer of a copy.
 struct LocalCopyLayer {
   int layer = 0;
-  RowFormat format = RowFormat::kUnspecified;
+  formats::RowFormat format = formats::RowFormat::kUnspecified;
   // Rows of the whole source table (not of the copy).
   int64_t table_rows = 0;
   uint64_t weight_row_bytes = 0;

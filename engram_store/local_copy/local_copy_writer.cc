@@ -24,7 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "engram_store/checkpoint/file_io.h"
+#include "common/file_io.h"
 #include "engram_store/local_copy/crc32c.h"
 #include "engram_store/local_copy/local_copy.h"
 
@@ -215,7 +215,7 @@ struct Candidate {
 
 // The source tensors and the data file of one layer.
 struct LayerIo {
-  const EngramTableLocation* table = nullptr;
+  const checkpoint::EngramTableLocation* table = nullptr;
   ScopedFd weights;
   ScopedFd scales;
   std::string data_path;
@@ -310,7 +310,7 @@ absl::Status LocalizeRun::ParallelFor(
 absl::Status LocalizeRun::OpenLayers(int data_flags) {
   layers_.clear();
   for (const LocalCopyLayer& layer : plan_.layers) {
-    absl::StatusOr<const EngramTableLocation*> table =
+    absl::StatusOr<const checkpoint::EngramTableLocation*> table =
         source_.Table(layer.layer);
     if (!table.ok()) return table.status();
     LayerIo io;
@@ -490,7 +490,7 @@ absl::Status LocalizeRun::WriteJournal() {
 absl::StatusOr<uint32_t> LocalizeRun::CopyRange(const LayerIo& io,
                                                 const LocalCopyRange& range,
                                                 Buffers& buffers) const {
-  const EngramTableLocation& t = *io.table;
+  const checkpoint::EngramTableLocation& t = *io.table;
   const uint64_t w = t.weight_row_bytes;
   const uint64_t s = t.scale_row_bytes;
   const uint64_t row_bytes = w + s;

@@ -71,7 +71,7 @@ struct LocalizeOptions {
 struct LocalizeSummary {
   struct Layer {
     int layer = 0;
-    RowFormat format = RowFormat::kUnspecified;
+    formats::RowFormat format = formats::RowFormat::kUnspecified;
     int64_t rows = 0;
     uint64_t bytes = 0;
     int64_t ranges = 0;

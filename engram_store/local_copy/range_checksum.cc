@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
-#include "engram_store/checkpoint/file_io.h"
+#include "common/file_io.h"
 #include "engram_store/local_copy/crc32c.h"
 
 namespace mneme::engram {

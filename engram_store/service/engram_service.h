@@ -5,12 +5,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/inflight_gate.h"
+#include "common/metrics.h"
+#include "common/work_pool.h"
 #include "engram_store/engram_store.h"
 #include "engram_store/service/request_handler.h"
-#include "engram_store/service/work_pool.h"
 #include "proto/engram/v1/engram_store.grpc.pb.h"
-#include "services/common/inflight_gate.h"
-#include "services/common/metrics.h"
 
 namespace mneme::engram {
 

@@ -7,8 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engram_store/format/row_format.h"
 #include "engram_store/hashing/column_split.h"
+#include "formats/row_format.h"
 
 namespace mneme::engram {
 namespace {
@@ -40,13 +40,13 @@ v1::RowEncoding ToWire(RowEncoding encoding) {
   return v1::ROW_ENCODING_BF16;
 }
 
-v1::RowFormat ToWire(RowFormat format) {
+v1::RowFormat ToWire(formats::RowFormat format) {
   switch (format) {
-    case RowFormat::kFp8:
+    case formats::RowFormat::kFp8:
       return v1::ROW_FORMAT_FP8;
-    case RowFormat::kNvfp4:
+    case formats::RowFormat::kNvfp4:
       return v1::ROW_FORMAT_NVFP4;
-    case RowFormat::kUnspecified:
+    case formats::RowFormat::kUnspecified:
       break;
   }
   return v1::ROW_FORMAT_UNSPECIFIED;
@@ -79,7 +79,8 @@ absl::StatusOr<ResolvedRequest> RequestHandler::Resolve(
     const google::protobuf::RepeatedField<int32_t>& columns,
     v1::RowEncoding encoding, int64_t max_rows) const {
   const EngramCheckpoint& checkpoint = store_->checkpoint();
-  absl::StatusOr<const EngramTableLocation*> table = checkpoint.Table(layer_id);
+  absl::StatusOr<const checkpoint::EngramTableLocation*> table =
+      checkpoint.Table(layer_id);
   if (!table.ok()) return table.status();
   ResolvedRequest out;
   out.layer_id = layer_id;
@@ -168,7 +169,7 @@ absl::Status RequestHandler::LookupRows(const ResolvedRequest& resolved,
     response->Clear();
     return s;
   }
-  response->set_row_dim(kRowDim);
+  response->set_row_dim(formats::kRowDim);
   response->set_row_bytes(static_cast<int32_t>(resolved.row_bytes));
   response->set_encoding(resolved.wire_encoding);
   response->mutable_row_ids()->Assign(ids.begin(), ids.end());
@@ -207,14 +208,15 @@ absl::Status RequestHandler::Prefetch(const v1::PrefetchRequest& request,
 void RequestHandler::Describe(v1::DescribeResponse* response) const {
   const EngramCheckpoint& checkpoint = store_->checkpoint();
   const HashLayout& layout = checkpoint.hasher().layout();
-  const EngramConfig& config = checkpoint.config();
+  const checkpoint::EngramConfig& config = checkpoint.config();
   for (size_t t = 0; t < checkpoint.tables().size(); ++t) {
-    const EngramTableLocation& loc = checkpoint.tables()[t];
+    const checkpoint::EngramTableLocation& loc = checkpoint.tables()[t];
     v1::TableInfo* info = response->add_tables();
     info->set_layer_id(loc.layer);
     info->set_format(ToWire(loc.format));
     info->set_rows(loc.rows);
-    info->set_raw_row_bytes(static_cast<int32_t>(RowBytes(loc.format)));
+    info->set_raw_row_bytes(
+        static_cast<int32_t>(formats::RowBytes(loc.format)));
     info->set_global_scale(loc.global_scale);
     absl::StatusOr<int> index = layout.LayerIndex(loc.layer);
     if (index.ok()) {
@@ -230,7 +232,7 @@ void RequestHandler::Describe(v1::DescribeResponse* response) const {
       range->set_end(r.end);
     }
   }
-  response->set_row_dim(kRowDim);
+  response->set_row_dim(formats::kRowDim);
   response->set_max_ngram_size(layout.max_ngram_size());
   response->set_n_heads(layout.n_heads());
   response->set_num_columns(layout.num_columns());

@@ -9,7 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "services/common/grpc_status.h"
+#include "common/grpc_channel.h"
+#include "common/grpc_status.h"
 
 namespace mneme::gpu {
 
@@ -28,17 +29,14 @@ GrpcRendezvousStore::Create(const GrpcRendezvousStoreOptions& options) {
   if (options.max_message_bytes < 1) {
     return absl::InvalidArgumentError("max_message_bytes must be >= 1");
   }
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      MakeChannelCredentials(options.tls);
-  if (!credentials.ok()) return credentials.status();
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(options.max_message_bytes);
-  if (!options.tls.server_name_override.empty()) {
-    args.SetSslTargetNameOverride(options.tls.server_name_override);
-  }
+  ClientChannelOptions channel_options;
+  channel_options.tls = options.tls;
+  channel_options.max_receive_message_bytes = options.max_message_bytes;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateClientChannel(options.target, channel_options);
+  if (!channel.ok()) return channel.status();
   std::unique_ptr<GrpcRendezvousStore> store(new GrpcRendezvousStore(options));
-  store->stub_ = comm::v1::Rendezvous::NewStub(
-      grpc::CreateCustomChannel(options.target, *credentials, args));
+  store->stub_ = comm::v1::Rendezvous::NewStub(*channel);
   return store;
 }
 

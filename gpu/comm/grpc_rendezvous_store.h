@@ -9,9 +9,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "gpu/comm/rendezvous_store.h"
 #include "proto/comm/v1/rendezvous.grpc.pb.h"
-#include "services/common/tls.h"
 
 namespace mneme::gpu {
 

@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "services/common/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace mneme::gpu {
 namespace {

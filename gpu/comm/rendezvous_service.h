@@ -5,9 +5,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/inflight_gate.h"
 #include "gpu/comm/in_memory_rendezvous_store.h"
 #include "proto/comm/v1/rendezvous.grpc.pb.h"
-#include "services/common/inflight_gate.h"
 
 namespace mneme::gpu {
 

@@ -1,7 +1,7 @@
 // Highway kernels of cpu_kernels.h. This file is compiled once per SIMD
 // target by hwy/foreach_target.h (it includes itself), and
 // HWY_DYNAMIC_DISPATCH picks the best target the CPU supports at run time
-// (the pattern of engram_store/format/row_decode_simd.cc).
+// (the pattern of formats/row_decode_simd.cc).
 
 #include "gpu/cpu/cpu_kernels.h"
 

@@ -7,8 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "services/common/metrics.h"
-#include "services/common/metrics_http_server.h"
+#include "common/metrics.h"
+#include "common/metrics_http_server.h"
 #include "services/common/server_runner.h"
 #include "services/common/systemd_notifier.h"
 

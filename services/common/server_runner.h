@@ -11,9 +11,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "services/common/host_port.h"
-#include "services/common/inflight_gate.h"
-#include "services/common/tls.h"
+#include "common/host_port.h"
+#include "common/inflight_gate.h"
+#include "common/tls.h"
 
 namespace mneme {
 

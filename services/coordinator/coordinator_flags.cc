@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "services/common/host_port.h"
+#include "common/host_port.h"
 
 ABSL_FLAG(std::string, workers, "",
           "HOST:PORT of every worker, comma-separated, in rank order.");

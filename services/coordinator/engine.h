@@ -16,8 +16,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/metrics.h"
 #include "proto/worker/v1/worker.pb.h"
-#include "services/common/metrics.h"
 #include "services/coordinator/scheduler.h"
 #include "services/coordinator/worker_group.h"
 

@@ -8,8 +8,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "services/common/host_port.h"
-#include "services/common/inflight_gate.h"
+#include "common/host_port.h"
+#include "common/inflight_gate.h"
 #include "services/coordinator/engine.h"
 #include "services/coordinator/text_codec.h"
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "services/common/grpc_status.h"
+#include "common/grpc_status.h"
 #include "services/coordinator/text_stream.h"
 
 namespace mneme::coordinator {

@@ -4,8 +4,8 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/inflight_gate.h"
 #include "proto/serving/v1/serving.grpc.pb.h"
-#include "services/common/inflight_gate.h"
 #include "services/coordinator/engine.h"
 #include "services/coordinator/text_codec.h"
 

@@ -6,9 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
+#include "common/grpc_channel.h"
+#include "common/grpc_status.h"
+#include "common/host_port.h"
 #include "grpcpp/grpcpp.h"
-#include "services/common/grpc_status.h"
-#include "services/common/host_port.h"
 
 namespace mneme::coordinator {
 namespace {
@@ -38,8 +39,10 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Create(
         !hp.ok()) {
       return hp.status();
     }
+    ClientChannelOptions channel_options;
+    channel_options.tls = options.tls;
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-        CreateClientChannel(address, options.tls);
+        CreateClientChannel(address, channel_options);
     if (!channel.ok()) return channel.status();
     group->stubs_.push_back(v1::Worker::NewStub(*channel));
   }

@@ -8,8 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "proto/worker/v1/worker.grpc.pb.h"
-#include "services/common/tls.h"
 
 namespace mneme::coordinator {
 

@@ -5,12 +5,12 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/inflight_gate.h"
+#include "common/metrics.h"
+#include "common/metrics_http_server.h"
 #include "engram_store/engram_store.h"
 #include "engram_store/service/engram_service.h"
 #include "services/common/daemon.h"
-#include "services/common/inflight_gate.h"
-#include "services/common/metrics.h"
-#include "services/common/metrics_http_server.h"
 #include "services/common/server_flags.h"
 #include "services/common/server_runner.h"
 #include "services/common/systemd_notifier.h"

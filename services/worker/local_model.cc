@@ -24,12 +24,12 @@ absl::StatusOr<std::unique_ptr<LocalModel>> LocalModel::Create(
   if (!backend.ok()) return backend.status();
   local->backend_ = *std::move(backend);
 
-  ModelOptions model_options = options.model;
+  model::ModelOptions model_options = options.model;
   model_options.checkpoint_dir = options.checkpoint_dir;
   model_options.tp_rank = 0;
   model_options.tp_size = 1;
-  absl::StatusOr<std::unique_ptr<engram::ModelConfig>> config =
-      engram::ModelConfig::Create(options.checkpoint_dir + "/config.json");
+  absl::StatusOr<std::unique_ptr<checkpoint::ModelConfig>> config =
+      checkpoint::ModelConfig::Create(options.checkpoint_dir + "/config.json");
   if (!config.ok()) return config.status();
   if ((*config)->Find("engram_layer_ids") != nullptr) {
     engram::EngramStoreOptions store_options;
@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<LocalModel>> LocalModel::Create(
     local->client_ = std::make_unique<engram::InProcessEngramClient>(
         local->store_.get(), engram::RequestLimits{});
   }
-  absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(
+  absl::StatusOr<std::unique_ptr<model::Model>> model = model::Model::Create(
       model_options, *local->backend_, nullptr, local->client_.get());
   if (!model.ok()) return model.status();
   local->model_ = *std::move(model);

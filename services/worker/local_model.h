@@ -8,7 +8,7 @@
 #include "engram_store/client/engram_client.h"
 #include "engram_store/engram_store.h"
 #include "gpu/backend.h"
-#include "services/worker/model/model.h"
+#include "model/model.h"
 
 namespace mneme::worker {
 
@@ -18,7 +18,7 @@ struct LocalModelOptions {
   // CPU backend threads; 0 = all cores. Default: 0.
   int threads = 0;
   // The model's cache and step limits. Default: ModelOptions{} (TP 1).
-  ModelOptions model;
+  model::ModelOptions model;
 };
 
 // A whole model in one process (TP 1): the CPU backend, an engram store over
@@ -31,7 +31,7 @@ class LocalModel {
       const LocalModelOptions& options);
   ~LocalModel();
 
-  Model& model() { return *model_; }
+  model::Model& model() { return *model_; }
   gpu::Backend& backend() { return *backend_; }
 
  private:
@@ -40,7 +40,7 @@ class LocalModel {
   std::unique_ptr<gpu::Backend> backend_;
   std::unique_ptr<engram::EngramStore> store_;
   std::unique_ptr<engram::EngramClient> client_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<model::Model> model_;
 };
 
 }  // namespace mneme::worker

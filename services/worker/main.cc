@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/inflight_gate.h"
+#include "common/metrics.h"
+#include "common/metrics_http_server.h"
 #include "gpu/comm/rendezvous_service.h"
 #include "services/common/daemon.h"
-#include "services/common/inflight_gate.h"
-#include "services/common/metrics.h"
-#include "services/common/metrics_http_server.h"
 #include "services/common/server_flags.h"
 #include "services/common/server_runner.h"
 #include "services/common/systemd_notifier.h"

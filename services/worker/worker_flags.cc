@@ -6,7 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "services/common/host_port.h"
+#include "common/host_port.h"
 
 ABSL_FLAG(std::string, checkpoint, "", "Checkpoint directory (required).");
 ABSL_FLAG(int, rank, 0, "This worker's tensor-parallel rank.");

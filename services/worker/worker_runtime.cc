@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "engram_store/checkpoint/model_config.h"
+#include "checkpoint/model_config.h"
 #include "engram_store/client/grpc_engram_client.h"
 #include "gpu/comm/gloo_communicator.h"
 #include "gpu/comm/grpc_rendezvous_store.h"
@@ -19,7 +19,7 @@ WorkerRuntime::~WorkerRuntime() {
 
 absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     const WorkerRuntimeOptions& options) {
-  const ModelOptions& mo = options.model;
+  const model::ModelOptions& mo = options.model;
   if (mo.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError("checkpoint_dir is required");
   }
@@ -35,12 +35,13 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     return absl::InvalidArgumentError("comm_timeout must be positive");
   }
   // Refuse a config that cannot be split before making peers wait.
-  absl::StatusOr<std::unique_ptr<engram::ModelConfig>> config =
-      engram::ModelConfig::Create(mo.checkpoint_dir + "/config.json");
+  absl::StatusOr<std::unique_ptr<checkpoint::ModelConfig>> config =
+      checkpoint::ModelConfig::Create(mo.checkpoint_dir + "/config.json");
   if (!config.ok()) return config.status();
-  absl::StatusOr<ModelDims> dims = LoadModelDims(**config);
+  absl::StatusOr<model::ModelDims> dims = model::LoadModelDims(**config);
   if (!dims.ok()) return dims.status();
-  if (absl::Status st = CheckTensorParallel(*dims, mo.tp_size); !st.ok()) {
+  if (absl::Status st = model::CheckTensorParallel(*dims, mo.tp_size);
+      !st.ok()) {
     return st;
   }
   if (!dims->engram_layers.empty() && options.engram_store.empty()) {
@@ -93,8 +94,8 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     if (!client.ok()) return client.status();
     rt->engram_ = *std::move(client);
   }
-  absl::StatusOr<std::unique_ptr<Model>> model =
-      Model::Create(mo, *rt->backend_, rt->comm_.get(), rt->engram_.get());
+  absl::StatusOr<std::unique_ptr<model::Model>> model = model::Model::Create(
+      mo, *rt->backend_, rt->comm_.get(), rt->engram_.get());
   if (!model.ok()) return model.status();
   rt->model_ = *std::move(model);
   return rt;

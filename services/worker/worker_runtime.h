@@ -10,7 +10,7 @@
 #include "gpu/backend.h"
 #include "gpu/comm/communicator.h"
 #include "gpu/comm/rendezvous_store.h"
-#include "services/worker/model/model.h"
+#include "model/model.h"
 
 namespace mneme::worker {
 
@@ -24,7 +24,7 @@ enum class BackendKind {
 struct WorkerRuntimeOptions {
   // The model and this rank (checkpoint_dir, tp_rank, tp_size, kv_cache).
   // Required: checkpoint_dir.
-  ModelOptions model;
+  model::ModelOptions model;
   // Default: kCpu.
   BackendKind backend = BackendKind::kCpu;
   // Backend threads (CPU); 0 = all cores. Default: 0.
@@ -63,7 +63,7 @@ class WorkerRuntime {
       const WorkerRuntimeOptions& options);
   ~WorkerRuntime();
 
-  Model& model() { return *model_; }
+  model::Model& model() { return *model_; }
   gpu::Backend& backend() { return *backend_; }
   // Null at TP 1.
   gpu::Communicator* comm() { return comm_.get(); }
@@ -75,7 +75,7 @@ class WorkerRuntime {
   std::unique_ptr<gpu::RendezvousStore> store_;
   std::unique_ptr<gpu::Communicator> comm_;
   std::unique_ptr<engram::EngramClient> engram_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<model::Model> model_;
 };
 
 }  // namespace mneme::worker

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "services/common/grpc_status.h"
-#include "services/worker/model/generate.h"
+#include "common/grpc_status.h"
+#include "model/generate.h"
 
 namespace mneme::worker {
 namespace {
@@ -123,7 +123,7 @@ absl::Status WorkerService::RegisterMetrics() {
   return absl::OkStatus();
 }
 
-void WorkerService::RecordStep(const Model& model, absl::Duration step,
+void WorkerService::RecordStep(const model::Model& model, absl::Duration step,
                                absl::Duration comm, int64_t tokens, bool ok) {
   if (metrics_ == nullptr) return;
   Metrics& m = *metrics_;
@@ -138,7 +138,7 @@ void WorkerService::RecordStep(const Model& model, absl::Duration step,
   const absl::Duration engram = model.stats().engram_time;
   m.engram_seconds->Increment(absl::ToDoubleSeconds(engram - m.last_engram));
   m.last_engram = engram;
-  const KvCache& kv = model.kv_cache();
+  const model::KvCache& kv = model.kv_cache();
   m.kv_blocks_total.store(kv.num_blocks());
   m.kv_blocks_used.store(kv.num_blocks() - kv.free_blocks());
   m.sequences.store(model.num_sequences());
@@ -155,8 +155,8 @@ absl::StatusOr<std::unique_ptr<WorkerService>> WorkerService::Create(
     return absl::InvalidArgumentError("max_response_logits must be >= 1");
   }
   std::unique_ptr<WorkerService> service(new WorkerService(options, gate));
-  absl::StatusOr<std::unique_ptr<engram::WorkPool>> pool =
-      engram::WorkPool::Create(1, options.max_queued_steps);
+  absl::StatusOr<std::unique_ptr<mneme::WorkPool>> pool =
+      mneme::WorkPool::Create(1, options.max_queued_steps);
   if (!pool.ok()) return pool.status();
   service->pool_ = *std::move(pool);
   if (absl::Status st = service->RegisterMetrics(); !st.ok()) return st;
@@ -165,7 +165,7 @@ absl::StatusOr<std::unique_ptr<WorkerService>> WorkerService::Create(
 
 WorkerService::~WorkerService() { pool_.reset(); }
 
-void WorkerService::Attach(Model* model, gpu::Backend* backend,
+void WorkerService::Attach(model::Model* model, gpu::Backend* backend,
                            gpu::Communicator* comm) {
   absl::MutexLock lock(&mu_);
   model_ = model;
@@ -238,7 +238,7 @@ grpc::ServerUnaryReactor* WorkerService::Step(
 
 absl::Status WorkerService::RunStep(const v1::StepRequest& request,
                                     v1::StepResponse& response) {
-  Model* model;
+  model::Model* model;
   gpu::Backend* backend;
   gpu::Communicator* comm;
   {
@@ -249,9 +249,9 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
   }
   for (uint64_t id : request.release_sequence_ids()) model->Release(id);
   if (request.prefetches_size() > 0) {
-    std::vector<PrefetchHint> hints;
+    std::vector<model::PrefetchHint> hints;
     for (const v1::PrefetchHint& h : request.prefetches()) {
-      PrefetchHint hint;
+      model::PrefetchHint hint;
       hint.context.assign(h.context_token_ids().begin(),
                           h.context_token_ids().end());
       hint.tokens.assign(h.token_ids().begin(), h.token_ids().end());
@@ -259,27 +259,27 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
     }
     model->Prefetch(hints);
   }
-  StepInput input;
+  model::StepInput input;
   int64_t logits_values = 0;
   for (int i = 0; i < request.chunks_size(); ++i) {
     const v1::SequenceChunk& c = request.chunks(i);
-    SequenceChunk chunk;
+    model::SequenceChunk chunk;
     chunk.sequence_id = c.sequence_id();
     chunk.tokens.assign(c.token_ids().begin(), c.token_ids().end());
     chunk.start_position = c.start_position();
     switch (c.output()) {
       case v1::OUTPUT_UNSPECIFIED:
       case v1::OUTPUT_NONE:
-        chunk.logits = SequenceChunk::Logits::kNone;
+        chunk.logits = model::SequenceChunk::Logits::kNone;
         break;
       case v1::OUTPUT_SAMPLE:
       case v1::OUTPUT_LOGITS_LAST:
-        chunk.logits = SequenceChunk::Logits::kLast;
+        chunk.logits = model::SequenceChunk::Logits::kLast;
         logits_values +=
             c.output() == v1::OUTPUT_LOGITS_LAST ? model->dims().vocab_size : 0;
         break;
       case v1::OUTPUT_LOGITS_ALL:
-        chunk.logits = SequenceChunk::Logits::kAll;
+        chunk.logits = model::SequenceChunk::Logits::kAll;
         logits_values += model->dims().vocab_size * c.token_ids_size();
         break;
       default:
@@ -297,9 +297,9 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
   const absl::Time start = absl::Now();
   const absl::Duration comm_before =
       comm != nullptr ? comm->stats().time : absl::ZeroDuration();
-  absl::StatusOr<StepOutput> out = model->Step(input);
+  absl::StatusOr<model::StepOutput> out = model->Step(input);
   int64_t tokens = 0;
-  for (const SequenceChunk& c : input.chunks) {
+  for (const model::SequenceChunk& c : input.chunks) {
     tokens += static_cast<int64_t>(c.tokens.size());
   }
   RecordStep(
@@ -314,7 +314,7 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
     result->set_sequence_id(c.sequence_id());
     if (c.output() == v1::OUTPUT_SAMPLE) {
       absl::StatusOr<std::pair<int64_t, float>> token =
-          SampleToken(*backend, out->logits[i], FromProto(c.sampling()));
+          model::SampleToken(*backend, out->logits[i], FromProto(c.sampling()));
       if (!token.ok()) return token.status();
       result->set_token_id(token->first);
       result->set_logprob(token->second);
@@ -347,7 +347,7 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(
     v1::GetInfoResponse* response) {
   return Schedule(context, [this, response] {
     absl::ReaderMutexLock lock(&mu_);
-    const Model& m = *model_;
+    const model::Model& m = *model_;
     response->set_rank(m.tp_rank());
     response->set_tp_size(m.tp_size());
     response->set_backend(backend_->name());
@@ -361,7 +361,7 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(
     response->set_kv_block_rows(m.kv_cache().block_rows());
     response->set_sequences(m.num_sequences());
     response->set_ready(true);
-    const KvCache& kv = m.kv_cache();
+    const model::KvCache& kv = m.kv_cache();
     response->set_kv_bytes_total(int64_t{kv.num_blocks()} * kv.block_bytes());
     response->set_kv_fixed_bytes_per_sequence(m.KvFixedBlocksPerSequence() *
                                               kv.block_bytes());

@@ -9,13 +9,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "engram_store/service/work_pool.h"
+#include "common/inflight_gate.h"
+#include "common/metrics.h"
+#include "common/work_pool.h"
 #include "gpu/backend.h"
 #include "gpu/comm/communicator.h"
+#include "model/model.h"
 #include "proto/worker/v1/worker.grpc.pb.h"
-#include "services/common/inflight_gate.h"
-#include "services/common/metrics.h"
-#include "services/worker/model/model.h"
 
 namespace mneme::worker {
 
@@ -54,7 +54,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   WorkerService& operator=(const WorkerService&) = delete;
 
   // Makes the service ready to run steps on `model`.
-  void Attach(Model* model, gpu::Backend* backend, gpu::Communicator* comm);
+  void Attach(model::Model* model, gpu::Backend* backend,
+              gpu::Communicator* comm);
   // The error that broke the group; OK while it is intact.
   absl::Status broken() const;
 
@@ -83,15 +84,15 @@ class WorkerService final : public v1::Worker::CallbackService {
 
   struct Metrics;
   absl::Status RegisterMetrics();
-  void RecordStep(const Model& model, absl::Duration step, absl::Duration comm,
-                  int64_t tokens, bool ok);
+  void RecordStep(const model::Model& model, absl::Duration step,
+                  absl::Duration comm, int64_t tokens, bool ok);
 
   const WorkerServiceOptions options_;
   InflightGate* const gate_;
   std::unique_ptr<Metrics> metrics_;
-  std::unique_ptr<engram::WorkPool> pool_;
+  std::unique_ptr<mneme::WorkPool> pool_;
   mutable absl::Mutex mu_;
-  Model* model_ ABSL_GUARDED_BY(mu_) = nullptr;
+  model::Model* model_ ABSL_GUARDED_BY(mu_) = nullptr;
   gpu::Backend* backend_ ABSL_GUARDED_BY(mu_) = nullptr;
   gpu::Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);

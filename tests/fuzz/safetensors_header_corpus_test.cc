@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "engram_store/checkpoint/safetensors_header.h"
+#include "checkpoint/safetensors_header.h"
 #include "gtest/gtest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -56,8 +56,8 @@ TEST(SafetensorsHeaderCorpusTest, SeedsBehaveAsNamed) {
     EXPECT_EQ(LLVMFuzzerTestOneInput(
                   reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
               0);
-    absl::StatusOr<SafetensorsHeader> header =
-        ParseSafetensorsBuffer(bytes, name);
+    absl::StatusOr<checkpoint::SafetensorsHeader> header =
+        checkpoint::ParseSafetensorsBuffer(bytes, name);
     if (absl::StartsWith(name, "valid_")) {
       ++valid;
       EXPECT_TRUE(header.ok()) << name << ": " << header.status();

@@ -14,8 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engram_store/checkpoint/dtype.h"
-#include "engram_store/checkpoint/safetensors_header.h"
+#include "checkpoint/dtype.h"
+#include "checkpoint/safetensors_header.h"
 
 namespace {
 
@@ -78,9 +78,9 @@ void CheckResult(const absl::StatusOr<SafetensorsHeader>& result) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view input(reinterpret_cast<const char*>(data), size);
-  CheckResult(mneme::engram::ParseSafetensorsBuffer(input, kFileName));
+  CheckResult(mneme::checkpoint::ParseSafetensorsBuffer(input, kFileName));
   const absl::string_view json = input.substr(size < 8 ? size : 8);
-  CheckResult(mneme::engram::ParseSafetensorsHeaderJson(
+  CheckResult(mneme::checkpoint::ParseSafetensorsHeaderJson(
       json, 8 + json.size() + kVirtualDataBytes, kFileName));
   return 0;
 }

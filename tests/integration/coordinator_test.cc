@@ -20,10 +20,10 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "model/generate.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/serving/v1/serving.grpc.pb.h"
 #include "services/worker/local_model.h"
-#include "services/worker/model/generate.h"
 #include "tests/testing/command.h"
 #include "tests/testing/daemon.h"
 
@@ -56,11 +56,11 @@ std::vector<int64_t> Reference(const std::vector<int64_t>& prompt, int max_new,
     EXPECT_TRUE(m.ok()) << m.status();
     return m->release();
   }();
-  worker::GenerateOptions g;
+  model::GenerateOptions g;
   g.max_new_tokens = max_new;
   g.stop_at_eos = !ignore_eos;
-  absl::StatusOr<worker::GenerateResult> r =
-      worker::Generate(local->model(), local->backend(), prompt, g);
+  absl::StatusOr<model::GenerateResult> r =
+      model::Generate(local->model(), local->backend(), prompt, g);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? r->token_ids : std::vector<int64_t>{};
 }

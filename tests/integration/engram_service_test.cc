@@ -28,7 +28,7 @@
 #include "engram_store/client/grpc_engram_client.h"
 #include "engram_store/engram_checkpoint.h"
 #include "engram_store/engram_store.h"
-#include "engram_store/format/row_decode.h"
+#include "formats/row_decode.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "tests/testing/daemon.h"
@@ -42,8 +42,8 @@ namespace {
 
 using ::mneme::testing::Subprocess;
 
-const std::string& Checkpoint(RowFormat format) {
-  static auto* dirs = new std::map<RowFormat, std::string>();
+const std::string& Checkpoint(formats::RowFormat format) {
+  static auto* dirs = new std::map<formats::RowFormat, std::string>();
   auto it = dirs->find(format);
   if (it != dirs->end()) return it->second;
   synthetic::SyntheticCheckpointOptions options;
@@ -86,33 +86,33 @@ std::unique_ptr<GrpcEngramClient> Client(const std::string& address,
 // Direct reads of the checkpoint, decoded by the format library.
 std::string Expected(const EngramCheckpoint& c, int layer,
                      const std::vector<int64_t>& ids, v1::RowEncoding enc) {
-  const EngramTableLocation& t = **c.Table(layer);
-  std::string raw(ids.size() * RowBytes(t.format), '\0');
+  const checkpoint::EngramTableLocation& t = **c.Table(layer);
+  std::string raw(ids.size() * formats::RowBytes(t.format), '\0');
   EXPECT_TRUE(
       c.ReadRawRows(
            layer, ids,
            absl::MakeSpan(reinterpret_cast<uint8_t*>(raw.data()), raw.size()))
           .ok());
   if (enc == v1::ROW_ENCODING_RAW) return raw;
-  const RowDecodeOptions decode{.format = t.format,
-                                .global_scale = t.global_scale};
+  const formats::RowDecodeOptions decode{.format = t.format,
+                                         .global_scale = t.global_scale};
   const absl::Span<const uint8_t> in(
       reinterpret_cast<const uint8_t*>(raw.data()), raw.size());
   if (enc == v1::ROW_ENCODING_FP32) {
-    std::string out(ids.size() * kRowDim * 4, '\0');
-    EXPECT_TRUE(
-        DecodeRowsF32(decode, in,
-                      absl::MakeSpan(reinterpret_cast<float*>(out.data()),
-                                     ids.size() * kRowDim))
-            .ok());
+    std::string out(ids.size() * formats::kRowDim * 4, '\0');
+    EXPECT_TRUE(formats::DecodeRowsF32(
+                    decode, in,
+                    absl::MakeSpan(reinterpret_cast<float*>(out.data()),
+                                   ids.size() * formats::kRowDim))
+                    .ok());
     return out;
   }
-  std::string out(ids.size() * kRowDim * 2, '\0');
-  EXPECT_TRUE(
-      DecodeRowsBf16(decode, in,
-                     absl::MakeSpan(reinterpret_cast<uint16_t*>(out.data()),
-                                    ids.size() * kRowDim))
-          .ok());
+  std::string out(ids.size() * formats::kRowDim * 2, '\0');
+  EXPECT_TRUE(formats::DecodeRowsBf16(
+                  decode, in,
+                  absl::MakeSpan(reinterpret_cast<uint16_t*>(out.data()),
+                                 ids.size() * formats::kRowDim))
+                  .ok());
   return out;
 }
 
@@ -131,7 +131,8 @@ std::vector<int64_t> RandomTokens(int64_t vocab, int n, uint64_t seed) {
   return tokens;
 }
 
-class EngramServiceTest : public ::testing::TestWithParam<RowFormat> {};
+class EngramServiceTest : public ::testing::TestWithParam<formats::RowFormat> {
+};
 
 TEST_P(EngramServiceTest, RowsMatchDirectDecodingByIdsAndTokens) {
   const std::string& dir = Checkpoint(GetParam());
@@ -179,7 +180,7 @@ TEST_P(EngramServiceTest, RowsMatchDirectDecodingByIdsAndTokens) {
       absl::StatusOr<v1::LookupResponse> r = client->Lookup(request);
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(r->encoding(), effective);
-      EXPECT_EQ(r->row_dim(), kRowDim);
+      EXPECT_EQ(r->row_dim(), formats::kRowDim);
       EXPECT_EQ(r->row_bytes() * ids.size(), expected.size());
       EXPECT_TRUE(r->rows() == expected);
       EXPECT_EQ(std::vector<int64_t>(r->row_ids().begin(), r->row_ids().end()),
@@ -268,7 +269,7 @@ TEST_P(EngramServiceTest, PythonClientRowsMatchDirectDecoding) {
   const std::string out =
       absl::StrCat(std::getenv("TEST_TMPDIR"), "/python_rows.bin");
   const int64_t vocab = (*ckpt)->hasher().vocabulary().num_tokens();
-  for (const EngramTableLocation& table : (*ckpt)->tables()) {
+  for (const checkpoint::EngramTableLocation& table : (*ckpt)->tables()) {
     const std::vector<int64_t> ids = RandomIds(table.rows, 50, 3);
     for (const auto& [flag, enc] :
          std::vector<std::pair<std::string, v1::RowEncoding>>{
@@ -329,7 +330,7 @@ TEST_P(EngramServiceTest, CliLookupAndBenchAgainstTheDaemon) {
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   Daemon d = StartDaemon(dir);
   ASSERT_FALSE(d.address.empty());
-  const EngramTableLocation& table = (*ckpt)->tables()[0];
+  const checkpoint::EngramTableLocation& table = (*ckpt)->tables()[0];
   const std::vector<int64_t> ids = {0, 7, table.rows - 1};
   const std::string text = RunCli({"engram", "lookup", "--server", d.address,
                                    "--layer", absl::StrCat(table.layer),
@@ -339,9 +340,9 @@ TEST_P(EngramServiceTest, CliLookupAndBenchAgainstTheDaemon) {
   std::string lines;
   for (size_t r = 0; r < ids.size(); ++r) {
     absl::StrAppend(&lines, ids[r], ":");
-    for (int i = 0; i < kRowDim; ++i) {
+    for (int i = 0; i < formats::kRowDim; ++i) {
       float v = 0;
-      std::memcpy(&v, expected.data() + (r * kRowDim + i) * 4, 4);
+      std::memcpy(&v, expected.data() + (r * formats::kRowDim + i) * 4, 4);
       char buf[32];
       std::snprintf(buf, sizeof(buf), " %.9g", v);
       lines += buf;
@@ -360,10 +361,12 @@ TEST_P(EngramServiceTest, CliLookupAndBenchAgainstTheDaemon) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, EngramServiceTest,
-                         ::testing::Values(RowFormat::kFp8, RowFormat::kNvfp4),
+                         ::testing::Values(formats::RowFormat::kFp8,
+                                           formats::RowFormat::kNvfp4),
                          [](const auto& info) {
-                           return info.param == RowFormat::kFp8 ? "Fp8"
-                                                                : "Nvfp4";
+                           return info.param == formats::RowFormat::kFp8
+                                      ? "Fp8"
+                                      : "Nvfp4";
                          });
 
 absl::StatusCode Code(GrpcEngramClient& client,
@@ -372,7 +375,7 @@ absl::StatusCode Code(GrpcEngramClient& client,
 }
 
 TEST(EngramServiceErrors, BadRequestsGetSpecificCodesAndServingContinues) {
-  const std::string& dir = Checkpoint(RowFormat::kFp8);
+  const std::string& dir = Checkpoint(formats::RowFormat::kFp8);
   absl::StatusOr<std::unique_ptr<EngramCheckpoint>> ckpt =
       EngramCheckpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
@@ -464,7 +467,7 @@ TEST(EngramServiceSecurity, MutualTlsRefusesClientsWithoutCertificate) {
       mneme::testing::GenerateTlsCerts();
   ASSERT_TRUE(certs.ok()) << certs.status();
   Daemon d = StartDaemon(
-      Checkpoint(RowFormat::kFp8),
+      Checkpoint(formats::RowFormat::kFp8),
       {"--tls_cert=" + certs->server_cert, "--tls_key=" + certs->server_key,
        "--tls_client_ca=" + certs->ca_cert});
   ASSERT_FALSE(d.address.empty());
@@ -542,7 +545,7 @@ void RunLoad(const std::string& address, int threads, int layer, int64_t vocab,
 }
 
 TEST(EngramServiceLoad, SixtyFourConcurrentStreamsWithoutErrors) {
-  const std::string& dir = Checkpoint(RowFormat::kFp8);
+  const std::string& dir = Checkpoint(formats::RowFormat::kFp8);
   absl::StatusOr<std::unique_ptr<EngramCheckpoint>> ckpt =
       EngramCheckpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok());
@@ -595,7 +598,7 @@ double MetricValue(const std::string& text, const std::string& name) {
 }
 
 TEST(EngramServiceLoad, MemoryStaysWithinBudgetUnderLoad) {
-  const std::string& dir = Checkpoint(RowFormat::kNvfp4);
+  const std::string& dir = Checkpoint(formats::RowFormat::kNvfp4);
   absl::StatusOr<std::unique_ptr<EngramCheckpoint>> ckpt =
       EngramCheckpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok());
@@ -642,7 +645,7 @@ TEST(EngramServiceLoad, MemoryStaysWithinBudgetUnderLoad) {
 }
 
 TEST(EngramServiceReadiness, ReadyOnlyAfterTheTablesOpen) {
-  const std::string& dir = Checkpoint(RowFormat::kFp8);
+  const std::string& dir = Checkpoint(formats::RowFormat::kFp8);
   {
     mneme::testing::NotifySocket notify;
     ASSERT_TRUE(notify.bound());
@@ -681,7 +684,7 @@ TEST(EngramServiceReadiness, ReadyOnlyAfterTheTablesOpen) {
 }
 
 TEST(EngramServiceDrain, SigtermDuringLoadCompletesInFlightAndExitsZero) {
-  const std::string& dir = Checkpoint(RowFormat::kFp8);
+  const std::string& dir = Checkpoint(formats::RowFormat::kFp8);
   absl::StatusOr<std::unique_ptr<EngramCheckpoint>> ckpt =
       EngramCheckpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok());

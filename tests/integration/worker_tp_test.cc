@@ -173,7 +173,7 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
   absl::StatusOr<std::unique_ptr<worker::LocalModel>> ref =
       worker::LocalModel::Create(lo);
   ASSERT_TRUE(ref.ok()) << ref.status();
-  worker::Model& model = (*ref)->model();
+  model::Model& model = (*ref)->model();
   std::unique_ptr<Cluster> cluster = StartCluster(ckpt, tp, dcp, interleave);
   ASSERT_EQ(cluster->stubs.size(), static_cast<size_t>(tp));
 
@@ -184,7 +184,7 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
   std::map<uint64_t, int64_t> position;
   std::map<uint64_t, int64_t> next_token;
   v1::StepRequest request;
-  worker::StepInput ref_input;
+  model::StepInput ref_input;
   for (size_t i = 0; i < lengths.size(); ++i) {
     const uint64_t id = i + 1;
     const std::vector<int64_t> prompt = Prompt(lengths[i], static_cast<int>(i));
@@ -192,7 +192,7 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
     c->set_sequence_id(id);
     c->mutable_token_ids()->Add(prompt.begin(), prompt.end());
     c->set_output(v1::OUTPUT_LOGITS_LAST);
-    worker::SequenceChunk rc;
+    model::SequenceChunk rc;
     rc.sequence_id = id;
     rc.tokens = prompt;
     ref_input.chunks.push_back(rc);
@@ -201,7 +201,7 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
   // Decode steps after the batched prefill, teacher-forced by the
   // reference's argmax.
   for (int step = 0; step < 4; ++step) {
-    absl::StatusOr<worker::StepOutput> want = model.Step(ref_input);
+    absl::StatusOr<model::StepOutput> want = model.Step(ref_input);
     ASSERT_TRUE(want.ok()) << want.status();
     request.set_step_id(step);
     auto got = cluster->Step(request);
@@ -220,7 +220,7 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
     }
     // Next step: one token per sequence (the reference's argmax).
     v1::StepRequest next;
-    worker::StepInput next_ref;
+    model::StepInput next_ref;
     for (int i = 0; i < request.chunks_size(); ++i) {
       const uint64_t id = request.chunks(i).sequence_id();
       const std::vector<float>& lg = want->logits[i];
@@ -230,7 +230,7 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
       c->add_token_ids(token);
       c->set_start_position(position[id]);
       c->set_output(v1::OUTPUT_LOGITS_LAST);
-      worker::SequenceChunk rc;
+      model::SequenceChunk rc;
       rc.sequence_id = id;
       rc.tokens = {token};
       rc.start_position = position[id];
@@ -243,12 +243,12 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
 
   // Chunked prefill on the cluster vs the whole prompt at once on the
   // reference.
-  worker::StepInput whole;
-  worker::SequenceChunk wc;
+  model::StepInput whole;
+  model::SequenceChunk wc;
   wc.sequence_id = 99;
   wc.tokens = long_prompt;
   whole.chunks.push_back(wc);
-  absl::StatusOr<worker::StepOutput> want = model.Step(whole);
+  absl::StatusOr<model::StepOutput> want = model.Step(whole);
   ASSERT_TRUE(want.ok()) << want.status();
   for (size_t begin = 0; begin < long_prompt.size(); begin += 9) {
     const size_t end = std::min(long_prompt.size(), begin + 9);

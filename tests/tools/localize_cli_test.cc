@@ -7,7 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "engram_store/checkpoint/file_io.h"
+#include "common/file_io.h"
 #include "engram_store/engram_checkpoint.h"
 #include "engram_store/hashing/column_split.h"
 #include "engram_store/local_copy/local_copy.h"
@@ -82,7 +82,7 @@ TEST_F(LocalizeCliTest, CopiesTheRanksRowsAndPrintsASummary) {
   int64_t total_bytes = 0;
   int64_t total_ranges = 0;
   for (size_t i = 0; i < 2; ++i) {
-    const engram::EngramTableLocation& table = (*checkpoint)->tables()[i];
+    const checkpoint::EngramTableLocation& table = (*checkpoint)->tables()[i];
     const engram::LocalCopyLayer* layer = (*copy)->Layer(table.layer);
     ASSERT_NE(layer, nullptr);
     EXPECT_THAT(lines[1 + i],
@@ -211,7 +211,7 @@ TEST_F(LocalizeCliTest, BadInputGivesOneLineErrors) {
   auto checkpoint = engram::EngramCheckpoint::Open(*checkpoint_);
   ASSERT_TRUE(checkpoint.ok());
   EXPECT_FALSE(
-      engram::PathExists(*checkpoint_ + "/manifest.json").value_or(true));
+      mneme::PathExists(*checkpoint_ + "/manifest.json").value_or(true));
 }
 
 TEST_F(LocalizeCliTest, HelpListsTheCommand) {

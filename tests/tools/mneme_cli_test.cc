@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engram_store/engram_checkpoint.h"
-#include "engram_store/format/row_decode.h"
+#include "formats/row_decode.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/command.h"
@@ -111,9 +111,9 @@ TEST_F(MnemeCliTest, RowsPrintTheDecodedValues) {
   ASSERT_TRUE((*c)->ReadRawRows(1, ids, absl::MakeSpan(raw)).ok());
   std::vector<float> want(ids.size() * 256);
   ASSERT_TRUE(
-      engram::DecodeRowsF32({.format = engram::RowFormat::kNvfp4,
-                             .global_scale = (*c)->tables()[0].global_scale},
-                            raw, absl::MakeSpan(want))
+      formats::DecodeRowsF32({.format = formats::RowFormat::kNvfp4,
+                              .global_scale = (*c)->tables()[0].global_scale},
+                             raw, absl::MakeSpan(want))
           .ok());
   const std::vector<std::string> lines = Lines(r.out);
   ASSERT_EQ(lines.size(), ids.size());

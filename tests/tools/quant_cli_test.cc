@@ -198,7 +198,7 @@ class QuantCliErrorTest : public QuantCliTest,
   static void SetUpTestSuite() {
     QuantCliTest::SetUpTestSuite();
     nvfp4_ = new std::string(MakeSource("cli-nvfp4", [](auto& o) {
-      o.engram_format = engram::RowFormat::kNvfp4;
+      o.engram_format = formats::RowFormat::kNvfp4;
     }));
   }
   static void TearDownTestSuite() {

@@ -101,7 +101,7 @@ absl::Status RunBenchEngram(const std::vector<std::string>& argv,
   if (!store.ok()) return store.status();
   const engram::NgramHasher& hasher = (*store)->checkpoint().hasher();
   const int layer_id = static_cast<int>(*layer);
-  if (absl::StatusOr<const engram::EngramTableLocation*> t =
+  if (absl::StatusOr<const checkpoint::EngramTableLocation*> t =
           (*store)->checkpoint().Table(layer_id);
       !t.ok()) {
     return t.status();
@@ -125,7 +125,7 @@ absl::Status RunBenchEngram(const std::vector<std::string>& argv,
         absl::MakeConstSpan(history.data() + history.size() - context, context),
         step_tokens);
     if (!ids.ok()) return ids.status();
-    output.resize(ids->size() * engram::kRowDim * sizeof(uint16_t));
+    output.resize(ids->size() * formats::kRowDim * sizeof(uint16_t));
     if (absl::Status s = (*store)->Lookup(
             layer_id, *ids, engram::RowEncoding::kBf16, absl::MakeSpan(output),
             absl::Now() + absl::Seconds(60));
@@ -140,11 +140,12 @@ absl::Status RunBenchEngram(const std::vector<std::string>& argv,
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   const engram::EngramStoreStats stats = (*store)->GetStats();
   const uint64_t raw_row_bytes =
-      engram::RowBytes((*store)->checkpoint().config().format);
+      formats::RowBytes((*store)->checkpoint().config().format);
   nlohmann::ordered_json result = {
       {"checkpoint", options.checkpoint_dir},
       {"layer", layer_id},
-      {"format", engram::RowFormatName((*store)->checkpoint().config().format)},
+      {"format",
+       formats::RowFormatName((*store)->checkpoint().config().format)},
       {"io", *io},
       {"direct", args->Has("direct")},
       {"threads", *threads},

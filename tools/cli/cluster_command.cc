@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "services/common/host_port.h"
+#include "common/host_port.h"
 #include "tools/cli/args.h"
 #include "tools/cluster/daemon_binaries.h"
 #include "tools/cluster/local_cluster.h"

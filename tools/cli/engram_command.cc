@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engram_store/engram_checkpoint.h"
-#include "engram_store/format/row_decode.h"
+#include "formats/row_decode.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/args.h"
 
@@ -36,17 +36,17 @@ absl::StatusOr<int> LayerArg(const Args& args) {
 absl::Status Describe(const Args& args, std::ostream& out) {
   absl::StatusOr<std::unique_ptr<EngramCheckpoint>> c = OpenCheckpoint(args);
   if (!c.ok()) return c.status();
-  const engram::EngramConfig& config = (*c)->config();
+  const checkpoint::EngramConfig& config = (*c)->config();
   const engram::HashLayout& layout = (*c)->hasher().layout();
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (const engram::LayerHashLayout& l : layout.layers()) {
-    absl::StatusOr<const engram::EngramTableLocation*> table =
+    absl::StatusOr<const checkpoint::EngramTableLocation*> table =
         (*c)->Table(l.layer_id);
     if (!table.ok()) return table.status();
     layers.push_back({
         {"layer", l.layer_id},
         {"rows", (*table)->rows},
-        {"format", engram::RowFormatName((*table)->format)},
+        {"format", formats::RowFormatName((*table)->format)},
         {"global_scale", (*table)->global_scale},
         {"compressed_vocab_size", config.compressed_vocab_size},
         {"multipliers", l.multipliers},
@@ -56,7 +56,7 @@ absl::Status Describe(const Args& args, std::ostream& out) {
   }
   const nlohmann::ordered_json json = {
       {"checkpoint", (*c)->dir()},
-      {"format", engram::RowFormatName(config.format)},
+      {"format", formats::RowFormatName(config.format)},
       {"compressed_vocab_size", config.compressed_vocab_size},
       {"pad_token_id", config.pad_token_id},
       {"max_ngram_size", config.max_ngram_size},
@@ -95,17 +95,17 @@ absl::Status Rows(const Args& args, std::ostream& out) {
   if (!layer.ok()) return layer.status();
   absl::StatusOr<std::vector<int64_t>> ids = args.GetIntList("ids");
   if (!ids.ok()) return ids.status();
-  absl::StatusOr<const engram::EngramTableLocation*> table =
+  absl::StatusOr<const checkpoint::EngramTableLocation*> table =
       (*c)->Table(*layer);
   if (!table.ok()) return table.status();
-  const size_t row_bytes = engram::RowBytes((*table)->format);
+  const size_t row_bytes = formats::RowBytes((*table)->format);
   std::vector<uint8_t> raw(ids->size() * row_bytes);
   if (absl::Status s = (*c)->ReadRawRows(*layer, *ids, absl::MakeSpan(raw));
       !s.ok()) {
     return s;
   }
-  std::vector<float> values(ids->size() * engram::kRowDim);
-  if (absl::Status s = engram::DecodeRowsF32(
+  std::vector<float> values(ids->size() * formats::kRowDim);
+  if (absl::Status s = formats::DecodeRowsF32(
           {.format = (*table)->format, .global_scale = (*table)->global_scale},
           raw, absl::MakeSpan(values));
       !s.ok()) {
@@ -114,9 +114,9 @@ absl::Status Rows(const Args& args, std::ostream& out) {
   char buf[32];
   for (size_t r = 0; r < ids->size(); ++r) {
     std::string line;
-    for (int i = 0; i < engram::kRowDim; ++i) {
+    for (int i = 0; i < formats::kRowDim; ++i) {
       std::snprintf(buf, sizeof(buf), "%.9g",
-                    static_cast<double>(values[r * engram::kRowDim + i]));
+                    static_cast<double>(values[r * formats::kRowDim + i]));
       if (i > 0) line += ' ';
       line += buf;
     }

@@ -13,7 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "engram_store/client/grpc_engram_client.h"
-#include "engram_store/format/bf16.h"
+#include "formats/bf16.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/args.h"
 #include "tools/cli/percentile.h"
@@ -111,7 +111,7 @@ absl::Status RunEngramLookup(const std::vector<std::string>& argv,
       } else {
         uint16_t b = 0;
         std::memcpy(&b, row + 2 * i, 2);
-        v = engram::Bf16ToFloat(b);
+        v = formats::Bf16ToFloat(b);
       }
       std::snprintf(buf, sizeof(buf), " %.9g", v);
       line += buf;

@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "proto/serving/v1/serving.grpc.pb.h"
-#include "services/common/grpc_status.h"
 #include "tools/cli/args.h"
 #include "tools/cli/sampling_flags.h"
 

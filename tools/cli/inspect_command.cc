@@ -5,9 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "engram_store/checkpoint/checkpoint_index.h"
-#include "engram_store/checkpoint/dtype.h"
-#include "engram_store/checkpoint/model_config.h"
+#include "checkpoint/checkpoint_index.h"
+#include "checkpoint/dtype.h"
+#include "checkpoint/model_config.h"
 #include "engram_store/engram_checkpoint.h"
 #include "tools/cli/args.h"
 
@@ -45,9 +45,9 @@ absl::Status RunInspect(const std::vector<std::string>& argv,
     return absl::InvalidArgumentError("usage: mneme inspect DIR");
   }
   const std::string& dir = args->positionals()[0];
-  absl::StatusOr<std::unique_ptr<engram::ModelConfig>> model =
-      engram::ModelConfig::Create(
-          absl::StrCat(dir, "/", engram::kConfigFileName));
+  absl::StatusOr<std::unique_ptr<checkpoint::ModelConfig>> model =
+      checkpoint::ModelConfig::Create(
+          absl::StrCat(dir, "/", checkpoint::kConfigFileName));
   if (!model.ok()) return model.status();
   absl::StatusOr<std::unique_ptr<engram::EngramCheckpoint>> checkpoint =
       engram::EngramCheckpoint::Open(dir);
@@ -76,17 +76,17 @@ absl::Status RunInspect(const std::vector<std::string>& argv,
   out << "tensors\n";
   for (const auto& [name, location] : c.checkpoint().tensors()) {
     out << absl::StrFormat("  %-36s %-8s %-16s %s\n", name,
-                           engram::DTypeName(location.info->dtype),
+                           checkpoint::DTypeName(location.info->dtype),
                            ShapeText(location.info->shape),
                            BaseName(location.shard->path()));
   }
 
-  const engram::EngramConfig& e = c.config();
+  const checkpoint::EngramConfig& e = c.config();
   out << "engram\n";
   out << absl::StrFormat("  %-28s [%s]\n", "layers",
                          absl::StrJoin(e.layer_ids, ", "));
   out << absl::StrFormat("  %-28s %s\n", "format",
-                         engram::RowFormatName(e.format));
+                         formats::RowFormatName(e.format));
   out << absl::StrFormat("  %-28s %d x %d hash heads (%d columns)\n",
                          "n-gram orders 2..", e.max_ngram_size, e.n_heads,
                          e.NumColumns());
@@ -95,12 +95,12 @@ absl::Status RunInspect(const std::vector<std::string>& argv,
   out << absl::StrFormat("  %-28s %d (tokenizer agrees)\n",
                          "compressed vocabulary", e.compressed_vocab_size);
   out << absl::StrFormat("  %-28s %d\n", "pad token", e.pad_token_id);
-  for (const engram::EngramTableLocation& t : c.tables()) {
+  for (const checkpoint::EngramTableLocation& t : c.tables()) {
     const uint64_t row_bytes = t.weight_row_bytes + t.scale_row_bytes;
     out << absl::StrFormat(
         "  table layer %-3d %12d rows x %d B = %s in %s", t.layer, t.rows,
         row_bytes, HumanBytes(row_bytes * t.rows), BaseName(t.shard_path));
-    if (t.format == engram::RowFormat::kNvfp4) {
+    if (t.format == formats::RowFormat::kNvfp4) {
       out << absl::StrFormat(", global scale %.9g", t.global_scale);
     }
     out << "\n";

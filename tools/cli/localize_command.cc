@@ -109,7 +109,7 @@ absl::Status RunLocalize(const std::vector<std::string>& argv,
       << options.checkpoint_dir << " into " << options.out_dir << "\n";
   for (const engram::LocalizeSummary::Layer& layer : summary->layers) {
     out << absl::StrFormat("layer %d: %s, %d rows, %d bytes, %d ranges\n",
-                           layer.layer, engram::RowFormatName(layer.format),
+                           layer.layer, formats::RowFormatName(layer.format),
                            layer.rows, layer.bytes, layer.ranges);
   }
   const double seconds =

@@ -86,7 +86,7 @@ absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
       args->GetChoice("engram-format", "fp8", {"fp8", "nvfp4"});
   if (!format.ok()) return format.status();
   options.engram_format =
-      *format == "fp8" ? engram::RowFormat::kFp8 : engram::RowFormat::kNvfp4;
+      *format == "fp8" ? formats::RowFormat::kFp8 : formats::RowFormat::kNvfp4;
   absl::StatusOr<int64_t> seed =
       args->GetInt("seed", 0, 0, std::numeric_limits<int64_t>::max());
   if (!seed.ok()) return seed.status();

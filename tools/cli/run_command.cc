@@ -13,9 +13,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "model/generate.h"
 #include "nlohmann/json.hpp"
 #include "services/worker/local_model.h"
-#include "services/worker/model/generate.h"
 #include "tools/cli/args.h"
 #include "tools/cli/percentile.h"
 #include "tools/cli/sampling_flags.h"
@@ -47,14 +47,14 @@ std::vector<double> LogSoftmax(const float* logits, int64_t n) {
 
 // Logits [tokens.size(), vocab] of every position of `tokens`.
 absl::StatusOr<std::vector<float>> ScoreAll(
-    worker::Model& model, const std::vector<int64_t>& tokens) {
-  worker::StepInput in;
-  worker::SequenceChunk c;
+    model::Model& model, const std::vector<int64_t>& tokens) {
+  model::StepInput in;
+  model::SequenceChunk c;
   c.sequence_id = 1;
   c.tokens = tokens;
-  c.logits = worker::SequenceChunk::Logits::kAll;
+  c.logits = model::SequenceChunk::Logits::kAll;
   in.chunks.push_back(std::move(c));
-  absl::StatusOr<worker::StepOutput> out = model.Step(in);
+  absl::StatusOr<model::StepOutput> out = model.Step(in);
   model.Release(1);
   if (!out.ok()) return out.status();
   return std::move(out->logits[0]);
@@ -77,7 +77,7 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
   absl::StatusOr<std::vector<int64_t>> prompt = args->GetIntList("tokens");
   if (!prompt.ok()) return prompt.status();
   if (prompt->empty()) return absl::InvalidArgumentError("--tokens is empty");
-  worker::GenerateOptions options;
+  model::GenerateOptions options;
   absl::StatusOr<int64_t> max_new =
       args->GetInt("max-new-tokens", 16, 0, 1 << 20);
   absl::StatusOr<int64_t> chunk = args->GetInt("chunk-tokens", 0, 0, 1 << 20);
@@ -96,8 +96,8 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
       OpenModel(*dir, static_cast<int>(*threads));
   if (!local.ok()) return local.status();
   const absl::Time start = absl::Now();
-  absl::StatusOr<worker::GenerateResult> result = worker::Generate(
-      (*local)->model(), (*local)->backend(), *prompt, options);
+  absl::StatusOr<model::GenerateResult> result =
+      model::Generate((*local)->model(), (*local)->backend(), *prompt, options);
   if (!result.ok()) return result.status();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (args->Has("json")) {
@@ -193,11 +193,11 @@ absl::Status RunScore(const std::vector<std::string>& argv, std::ostream& out) {
   int64_t positions = 0, agree = 0;
   std::vector<double> kls;
   for (const std::vector<int64_t>& prompt : prompts) {
-    worker::GenerateOptions gen;
+    model::GenerateOptions gen;
     gen.max_new_tokens = *completion;
     gen.stop_at_eos = false;
-    absl::StatusOr<worker::GenerateResult> completed =
-        worker::Generate((*ref)->model(), (*ref)->backend(), prompt, gen);
+    absl::StatusOr<model::GenerateResult> completed =
+        model::Generate((*ref)->model(), (*ref)->backend(), prompt, gen);
     if (!completed.ok()) return completed.status();
     std::vector<int64_t> seq = prompt;
     seq.insert(seq.end(), completed->token_ids.begin(),

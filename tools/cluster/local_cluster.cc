@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/host_port.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
-#include "services/common/host_port.h"
 
 namespace mneme::cluster {
 namespace {

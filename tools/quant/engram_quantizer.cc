@@ -13,21 +13,21 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "engram_store/checkpoint/checkpoint_index.h"
-#include "engram_store/checkpoint/dtype.h"
-#include "engram_store/checkpoint/engram_config.h"
-#include "engram_store/checkpoint/engram_config_loader.h"
-#include "engram_store/checkpoint/engram_table.h"
-#include "engram_store/checkpoint/file_io.h"
-#include "engram_store/checkpoint/model_config.h"
-#include "engram_store/checkpoint/sharded_checkpoint.h"
+#include "checkpoint/checkpoint_index.h"
+#include "checkpoint/dtype.h"
+#include "checkpoint/engram_config.h"
+#include "checkpoint/engram_config_loader.h"
+#include "checkpoint/engram_table.h"
+#include "checkpoint/model_config.h"
+#include "checkpoint/sharded_checkpoint.h"
+#include "common/file_io.h"
 #include "engram_store/engram_checkpoint.h"
-#include "engram_store/format/e4m3.h"
-#include "engram_store/format/row_decode.h"
-#include "engram_store/format/row_encode.h"
-#include "engram_store/format/row_format.h"
-#include "engram_store/format/ue8m0.h"
 #include "engram_store/hashing/hash_layout.h"
+#include "formats/e4m3.h"
+#include "formats/row_decode.h"
+#include "formats/row_encode.h"
+#include "formats/row_format.h"
+#include "formats/ue8m0.h"
 #include "tools/quant/blas.h"
 #include "tools/quant/json_field.h"
 #include "tools/quant/output_dir.h"
@@ -40,14 +40,14 @@ namespace mneme::quant {
 namespace {
 
 namespace fs = std::filesystem;
-using engram::RowFormat;
+using formats::RowFormat;
 
-constexpr int kN = engram::kRowDim;
+constexpr int kN = formats::kRowDim;
 constexpr int kBlocksPerRow = kN / kBlock;
-constexpr int64_t kFp8Weight = engram::kFp8WeightBytes;
-constexpr int64_t kFp8Scale = engram::kFp8ScaleBytes;
-constexpr int64_t kNvWeight = engram::kNvfp4WeightBytes;
-constexpr int64_t kNvScale = engram::kNvfp4ScaleBytes;
+constexpr int64_t kFp8Weight = formats::kFp8WeightBytes;
+constexpr int64_t kFp8Scale = formats::kFp8ScaleBytes;
+constexpr int64_t kNvWeight = formats::kNvfp4WeightBytes;
+constexpr int64_t kNvScale = formats::kNvfp4ScaleBytes;
 // Rows per task of pass 2 (all of one hash column) and of the other passes.
 constexpr int64_t kTaskRows = 256;
 constexpr int64_t kScanTaskRows = 16384;
@@ -62,8 +62,8 @@ constexpr char kTool[] = "quantize-engram";
 struct TableJob {
   int layer = 0;
   int64_t rows = 0;
-  engram::TensorLocation weight;
-  engram::TensorLocation scale;
+  checkpoint::TensorLocation weight;
+  checkpoint::TensorLocation scale;
   // File names (relative to the checkpoint) of the shards holding them.
   std::string weight_shard;
   std::string scale_shard;
@@ -81,8 +81,8 @@ struct TableJob {
 // The source checkpoint, opened and checked.
 struct Source {
   std::string dir;
-  engram::EngramConfig config;
-  std::unique_ptr<engram::ShardedCheckpoint> checkpoint;
+  checkpoint::EngramConfig config;
+  std::unique_ptr<checkpoint::ShardedCheckpoint> checkpoint;
   std::vector<TableJob> tables;
 };
 
@@ -93,36 +93,37 @@ std::string FileName(const std::string& path) {
 absl::StatusOr<Source> OpenSource(const std::string& dir) {
   Source source;
   source.dir = dir;
-  absl::StatusOr<engram::EngramConfig> config =
-      engram::LoadEngramConfig(absl::StrCat(dir, "/", engram::kConfigFileName));
+  absl::StatusOr<checkpoint::EngramConfig> config =
+      checkpoint::LoadEngramConfig(
+          absl::StrCat(dir, "/", checkpoint::kConfigFileName));
   if (!config.ok()) return config.status();
   source.config = *std::move(config);
   if (source.config.format != RowFormat::kFp8) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the Engram tables of '", dir, "' are ",
-        engram::RowFormatName(source.config.format),
+        formats::RowFormatName(source.config.format),
         " (engram_quant in config.json), not FP8: quantize-engram converts "
         "FP8 tables only"));
   }
-  absl::StatusOr<std::unique_ptr<engram::ShardedCheckpoint>> checkpoint =
-      engram::ShardedCheckpoint::Create(dir);
+  absl::StatusOr<std::unique_ptr<checkpoint::ShardedCheckpoint>> checkpoint =
+      checkpoint::ShardedCheckpoint::Create(dir);
   if (!checkpoint.ok()) return checkpoint.status();
   source.checkpoint = *std::move(checkpoint);
-  absl::StatusOr<std::vector<engram::EngramTableLocation>> located =
-      engram::LocateEngramTables(*source.checkpoint, source.config);
+  absl::StatusOr<std::vector<checkpoint::EngramTableLocation>> located =
+      checkpoint::LocateEngramTables(*source.checkpoint, source.config);
   if (!located.ok()) return located.status();
   absl::StatusOr<engram::HashLayout> layout =
       engram::HashLayout::Create(source.config);
   if (!layout.ok()) return layout.status();
   for (size_t i = 0; i < located->size(); ++i) {
-    const engram::EngramTableLocation& loc = (*located)[i];
+    const checkpoint::EngramTableLocation& loc = (*located)[i];
     TableJob job;
     job.layer = loc.layer;
     job.rows = loc.rows;
     job.weight = *source.checkpoint->FindOrNull(
-        engram::EngramWeightTensorName(loc.layer));
+        checkpoint::EngramWeightTensorName(loc.layer));
     job.scale = *source.checkpoint->FindOrNull(
-        engram::EngramScaleTensorName(loc.layer));
+        checkpoint::EngramScaleTensorName(loc.layer));
     job.weight_shard = FileName(loc.shard_path);
     job.scale_shard = FileName(loc.scale_shard_path);
     absl::StatusOr<WkvTensors> wkv =
@@ -164,7 +165,7 @@ absl::Status CheckOptions(const EngramQuantizeOptions& o) {
 
 // Reads rows [first, first + count) of a table tensor with `row_bytes`
 // bytes per row.
-absl::Status ReadRows(const engram::TensorLocation& t, int64_t row_bytes,
+absl::Status ReadRows(const checkpoint::TensorLocation& t, int64_t row_bytes,
                       int64_t first, int64_t count, uint8_t* out) {
   return t.shard->ReadTensorRange(t.info->name, first * row_bytes,
                                   absl::MakeSpan(out, count * row_bytes));
@@ -189,7 +190,7 @@ absl::StatusOr<float> Fp8RowsAmax(int layer, int64_t first_row,
       uint8_t m = 0;
       for (int j = 0; j < 32; ++j) m = std::max<uint8_t>(m, codes[j] & 0x7F);
       if (m == 0x7F || e == 255) return NanError(layer, first_row + r);
-      const float v = engram::E4m3ToFloat(m) * engram::Ue8m0ToFloat(e);
+      const float v = formats::E4m3ToFloat(m) * formats::Ue8m0ToFloat(e);
       if (!std::isfinite(v)) return NanError(layer, first_row + r);
       amax = std::max(amax, v);
     }
@@ -263,7 +264,7 @@ absl::Status RunTask(const Pass2Context& ctx, int64_t step_first,
   const int64_t a = task.first;
   const float gs = ctx.global_scale;
   std::vector<float> x(k * kN);
-  if (absl::Status s = engram::DecodeRowsF32(
+  if (absl::Status s = formats::DecodeRowsF32(
           {.format = RowFormat::kFp8},
           absl::MakeConstSpan(src_w + a * kFp8Weight, k * kFp8Weight),
           absl::MakeConstSpan(src_s + a * kFp8Scale, k * kFp8Scale),
@@ -308,7 +309,7 @@ absl::Status RunTask(const Pass2Context& ctx, int64_t step_first,
   sums->smaller_scale_blocks += stats.smaller_scale_blocks;
 
   std::vector<float> deq(k * kN);
-  if (absl::Status s = engram::DecodeRowsF32(
+  if (absl::Status s = formats::DecodeRowsF32(
           {.format = RowFormat::kNvfp4, .global_scale = gs},
           absl::MakeConstSpan(out_w + a * kNvWeight, k * kNvWeight),
           absl::MakeConstSpan(out_s + a * kNvScale, k * kNvScale),
@@ -331,7 +332,7 @@ absl::Status RunTask(const Pass2Context& ctx, int64_t step_first,
       bool nonzero = false;
       for (int j = 0; j < kBlock; ++j) nonzero |= xr[b * kBlock + j] != 0.0f;
       const uint8_t scale = out_s[(a + r) * kNvScale + b];
-      if (nonzero && engram::E4m3ToFloat(scale) * gs == 0.0f) {
+      if (nonzero && formats::E4m3ToFloat(scale) * gs == 0.0f) {
         ++sums->scale_underflows;
       }
     }
@@ -393,7 +394,7 @@ absl::StatusOr<std::string> QuantizedConfigText(
           scales[LayerKey(layer)] = scale;
         }
         section["engram_quant"] = "nvfp4";
-        section["engram_quant_block_size"] = engram::kNvfp4BlockSize;
+        section["engram_quant_block_size"] = formats::kNvfp4BlockSize;
         section["engram_quant_method"] = method;
         section["engram_quant_global_scale"] = std::move(scales);
       });
@@ -401,23 +402,25 @@ absl::StatusOr<std::string> QuantizedConfigText(
 
 // The declarations of a rewritten shard: its source tensors in file order,
 // the Engram table tensors in their NVFP4 form.
-std::vector<engram::TensorDecl> RewrittenShardDecls(
-    const engram::SafetensorsReader& shard,
-    const std::map<std::string, engram::TensorDecl>& replaced) {
-  std::vector<const engram::TensorInfo*> infos;
-  for (const engram::TensorInfo& info : shard.tensors()) infos.push_back(&info);
-  std::sort(infos.begin(), infos.end(),
-            [](const engram::TensorInfo* x, const engram::TensorInfo* y) {
-              return x->offset < y->offset ||
-                     (x->offset == y->offset && x->name < y->name);
-            });
-  std::vector<engram::TensorDecl> decls;
-  for (const engram::TensorInfo* info : infos) {
+std::vector<checkpoint::TensorDecl> RewrittenShardDecls(
+    const checkpoint::SafetensorsReader& shard,
+    const std::map<std::string, checkpoint::TensorDecl>& replaced) {
+  std::vector<const checkpoint::TensorInfo*> infos;
+  for (const checkpoint::TensorInfo& info : shard.tensors())
+    infos.push_back(&info);
+  std::sort(
+      infos.begin(), infos.end(),
+      [](const checkpoint::TensorInfo* x, const checkpoint::TensorInfo* y) {
+        return x->offset < y->offset ||
+               (x->offset == y->offset && x->name < y->name);
+      });
+  std::vector<checkpoint::TensorDecl> decls;
+  for (const checkpoint::TensorInfo* info : infos) {
     auto it = replaced.find(info->name);
     decls.push_back(
         it != replaced.end()
             ? it->second
-            : engram::TensorDecl{info->name, info->dtype, info->shape});
+            : checkpoint::TensorDecl{info->name, info->dtype, info->shape});
   }
   return decls;
 }
@@ -430,7 +433,7 @@ absl::Status Notify(const EngramProgressCallback& progress,
 // Reads a (small) JSON file.
 absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
   absl::StatusOr<std::string> text =
-      engram::ReadSmallFile(path, uint64_t{64} << 20);
+      mneme::ReadSmallFile(path, uint64_t{64} << 20);
   if (!text.ok()) return text.status();
   nlohmann::json json = nlohmann::json::parse(*text, nullptr, false);
   if (json.is_discarded()) {
@@ -615,15 +618,15 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
   }
 
   // The shards to rewrite and their NVFP4 table tensors.
-  std::map<std::string, const engram::SafetensorsReader*> shard_readers;
-  std::map<std::string, engram::TensorDecl> replaced;
+  std::map<std::string, const checkpoint::SafetensorsReader*> shard_readers;
+  std::map<std::string, checkpoint::TensorDecl> replaced;
   for (const TableJob& t : source->tables) {
     shard_readers[t.weight_shard] = t.weight.shard;
     shard_readers[t.scale_shard] = t.scale.shard;
     replaced[t.weight.info->name] = {
-        t.weight.info->name, engram::DType::kU8, {t.rows, kNvWeight}};
+        t.weight.info->name, checkpoint::DType::kU8, {t.rows, kNvWeight}};
     replaced[t.scale.info->name] = {
-        t.scale.info->name, engram::DType::kF8E4M3, {t.rows, kNvScale}};
+        t.scale.info->name, checkpoint::DType::kF8E4M3, {t.rows, kNvScale}};
   }
   Writers writers;
   EngramQuantReport report;
@@ -645,7 +648,7 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
       if (absl::Status s = dir.SaveState(state); !s.ok()) return s;
     }
     if (!JsonField(shard_state, "copied", false)) {
-      for (const engram::TensorInfo& info : reader->tensors()) {
+      for (const checkpoint::TensorInfo& info : reader->tensors()) {
         if (replaced.count(info.name) != 0) continue;
         if (absl::Status s =
                 (*writer)->CopyTensor(*reader, info.name, info.name);
@@ -678,7 +681,7 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
       absl::StatusOr<float> amax = RunAmaxPass(t, o);
       if (!amax.ok()) return amax.status();
       ts["amax"] = *amax;
-      ts["global_scale"] = engram::Nvfp4GlobalScale(*amax);
+      ts["global_scale"] = formats::Nvfp4GlobalScale(*amax);
       ts["rows_done"] = 0;
       ts["sums"] = EngramErrorSums().ToJson();
       if (absl::Status s = save(); !s.ok()) return s;
@@ -783,16 +786,16 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
   }
 
   // Close the shards, then the small files.
-  std::set<std::string> written = {std::string(engram::kConfigFileName),
+  std::set<std::string> written = {std::string(checkpoint::kConfigFileName),
                                    kEngramReportFileName};
   for (auto& [name, writer] : writers.by_shard) {
     if (absl::Status s = writer->Close(); !s.ok()) return s;
     written.insert(name);
   }
-  const std::optional<engram::CheckpointIndex>& index =
+  const std::optional<checkpoint::CheckpointIndex>& index =
       source->checkpoint->index();
   if (index.has_value()) {
-    engram::CheckpointIndex new_index = *index;
+    checkpoint::CheckpointIndex new_index = *index;
     uint64_t total = 0;
     for (const auto& [name, location] : source->checkpoint->tensors()) {
       auto it = replaced.find(name);
@@ -804,17 +807,17 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
       }
     }
     new_index.total_size = total;
-    if (absl::Status s = engram::WriteCheckpointIndex(
-            dir.PathOf(engram::kIndexFileName), new_index);
+    if (absl::Status s = checkpoint::WriteCheckpointIndex(
+            dir.PathOf(checkpoint::kIndexFileName), new_index);
         !s.ok()) {
       return s;
     }
-    written.insert(std::string(engram::kIndexFileName));
+    written.insert(std::string(checkpoint::kIndexFileName));
   }
   absl::StatusOr<std::string> config =
       QuantizedConfigText(o.checkpoint_dir, method, global_scales);
   if (!config.ok()) return config.status();
-  if (absl::Status s = dir.WriteFile(engram::kConfigFileName, *config);
+  if (absl::Status s = dir.WriteFile(checkpoint::kConfigFileName, *config);
       !s.ok()) {
     return s;
   }
@@ -908,14 +911,16 @@ absl::StatusOr<nlohmann::json> VerifyEngramCheckpoint(
       return absl::DataLossError(
           absl::StrCat("verify: report table ", ti, " is not layer ", t.layer));
     }
-    absl::StatusOr<const engram::EngramTableLocation*> out_table =
+    absl::StatusOr<const checkpoint::EngramTableLocation*> out_table =
         (*output)->Table(t.layer);
     if (!out_table.ok()) return out_table.status();
     const float gs = (*out_table)->global_scale;
-    const engram::TensorLocation out_w = *(*output)->checkpoint().FindOrNull(
-        engram::EngramWeightTensorName(t.layer));
-    const engram::TensorLocation out_s = *(*output)->checkpoint().FindOrNull(
-        engram::EngramScaleTensorName(t.layer));
+    const checkpoint::TensorLocation out_w =
+        *(*output)->checkpoint().FindOrNull(
+            checkpoint::EngramWeightTensorName(t.layer));
+    const checkpoint::TensorLocation out_s =
+        *(*output)->checkpoint().FindOrNull(
+            checkpoint::EngramScaleTensorName(t.layer));
     absl::StatusOr<WkvTensors> wkv = LocateWkv(
         (*output)->checkpoint(), t.layer, (*output)->config().NumColumns());
     if (!wkv.ok()) return wkv.status();
@@ -951,7 +956,7 @@ absl::StatusOr<nlohmann::json> VerifyEngramCheckpoint(
             const Task& task = tasks[ti2];
             const int64_t a = task.first, k = task.count;
             std::vector<float> x(k * kN), q(k * kN);
-            if (absl::Status s = engram::DecodeRowsF32(
+            if (absl::Status s = formats::DecodeRowsF32(
                     {.format = RowFormat::kFp8},
                     absl::MakeConstSpan(src_w.data() + a * kFp8Weight,
                                         k * kFp8Weight),
@@ -961,7 +966,7 @@ absl::StatusOr<nlohmann::json> VerifyEngramCheckpoint(
                 !s.ok()) {
               return s;
             }
-            if (absl::Status s = engram::DecodeRowsF32(
+            if (absl::Status s = formats::DecodeRowsF32(
                     {.format = RowFormat::kNvfp4, .global_scale = gs},
                     absl::MakeConstSpan(nv_w.data() + a * kNvWeight,
                                         k * kNvWeight),
@@ -987,7 +992,7 @@ absl::StatusOr<nlohmann::json> VerifyEngramCheckpoint(
                   nonzero |= x[r * kN + b * kBlock + j] != 0.0f;
                 }
                 const float step_value =
-                    engram::E4m3ToFloat(nv_s[(a + r) * kNvScale + b]) * gs;
+                    formats::E4m3ToFloat(nv_s[(a + r) * kNvScale + b]) * gs;
                 if (nonzero && step_value == 0.0f) ++part.sums.scale_underflows;
               }
               if ((first + a + r) % stride == 0) {
@@ -1033,7 +1038,7 @@ absl::StatusOr<nlohmann::json> VerifyEngramCheckpoint(
       return Mismatch(t.layer, "amax", reported_amax, total.amax);
     }
     if (JsonField(reported, "global_scale", -1.0f) != gs ||
-        gs != engram::Nvfp4GlobalScale(total.amax)) {
+        gs != formats::Nvfp4GlobalScale(total.amax)) {
       return Mismatch(t.layer, "global_scale",
                       JsonField(reported, "global_scale", -1.0), gs);
     }

@@ -14,11 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "engram_store/checkpoint/checkpoint_index.h"
-#include "engram_store/checkpoint/dtype.h"
-#include "engram_store/checkpoint/file_io.h"
-#include "engram_store/checkpoint/model_config.h"
-#include "engram_store/checkpoint/sharded_checkpoint.h"
+#include "checkpoint/checkpoint_index.h"
+#include "checkpoint/dtype.h"
+#include "checkpoint/model_config.h"
+#include "checkpoint/sharded_checkpoint.h"
+#include "common/file_io.h"
 #include "tools/quant/json_field.h"
 #include "tools/quant/mxfp4_cast.h"
 #include "tools/quant/output_dir.h"
@@ -30,7 +30,7 @@ namespace mneme::quant {
 namespace {
 
 namespace fs = std::filesystem;
-using engram::DType;
+using checkpoint::DType;
 
 constexpr char kTool[] = "cast-experts";
 constexpr int kGroupSize = 16;
@@ -42,8 +42,8 @@ struct ExpertWeight {
   std::string expert;  // <P>.ffn.experts.<E>
   std::string layer;   // <P>
   int w = 0;
-  engram::TensorLocation weight;
-  engram::TensorLocation scale;
+  checkpoint::TensorLocation weight;
+  checkpoint::TensorLocation scale;
   int64_t out = 0;
   int64_t in = 0;
   std::string shard;
@@ -83,9 +83,9 @@ std::optional<ExpertName> ParseExpertName(absl::string_view name) {
   return e;
 }
 
-std::string Describe(const engram::TensorLocation& t) {
+std::string Describe(const checkpoint::TensorLocation& t) {
   return absl::StrCat("safetensors file '", t.shard->path(), "', tensor ",
-                      engram::QuoteTensorName(t.info->name));
+                      checkpoint::QuoteTensorName(t.info->name));
 }
 
 nlohmann::json StatsJson(const CastStats& s) {
@@ -133,7 +133,7 @@ absl::Status CheckOptions(const ExpertCastOptions& o) {
 
 // Finds and checks every routed expert weight.
 absl::StatusOr<std::vector<ExpertWeight>> FindExperts(
-    const engram::ShardedCheckpoint& checkpoint) {
+    const checkpoint::ShardedCheckpoint& checkpoint) {
   for (const auto& [name, location] : checkpoint.tensors()) {
     std::optional<ExpertName> parsed = ParseExpertName(name);
     if (parsed.has_value() && (parsed->suffix == "weight_scale" ||
@@ -155,19 +155,19 @@ absl::StatusOr<std::vector<ExpertWeight>> FindExperts(
     w.w = parsed->w;
     w.weight = location;
     w.shard = fs::path(location.shard->path()).filename().string();
-    const engram::TensorInfo& info = *location.info;
+    const checkpoint::TensorInfo& info = *location.info;
     if (info.dtype != DType::kU8 && info.dtype != DType::kI8) {
       return absl::InvalidArgumentError(absl::StrCat(
-          Describe(location), ": is ", engram::DTypeName(info.dtype),
+          Describe(location), ": is ", checkpoint::DTypeName(info.dtype),
           ", not MXFP4 (U8 bytes of two e2m1 values with an F8_E8M0 .scale)"));
     }
-    absl::StatusOr<engram::TensorLocation> scale =
+    absl::StatusOr<checkpoint::TensorLocation> scale =
         checkpoint.Find(absl::StrCat(w.base, ".scale"));
     if (!scale.ok()) return scale.status();
     w.scale = *scale;
     if (scale->info->dtype != DType::kF8E8M0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          Describe(*scale), ": is ", engram::DTypeName(scale->info->dtype),
+          Describe(*scale), ": is ", checkpoint::DTypeName(scale->info->dtype),
           ", not MXFP4 block scales (F8_E8M0)"));
     }
     if (info.shape.size() != 2 || info.shape[0] < 1 || info.shape[1] < 1 ||
@@ -180,11 +180,12 @@ absl::StatusOr<std::vector<ExpertWeight>> FindExperts(
     w.in = 2 * info.shape[1];
     const std::vector<int64_t> want = {w.out, w.in / kMxfp4Block};
     if (scale->info->shape != want) {
-      return absl::DataLossError(absl::StrCat(
-          Describe(*scale), ": shape [",
-          absl::StrJoin(scale->info->shape, ", "), "] does not match ",
-          engram::QuoteTensorName(name), " [", absl::StrJoin(info.shape, ", "),
-          "] (expected [", absl::StrJoin(want, ", "), "])"));
+      return absl::DataLossError(
+          absl::StrCat(Describe(*scale), ": shape [",
+                       absl::StrJoin(scale->info->shape, ", "),
+                       "] does not match ", checkpoint::QuoteTensorName(name),
+                       " [", absl::StrJoin(info.shape, ", "), "] (expected [",
+                       absl::StrJoin(want, ", "), "])"));
     }
     weights.push_back(std::move(w));
   }
@@ -201,7 +202,7 @@ absl::StatusOr<std::vector<ExpertWeight>> FindExperts(
 // of entries that matched no expert weight.
 absl::StatusOr<int64_t> ApplyCalibration(const std::string& path,
                                          std::vector<ExpertWeight>& weights) {
-  absl::StatusOr<std::string> text = engram::ReadSmallFile(path, 256u << 20);
+  absl::StatusOr<std::string> text = mneme::ReadSmallFile(path, 256u << 20);
   if (!text.ok()) return text.status();
   const nlohmann::json json = nlohmann::json::parse(*text, nullptr, false);
   if (!json.is_object() || !json.contains("input_scale") ||
@@ -290,20 +291,21 @@ nlohmann::json HfQuantConfig(const std::vector<ExpertWeight>& weights,
 }
 
 // Declarations of a rewritten shard, in source file order.
-std::vector<engram::TensorDecl> ShardDecls(
-    const engram::SafetensorsReader& reader,
+std::vector<checkpoint::TensorDecl> ShardDecls(
+    const checkpoint::SafetensorsReader& reader,
     const std::map<std::string, const ExpertWeight*>& by_weight,
     const std::set<std::string>& dropped) {
-  std::vector<const engram::TensorInfo*> infos;
-  for (const engram::TensorInfo& info : reader.tensors())
+  std::vector<const checkpoint::TensorInfo*> infos;
+  for (const checkpoint::TensorInfo& info : reader.tensors())
     infos.push_back(&info);
-  std::sort(infos.begin(), infos.end(),
-            [](const engram::TensorInfo* a, const engram::TensorInfo* b) {
-              return a->offset < b->offset ||
-                     (a->offset == b->offset && a->name < b->name);
-            });
-  std::vector<engram::TensorDecl> decls;
-  for (const engram::TensorInfo* info : infos) {
+  std::sort(
+      infos.begin(), infos.end(),
+      [](const checkpoint::TensorInfo* a, const checkpoint::TensorInfo* b) {
+        return a->offset < b->offset ||
+               (a->offset == b->offset && a->name < b->name);
+      });
+  std::vector<checkpoint::TensorDecl> decls;
+  for (const checkpoint::TensorInfo* info : infos) {
     if (dropped.count(info->name) != 0) continue;
     auto it = by_weight.find(info->name);
     if (it == by_weight.end()) {
@@ -362,8 +364,8 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
   if (absl::Status s = CheckOutputPaths(o.checkpoint_dir, o.out_dir); !s.ok()) {
     return s;
   }
-  absl::StatusOr<std::unique_ptr<engram::ShardedCheckpoint>> checkpoint =
-      engram::ShardedCheckpoint::Create(o.checkpoint_dir);
+  absl::StatusOr<std::unique_ptr<checkpoint::ShardedCheckpoint>> checkpoint =
+      checkpoint::ShardedCheckpoint::Create(o.checkpoint_dir);
   if (!checkpoint.ok()) return checkpoint.status();
   absl::StatusOr<std::vector<ExpertWeight>> weights = FindExperts(**checkpoint);
   if (!weights.ok()) return weights.status();
@@ -412,10 +414,10 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
   for (const ExpertWeight& w : *weights) {
     by_shard.try_emplace(fs::path(w.scale.shard->path()).filename().string());
   }
-  std::set<std::string> written = {std::string(engram::kConfigFileName),
+  std::set<std::string> written = {std::string(checkpoint::kConfigFileName),
                                    kExpertReportFileName,
                                    kHfQuantConfigFileName};
-  std::map<std::string, const engram::SafetensorsReader*> readers;
+  std::map<std::string, const checkpoint::SafetensorsReader*> readers;
   for (const auto& reader : (*checkpoint)->shards()) {
     readers[fs::path(reader->path()).filename().string()] = reader.get();
   }
@@ -428,13 +430,13 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
       done += static_cast<int64_t>(shard_weights.size());
       continue;
     }
-    const engram::SafetensorsReader& reader = *readers.at(shard);
+    const checkpoint::SafetensorsReader& reader = *readers.at(shard);
     absl::StatusOr<std::unique_ptr<ShardFileWriter>> writer =
         ShardFileWriter::Create(dir.PathOf(shard),
                                 ShardDecls(reader, by_weight, dropped),
                                 reader.metadata(), ShardOpenMode::kCreate);
     if (!writer.ok()) return writer.status();
-    for (const engram::TensorInfo& info : reader.tensors()) {
+    for (const checkpoint::TensorInfo& info : reader.tensors()) {
       if (by_weight.count(info.name) != 0 || dropped.count(info.name) != 0) {
         continue;
       }
@@ -478,9 +480,10 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
   }
 
   // Index, config, quant config, report.
-  const std::optional<engram::CheckpointIndex>& index = (*checkpoint)->index();
+  const std::optional<checkpoint::CheckpointIndex>& index =
+      (*checkpoint)->index();
   if (index.has_value()) {
-    engram::CheckpointIndex new_index = *index;
+    checkpoint::CheckpointIndex new_index = *index;
     uint64_t total_size = 0;
     for (const auto& [name, location] : (*checkpoint)->tensors()) {
       if (dropped.count(name) != 0) {
@@ -496,16 +499,16 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
       total_size += static_cast<uint64_t>(w.out * w.in / kGroupSize) + 8;
     }
     new_index.total_size = total_size;
-    if (absl::Status s = engram::WriteCheckpointIndex(
-            dir.PathOf(engram::kIndexFileName), new_index);
+    if (absl::Status s = checkpoint::WriteCheckpointIndex(
+            dir.PathOf(checkpoint::kIndexFileName), new_index);
         !s.ok()) {
       return s;
     }
-    written.insert(std::string(engram::kIndexFileName));
+    written.insert(std::string(checkpoint::kIndexFileName));
   }
   absl::StatusOr<std::string> config = CastConfigText(o.checkpoint_dir);
   if (!config.ok()) return config.status();
-  if (absl::Status s = dir.WriteFile(engram::kConfigFileName, *config);
+  if (absl::Status s = dir.WriteFile(checkpoint::kConfigFileName, *config);
       !s.ok()) {
     return s;
   }

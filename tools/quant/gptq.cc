@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "engram_store/format/e4m3.h"
+#include "formats/e4m3.h"
 #include "tools/quant/blas.h"
 
 // LAPACK from OpenBLAS (Debian's libopenblas provides the symbols; no
@@ -22,7 +22,7 @@ void dpotri_(const char* uplo, const blasint* n, double* a, const blasint* lda,
 namespace mneme::quant {
 namespace {
 
-constexpr int kN = engram::kRowDim;
+constexpr int kN = formats::kRowDim;
 constexpr int kBlocksPerRow = kN / kBlock;
 
 }  // namespace
@@ -113,7 +113,7 @@ void GptqQuantizeChunk(const ColumnFactor& factor, const GptqOptions& options,
               ChooseBlockScale(block_values, gs, options.scale, &smaller);
           if (stats != nullptr && smaller) ++stats->smaller_scale_blocks;
           scales[r * kBlocksPerRow + i / kBlock] = block_scale[r];
-          step[r] = engram::E4m3ToFloat(block_scale[r]) * gs;
+          step[r] = formats::E4m3ToFloat(block_scale[r]) * gs;
         }
       }
       const float d = u[i * kN + i];

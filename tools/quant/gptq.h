@@ -27,7 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engram_store/format/row_format.h"
+#include "formats/row_format.h"
 #include "tools/quant/nvfp4_quant.h"
 
 namespace mneme::quant {

@@ -4,9 +4,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "engram_store/format/e2m1.h"
-#include "engram_store/format/e4m3.h"
-#include "engram_store/format/ue8m0.h"
+#include "formats/e2m1.h"
+#include "formats/e4m3.h"
+#include "formats/ue8m0.h"
 
 namespace mneme::quant {
 
@@ -85,8 +85,8 @@ absl::Status CastMxfp4Tensor(int64_t rows, int64_t cols,
       const uint8_t block_scale = code.value_or(smallest);
       out_scales[2 * block_index] = block_scale;
       out_scales[2 * block_index + 1] = block_scale;
-      const float source_scale = engram::Ue8m0ToFloat(e);
-      const float target_scale = engram::E4m3ToFloat(block_scale);
+      const float source_scale = formats::Ue8m0ToFloat(e);
+      const float target_scale = formats::E4m3ToFloat(block_scale);
       const size_t first_byte = block_index * (kMxfp4Block / 2);
       double block_error = 0.0;
       for (size_t j = 0; j < kMxfp4Block / 2; ++j) {
@@ -95,19 +95,19 @@ absl::Status CastMxfp4Tensor(int64_t rows, int64_t cols,
         if (!code.has_value()) {
           // Re-round both values to the smallest step.
           const float step = target_scale * ws2;
-          const uint8_t lo = engram::FloatToE2m1(
-              engram::E2m1ToFloat(byte & 0xF) * source_scale / step);
-          const uint8_t hi = engram::FloatToE2m1(
-              engram::E2m1ToFloat(byte >> 4) * source_scale / step);
+          const uint8_t lo = formats::FloatToE2m1(
+              formats::E2m1ToFloat(byte & 0xF) * source_scale / step);
+          const uint8_t hi = formats::FloatToE2m1(
+              formats::E2m1ToFloat(byte >> 4) * source_scale / step);
           out_byte = static_cast<uint8_t>(lo | (hi << 4));
         }
         out_packed[first_byte + j] = out_byte;
         for (int half = 0; half < 2; ++half) {
           const uint8_t in_nibble = (byte >> (4 * half)) & 0xF;
           const uint8_t out_nibble = (out_byte >> (4 * half)) & 0xF;
-          const float source = engram::E2m1ToFloat(in_nibble) * source_scale;
+          const float source = formats::E2m1ToFloat(in_nibble) * source_scale;
           const float target =
-              (engram::E2m1ToFloat(out_nibble) * target_scale) * ws2;
+              (formats::E2m1ToFloat(out_nibble) * target_scale) * ws2;
           block_error = std::max(
               block_error, std::fabs(static_cast<double>(target) - source));
         }

@@ -4,13 +4,13 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "engram_store/format/row_format.h"
+#include "formats/row_format.h"
 
 namespace mneme::quant {
 
-using engram::E4m3ToFloat;
-using engram::FloatToE4m3;
-using engram::kE2m1Max;
+using formats::E4m3ToFloat;
+using formats::FloatToE4m3;
+using formats::kE2m1Max;
 
 std::string QuantMethodName(const QuantMethod& method) {
   return absl::StrCat(method.feedback == ErrorFeedback::kGptq ? "gptq" : "rtn",
@@ -73,7 +73,7 @@ uint8_t ChooseBlockScale(const float* values, float global_scale,
 
 void QuantizeRowRtn(const float* values, float global_scale, ScaleChoice choice,
                     uint8_t* weights, uint8_t* scales, RowQuantStats* stats) {
-  for (int block = 0; block < engram::kRowDim / kBlock; ++block) {
+  for (int block = 0; block < formats::kRowDim / kBlock; ++block) {
     const float* x = values + block * kBlock;
     bool smaller = false;
     const uint8_t scale = ChooseBlockScale(x, global_scale, choice, &smaller);
@@ -90,7 +90,7 @@ void QuantizeRowRtn(const float* values, float global_scale, ScaleChoice choice,
 }
 
 void PackCodes(const uint8_t* codes, uint8_t* weights) {
-  for (int j = 0; j < engram::kRowDim / 2; ++j) {
+  for (int j = 0; j < formats::kRowDim / 2; ++j) {
     weights[j] = static_cast<uint8_t>((codes[2 * j] & 0xF) |
                                       ((codes[2 * j + 1] & 0xF) << 4));
   }

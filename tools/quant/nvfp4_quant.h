@@ -19,8 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engram_store/format/e2m1.h"
-#include "engram_store/format/e4m3.h"
+#include "formats/e2m1.h"
+#include "formats/e4m3.h"
 
 namespace mneme::quant {
 
@@ -63,7 +63,7 @@ inline constexpr int kBlock = 16;
 // The fp32 value an NVFP4 decoder gives for `code` in a block with e4m3
 // scale `scale` (see the file comment).
 inline float Nvfp4Value(uint8_t code, uint8_t scale, float global_scale) {
-  return (engram::E2m1ToFloat(code) * engram::E4m3ToFloat(scale)) *
+  return (formats::E2m1ToFloat(code) * formats::E4m3ToFloat(scale)) *
          global_scale;
 }
 

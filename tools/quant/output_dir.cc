@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engram_store/checkpoint/file_io.h"
+#include "common/file_io.h"
 
 namespace mneme::quant {
 namespace {
@@ -46,7 +46,7 @@ absl::Status SyncDirectory(const std::string& dir) {
   if (fd < 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("cannot open '", dir, "'"));
   }
-  engram::ScopedFd scoped(fd);
+  mneme::ScopedFd scoped(fd);
   if (::fsync(fd) != 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("fsync '", dir, "'"));
   }
@@ -135,7 +135,7 @@ absl::StatusOr<std::unique_ptr<PartialOutputDir>> PartialOutputDir::Open(
   if (fs::exists(fs::symlink_status(dir->path_, ec))) {
     const std::string journal_path = dir->PathOf(std::string(kJournalFileName));
     absl::StatusOr<std::string> text =
-        engram::ReadSmallFile(journal_path, kMaxJournalBytes);
+        mneme::ReadSmallFile(journal_path, kMaxJournalBytes);
     const nlohmann::json journal =
         text.ok() ? nlohmann::json::parse(*text, nullptr, false)
                   : nlohmann::json();
@@ -172,8 +172,8 @@ std::string PartialOutputDir::PathOf(absl::string_view relative) const {
 absl::Status PartialOutputDir::WriteJournal() const {
   const nlohmann::json journal = {
       {"tool", tool_}, {"identity", identity_}, {"state", state_}};
-  return engram::WriteFileAtomically(PathOf(kJournalFileName),
-                                     DumpJson(journal));
+  return mneme::WriteFileAtomically(PathOf(kJournalFileName),
+                                    DumpJson(journal));
 }
 
 absl::Status PartialOutputDir::SaveState(nlohmann::json state) {
@@ -183,7 +183,7 @@ absl::Status PartialOutputDir::SaveState(nlohmann::json state) {
 
 absl::Status PartialOutputDir::WriteFile(absl::string_view relative,
                                          absl::string_view contents) const {
-  return engram::WriteFileAtomically(PathOf(relative), contents);
+  return mneme::WriteFileAtomically(PathOf(relative), contents);
 }
 
 absl::Status PartialOutputDir::LinkSourceFiles(

@@ -7,13 +7,13 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
-#include "engram_store/checkpoint/dtype.h"
+#include "checkpoint/dtype.h"
 #include "nlohmann/json.hpp"
 
 namespace mneme::quant {
 namespace {
 
-using engram::ScopedFd;
+using mneme::ScopedFd;
 
 constexpr uint64_t kCopyChunkBytes = uint64_t{16} << 20;
 
@@ -25,7 +25,7 @@ absl::Status ErrnoError(int error, absl::string_view what,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
-    const std::string& path, std::vector<engram::TensorDecl> tensors,
+    const std::string& path, std::vector<checkpoint::TensorDecl> tensors,
     const std::map<std::string, std::string>& metadata, ShardOpenMode mode) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
@@ -33,30 +33,30 @@ absl::StatusOr<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
     for (const auto& [key, value] : metadata) meta[key] = value;
     header["__metadata__"] = std::move(meta);
   }
-  std::vector<engram::TensorInfo> layout;
+  std::vector<checkpoint::TensorInfo> layout;
   uint64_t data_bytes = 0;
-  for (engram::TensorDecl& decl : tensors) {
+  for (checkpoint::TensorDecl& decl : tensors) {
     if (decl.name.empty() || decl.name == "__metadata__" ||
         header.contains(decl.name)) {
       return absl::InvalidArgumentError(
           absl::StrCat("shard '", path, "': bad or repeated tensor name ",
-                       engram::QuoteTensorName(decl.name)));
+                       checkpoint::QuoteTensorName(decl.name)));
     }
-    uint64_t bytes = engram::DTypeSize(decl.dtype);
+    uint64_t bytes = checkpoint::DTypeSize(decl.dtype);
     for (int64_t d : decl.shape) {
       if (d < 0 ||
           __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("shard '", path, "', tensor ",
-                         engram::QuoteTensorName(decl.name), ": bad shape"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shard '", path, "', tensor ",
+            checkpoint::QuoteTensorName(decl.name), ": bad shape"));
       }
     }
     header[decl.name] = {
-        {"dtype", std::string(engram::DTypeName(decl.dtype))},
+        {"dtype", std::string(checkpoint::DTypeName(decl.dtype))},
         {"shape", decl.shape},
         {"data_offsets", {data_bytes, data_bytes + bytes}},
     };
-    engram::TensorInfo info;
+    checkpoint::TensorInfo info;
     info.name = std::move(decl.name);
     info.dtype = decl.dtype;
     info.shape = std::move(decl.shape);
@@ -68,12 +68,12 @@ absl::StatusOr<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
   std::string json = header.dump(
       -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   json.append((8 - json.size() % 8) % 8, ' ');
-  std::string prefix(engram::kSafetensorsLengthBytes, '\0');
-  for (size_t i = 0; i < engram::kSafetensorsLengthBytes; ++i) {
+  std::string prefix(checkpoint::kSafetensorsLengthBytes, '\0');
+  for (size_t i = 0; i < checkpoint::kSafetensorsLengthBytes; ++i) {
     prefix[i] = static_cast<char>((json.size() >> (8 * i)) & 0xFF);
   }
   prefix += json;
-  for (engram::TensorInfo& info : layout) info.offset += prefix.size();
+  for (checkpoint::TensorInfo& info : layout) info.offset += prefix.size();
   const uint64_t file_size = prefix.size() + data_bytes;
 
   if (mode == ShardOpenMode::kReopen) {
@@ -83,12 +83,12 @@ absl::StatusOr<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) return ErrnoError(errno, "cannot reopen", path);
     ScopedFd scoped(fd);
-    absl::StatusOr<uint64_t> size = engram::FileSize(fd, path);
+    absl::StatusOr<uint64_t> size = mneme::FileSize(fd, path);
     if (!size.ok()) return size.status();
     std::string existing(prefix.size(), '\0');
     absl::Status read =
         *size == file_size
-            ? engram::PreadFully(
+            ? mneme::PreadFully(
                   fd, 0,
                   absl::MakeSpan(reinterpret_cast<uint8_t*>(existing.data()),
                                  existing.size()),
@@ -122,7 +122,7 @@ absl::StatusOr<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
       return ErrnoError(errno, "cannot size", path);
     }
   }
-  if (absl::Status s = engram::PwriteFully(
+  if (absl::Status s = mneme::PwriteFully(
           fd, 0,
           absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(prefix.data()),
                               prefix.size()),
@@ -134,14 +134,14 @@ absl::StatusOr<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
       path, std::move(scoped), std::move(layout), data_bytes, file_size));
 }
 
-absl::StatusOr<const engram::TensorInfo*> ShardFileWriter::Find(
+absl::StatusOr<const checkpoint::TensorInfo*> ShardFileWriter::Find(
     absl::string_view name) const {
-  for (const engram::TensorInfo& info : layout_) {
+  for (const checkpoint::TensorInfo& info : layout_) {
     if (info.name == name) return &info;
   }
   return absl::NotFoundError(absl::StrCat("shard '", path_,
                                           "' declares no tensor ",
-                                          engram::QuoteTensorName(name)));
+                                          checkpoint::QuoteTensorName(name)));
 }
 
 absl::Status ShardFileWriter::Write(absl::string_view name,
@@ -151,31 +151,32 @@ absl::Status ShardFileWriter::Write(absl::string_view name,
     return absl::FailedPreconditionError(
         absl::StrCat("shard '", path_, "' is closed"));
   }
-  absl::StatusOr<const engram::TensorInfo*> info = Find(name);
+  absl::StatusOr<const checkpoint::TensorInfo*> info = Find(name);
   if (!info.ok()) return info.status();
   if (offset_in_tensor > (*info)->byte_length ||
       bytes.size() > (*info)->byte_length - offset_in_tensor) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "shard '", path_, "', tensor ", engram::QuoteTensorName(name),
+        "shard '", path_, "', tensor ", checkpoint::QuoteTensorName(name),
         ": writing ", bytes.size(), " bytes at ", offset_in_tensor,
         " leaves its ", (*info)->byte_length, " bytes"));
   }
-  return engram::PwriteFully(fd_.get(), (*info)->offset + offset_in_tensor,
-                             bytes, path_);
+  return mneme::PwriteFully(fd_.get(), (*info)->offset + offset_in_tensor,
+                            bytes, path_);
 }
 
 absl::Status ShardFileWriter::CopyTensor(
-    const engram::SafetensorsReader& source, absl::string_view source_name,
+    const checkpoint::SafetensorsReader& source, absl::string_view source_name,
     absl::string_view name) const {
-  absl::StatusOr<const engram::TensorInfo*> from = source.Find(source_name);
+  absl::StatusOr<const checkpoint::TensorInfo*> from = source.Find(source_name);
   if (!from.ok()) return from.status();
-  absl::StatusOr<const engram::TensorInfo*> to = Find(name);
+  absl::StatusOr<const checkpoint::TensorInfo*> to = Find(name);
   if (!to.ok()) return to.status();
   if ((*from)->byte_length != (*to)->byte_length) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cannot copy tensor ", engram::QuoteTensorName(source_name), " (",
-        (*from)->byte_length, " bytes) into ", engram::QuoteTensorName(name),
-        " of '", path_, "' (", (*to)->byte_length, " bytes)"));
+        "cannot copy tensor ", checkpoint::QuoteTensorName(source_name), " (",
+        (*from)->byte_length, " bytes) into ",
+        checkpoint::QuoteTensorName(name), " of '", path_, "' (",
+        (*to)->byte_length, " bytes)"));
   }
   std::vector<uint8_t> buffer(
       static_cast<size_t>(std::min(kCopyChunkBytes, (*from)->byte_length)));

@@ -11,10 +11,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "engram_store/checkpoint/file_io.h"
-#include "engram_store/checkpoint/safetensors_header.h"
-#include "engram_store/checkpoint/safetensors_reader.h"
-#include "engram_store/checkpoint/safetensors_writer.h"
+#include "checkpoint/safetensors_header.h"
+#include "checkpoint/safetensors_reader.h"
+#include "checkpoint/safetensors_writer.h"
+#include "common/file_io.h"
 
 namespace mneme::quant {
 
@@ -49,7 +49,7 @@ class ShardFileWriter {
   // declarations; errno-derived codes for I/O failures (ResourceExhausted
   // for a full disk).
   static absl::StatusOr<std::unique_ptr<ShardFileWriter>> Create(
-      const std::string& path, std::vector<engram::TensorDecl> tensors,
+      const std::string& path, std::vector<checkpoint::TensorDecl> tensors,
       const std::map<std::string, std::string>& metadata, ShardOpenMode mode);
 
   ShardFileWriter(const ShardFileWriter&) = delete;
@@ -57,14 +57,15 @@ class ShardFileWriter {
 
   const std::string& path() const { return path_; }
   // Each tensor with its absolute offset, in declaration order.
-  const std::vector<engram::TensorInfo>& layout() const { return layout_; }
+  const std::vector<checkpoint::TensorInfo>& layout() const { return layout_; }
   // Sum of the tensors' byte lengths.
   uint64_t data_bytes() const { return data_bytes_; }
   // Size of the complete file.
   uint64_t file_size() const { return file_size_; }
 
   // The declared tensor `name`; NotFound if undeclared.
-  absl::StatusOr<const engram::TensorInfo*> Find(absl::string_view name) const;
+  absl::StatusOr<const checkpoint::TensorInfo*> Find(
+      absl::string_view name) const;
 
   // Writes `bytes` at `offset_in_tensor` of tensor `name`. NotFound for an
   // undeclared tensor; InvalidArgument if the range leaves the tensor;
@@ -74,7 +75,7 @@ class ShardFileWriter {
 
   // Copies all bytes of tensor `source_name` of `source` into tensor `name`
   // (same byte length, else InvalidArgument), 16 MiB at a time.
-  absl::Status CopyTensor(const engram::SafetensorsReader& source,
+  absl::Status CopyTensor(const checkpoint::SafetensorsReader& source,
                           absl::string_view source_name,
                           absl::string_view name) const;
 
@@ -85,9 +86,9 @@ class ShardFileWriter {
   absl::Status Close();
 
  private:
-  ShardFileWriter(std::string path, engram::ScopedFd fd,
-                  std::vector<engram::TensorInfo> layout, uint64_t data_bytes,
-                  uint64_t file_size)
+  ShardFileWriter(std::string path, mneme::ScopedFd fd,
+                  std::vector<checkpoint::TensorInfo> layout,
+                  uint64_t data_bytes, uint64_t file_size)
       : path_(std::move(path)),
         fd_(std::move(fd)),
         layout_(std::move(layout)),
@@ -95,8 +96,8 @@ class ShardFileWriter {
         file_size_(file_size) {}
 
   const std::string path_;
-  engram::ScopedFd fd_;
-  const std::vector<engram::TensorInfo> layout_;
+  mneme::ScopedFd fd_;
+  const std::vector<checkpoint::TensorInfo> layout_;
   const uint64_t data_bytes_;
   const uint64_t file_size_;
 };

@@ -1,9 +1,9 @@
 #include "tools/quant/source_config.h"
 
 #include "absl/strings/str_cat.h"
-#include "engram_store/checkpoint/checkpoint_index.h"
-#include "engram_store/checkpoint/file_io.h"
-#include "engram_store/checkpoint/model_config.h"
+#include "checkpoint/checkpoint_index.h"
+#include "checkpoint/model_config.h"
+#include "common/file_io.h"
 #include "tools/quant/json_field.h"
 
 namespace mneme::quant {
@@ -12,9 +12,9 @@ absl::StatusOr<std::string> RewriteSourceConfig(
     const std::string& source_dir, const std::string& text_config_marker,
     const std::function<void(nlohmann::ordered_json& section)>& edit) {
   const std::string path =
-      absl::StrCat(source_dir, "/", engram::kConfigFileName);
+      absl::StrCat(source_dir, "/", checkpoint::kConfigFileName);
   absl::StatusOr<std::string> text =
-      engram::ReadSmallFile(path, engram::kMaxConfigFileBytes);
+      mneme::ReadSmallFile(path, checkpoint::kMaxConfigFileBytes);
   if (!text.ok()) return text.status();
   nlohmann::ordered_json config =
       nlohmann::ordered_json::parse(*text, nullptr, false);

@@ -4,26 +4,26 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engram_store/checkpoint/dtype.h"
-#include "engram_store/format/e4m3.h"
-#include "engram_store/format/row_format.h"
-#include "engram_store/format/ue8m0.h"
+#include "checkpoint/dtype.h"
+#include "formats/e4m3.h"
+#include "formats/row_format.h"
+#include "formats/ue8m0.h"
 #include "tools/quant/blas.h"
 #include "tools/quant/parallel.h"
 
 namespace mneme::quant {
 namespace {
 
-using engram::DType;
-using engram::DTypeName;
+using checkpoint::DType;
+using checkpoint::DTypeName;
 
 constexpr int64_t kWkvBlock = 32;
 // Rows dequantized per band (a multiple of kWkvBlock).
 constexpr int64_t kBandRows = 256;
 
-std::string Describe(const engram::TensorLocation& t) {
+std::string Describe(const checkpoint::TensorLocation& t) {
   return absl::StrCat("safetensors file '", t.shard->path(), "', tensor ",
-                      engram::QuoteTensorName(t.info->name));
+                      checkpoint::QuoteTensorName(t.info->name));
 }
 
 }  // namespace
@@ -37,13 +37,14 @@ std::string WkvScaleTensorName(int layer) {
 }
 
 absl::StatusOr<WkvTensors> LocateWkv(
-    const engram::ShardedCheckpoint& checkpoint, int layer, int num_columns) {
+    const checkpoint::ShardedCheckpoint& checkpoint, int layer,
+    int num_columns) {
   WkvTensors wkv;
   wkv.layer = layer;
-  absl::StatusOr<engram::TensorLocation> weight =
+  absl::StatusOr<checkpoint::TensorLocation> weight =
       checkpoint.Find(WkvWeightTensorName(layer));
   if (!weight.ok()) return weight.status();
-  absl::StatusOr<engram::TensorLocation> scale =
+  absl::StatusOr<checkpoint::TensorLocation> scale =
       checkpoint.Find(WkvScaleTensorName(layer));
   if (!scale.ok()) return scale.status();
   wkv.weight = *weight;
@@ -59,7 +60,7 @@ absl::StatusOr<WkvTensors> LocateWkv(
                      ", expected F8_E8M0 (one scale per 32x32 block)"));
   }
   const std::vector<int64_t>& ws = weight->info->shape;
-  const int64_t in_dim = int64_t{num_columns} * engram::kRowDim;
+  const int64_t in_dim = int64_t{num_columns} * formats::kRowDim;
   if (ws.size() != 2 || ws[0] < 1 || ws[1] != in_dim) {
     return absl::DataLossError(absl::StrCat(
         Describe(*weight), ": shape [", absl::StrJoin(ws, ", "),
@@ -83,7 +84,7 @@ absl::StatusOr<WkvTensors> LocateWkv(
 absl::StatusOr<std::vector<std::vector<double>>> ComputeWkvHessians(
     const WkvTensors& wkv, int threads) {
   EnsureSingleThreadedBlas();
-  constexpr int kN = engram::kRowDim;
+  constexpr int kN = formats::kRowDim;
   const int columns = static_cast<int>(wkv.in_dim / kN);
   const int64_t scale_cols = wkv.in_dim / kWkvBlock;
   std::vector<std::vector<double>> hessians(
@@ -119,8 +120,8 @@ absl::StatusOr<std::vector<std::vector<double>>> ComputeWkvHessians(
                                                   ", column ", c));
         }
         band[r * wkv.in_dim + c] =
-            static_cast<double>(engram::E4m3ToFloat(code)) *
-            engram::Ue8m0ToFloat(e);
+            static_cast<double>(formats::E4m3ToFloat(code)) *
+            formats::Ue8m0ToFloat(e);
       }
     }
     absl::Status status = ParallelFor(threads, columns, [&](int64_t c) {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engram_store/checkpoint/sharded_checkpoint.h"
+#include "checkpoint/sharded_checkpoint.h"
 
 namespace mneme::quant {
 
@@ -22,8 +22,8 @@ std::string WkvScaleTensorName(int layer);
 // A layer's wkv tensors, checked. Pointers are owned by the checkpoint.
 struct WkvTensors {
   int layer = 0;
-  engram::TensorLocation weight;
-  engram::TensorLocation scale;
+  checkpoint::TensorLocation weight;
+  checkpoint::TensorLocation scale;
   // wkv.weight is [out_dim, in_dim]; in_dim = 256 x columns.
   int64_t out_dim = 0;
   int64_t in_dim = 0;
@@ -36,7 +36,8 @@ struct WkvTensors {
 // [out, 256 x num_columns] with out >= 1 or wkv.scale is not
 // [ceil(out / 32), 8 x num_columns].
 absl::StatusOr<WkvTensors> LocateWkv(
-    const engram::ShardedCheckpoint& checkpoint, int layer, int num_columns);
+    const checkpoint::ShardedCheckpoint& checkpoint, int layer,
+    int num_columns);
 
 // Dequantizes wkv (fp32 values e4m3 x 2^(e - 127)) in bands of rows and
 // accumulates every column's H_c = W_c^T W_c in double precision (BLAS

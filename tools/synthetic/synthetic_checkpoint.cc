@@ -18,18 +18,18 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "engram_store/checkpoint/checkpoint_index.h"
-#include "engram_store/checkpoint/dtype.h"
-#include "engram_store/checkpoint/engram_table.h"
-#include "engram_store/checkpoint/file_io.h"
-#include "engram_store/checkpoint/safetensors_writer.h"
-#include "engram_store/format/bf16.h"
-#include "engram_store/format/e4m3.h"
-#include "engram_store/format/row_decode.h"
-#include "engram_store/format/row_encode.h"
-#include "engram_store/format/ue8m0.h"
+#include "checkpoint/checkpoint_index.h"
+#include "checkpoint/dtype.h"
+#include "checkpoint/engram_table.h"
+#include "checkpoint/safetensors_writer.h"
+#include "common/file_io.h"
 #include "engram_store/hashing/compressed_vocabulary.h"
 #include "engram_store/hashing/primes.h"
+#include "formats/bf16.h"
+#include "formats/e4m3.h"
+#include "formats/row_decode.h"
+#include "formats/row_encode.h"
+#include "formats/ue8m0.h"
 #include "nlohmann/json.hpp"
 #include "tools/synthetic/synthetic_tokenizer.h"
 
@@ -37,7 +37,7 @@ namespace mneme::synthetic {
 namespace {
 
 namespace fs = std::filesystem;
-using engram::RowFormat;
+using formats::RowFormat;
 
 constexpr int kMaxNgramSize = 4;
 constexpr int kHeads = 8;
@@ -74,7 +74,7 @@ std::string ShardName(int index, int count) {
 }
 
 absl::Status WriteText(const std::string& path, const std::string& text) {
-  return engram::WriteFileAtomically(path, text);
+  return mneme::WriteFileAtomically(path, text);
 }
 
 // The options only kFullModel uses.
@@ -230,33 +230,33 @@ absl::Status EncodeRows(const SyntheticCheckpointOptions& o, int layer,
                         int layer_index, float global_scale, int64_t first,
                         int64_t count, uint8_t* weights, uint8_t* scales) {
   const RowFormat format = o.engram_format;
-  const size_t wb = engram::RowWeightBytes(format);
-  const size_t sb = engram::RowScaleBytes(format);
-  std::vector<float> values(engram::kRowDim);
-  std::vector<uint8_t> fp8(engram::RowBytes(RowFormat::kFp8));
-  const engram::RowDecodeOptions fp8_decode{.format = RowFormat::kFp8};
+  const size_t wb = formats::RowWeightBytes(format);
+  const size_t sb = formats::RowScaleBytes(format);
+  std::vector<float> values(formats::kRowDim);
+  std::vector<uint8_t> fp8(formats::RowBytes(RowFormat::kFp8));
+  const formats::RowDecodeOptions fp8_decode{.format = RowFormat::kFp8};
   (void)layer_index;
   for (int64_t i = 0; i < count; ++i) {
     SyntheticRowValues(o.seed, layer, first + i, absl::MakeSpan(values));
     absl::Span<uint8_t> w(weights + i * wb, wb);
     absl::Span<uint8_t> s(scales + i * sb, sb);
     if (format == RowFormat::kFp8) {
-      if (absl::Status st = engram::EncodeFp8Row(values, w, s); !st.ok()) {
+      if (absl::Status st = formats::EncodeFp8Row(values, w, s); !st.ok()) {
         return st;
       }
       continue;
     }
     // NVFP4 tables are made from the FP8 table, as the real variant is.
-    if (absl::Status st = engram::EncodeFp8Row(values, absl::MakeSpan(fp8));
+    if (absl::Status st = formats::EncodeFp8Row(values, absl::MakeSpan(fp8));
         !st.ok()) {
       return st;
     }
     if (absl::Status st =
-            engram::DecodeRowsF32(fp8_decode, fp8, absl::MakeSpan(values));
+            formats::DecodeRowsF32(fp8_decode, fp8, absl::MakeSpan(values));
         !st.ok()) {
       return st;
     }
-    if (absl::Status st = engram::EncodeNvfp4Row(values, global_scale, w, s);
+    if (absl::Status st = formats::EncodeNvfp4Row(values, global_scale, w, s);
         !st.ok()) {
       return st;
     }
@@ -266,17 +266,17 @@ absl::Status EncodeRows(const SyntheticCheckpointOptions& o, int layer,
 
 absl::Status WriteTable(const SyntheticCheckpointOptions& o, int layer,
                         int layer_index, int64_t rows, float global_scale,
-                        engram::SafetensorsWriter& writer) {
-  const size_t wb = engram::RowWeightBytes(o.engram_format);
-  const size_t sb = engram::RowScaleBytes(o.engram_format);
+                        checkpoint::SafetensorsWriter& writer) {
+  const size_t wb = formats::RowWeightBytes(o.engram_format);
+  const size_t sb = formats::RowScaleBytes(o.engram_format);
   const int threads = o.threads > 0
                           ? o.threads
                           : std::max(1u, std::thread::hardware_concurrency());
   const int64_t batch_rows = kRowsPerTask * threads;
   std::vector<uint8_t> weights(batch_rows * wb);
   std::vector<uint8_t> scales(batch_rows * sb);
-  const std::string weight_name = engram::EngramWeightTensorName(layer);
-  const std::string scale_name = engram::EngramScaleTensorName(layer);
+  const std::string weight_name = checkpoint::EngramWeightTensorName(layer);
+  const std::string scale_name = checkpoint::EngramScaleTensorName(layer);
   const absl::Time start = absl::Now();
   absl::Time last_report = start;
   for (int64_t first = 0; first < rows; first += batch_rows) {
@@ -322,8 +322,8 @@ absl::Status WriteTable(const SyntheticCheckpointOptions& o, int layer,
 
 // wkv.weight: FP8 e4m3 [5 * hidden, 6144] with UE8M0 scales per 32 x 32.
 absl::Status WriteWkv(const SyntheticCheckpointOptions& o, int layer,
-                      int64_t out_dim, engram::SafetensorsWriter& writer) {
-  const int64_t in_dim = int64_t{kColumns} * engram::kRowDim;
+                      int64_t out_dim, checkpoint::SafetensorsWriter& writer) {
+  const int64_t in_dim = int64_t{kColumns} * formats::kRowDim;
   SplitMix mix(RowSeed(o.seed, layer, -1));
   std::vector<uint8_t> row(in_dim);
   const std::string prefix = absl::StrCat("layers.", layer, ".engram.wkv.");
@@ -332,7 +332,7 @@ absl::Status WriteWkv(const SyntheticCheckpointOptions& o, int layer,
       // Roughly N(0, 1)-sized e4m3 codes: sum of uniforms.
       const float v =
           (mix.Uniform() + mix.Uniform() + mix.Uniform() - 1.5f) * 2.0f;
-      row[c] = engram::FloatToE4m3(v);
+      row[c] = formats::FloatToE4m3(v);
     }
     if (absl::Status st = writer.Append(prefix + "weight", row); !st.ok()) {
       return st;
@@ -365,14 +365,15 @@ void EncodeFp8Blocks(absl::Span<const float> values, int64_t cols,
           amax = std::max(amax, std::fabs(values[r * cols + c]));
         }
       }
-      const uint8_t e = engram::FloatToUe8m0(amax / engram::kE4m3Max);
+      const uint8_t e = formats::FloatToUe8m0(amax / formats::kE4m3Max);
       scales.push_back(e);
       // 2^-(e - 127) exactly.
-      const float inverse = engram::Ue8m0ToFloat(static_cast<uint8_t>(254 - e));
+      const float inverse =
+          formats::Ue8m0ToFloat(static_cast<uint8_t>(254 - e));
       for (int64_t r = first_row; r < row_end; ++r) {
         for (int64_t c = first_col; c < col_end; ++c) {
           codes[r * cols + c] =
-              engram::FloatToE4m3(values[r * cols + c] * inverse);
+              formats::FloatToE4m3(values[r * cols + c] * inverse);
         }
       }
     }
@@ -384,10 +385,10 @@ void EncodeFp8Blocks(absl::Span<const float> values, int64_t cols,
 // block from the block's amax.
 absl::Status WriteCorrelatedWkv(const SyntheticCheckpointOptions& o, int layer,
                                 int64_t out_dim,
-                                engram::SafetensorsWriter& writer) {
+                                checkpoint::SafetensorsWriter& writer) {
   constexpr float kRho = 0.5f;
   const float innovation = std::sqrt(1.0f - kRho * kRho);
-  const int64_t in_dim = int64_t{kColumns} * engram::kRowDim;
+  const int64_t in_dim = int64_t{kColumns} * formats::kRowDim;
   SplitMix mix(RowSeed(o.seed, layer, -4));
   // Per-input scale in [0.5, 2), fixed for the layer.
   std::vector<float> input_scale(in_dim);
@@ -404,7 +405,7 @@ absl::Status WriteCorrelatedWkv(const SyntheticCheckpointOptions& o, int layer,
       for (int64_t c = 0; c < in_dim; ++c) {
         const float z =
             (mix.Uniform() + mix.Uniform() + mix.Uniform() - 1.5f) * 2.0f;
-        a = c % engram::kRowDim == 0 ? z : kRho * a + innovation * z;
+        a = c % formats::kRowDim == 0 ? z : kRho * a + innovation * z;
         band[r * in_dim + c] = input_scale[c] * a;
       }
     }
@@ -427,7 +428,7 @@ std::string ExpertTensorName(const std::string& prefix, int expert, int w,
 // Declarations of the MXFP4 routed experts of `prefix`.
 void AddExpertDecls(const SyntheticCheckpointOptions& o,
                     const std::string& prefix,
-                    std::vector<engram::TensorDecl>& decls) {
+                    std::vector<checkpoint::TensorDecl>& decls) {
   const int64_t hidden = o.hidden_size;
   const int64_t inter = o.moe_intermediate_size;
   for (int e = 0; e < o.num_routed_experts; ++e) {
@@ -435,10 +436,10 @@ void AddExpertDecls(const SyntheticCheckpointOptions& o,
       const int64_t out = w == 2 ? hidden : inter;
       const int64_t in = w == 2 ? inter : hidden;
       decls.push_back({ExpertTensorName(prefix, e, w, "weight"),
-                       engram::DType::kU8,
+                       checkpoint::DType::kU8,
                        {out, in / 2}});
       decls.push_back({ExpertTensorName(prefix, e, w, "scale"),
-                       engram::DType::kF8E8M0,
+                       checkpoint::DType::kF8E8M0,
                        {out, in / 32}});
     }
   }
@@ -475,7 +476,7 @@ int UnitGainExponent(int64_t in) {
 absl::Status WriteExperts(const SyntheticCheckpointOptions& o,
                           const std::string& prefix, int seed_layer,
                           const ExpertExponents& exponents,
-                          engram::SafetensorsWriter& writer) {
+                          checkpoint::SafetensorsWriter& writer) {
   const int64_t hidden = o.hidden_size;
   const int64_t inter = o.moe_intermediate_size;
   for (int e = 0; e < o.num_routed_experts; ++e) {
@@ -508,12 +509,12 @@ absl::Status WriteExperts(const SyntheticCheckpointOptions& o,
 }
 
 absl::Status WriteBf16(const std::string& name, int64_t count, uint64_t seed,
-                       engram::SafetensorsWriter& writer) {
+                       checkpoint::SafetensorsWriter& writer) {
   SplitMix mix(seed);
   std::vector<uint8_t> bytes(count * 2);
   for (int64_t i = 0; i < count; ++i) {
     const uint16_t v =
-        engram::FloatToBf16(1.0f + (mix.Uniform() - 0.5f) * 0.2f);
+        formats::FloatToBf16(1.0f + (mix.Uniform() - 0.5f) * 0.2f);
     bytes[2 * i] = static_cast<uint8_t>(v & 0xFF);
     bytes[2 * i + 1] = static_cast<uint8_t>(v >> 8);
   }
@@ -558,7 +559,7 @@ class ShardTensors {
                     const std::vector<float>& values) {
     std::vector<uint8_t> bytes(values.size() * 4);
     std::memcpy(bytes.data(), values.data(), bytes.size());
-    Add({name, engram::DType::kF32, std::move(shape)}, std::move(bytes));
+    Add({name, checkpoint::DType::kF32, std::move(shape)}, std::move(bytes));
   }
   // RMSNorm weight [dim]: 1 + 0.05 x N(0, 1).
   void AddNorm(const std::string& name, int64_t dim) {
@@ -570,11 +571,11 @@ class ShardTensors {
     const std::vector<float> values = Normals(name, 0.0f, stddev, shape);
     std::vector<uint8_t> bytes(values.size() * 2);
     for (size_t i = 0; i < values.size(); ++i) {
-      const uint16_t v = engram::FloatToBf16(values[i]);
+      const uint16_t v = formats::FloatToBf16(values[i]);
       bytes[2 * i] = static_cast<uint8_t>(v & 0xFF);
       bytes[2 * i + 1] = static_cast<uint8_t>(v >> 8);
     }
-    Add({name, engram::DType::kBf16, std::move(shape)}, std::move(bytes));
+    Add({name, checkpoint::DType::kBf16, std::move(shape)}, std::move(bytes));
   }
   // FP8 linear layer `prefix`: .weight F8_E4M3 [out, in] with values
   // N(0, 1) / sqrt(in), .scale F8_E8M0 [ceil(out / 32), ceil(in / 32)].
@@ -585,9 +586,9 @@ class ShardTensors {
     std::vector<uint8_t> codes(values.size());
     std::vector<uint8_t> scales;
     EncodeFp8Blocks(values, in, absl::MakeSpan(codes), scales);
-    Add({weight, engram::DType::kF8E4M3, {out, in}}, std::move(codes));
+    Add({weight, checkpoint::DType::kF8E4M3, {out, in}}, std::move(codes));
     Add({prefix + ".scale",
-         engram::DType::kF8E8M0,
+         checkpoint::DType::kF8E8M0,
          {(out + kFp8Block - 1) / kFp8Block, (in + kFp8Block - 1) / kFp8Block}},
         std::move(scales));
   }
@@ -604,10 +605,10 @@ class ShardTensors {
     return values;
   }
 
-  const std::vector<engram::TensorDecl>& decls() const { return decls_; }
+  const std::vector<checkpoint::TensorDecl>& decls() const { return decls_; }
 
   // Appends every tensor to `writer`, which must declare them.
-  absl::Status AppendTo(engram::SafetensorsWriter& writer) const {
+  absl::Status AppendTo(checkpoint::SafetensorsWriter& writer) const {
     for (size_t i = 0; i < decls_.size(); ++i) {
       if (absl::Status st = writer.Append(decls_[i].name, bytes_[i]);
           !st.ok()) {
@@ -618,13 +619,13 @@ class ShardTensors {
   }
 
  private:
-  void Add(engram::TensorDecl decl, std::vector<uint8_t> bytes) {
+  void Add(checkpoint::TensorDecl decl, std::vector<uint8_t> bytes) {
     decls_.push_back(std::move(decl));
     bytes_.push_back(std::move(bytes));
   }
 
   const uint64_t seed_;
-  std::vector<engram::TensorDecl> decls_;
+  std::vector<checkpoint::TensorDecl> decls_;
   std::vector<std::vector<uint8_t>> bytes_;
 };
 
@@ -729,14 +730,15 @@ absl::Status WriteModelShard(const SyntheticCheckpointOptions& o,
                              const ShardTensors& tensors,
                              const std::string& expert_prefix,
                              int expert_seed_layer,
-                             engram::CheckpointIndex& index,
+                             checkpoint::CheckpointIndex& index,
                              uint64_t& total_size) {
-  std::vector<engram::TensorDecl> decls = tensors.decls();
+  std::vector<checkpoint::TensorDecl> decls = tensors.decls();
   if (!expert_prefix.empty()) AddExpertDecls(o, expert_prefix, decls);
-  for (const engram::TensorDecl& d : decls) index.weight_map[d.name] = shard;
-  absl::StatusOr<std::unique_ptr<engram::SafetensorsWriter>> writer =
-      engram::SafetensorsWriter::Create(dir + "/" + shard, decls,
-                                        {.metadata = {{"format", "pt"}}});
+  for (const checkpoint::TensorDecl& d : decls)
+    index.weight_map[d.name] = shard;
+  absl::StatusOr<std::unique_ptr<checkpoint::SafetensorsWriter>> writer =
+      checkpoint::SafetensorsWriter::Create(dir + "/" + shard, decls,
+                                            {.metadata = {{"format", "pt"}}});
   if (!writer.ok()) return writer.status();
   if (absl::Status st = tensors.AppendTo(**writer); !st.ok()) return st;
   if (!expert_prefix.empty()) {
@@ -851,8 +853,8 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
 
   const bool nvfp4 = o.engram_format == RowFormat::kNvfp4;
   const int64_t wkv_out = int64_t{o.hc_mult + 1} * o.hidden_size;
-  const int64_t wkv_in = int64_t{kColumns} * engram::kRowDim;
-  engram::CheckpointIndex index;
+  const int64_t wkv_in = int64_t{kColumns} * formats::kRowDim;
+  checkpoint::CheckpointIndex index;
   uint64_t total_size = 0;
   std::vector<int64_t> num_embeddings;
   nlohmann::ordered_json global_scales = nlohmann::ordered_json::object();
@@ -862,29 +864,31 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
     for (int64_t p : (*primes)[t]) rows += p;
     num_embeddings.push_back(rows);
     const float global_scale =
-        nvfp4 ? engram::Nvfp4GlobalScale(SyntheticTableAmax(layer < 2 ? 0 : 1))
+        nvfp4 ? formats::Nvfp4GlobalScale(SyntheticTableAmax(layer < 2 ? 0 : 1))
               : 1.0f;
     if (nvfp4) global_scales[std::to_string(layer)] = global_scale;
 
     const std::string prefix = absl::StrCat("layers.", layer, ".engram.");
-    using engram::DType;
-    std::vector<engram::TensorDecl> decls = {
+    using checkpoint::DType;
+    std::vector<checkpoint::TensorDecl> decls = {
         {prefix + "embed.weight",
          nvfp4 ? DType::kU8 : DType::kF8E4M3,
-         {rows, static_cast<int64_t>(engram::RowWeightBytes(o.engram_format))}},
+         {rows,
+          static_cast<int64_t>(formats::RowWeightBytes(o.engram_format))}},
         {prefix + "embed.scale",
          nvfp4 ? DType::kF8E4M3 : DType::kF8E8M0,
-         {rows, static_cast<int64_t>(engram::RowScaleBytes(o.engram_format))}},
+         {rows, static_cast<int64_t>(formats::RowScaleBytes(o.engram_format))}},
         {prefix + "wkv.weight", DType::kF8E4M3, {wkv_out, wkv_in}},
         {prefix + "wkv.scale", DType::kF8E8M0, {wkv_out / 32, wkv_in / 32}},
         {prefix + "q_weight", DType::kBf16, {o.hc_mult, o.hidden_size}},
         {prefix + "k_weight", DType::kBf16, {o.hc_mult, o.hidden_size}},
     };
     const std::string shard = ShardName(t, num_shards);
-    for (const engram::TensorDecl& d : decls) index.weight_map[d.name] = shard;
-    absl::StatusOr<std::unique_ptr<engram::SafetensorsWriter>> writer =
-        engram::SafetensorsWriter::Create(partial + "/" + shard, decls,
-                                          {.metadata = {{"format", "pt"}}});
+    for (const checkpoint::TensorDecl& d : decls)
+      index.weight_map[d.name] = shard;
+    absl::StatusOr<std::unique_ptr<checkpoint::SafetensorsWriter>> writer =
+        checkpoint::SafetensorsWriter::Create(partial + "/" + shard, decls,
+                                              {.metadata = {{"format", "pt"}}});
     if (!writer.ok()) return writer.status();
     if (absl::Status st = WriteTable(o, layer, t, rows, global_scale, **writer);
         !st.ok()) {
@@ -920,16 +924,17 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
     }
   }
   for (size_t i = 0; i < expert_shards.size(); ++i) {
-    std::vector<engram::TensorDecl> decls;
+    std::vector<checkpoint::TensorDecl> decls;
     for (const auto& [prefix, seed_layer] : expert_shards[i]) {
       AddExpertDecls(o, prefix, decls);
     }
     const std::string shard =
         ShardName(num_tables + static_cast<int>(i), num_shards);
-    for (const engram::TensorDecl& d : decls) index.weight_map[d.name] = shard;
-    absl::StatusOr<std::unique_ptr<engram::SafetensorsWriter>> writer =
-        engram::SafetensorsWriter::Create(partial + "/" + shard, decls,
-                                          {.metadata = {{"format", "pt"}}});
+    for (const checkpoint::TensorDecl& d : decls)
+      index.weight_map[d.name] = shard;
+    absl::StatusOr<std::unique_ptr<checkpoint::SafetensorsWriter>> writer =
+        checkpoint::SafetensorsWriter::Create(partial + "/" + shard, decls,
+                                              {.metadata = {{"format", "pt"}}});
     if (!writer.ok()) return writer.status();
     for (const auto& [prefix, seed_layer] : expert_shards[i]) {
       if (absl::Status st = WriteExperts(o, prefix, seed_layer,
@@ -960,8 +965,8 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
     }
   }
   index.total_size = total_size;
-  if (absl::Status st = engram::WriteCheckpointIndex(
-          partial + "/" + std::string(engram::kIndexFileName), index);
+  if (absl::Status st = checkpoint::WriteCheckpointIndex(
+          partial + "/" + std::string(checkpoint::kIndexFileName), index);
       !st.ok()) {
     return st;
   }
@@ -979,7 +984,7 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
       {"engram_num_embeddings", num_embeddings},
       {"engram_max_ngram_size", kMaxNgramSize},
       {"engram_n_heads", kHeads},
-      {"engram_head_dim", engram::kRowDim},
+      {"engram_head_dim", formats::kRowDim},
       {"engram_vocab_size", o.engram_vocab_size},
       {"engram_compressed_vocab_size", (*vocab)->size()},
       {"engram_pad_token_id", kPadTokenId},
@@ -1011,7 +1016,7 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
   }
   if (nvfp4) {
     text_config["engram_quant"] = "nvfp4";
-    text_config["engram_quant_block_size"] = engram::kNvfp4BlockSize;
+    text_config["engram_quant_block_size"] = formats::kNvfp4BlockSize;
     text_config["engram_quant_method"] = "rtn-amax";
     text_config["engram_quant_global_scale"] = global_scales;
   }

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "engram_store/format/row_format.h"
+#include "formats/row_format.h"
 
 namespace mneme::synthetic {
 
@@ -49,7 +49,7 @@ struct SyntheticCheckpointOptions {
   // directory named OUT is always complete. Required.
   std::string out_dir;
   // Format of the Engram tables. Default: kFp8.
-  engram::RowFormat engram_format = engram::RowFormat::kFp8;
+  formats::RowFormat engram_format = formats::RowFormat::kFp8;
   // Seed of every generated value. Default: 0.
   uint64_t seed = 0;
   // engram_vocab_size: start of the prime search, so each table has about

@@ -5,8 +5,8 @@
 #include <utility>
 #include <vector>
 
-#include "engram_store/hashing/byte_level.h"
 #include "nlohmann/json.hpp"
+#include "text/byte_level.h"
 
 namespace mneme::synthetic {
 namespace {
@@ -152,8 +152,8 @@ constexpr const char* kWords[] = {
 
 std::string Spell(const std::string& bytes) {
   std::u32string chars;
-  for (unsigned char b : bytes) chars.push_back(engram::ByteLevelCharOfByte(b));
-  return engram::EncodeUtf8(chars);
+  for (unsigned char b : bytes) chars.push_back(text::ByteLevelCharOfByte(b));
+  return text::EncodeUtf8(chars);
 }
 
 struct Vocabulary {

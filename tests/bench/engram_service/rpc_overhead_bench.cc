@@ -13,11 +13,11 @@
 #include <string>
 
 #include "benchmark/benchmark.h"
+#include "common/inflight_gate.h"
 #include "engram_store/client/grpc_engram_client.h"
 #include "engram_store/client/in_process_engram_client.h"
 #include "engram_store/engram_store.h"
 #include "engram_store/service/engram_service.h"
-#include "services/common/inflight_gate.h"
 #include "services/common/server_runner.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
 

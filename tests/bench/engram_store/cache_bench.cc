@@ -30,13 +30,13 @@
 #include "benchmark/benchmark.h"
 #include "engram_store/cache/ram_row_cache.h"
 #include "engram_store/cache/rocksdb_row_cache.h"
-#include "engram_store/format/row_format.h"
+#include "formats/row_format.h"
 #include "glog/logging.h"
 
 namespace mneme::engram {
 namespace {
 
-constexpr size_t kRowBytes = RowBytes(RowFormat::kFp8);
+constexpr size_t kRowBytes = formats::RowBytes(formats::RowFormat::kFp8);
 constexpr uint32_t kTable = 1;
 constexpr int64_t kRamRows = 1500000;
 constexpr int64_t kRocksRows = 1000000;

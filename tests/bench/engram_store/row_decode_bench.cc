@@ -22,9 +22,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
-#include "engram_store/format/row_decode.h"
-#include "engram_store/format/row_encode.h"
-#include "engram_store/format/row_format.h"
+#include "formats/row_decode.h"
+#include "formats/row_encode.h"
+#include "formats/row_format.h"
 
 namespace mneme::engram {
 namespace {
@@ -33,36 +33,38 @@ constexpr int kRowCounts[] = {48, 4096};
 constexpr float kGlobalScale = 0.004092f;  // V4.1 NVFP4 layer 1
 
 // `num_rows` encoded rows of heavy-tailed values (as real tables hold).
-std::vector<uint8_t> MakeRows(RowFormat format, size_t num_rows) {
+std::vector<uint8_t> MakeRows(formats::RowFormat format, size_t num_rows) {
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> values(kRowDim);
-  std::vector<uint8_t> rows(num_rows * RowBytes(format));
+  std::vector<float> values(formats::kRowDim);
+  std::vector<uint8_t> rows(num_rows * formats::RowBytes(format));
   for (size_t r = 0; r < num_rows; ++r) {
     for (float& v : values) v = 0.05f * normal(rng) * std::exp(normal(rng));
-    const absl::Span<uint8_t> row =
-        absl::MakeSpan(rows).subspan(r * RowBytes(format), RowBytes(format));
-    const absl::Status status = format == RowFormat::kFp8
-                                    ? EncodeFp8Row(values, row)
-                                    : EncodeNvfp4Row(values, kGlobalScale, row);
+    const absl::Span<uint8_t> row = absl::MakeSpan(rows).subspan(
+        r * formats::RowBytes(format), formats::RowBytes(format));
+    const absl::Status status =
+        format == formats::RowFormat::kFp8
+            ? formats::EncodeFp8Row(values, row)
+            : formats::EncodeNvfp4Row(values, kGlobalScale, row);
     if (!status.ok()) std::abort();  // programming error in the benchmark
   }
   return rows;
 }
 
 template <typename Out>
-void BM_Decode(benchmark::State& state, RowFormat format, DecodeImpl impl) {
+void BM_Decode(benchmark::State& state, formats::RowFormat format,
+               formats::DecodeImpl impl) {
   const size_t num_rows = static_cast<size_t>(state.range(0));
   const std::vector<uint8_t> rows = MakeRows(format, num_rows);
-  std::vector<Out> out(num_rows * kRowDim);
-  const RowDecodeOptions options{
+  std::vector<Out> out(num_rows * formats::kRowDim);
+  const formats::RowDecodeOptions options{
       .format = format, .global_scale = kGlobalScale, .impl = impl};
   for (auto _ : state) {
     absl::Status status;
     if constexpr (std::is_same_v<Out, float>) {
-      status = DecodeRowsF32(options, rows, absl::MakeSpan(out));
+      status = formats::DecodeRowsF32(options, rows, absl::MakeSpan(out));
     } else {
-      status = DecodeRowsBf16(options, rows, absl::MakeSpan(out));
+      status = formats::DecodeRowsBf16(options, rows, absl::MakeSpan(out));
     }
     if (!status.ok()) {
       state.SkipWithError(status.ToString().c_str());
@@ -75,14 +77,15 @@ void BM_Decode(benchmark::State& state, RowFormat format, DecodeImpl impl) {
   state.counters["rows/s"] =
       benchmark::Counter(static_cast<double>(state.iterations()) * num_rows,
                          benchmark::Counter::kIsRate);
-  if (impl != DecodeImpl::kScalar) state.SetLabel(DecodeSimdTargetName());
+  if (impl != formats::DecodeImpl::kScalar)
+    state.SetLabel(formats::DecodeSimdTargetName());
 }
 
 // memcpy of the bytes that decoding `rows` rows to Out writes.
 template <typename Out>
 void BM_Memcpy(benchmark::State& state) {
   const size_t num_rows = static_cast<size_t>(state.range(0));
-  const size_t bytes = num_rows * kRowDim * sizeof(Out);
+  const size_t bytes = num_rows * formats::kRowDim * sizeof(Out);
   std::vector<uint8_t> source(bytes, 0x5A);
   std::vector<uint8_t> destination(bytes);
   for (auto _ : state) {
@@ -107,11 +110,14 @@ void Register(const std::string& name, Args&&... args) {
 }
 
 [[maybe_unused]] const bool kRegistered = [] {
-  for (const RowFormat format : {RowFormat::kFp8, RowFormat::kNvfp4}) {
-    for (const DecodeImpl impl : {DecodeImpl::kScalar, DecodeImpl::kSimd}) {
+  for (const formats::RowFormat format :
+       {formats::RowFormat::kFp8, formats::RowFormat::kNvfp4}) {
+    for (const formats::DecodeImpl impl :
+         {formats::DecodeImpl::kScalar, formats::DecodeImpl::kSimd}) {
       const std::string prefix =
-          absl::StrCat("Decode/", RowFormatName(format), "/");
-      const char* impl_name = impl == DecodeImpl::kScalar ? "scalar" : "simd";
+          absl::StrCat("Decode/", formats::RowFormatName(format), "/");
+      const char* impl_name =
+          impl == formats::DecodeImpl::kScalar ? "scalar" : "simd";
       Register(absl::StrCat(prefix, "f32/", impl_name), BM_Decode<float>,
                format, impl);
       Register(absl::StrCat(prefix, "bf16/", impl_name), BM_Decode<uint16_t>,

@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "benchmark/benchmark.h"
-#include "engram_store/format/bf16.h"
+#include "formats/bf16.h"
 #include "gpu/backend.h"
 #include "gpu/cpu/cpu_backend.h"
 
@@ -72,7 +72,7 @@ std::unique_ptr<Weight> MakeWeight(Backend& backend, WeightFormat format,
       break;
     default:  // kBf16
       for (int64_t i = 0; i < kOut * kIn; ++i) {
-        const uint16_t bits = engram::FloatToBf16((byte(rng) - 128) / 1024.0f);
+        const uint16_t bits = formats::FloatToBf16((byte(rng) - 128) / 1024.0f);
         data.push_back(static_cast<uint8_t>(bits & 0xFF));
         data.push_back(static_cast<uint8_t>(bits >> 8));
       }

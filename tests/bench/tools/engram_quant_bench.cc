@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "engram_store/format/row_decode.h"
-#include "engram_store/format/row_encode.h"
+#include "formats/row_decode.h"
+#include "formats/row_encode.h"
 #include "tools/quant/engram_quantizer.h"
 #include "tools/quant/gptq.h"
 #include "tools/quant/nvfp4_quant.h"
@@ -45,9 +45,9 @@ const std::vector<float>& Rows() {
     std::vector<uint8_t> fp8(264);
     for (int64_t r = 0; r < kRows; ++r) {
       synthetic::SyntheticRowValues(1, 1, r, absl::MakeSpan(row));
-      (void)engram::EncodeFp8Row(row, absl::MakeSpan(fp8));
-      (void)engram::DecodeRowsF32({.format = engram::RowFormat::kFp8}, fp8,
-                                  absl::MakeSpan(*values).subspan(r * kN, kN));
+      (void)formats::EncodeFp8Row(row, absl::MakeSpan(fp8));
+      (void)formats::DecodeRowsF32({.format = formats::RowFormat::kFp8}, fp8,
+                                   absl::MakeSpan(*values).subspan(r * kN, kN));
     }
     return values;
   }();
@@ -88,7 +88,7 @@ void BM_QuantizeRows(benchmark::State& state, std::string method_name) {
   const QuantMethod method = *ParseQuantMethod(method_name);
   const std::vector<float>& rows = Rows();
   const int64_t n = static_cast<int64_t>(rows.size()) / kN;
-  const float gs = engram::Nvfp4GlobalScale(11.0f);
+  const float gs = formats::Nvfp4GlobalScale(11.0f);
   const ColumnFactor& factor = Factor();
   const GptqOptions options{
       .global_scale = gs, .scale = method.scale, .batch_columns = 32};

@@ -79,8 +79,8 @@
 #include "gpu/comm/gloo_communicator.h"
 #include "gpu/comm/in_memory_rendezvous_store.h"
 #include "gpu/cpu/cpu_backend.h"
+#include "model/model.h"
 #include "nlohmann/json.hpp"
-#include "services/worker/model/model.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
 
 ABSL_FLAG(std::string, configs, "1x1,1x2,2x1,4x1",
@@ -206,7 +206,7 @@ int64_t DecodeToken(uint64_t id, int64_t position) {
 // One rank's model and communicator; runs the scenarios.
 class Rank {
  public:
-  Rank(worker::Model& model, gpu::Communicator* comm, const Shared& shared)
+  Rank(model::Model& model, gpu::Communicator* comm, const Shared& shared)
       : model_(model), comm_(comm), shared_(shared) {}
 
   absl::Status Run(RankResult& result) {
@@ -225,12 +225,12 @@ class Rank {
   }
 
  private:
-  absl::StatusOr<StepSample> TimedStep(const worker::StepInput& input,
+  absl::StatusOr<StepSample> TimedStep(const model::StepInput& input,
                                        RankResult& result) {
     const gpu::CommStats c0 = comm_ ? comm_->stats() : gpu::CommStats{};
     const absl::Duration e0 = model_.stats().engram_time;
     const Clock::time_point t0 = Clock::now();
-    absl::StatusOr<worker::StepOutput> out = model_.Step(input);
+    absl::StatusOr<model::StepOutput> out = model_.Step(input);
     const Clock::time_point t1 = Clock::now();
     if (!out.ok()) return out.status();
     const gpu::CommStats c1 = comm_ ? comm_->stats() : gpu::CommStats{};
@@ -251,8 +251,8 @@ class Rank {
     const int steps = shared_.warmup_steps + shared_.prefill_steps;
     for (int i = 0; i < steps; ++i) {
       const uint64_t id = next_id_++;
-      worker::StepInput input;
-      worker::SequenceChunk chunk;
+      model::StepInput input;
+      model::SequenceChunk chunk;
       chunk.sequence_id = id;
       chunk.tokens = Prompt(length, id);
       input.chunks.push_back(std::move(chunk));
@@ -267,10 +267,10 @@ class Rank {
   absl::Status Decode(int batch, RankResult& result,
                       std::vector<StepSample>& samples) {
     std::vector<uint64_t> ids;
-    worker::StepInput prefill;
+    model::StepInput prefill;
     for (int b = 0; b < batch; ++b) {
       ids.push_back(next_id_++);
-      worker::SequenceChunk chunk;
+      model::SequenceChunk chunk;
       chunk.sequence_id = ids.back();
       chunk.tokens = Prompt(shared_.decode_context, ids.back());
       prefill.chunks.push_back(std::move(chunk));
@@ -279,9 +279,9 @@ class Rank {
     const int steps = shared_.warmup_steps + shared_.decode_steps;
     for (int i = 0; i < steps && st.ok(); ++i) {
       const int64_t position = shared_.decode_context + i;
-      worker::StepInput input;
+      model::StepInput input;
       for (uint64_t id : ids) {
-        worker::SequenceChunk chunk;
+        model::SequenceChunk chunk;
         chunk.sequence_id = id;
         chunk.tokens = {DecodeToken(id, position)};
         chunk.start_position = position;
@@ -298,7 +298,7 @@ class Rank {
     return st;
   }
 
-  worker::Model& model_;
+  model::Model& model_;
   gpu::Communicator* const comm_;
   const Shared& shared_;
   uint64_t next_id_ = 1;
@@ -361,14 +361,14 @@ void RunRank(const Config& config, int rank, const Shared& shared,
     }
     comm = *std::move(c);
   }
-  worker::ModelOptions mo;
+  model::ModelOptions mo;
   mo.checkpoint_dir = shared.checkpoint_dir;
   mo.tp_rank = rank;
   mo.tp_size = config.tp;
   mo.kv_cache.budget_bytes = int64_t{16} << 20;
   const Clock::time_point t0 = Clock::now();
-  absl::StatusOr<std::unique_ptr<worker::Model>> model =
-      worker::Model::Create(mo, **backend, comm.get(), shared.engram);
+  absl::StatusOr<std::unique_ptr<model::Model>> model =
+      model::Model::Create(mo, **backend, comm.get(), shared.engram);
   if (!model.ok()) {
     result.status = model.status();
     return;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engram_store/cache/ram_row_cache.h"
-#include "engram_store/format/row_format.h"
+#include "formats/row_format.h"
 #include "gtest/gtest.h"
 #include "tests/engram_store/cache/test_rows.h"
 #include "tests/engram_store/cache/zipf.h"
@@ -42,19 +42,22 @@ uint64_t ResidentBytes() {
   return resident_pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
-class RamRowCacheBudgetTest : public ::testing::TestWithParam<RowFormat> {};
+class RamRowCacheBudgetTest
+    : public ::testing::TestWithParam<formats::RowFormat> {};
 
 INSTANTIATE_TEST_SUITE_P(Formats, RamRowCacheBudgetTest,
-                         ::testing::Values(RowFormat::kFp8, RowFormat::kNvfp4),
+                         ::testing::Values(formats::RowFormat::kFp8,
+                                           formats::RowFormat::kNvfp4),
                          [](const auto& info) {
-                           return std::string(RowFormatName(info.param));
+                           return std::string(
+                               formats::RowFormatName(info.param));
                          });
 
 TEST_P(RamRowCacheBudgetTest, LongZipfWorkloadStaysWithinBudget) {
   constexpr uint64_t kBudget = 48 << 20;
   constexpr uint64_t kRowLookups = 1000000;
   constexpr int kKeyBits = 24;  // 16M rows per table
-  const size_t rb = RowBytes(GetParam());
+  const size_t rb = formats::RowBytes(GetParam());
 
   // Scratch buffers sized for the largest batch, allocated before the
   // baseline so they do not count as growth.
@@ -128,7 +131,7 @@ TEST_P(RamRowCacheBudgetTest, LongZipfWorkloadStaysWithinBudget) {
       "[%s] %lu row lookups in %lu batches: hit ratio %.3f, %lu evictions, "
       "%lu rows resident (capacity %lu), max bytes_in_use %lu of %lu, RSS "
       "growth %.1f MiB\n",
-      RowFormatName(GetParam()), static_cast<unsigned long>(done),
+      formats::RowFormatName(GetParam()), static_cast<unsigned long>(done),
       static_cast<unsigned long>(batches),
       static_cast<double>(stats.hits) / stats.lookups,
       static_cast<unsigned long>(stats.evictions),

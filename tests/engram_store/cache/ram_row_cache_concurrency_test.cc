@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engram_store/cache/ram_row_cache.h"
-#include "engram_store/format/row_format.h"
+#include "formats/row_format.h"
 #include "gtest/gtest.h"
 #include "tests/engram_store/cache/test_rows.h"
 #include "tests/engram_store/cache/zipf.h"
@@ -24,7 +24,7 @@ using testing::ZipfGenerator;
 
 TEST(RamRowCacheConcurrencyTest, ReadersAndWritersAgree) {
   RamRowCacheOptions options;
-  options.row_bytes = RowBytes(RowFormat::kFp8);
+  options.row_bytes = formats::RowBytes(formats::RowFormat::kFp8);
   options.budget_bytes = 4 << 20;
   options.num_shards = 8;
   absl::StatusOr<std::unique_ptr<RamRowCache>> created =

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engram_store/format/row_format.h"
+#include "formats/row_format.h"
 #include "gtest/gtest.h"
 #include "tests/engram_store/cache/test_rows.h"
 
@@ -25,9 +25,9 @@ std::unique_ptr<RamRowCache> MakeCache(const RamRowCacheOptions& options) {
   return *std::move(cache);
 }
 
-class RamRowCacheTest : public ::testing::TestWithParam<RowFormat> {
+class RamRowCacheTest : public ::testing::TestWithParam<formats::RowFormat> {
  protected:
-  size_t row_bytes() const { return RowBytes(GetParam()); }
+  size_t row_bytes() const { return formats::RowBytes(GetParam()); }
   RamRowCacheOptions Options(uint64_t budget, int shards) const {
     RamRowCacheOptions o;
     o.row_bytes = row_bytes();
@@ -38,9 +38,11 @@ class RamRowCacheTest : public ::testing::TestWithParam<RowFormat> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Formats, RamRowCacheTest,
-                         ::testing::Values(RowFormat::kFp8, RowFormat::kNvfp4),
+                         ::testing::Values(formats::RowFormat::kFp8,
+                                           formats::RowFormat::kNvfp4),
                          [](const auto& info) {
-                           return std::string(RowFormatName(info.param));
+                           return std::string(
+                               formats::RowFormatName(info.param));
                          });
 
 TEST_P(RamRowCacheTest, MissThenHitAfterInsert) {
@@ -287,7 +289,7 @@ TEST(RamRowCacheOptionsTest, RejectsBadOptionsNamingTheField) {
 
 TEST(RamRowCacheOptionsTest, DefaultsAreValid) {
   RamRowCacheOptions o;
-  o.row_bytes = RowBytes(RowFormat::kNvfp4);
+  o.row_bytes = formats::RowBytes(formats::RowFormat::kNvfp4);
   absl::StatusOr<std::unique_ptr<RamRowCache>> c = RamRowCache::Create(o);
   ASSERT_TRUE(c.ok()) << c.status();
   // Nothing but metadata is allocated up front.

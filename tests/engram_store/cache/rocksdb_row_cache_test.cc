@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engram_store/format/row_format.h"
+#include "formats/row_format.h"
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
@@ -30,7 +30,7 @@ using testing::IsTestRow;
 using testing::TestRow;
 using testing::TestRows;
 
-constexpr size_t kRowBytes = RowBytes(RowFormat::kFp8);
+constexpr size_t kRowBytes = formats::RowBytes(formats::RowFormat::kFp8);
 
 std::string TempDir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
@@ -194,7 +194,7 @@ TEST(RocksDbRowCacheTest, SourceChangeRebuilds) {
     EXPECT_EQ(CountGoodHits(*cache, 1, ids), ids.size());
   }
   // A different row size (format) is a different source too.
-  o.row_bytes = RowBytes(RowFormat::kNvfp4);
+  o.row_bytes = formats::RowBytes(formats::RowFormat::kNvfp4);
   auto cache = Open(o);
   ASSERT_NE(cache, nullptr);
   EXPECT_EQ(cache->open_outcome(), RocksDbOpenOutcome::kRebuiltSourceChanged);

@@ -5,12 +5,12 @@
 #include <memory>
 
 #include "absl/time/clock.h"
+#include "common/inflight_gate.h"
 #include "engram_store/client/grpc_engram_client.h"
 #include "engram_store/client/in_process_engram_client.h"
 #include "engram_store/engram_store.h"
 #include "engram_store/service/engram_service.h"
 #include "gtest/gtest.h"
-#include "services/common/inflight_gate.h"
 #include "services/common/server_runner.h"
 #include "tests/testing/subprocess.h"
 #include "tools/synthetic/synthetic_checkpoint.h"

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "engram_store/checkpoint/engram_config.h"
+#include "checkpoint/engram_config.h"
 #include "engram_store/hashing/hash_layout.h"
 #include "gtest/gtest.h"
 
@@ -15,7 +15,7 @@ namespace mneme::engram {
 namespace {
 
 HashLayout V41Layout() {
-  EngramConfig config;
+  checkpoint::EngramConfig config;
   config.layer_ids = {1, 14};
   config.num_embeddings = {384006168, 384016682};
   config.max_ngram_size = 4;

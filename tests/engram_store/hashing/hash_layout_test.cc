@@ -6,14 +6,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "engram_store/checkpoint/engram_config.h"
+#include "checkpoint/engram_config.h"
 #include "gtest/gtest.h"
 
 namespace mneme::engram {
 namespace {
 
-EngramConfig V41Config() {
-  EngramConfig config;
+checkpoint::EngramConfig V41Config() {
+  checkpoint::EngramConfig config;
   config.layer_ids = {1, 14};
   config.num_embeddings = {384006168, 384016682};
   config.max_ngram_size = 4;
@@ -96,7 +96,7 @@ TEST(HashLayoutTest, LayerIndex) {
 }
 
 TEST(HashLayoutTest, NumEmbeddingsMismatchNamesTheLayer) {
-  EngramConfig config = V41Config();
+  checkpoint::EngramConfig config = V41Config();
   config.num_embeddings[1] += 1;
   absl::StatusOr<HashLayout> layout = HashLayout::Create(config);
   ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
@@ -108,30 +108,34 @@ TEST(HashLayoutTest, NumEmbeddingsMismatchNamesTheLayer) {
 
 TEST(HashLayoutTest, InvalidConfigsNameTheKey) {
   struct Case {
-    void (*mutate)(EngramConfig&);
+    void (*mutate)(checkpoint::EngramConfig&);
     const char* key;
   };
   const Case cases[] = {
-      {[](EngramConfig& c) { c.layer_ids.clear(); }, "engram_layer_ids"},
-      {[](EngramConfig& c) {
+      {[](checkpoint::EngramConfig& c) { c.layer_ids.clear(); },
+       "engram_layer_ids"},
+      {[](checkpoint::EngramConfig& c) {
          c.layer_ids = {1, 1};
        },
        "engram_layer_ids"},
-      {[](EngramConfig& c) {
+      {[](checkpoint::EngramConfig& c) {
          c.layer_ids = {-1, 14};
        },
        "engram_layer_ids"},
-      {[](EngramConfig& c) { c.num_embeddings.pop_back(); },
+      {[](checkpoint::EngramConfig& c) { c.num_embeddings.pop_back(); },
        "engram_num_embeddings"},
-      {[](EngramConfig& c) { c.max_ngram_size = 1; }, "engram_max_ngram_size"},
-      {[](EngramConfig& c) { c.n_heads = 0; }, "engram_n_heads"},
-      {[](EngramConfig& c) { c.vocab_size = 0; }, "engram_vocab_size"},
-      {[](EngramConfig& c) { c.compressed_vocab_size = 0; },
+      {[](checkpoint::EngramConfig& c) { c.max_ngram_size = 1; },
+       "engram_max_ngram_size"},
+      {[](checkpoint::EngramConfig& c) { c.n_heads = 0; }, "engram_n_heads"},
+      {[](checkpoint::EngramConfig& c) { c.vocab_size = 0; },
+       "engram_vocab_size"},
+      {[](checkpoint::EngramConfig& c) { c.compressed_vocab_size = 0; },
        "engram_compressed_vocab_size"},
-      {[](EngramConfig& c) { c.pad_token_id = -1; }, "engram_pad_token_id"},
+      {[](checkpoint::EngramConfig& c) { c.pad_token_id = -1; },
+       "engram_pad_token_id"},
   };
   for (const Case& c : cases) {
-    EngramConfig config = V41Config();
+    checkpoint::EngramConfig config = V41Config();
     c.mutate(config);
     absl::StatusOr<HashLayout> layout = HashLayout::Create(config);
     ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument)

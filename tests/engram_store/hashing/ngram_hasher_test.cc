@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
-#include "engram_store/checkpoint/engram_config.h"
+#include "checkpoint/engram_config.h"
 #include "engram_store/hashing/compressed_vocabulary.h"
 #include "engram_store/hashing/primes.h"
 #include "gtest/gtest.h"
@@ -20,8 +20,8 @@ namespace {
 // 12 tokens onto 8 compressed ids; token 2 (the pad token) -> id 2.
 const std::vector<int64_t> kLookup = {0, 1, 2, 3, 1, 4, 5, 0, 6, 7, 3, 7};
 
-EngramConfig SmallConfig() {
-  EngramConfig config;
+checkpoint::EngramConfig SmallConfig() {
+  checkpoint::EngramConfig config;
   config.layer_ids = {1, 4};
   config.max_ngram_size = 4;
   config.n_heads = 2;
@@ -199,7 +199,7 @@ TEST(NgramHasherTest, BadRequestsAreInvalidArgument) {
 }
 
 TEST(NgramHasherTest, VocabularySizeMismatchNamesBothSizes) {
-  EngramConfig config = SmallConfig();
+  checkpoint::EngramConfig config = SmallConfig();
   config.compressed_vocab_size = 9;
   absl::StatusOr<std::unique_ptr<NgramHasher>> hasher =
       NgramHasher::Create(config, Vocabulary());
@@ -211,14 +211,14 @@ TEST(NgramHasherTest, VocabularySizeMismatchNamesBothSizes) {
 }
 
 TEST(NgramHasherTest, PadTokenOutsideTheVocabularyIsOutOfRange) {
-  EngramConfig config = SmallConfig();
+  checkpoint::EngramConfig config = SmallConfig();
   config.pad_token_id = 12;
   EXPECT_EQ(NgramHasher::Create(config, Vocabulary()).status().code(),
             absl::StatusCode::kOutOfRange);
 }
 
 TEST(NgramHasherTest, InvalidConfigOrNoVocabularyIsInvalidArgument) {
-  EngramConfig config = SmallConfig();
+  checkpoint::EngramConfig config = SmallConfig();
   config.num_embeddings[0] += 2;
   EXPECT_EQ(NgramHasher::Create(config, Vocabulary()).status().code(),
             absl::StatusCode::kInvalidArgument);

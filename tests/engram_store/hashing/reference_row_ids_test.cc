@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "engram_store/checkpoint/engram_config.h"
+#include "checkpoint/engram_config.h"
 #include "engram_store/hashing/compressed_vocabulary.h"
 #include "engram_store/hashing/ngram_hasher.h"
 #include "gtest/gtest.h"
@@ -126,7 +126,7 @@ TEST_P(ReferenceRowIdsTest, MatchesIndependentNumpyReference) {
   std::memcpy(expected_rows.data(), rows_bytes->data(),
               expected_rows.size() * sizeof(int64_t));
 
-  EngramConfig config;
+  checkpoint::EngramConfig config;
   config.layer_ids = s.layer_ids;
   for (const nlohmann::json& layer : meta["layers"]) {
     config.num_embeddings.push_back(layer["num_rows"].get<int64_t>());

@@ -7,10 +7,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engram_store/hashing/byte_level.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/engram_store/hashing/python_runner.h"
+#include "text/byte_level.h"
 
 namespace mneme::engram {
 namespace {
@@ -137,7 +137,7 @@ TEST(TokenNormalizerTest, MatchesPythonReferenceOnRandomText) {
       const auto& [lo, hi] = pools[rng() % pools.size()];
       text.push_back(lo + rng() % (hi - lo + 1));
     }
-    texts.push_back(EncodeUtf8(text));
+    texts.push_back(text::EncodeUtf8(text));
   }
   const std::string in = TempPath("normalizer_in.json");
   const std::string out = TempPath("normalizer_out.json");

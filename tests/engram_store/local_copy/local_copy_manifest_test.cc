@@ -19,7 +19,8 @@ using ::testing::HasSubstr;
 class LocalCopyManifestTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    checkpoint_ = OpenCheckpoint(SharedCheckpointDir(RowFormat::kNvfp4));
+    checkpoint_ =
+        OpenCheckpoint(SharedCheckpointDir(formats::RowFormat::kNvfp4));
     ASSERT_NE(checkpoint_, nullptr);
     absl::StatusOr<SourceIdentity> identity = IdentifySource(*checkpoint_);
     ASSERT_TRUE(identity.ok()) << identity.status();
@@ -51,7 +52,7 @@ class LocalCopyManifestTest : public ::testing::Test {
 TEST_F(LocalCopyManifestTest, IdentityRecordsEngramKeysAndShards) {
   EXPECT_EQ(identity_.layer_ids, (std::vector<int>{1, 3}));
   EXPECT_EQ(identity_.num_embeddings, checkpoint_->config().num_embeddings);
-  EXPECT_EQ(identity_.format, RowFormat::kNvfp4);
+  EXPECT_EQ(identity_.format, formats::RowFormat::kNvfp4);
   EXPECT_EQ(identity_.quant_block_size, 16);
   EXPECT_EQ(identity_.global_scales, checkpoint_->config().global_scales);
   ASSERT_EQ(identity_.shards.size(), 2u);
@@ -86,7 +87,7 @@ TEST_F(LocalCopyManifestTest, SourceMismatchesNameTheDifference) {
   EXPECT_THAT(DescribeSourceMismatch(identity_, changed).value_or(""),
               HasSubstr("engram_vocab_size"));
   changed = identity_;
-  changed.format = RowFormat::kFp8;
+  changed.format = formats::RowFormat::kFp8;
   EXPECT_THAT(DescribeSourceMismatch(identity_, changed).value_or(""),
               HasSubstr("engram_quant"));
 }

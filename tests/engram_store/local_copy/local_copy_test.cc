@@ -49,7 +49,7 @@ uint64_t FileBytes(const std::string& path) {
 }
 
 // (format, split, tp, rank)
-using RankParam = std::tuple<RowFormat, ColumnSplit, int, int>;
+using RankParam = std::tuple<formats::RowFormat, ColumnSplit, int, int>;
 
 class LocalCopyRankTest : public ::testing::TestWithParam<RankParam> {};
 
@@ -71,7 +71,7 @@ TEST_P(LocalCopyRankTest, HoldsExactlyTheServedRowsByteIdentical) {
 
   int64_t total_rows = 0;
   for (size_t i = 0; i < checkpoint->tables().size(); ++i) {
-    const EngramTableLocation& table = checkpoint->tables()[i];
+    const checkpoint::EngramTableLocation& table = checkpoint->tables()[i];
     const std::vector<bool> served =
         ServedRows(*checkpoint, i, tp, rank, split);
     std::vector<int64_t> ids;
@@ -82,7 +82,7 @@ TEST_P(LocalCopyRankTest, HoldsExactlyTheServedRowsByteIdentical) {
       if (offset.has_value()) ids.push_back(row);
     }
     ASSERT_FALSE(ids.empty());
-    const size_t row_bytes = RowBytes(format);
+    const size_t row_bytes = formats::RowBytes(format);
     std::vector<uint8_t> from_copy(ids.size() * row_bytes);
     std::vector<uint8_t> from_source(ids.size() * row_bytes);
     ASSERT_TRUE(
@@ -133,7 +133,8 @@ TEST_P(LocalCopyRankTest, HoldsExactlyTheServedRowsByteIdentical) {
 
 std::vector<RankParam> AllRanks() {
   std::vector<RankParam> params;
-  for (RowFormat format : {RowFormat::kFp8, RowFormat::kNvfp4}) {
+  for (formats::RowFormat format :
+       {formats::RowFormat::kFp8, formats::RowFormat::kNvfp4}) {
     for (ColumnSplit split :
          {ColumnSplit::kStrided, ColumnSplit::kContiguous}) {
       for (int tp : {1, 2, 4}) {
@@ -148,15 +149,15 @@ std::vector<RankParam> AllRanks() {
 
 std::string RankParamName(const ::testing::TestParamInfo<RankParam>& info) {
   const auto [format, split, tp, rank] = info.param;
-  return absl::StrCat(RowFormatName(format), "_", ColumnSplitName(split), "_tp",
-                      tp, "_rank", rank);
+  return absl::StrCat(formats::RowFormatName(format), "_",
+                      ColumnSplitName(split), "_tp", tp, "_rank", rank);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTargets, LocalCopyRankTest,
                          ::testing::ValuesIn(AllRanks()), RankParamName);
 
 // (format, split, tp)
-using GroupParam = std::tuple<RowFormat, ColumnSplit, int>;
+using GroupParam = std::tuple<formats::RowFormat, ColumnSplit, int>;
 
 class LocalCopyGroupTest : public ::testing::TestWithParam<GroupParam> {};
 
@@ -174,12 +175,13 @@ TEST_P(LocalCopyGroupTest, RanksTogetherCoverEveryRowExactlyOnce) {
     ASSERT_TRUE(copy.ok()) << copy.status();
     copies.push_back(*std::move(copy));
   }
-  for (const EngramTableLocation& table : checkpoint->tables()) {
+  for (const checkpoint::EngramTableLocation& table : checkpoint->tables()) {
     uint64_t bytes = 0;
     for (const auto& copy : copies) {
       bytes += FileBytes(*copy->DataPath(table.layer));
     }
-    EXPECT_EQ(bytes, static_cast<uint64_t>(table.rows) * RowBytes(format));
+    EXPECT_EQ(bytes,
+              static_cast<uint64_t>(table.rows) * formats::RowBytes(format));
     for (int64_t row = 0; row < table.rows; ++row) {
       int holders = 0;
       for (const auto& copy : copies) {
@@ -192,20 +194,21 @@ TEST_P(LocalCopyGroupTest, RanksTogetherCoverEveryRowExactlyOnce) {
 
 std::string GroupParamName(const ::testing::TestParamInfo<GroupParam>& info) {
   const auto [format, split, tp] = info.param;
-  return absl::StrCat(RowFormatName(format), "_", ColumnSplitName(split), "_tp",
-                      tp);
+  return absl::StrCat(formats::RowFormatName(format), "_",
+                      ColumnSplitName(split), "_tp", tp);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     AllGroups, LocalCopyGroupTest,
-    ::testing::Combine(::testing::Values(RowFormat::kFp8, RowFormat::kNvfp4),
-                       ::testing::Values(ColumnSplit::kStrided,
-                                         ColumnSplit::kContiguous),
-                       ::testing::Values(1, 2, 4)),
+    ::testing::Combine(
+        ::testing::Values(formats::RowFormat::kFp8, formats::RowFormat::kNvfp4),
+        ::testing::Values(ColumnSplit::kStrided, ColumnSplit::kContiguous),
+        ::testing::Values(1, 2, 4)),
     GroupParamName);
 
 TEST(LocalCopyTest, ACopyOfSeveralRanksHoldsTheirUnion) {
-  auto checkpoint = OpenCheckpoint(SharedCheckpointDir(RowFormat::kFp8));
+  auto checkpoint =
+      OpenCheckpoint(SharedCheckpointDir(formats::RowFormat::kFp8));
   ASSERT_NE(checkpoint, nullptr);
   const LocalCopyTarget target{
       .tp_size = 4, .ranks = {0, 2}, .split = ColumnSplit::kStrided};
@@ -215,7 +218,7 @@ TEST(LocalCopyTest, ACopyOfSeveralRanksHoldsTheirUnion) {
       LocalCopy::Open(out, *checkpoint, target);
   ASSERT_TRUE(copy.ok()) << copy.status();
   for (size_t i = 0; i < checkpoint->tables().size(); ++i) {
-    const EngramTableLocation& table = checkpoint->tables()[i];
+    const checkpoint::EngramTableLocation& table = checkpoint->tables()[i];
     const auto r0 = ServedRows(*checkpoint, i, 4, 0, ColumnSplit::kStrided);
     const auto r2 = ServedRows(*checkpoint, i, 4, 2, ColumnSplit::kStrided);
     for (int64_t row = 0; row < table.rows; ++row) {
@@ -233,7 +236,8 @@ TEST(LocalCopyTest, ACopyOfSeveralRanksHoldsTheirUnion) {
 }
 
 TEST(LocalCopyTest, LocateGivesPackedOffsets) {
-  auto checkpoint = OpenCheckpoint(SharedCheckpointDir(RowFormat::kNvfp4));
+  auto checkpoint =
+      OpenCheckpoint(SharedCheckpointDir(formats::RowFormat::kNvfp4));
   ASSERT_NE(checkpoint, nullptr);
   const LocalCopyTarget target = OneRank(4, 3, ColumnSplit::kStrided);
   const std::string out = NewOutDir();

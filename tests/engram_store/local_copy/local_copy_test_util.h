@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "engram_store/engram_checkpoint.h"
-#include "engram_store/format/row_format.h"
 #include "engram_store/hashing/column_split.h"
 #include "engram_store/local_copy/local_copy_manifest.h"
+#include "formats/row_format.h"
 
 namespace mneme::engram::testing {
 

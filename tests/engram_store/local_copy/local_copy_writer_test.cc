@@ -83,7 +83,7 @@ std::function<absl::Status(const LocalizeProgress&)> StopAfter(int64_t n) {
 }
 
 class LocalizeResumeTest
-    : public ::testing::TestWithParam<std::tuple<RowFormat, int>> {};
+    : public ::testing::TestWithParam<std::tuple<formats::RowFormat, int>> {};
 
 TEST_P(LocalizeResumeTest, AnInterruptedCopyResumesToIdenticalFiles) {
   const auto [format, threads] = GetParam();
@@ -132,15 +132,17 @@ TEST_P(LocalizeResumeTest, AnInterruptedCopyResumesToIdenticalFiles) {
 
 INSTANTIATE_TEST_SUITE_P(
     FormatsAndThreads, LocalizeResumeTest,
-    ::testing::Combine(::testing::Values(RowFormat::kFp8, RowFormat::kNvfp4),
+    ::testing::Combine(::testing::Values(formats::RowFormat::kFp8,
+                                         formats::RowFormat::kNvfp4),
                        ::testing::Values(1, 4)),
     [](const auto& info) {
-      return absl::StrCat(RowFormatName(std::get<0>(info.param)), "_threads",
-                          std::get<1>(info.param));
+      return absl::StrCat(formats::RowFormatName(std::get<0>(info.param)),
+                          "_threads", std::get<1>(info.param));
     });
 
 TEST(LocalizeTest, ResumeReverifiesAndRecopiesADamagedRange) {
-  auto checkpoint = OpenCheckpoint(SharedCheckpointDir(RowFormat::kFp8));
+  auto checkpoint =
+      OpenCheckpoint(SharedCheckpointDir(formats::RowFormat::kFp8));
   ASSERT_NE(checkpoint, nullptr);
   const std::string reference = NewOutDir();
   ASSERT_TRUE(Localize(*checkpoint, Options(reference, kTp2Rank1)).ok());
@@ -166,8 +168,9 @@ TEST(LocalizeTest, ResumeReverifiesAndRecopiesADamagedRange) {
 }
 
 TEST(LocalizeTest, VerificationCatchesAFlippedByteAndARerunRepairsIt) {
-  for (RowFormat format : {RowFormat::kFp8, RowFormat::kNvfp4}) {
-    SCOPED_TRACE(RowFormatName(format));
+  for (formats::RowFormat format :
+       {formats::RowFormat::kFp8, formats::RowFormat::kNvfp4}) {
+    SCOPED_TRACE(formats::RowFormatName(format));
     auto checkpoint = OpenCheckpoint(SharedCheckpointDir(format));
     ASSERT_NE(checkpoint, nullptr);
     const std::string out = NewOutDir();
@@ -203,7 +206,8 @@ TEST(LocalizeTest, VerificationCatchesAFlippedByteAndARerunRepairsIt) {
 }
 
 TEST(LocalizeTest, RerunningOnACompleteCopyChangesNothing) {
-  auto checkpoint = OpenCheckpoint(SharedCheckpointDir(RowFormat::kFp8));
+  auto checkpoint =
+      OpenCheckpoint(SharedCheckpointDir(formats::RowFormat::kFp8));
   ASSERT_NE(checkpoint, nullptr);
   const std::string out = NewOutDir();
   ASSERT_TRUE(Localize(*checkpoint, Options(out, kTp2Rank1)).ok());
@@ -223,7 +227,8 @@ TEST(LocalizeTest, RerunningOnACompleteCopyChangesNothing) {
 }
 
 TEST(LocalizeTest, RefusesACopyOfAnotherTargetUnlessForced) {
-  auto checkpoint = OpenCheckpoint(SharedCheckpointDir(RowFormat::kFp8));
+  auto checkpoint =
+      OpenCheckpoint(SharedCheckpointDir(formats::RowFormat::kFp8));
   ASSERT_NE(checkpoint, nullptr);
   const std::string out = NewOutDir();
   const LocalCopyTarget rank0 = OneRank(2, 0, ColumnSplit::kStrided);
@@ -260,7 +265,8 @@ TEST(LocalizeTest, RefusesACopyOfAnotherTargetUnlessForced) {
 }
 
 TEST(LocalizeTest, RefusesAnUnfinishedCopyOfAnotherTargetUnlessForced) {
-  auto checkpoint = OpenCheckpoint(SharedCheckpointDir(RowFormat::kFp8));
+  auto checkpoint =
+      OpenCheckpoint(SharedCheckpointDir(formats::RowFormat::kFp8));
   ASSERT_NE(checkpoint, nullptr);
   const std::string out = NewOutDir();
   LocalizeOptions options = Options(out, OneRank(2, 0, ColumnSplit::kStrided));
@@ -282,7 +288,7 @@ TEST(LocalizeTest, RefusesAnUnfinishedCopyOfAnotherTargetUnlessForced) {
 }
 
 TEST(LocalizeTest, RefusesACopyOfAnotherSourceUnlessForced) {
-  const std::string dir = MakeCheckpoint(RowFormat::kFp8, 9);
+  const std::string dir = MakeCheckpoint(formats::RowFormat::kFp8, 9);
   auto checkpoint = OpenCheckpoint(dir);
   ASSERT_NE(checkpoint, nullptr);
   const std::string out = NewOutDir();
@@ -290,7 +296,7 @@ TEST(LocalizeTest, RefusesACopyOfAnotherSourceUnlessForced) {
 
   // Another checkpoint of the same shape: same file names and sizes, other
   // rows.
-  auto other = OpenCheckpoint(SharedCheckpointDir(RowFormat::kFp8));
+  auto other = OpenCheckpoint(SharedCheckpointDir(formats::RowFormat::kFp8));
   ASSERT_NE(other, nullptr);
   absl::StatusOr<std::unique_ptr<LocalCopy>> open =
       LocalCopy::Open(out, *other, kTp2Rank1);
@@ -314,14 +320,14 @@ TEST(LocalizeTest, RefusesACopyOfAnotherSourceUnlessForced) {
   EXPECT_TRUE(LocalCopy::Open(out, *checkpoint, kTp2Rank1).ok());
 
   // Another format of the same model.
-  auto nvfp4 = OpenCheckpoint(SharedCheckpointDir(RowFormat::kNvfp4));
+  auto nvfp4 = OpenCheckpoint(SharedCheckpointDir(formats::RowFormat::kNvfp4));
   ASSERT_NE(nvfp4, nullptr);
   EXPECT_EQ(LocalCopy::Open(out, *nvfp4, kTp2Rank1).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(LocalizeTest, ASourceChangingDuringTheCopyAborts) {
-  const std::string dir = MakeCheckpoint(RowFormat::kNvfp4, 4);
+  const std::string dir = MakeCheckpoint(formats::RowFormat::kNvfp4, 4);
   auto checkpoint = OpenCheckpoint(dir);
   ASSERT_NE(checkpoint, nullptr);
   const std::string out = NewOutDir();
@@ -345,7 +351,7 @@ TEST(LocalizeTest, ASourceChangingDuringTheCopyAborts) {
 }
 
 TEST(LocalizeTest, RefusesTheCheckpointDirectoryAsOutput) {
-  const std::string dir = MakeCheckpoint(RowFormat::kFp8, 5);
+  const std::string dir = MakeCheckpoint(formats::RowFormat::kFp8, 5);
   auto checkpoint = OpenCheckpoint(dir);
   ASSERT_NE(checkpoint, nullptr);
   const auto before = CopyFiles(dir);
@@ -360,7 +366,8 @@ TEST(LocalizeTest, RefusesTheCheckpointDirectoryAsOutput) {
 }
 
 TEST(LocalizeTest, RefusesAnOutputAnotherRunHolds) {
-  auto checkpoint = OpenCheckpoint(SharedCheckpointDir(RowFormat::kFp8));
+  auto checkpoint =
+      OpenCheckpoint(SharedCheckpointDir(formats::RowFormat::kFp8));
   ASSERT_NE(checkpoint, nullptr);
   const std::string out = NewOutDir();
   ASSERT_EQ(::mkdir(out.c_str(), 0755), 0);
@@ -375,7 +382,7 @@ TEST(LocalizeTest, RefusesAnOutputAnotherRunHolds) {
 
 TEST(LocalizeTest, CreatesMissingParentsAndOpensTheCheckpointItself) {
   LocalizeOptions options = Options(NewOutDir() + "/a/b", kTp2Rank1);
-  options.checkpoint_dir = SharedCheckpointDir(RowFormat::kNvfp4);
+  options.checkpoint_dir = SharedCheckpointDir(formats::RowFormat::kNvfp4);
   absl::StatusOr<LocalizeSummary> summary = Localize(options);
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->manifest_path,
@@ -388,7 +395,8 @@ TEST(LocalizeTest, CreatesMissingParentsAndOpensTheCheckpointItself) {
 }
 
 TEST(LocalizeTest, RejectsInvalidOptionsNamingTheField) {
-  auto checkpoint = OpenCheckpoint(SharedCheckpointDir(RowFormat::kFp8));
+  auto checkpoint =
+      OpenCheckpoint(SharedCheckpointDir(formats::RowFormat::kFp8));
   ASSERT_NE(checkpoint, nullptr);
   const std::string out = NewOutDir();
   struct Case {
@@ -432,7 +440,8 @@ TEST(LocalizeTest, RejectsInvalidOptionsNamingTheField) {
 }
 
 TEST(LocalCopyOpenTest, MissingOrDamagedCopiesGiveClearErrors) {
-  auto checkpoint = OpenCheckpoint(SharedCheckpointDir(RowFormat::kFp8));
+  auto checkpoint =
+      OpenCheckpoint(SharedCheckpointDir(formats::RowFormat::kFp8));
   ASSERT_NE(checkpoint, nullptr);
   // No directory, and a directory without a manifest.
   const std::string missing = NewOutDir() + "/nothing";

@@ -68,7 +68,7 @@ TEST_F(RequestHandlerTest, TokenWindowsResolveToTheServedColumns) {
     }
   }
   EXPECT_EQ(r->encoding, RowEncoding::kBf16);
-  EXPECT_EQ(r->row_bytes, 2u * kRowDim);
+  EXPECT_EQ(r->row_bytes, 2u * formats::kRowDim);
 }
 
 TEST_F(RequestHandlerTest, BadRequestsGetSpecificCodes) {

@@ -9,11 +9,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "engram_store/format/row_decode.h"
+#include "common/metrics.h"
 #include "engram_store/io/pread_pool_reader.h"
 #include "engram_store/local_copy/local_copy_writer.h"
+#include "formats/row_decode.h"
 #include "gtest/gtest.h"
-#include "services/common/metrics.h"
 #include "tests/engram_store/io/fault_injecting_row_reader.h"
 #include "tests/testing/subprocess.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
@@ -27,8 +27,8 @@ using testing::FaultRule;
 using testing::ReadFault;
 
 // Synthetic checkpoints, made once per format for the whole test binary.
-const std::string& Checkpoint(RowFormat format) {
-  static auto* dirs = new std::map<RowFormat, std::string>();
+const std::string& Checkpoint(formats::RowFormat format) {
+  static auto* dirs = new std::map<formats::RowFormat, std::string>();
   auto it = dirs->find(format);
   if (it != dirs->end()) return it->second;
   synthetic::SyntheticCheckpointOptions options;
@@ -83,25 +83,25 @@ std::vector<int64_t> ServedIds(const EngramStore& store, size_t t, int n,
 std::vector<uint8_t> Expected(const EngramCheckpoint& c, int layer,
                               const std::vector<int64_t>& ids,
                               RowEncoding encoding) {
-  const EngramTableLocation& t = **c.Table(layer);
-  std::vector<uint8_t> raw(ids.size() * RowBytes(t.format));
+  const checkpoint::EngramTableLocation& t = **c.Table(layer);
+  std::vector<uint8_t> raw(ids.size() * formats::RowBytes(t.format));
   EXPECT_TRUE(c.ReadRawRows(layer, ids, absl::MakeSpan(raw)).ok());
   if (encoding == RowEncoding::kRaw) return raw;
   std::vector<uint8_t> out(ids.size() * EncodedRowBytes(encoding, t.format));
-  const RowDecodeOptions decode{.format = t.format,
-                                .global_scale = t.global_scale};
+  const formats::RowDecodeOptions decode{.format = t.format,
+                                         .global_scale = t.global_scale};
   if (encoding == RowEncoding::kBf16) {
-    EXPECT_TRUE(
-        DecodeRowsBf16(decode, raw,
-                       absl::MakeSpan(reinterpret_cast<uint16_t*>(out.data()),
-                                      ids.size() * kRowDim))
-            .ok());
+    EXPECT_TRUE(formats::DecodeRowsBf16(
+                    decode, raw,
+                    absl::MakeSpan(reinterpret_cast<uint16_t*>(out.data()),
+                                   ids.size() * formats::kRowDim))
+                    .ok());
   } else {
-    EXPECT_TRUE(
-        DecodeRowsF32(decode, raw,
-                      absl::MakeSpan(reinterpret_cast<float*>(out.data()),
-                                     ids.size() * kRowDim))
-            .ok());
+    EXPECT_TRUE(formats::DecodeRowsF32(
+                    decode, raw,
+                    absl::MakeSpan(reinterpret_cast<float*>(out.data()),
+                                   ids.size() * formats::kRowDim))
+                    .ok());
   }
   return out;
 }
@@ -109,7 +109,7 @@ std::vector<uint8_t> Expected(const EngramCheckpoint& c, int layer,
 std::vector<uint8_t> Lookup(EngramStore& store, int layer,
                             const std::vector<int64_t>& ids,
                             RowEncoding encoding, absl::Status* status) {
-  const RowFormat format = store.checkpoint().config().format;
+  const formats::RowFormat format = store.checkpoint().config().format;
   std::vector<uint8_t> out(ids.size() * EncodedRowBytes(encoding, format));
   *status = store.Lookup(layer, ids, encoding, absl::MakeSpan(out), Soon());
   return out;
@@ -117,7 +117,7 @@ std::vector<uint8_t> Lookup(EngramStore& store, int layer,
 
 struct StoreCase {
   std::string name;
-  RowFormat format = RowFormat::kFp8;
+  formats::RowFormat format = formats::RowFormat::kFp8;
   IoBackend io = IoBackend::kPread;
   OpenMode mode = OpenMode::kBuffered;
   bool ram = true;
@@ -241,14 +241,14 @@ INSTANTIATE_TEST_SUITE_P(
     Configurations, EngramStoreTest,
     ::testing::Values(StoreCase{.name = "Fp8PreadBufferedRam"},
                       StoreCase{.name = "Nvfp4UringDirectRam",
-                                .format = RowFormat::kNvfp4,
+                                .format = formats::RowFormat::kNvfp4,
                                 .io = IoBackend::kUring,
                                 .mode = OpenMode::kDirect},
                       StoreCase{.name = "Fp8PreadNfsRamRocksDb",
                                 .mode = OpenMode::kNfs,
                                 .rocksdb = true},
                       StoreCase{.name = "Nvfp4PreadBufferedNoCacheTp4",
-                                .format = RowFormat::kNvfp4,
+                                .format = formats::RowFormat::kNvfp4,
                                 .ram = false,
                                 .tp = 4},
                       StoreCase{.name = "Fp8UringBufferedLocalCopyTp4",
@@ -256,7 +256,7 @@ INSTANTIATE_TEST_SUITE_P(
                                 .local_copy = true,
                                 .tp = 4},
                       StoreCase{.name = "Nvfp4PreadDirectRocksDbLocalCopyTp2",
-                                .format = RowFormat::kNvfp4,
+                                .format = formats::RowFormat::kNvfp4,
                                 .mode = OpenMode::kDirect,
                                 .ram = false,
                                 .rocksdb = true,
@@ -284,7 +284,7 @@ class EngramStoreFaultTest : public ::testing::Test {
 
 TEST_F(EngramStoreFaultTest, EioIsDataLossAndCachesNothingWrong) {
   EngramStoreOptions o;
-  o.checkpoint_dir = Checkpoint(RowFormat::kFp8);
+  o.checkpoint_dir = Checkpoint(formats::RowFormat::kFp8);
   FaultInjectingRowReader* faults = nullptr;
   auto store = Open(o, &faults);
   ASSERT_TRUE(store.ok()) << store.status();
@@ -306,7 +306,7 @@ TEST_F(EngramStoreFaultTest, EioIsDataLossAndCachesNothingWrong) {
 
 TEST_F(EngramStoreFaultTest, StallIsDeadlineExceededWithoutLeakingThreads) {
   EngramStoreOptions o;
-  o.checkpoint_dir = Checkpoint(RowFormat::kNvfp4);
+  o.checkpoint_dir = Checkpoint(formats::RowFormat::kNvfp4);
   o.prefetch_threads = 1;
   FaultInjectingRowReader* faults = nullptr;
   auto store = Open(o, &faults);
@@ -330,7 +330,7 @@ TEST_F(EngramStoreFaultTest, StallIsDeadlineExceededWithoutLeakingThreads) {
 
 TEST_F(EngramStoreFaultTest, PrefetchQueueDropsInsteadOfBlocking) {
   EngramStoreOptions o;
-  o.checkpoint_dir = Checkpoint(RowFormat::kFp8);
+  o.checkpoint_dir = Checkpoint(formats::RowFormat::kFp8);
   o.prefetch_threads = 1;
   o.prefetch_queue_rows = 100;
   o.prefetch_timeout = absl::Seconds(30);
@@ -354,7 +354,7 @@ TEST_F(EngramStoreFaultTest, PrefetchQueueDropsInsteadOfBlocking) {
 
 TEST(EngramStorePrefetchTest, PrefetchedRowsAreServedFromRam) {
   EngramStoreOptions o;
-  o.checkpoint_dir = Checkpoint(RowFormat::kNvfp4);
+  o.checkpoint_dir = Checkpoint(formats::RowFormat::kNvfp4);
   auto store = EngramStore::Create(o);
   ASSERT_TRUE(store.ok()) << store.status();
   std::vector<int64_t> ids;
@@ -376,7 +376,7 @@ TEST(EngramStorePrefetchTest, PrefetchedRowsAreServedFromRam) {
 
 TEST(EngramStorePrefetchTest, PrefetchTokensWarmsTheServedColumnsRows) {
   EngramStoreOptions o;
-  o.checkpoint_dir = Checkpoint(RowFormat::kFp8);
+  o.checkpoint_dir = Checkpoint(formats::RowFormat::kFp8);
   o.tp_size = 2;
   o.ranks = {1};
   auto store = EngramStore::Create(o);
@@ -411,7 +411,7 @@ TEST(EngramStorePrefetchTest, PrefetchTokensWarmsTheServedColumnsRows) {
 
 TEST(EngramStoreBudgetTest, RamCacheStaysWithinBudgetUnderALongWorkload) {
   EngramStoreOptions o;
-  o.checkpoint_dir = Checkpoint(RowFormat::kFp8);
+  o.checkpoint_dir = Checkpoint(formats::RowFormat::kFp8);
   o.ram_cache_bytes = 1 << 20;  // ~3,500 rows of a ~56K-row checkpoint.
   auto store = EngramStore::Create(o);
   ASSERT_TRUE(store.ok()) << store.status();
@@ -454,7 +454,7 @@ TEST(EngramStoreCorruptionTest, TruncatedShardIsDataLossNamingIt) {
 }
 
 TEST(EngramStoreCorruptionTest, TruncatedLocalCopyFallsBackToTheCheckpoint) {
-  const std::string ckpt = Checkpoint(RowFormat::kFp8);
+  const std::string ckpt = Checkpoint(formats::RowFormat::kFp8);
   EngramStoreOptions o;
   o.checkpoint_dir = ckpt;
   o.tp_size = 2;
@@ -490,7 +490,7 @@ TEST(EngramStoreOptionsTest, RejectsBadOptions) {
   EngramStoreOptions o;
   EXPECT_EQ(EngramStore::Create(o).status().code(),
             absl::StatusCode::kInvalidArgument);
-  o.checkpoint_dir = Checkpoint(RowFormat::kFp8);
+  o.checkpoint_dir = Checkpoint(formats::RowFormat::kFp8);
   o.tp_size = 4;
   o.ranks = {4};
   EXPECT_EQ(EngramStore::Create(o).status().code(),

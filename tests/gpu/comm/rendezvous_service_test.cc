@@ -15,11 +15,11 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/inflight_gate.h"
 #include "gmock/gmock.h"
 #include "gpu/comm/grpc_rendezvous_store.h"
 #include "gtest/gtest.h"
 #include "proto/comm/v1/rendezvous.grpc.pb.h"
-#include "services/common/inflight_gate.h"
 #include "services/common/server_runner.h"
 
 namespace mneme::gpu {

@@ -16,10 +16,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engram_store/format/bf16.h"
-#include "engram_store/format/e2m1.h"
-#include "engram_store/format/e4m3.h"
-#include "engram_store/format/ue8m0.h"
+#include "formats/bf16.h"
+#include "formats/e2m1.h"
+#include "formats/e4m3.h"
+#include "formats/ue8m0.h"
 #include "gpu/backend.h"
 #include "gtest/gtest.h"
 
@@ -96,7 +96,7 @@ EncodedWeight Encode(WeightFormat format, int64_t rows, int64_t cols,
       break;
     case WeightFormat::kBf16:
       for (size_t i = 0; i < v.size(); ++i) {
-        const uint16_t bits = engram::FloatToBf16(v[i]);
+        const uint16_t bits = formats::FloatToBf16(v[i]);
         w.data.push_back(static_cast<uint8_t>(bits & 0xFF));
         w.data.push_back(static_cast<uint8_t>(bits >> 8));
         uint32_t wide = uint32_t{bits} << 16;
@@ -120,7 +120,7 @@ EncodedWeight Encode(WeightFormat format, int64_t rows, int64_t cols,
             }
           }
           w.scale[br * scale_cols + bc] =
-              engram::FloatToUe8m0(amax / engram::kE4m3Max);
+              formats::FloatToUe8m0(amax / formats::kE4m3Max);
         }
       }
       w.data.resize(v.size());
@@ -129,7 +129,7 @@ EncodedWeight Encode(WeightFormat format, int64_t rows, int64_t cols,
           const uint8_t s =
               w.scale[(r / block_rows) * scale_cols + c / block_cols];
           const uint8_t code =
-              engram::FloatToE4m3(v[r * cols + c] / engram::Ue8m0ToFloat(s));
+              formats::FloatToE4m3(v[r * cols + c] / formats::Ue8m0ToFloat(s));
           w.data[r * cols + c] = code;
           w.values[r * cols + c] = RefE4m3(code) * RefUe8m0(s);
         }
@@ -152,16 +152,16 @@ EncodedWeight Encode(WeightFormat format, int64_t rows, int64_t cols,
           const int64_t si = r * (cols / block) + b;
           double scale;
           if (mx) {
-            w.scale[si] = engram::FloatToUe8m0(amax / engram::kE2m1Max);
+            w.scale[si] = formats::FloatToUe8m0(amax / formats::kE2m1Max);
             scale = RefUe8m0(w.scale[si]);
           } else {
             w.scale[si] =
-                engram::FloatToE4m3(amax / engram::kE2m1Max / w.global_scale);
+                formats::FloatToE4m3(amax / formats::kE2m1Max / w.global_scale);
             scale = RefE4m3(w.scale[si]) * w.global_scale;
           }
           for (int64_t c = b * block; c < (b + 1) * block; ++c) {
             const int64_t i = r * cols + c;
-            const uint8_t code = engram::FloatToE2m1(
+            const uint8_t code = formats::FloatToE2m1(
                 static_cast<float>(v[i] / (scale == 0 ? 1.0 : scale)));
             w.data[i / 2] |= (i % 2 == 0) ? code : code << 4;
             w.values[i] = RefE2m1(code) * scale;

@@ -6,7 +6,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "services/common/inflight_gate.h"
+#include "common/inflight_gate.h"
 #include "tests/services/common/echo.grpc.pb.h"
 
 namespace mneme::testing {

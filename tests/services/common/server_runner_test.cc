@@ -8,10 +8,11 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/grpc_channel.h"
+#include "common/inflight_gate.h"
+#include "common/tls.h"
 #include "gtest/gtest.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
-#include "services/common/inflight_gate.h"
-#include "services/common/tls.h"
 #include "tests/services/common/echo_service.h"
 #include "tests/testing/tls_certs.h"
 
@@ -202,8 +203,10 @@ class TlsServerTest : public ServerRunnerTest {
       tls.cert_file = certs_.client_cert;
       tls.key_file = certs_.client_key;
     }
+    ClientChannelOptions options;
+    options.tls = tls;
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-        CreateClientChannel(runner.address().ToString(), tls);
+        CreateClientChannel(runner.address().ToString(), options);
     EXPECT_TRUE(channel.ok()) << channel.status();
     return channel.ok() ? *channel : nullptr;
   }

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
-#include "engram_store/checkpoint/sharded_checkpoint.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
 #include "tests/tools/synthetic/model_layout_checks.h"
@@ -61,7 +61,7 @@ TEST(MakeCheckpointCommandTest, FlagsOverrideThePreset) {
   ASSERT_TRUE(run.status.ok()) << run.status;
   SyntheticCheckpointOptions want = synthetic::TinyModelOptions();
   want.engram_vocab_size = 100;
-  want.engram_format = engram::RowFormat::kNvfp4;
+  want.engram_format = formats::RowFormat::kNvfp4;
   want.hidden_size = 128;
   want.num_hidden_layers = 6;
   want.engram_layer_ids = {2, 5};
@@ -95,7 +95,7 @@ TEST(MakeCheckpointCommandTest, WithoutModelTheEngramLayersOnly) {
   EXPECT_TRUE(
       absl::StartsWith(run.out, "wrote " + dir + ": synthetic checkpoint, "))
       << run.out;
-  auto c = engram::ShardedCheckpoint::Create(dir);
+  auto c = checkpoint::ShardedCheckpoint::Create(dir);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ((*c)->shards().size(), 2u);
   EXPECT_EQ((*c)->FindOrNull("embed.weight"), nullptr);

@@ -7,11 +7,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "engram_store/checkpoint/checkpoint_index.h"
-#include "engram_store/checkpoint/safetensors_reader.h"
-#include "engram_store/checkpoint/sharded_checkpoint.h"
-#include "engram_store/format/e4m3.h"
-#include "engram_store/format/ue8m0.h"
+#include "checkpoint/checkpoint_index.h"
+#include "checkpoint/safetensors_reader.h"
+#include "checkpoint/sharded_checkpoint.h"
+#include "formats/e4m3.h"
+#include "formats/ue8m0.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
 
@@ -56,15 +56,15 @@ void RewriteShard(const std::string& path,
                   const std::function<void(ShardContents&)>& edit) {
   ShardContents contents;
   {
-    auto reader = engram::SafetensorsReader::Create(path);
+    auto reader = checkpoint::SafetensorsReader::Create(path);
     ASSERT_TRUE(reader.ok()) << reader.status();
-    std::vector<const engram::TensorInfo*> infos;
-    for (const engram::TensorInfo& info : (*reader)->tensors()) {
+    std::vector<const checkpoint::TensorInfo*> infos;
+    for (const checkpoint::TensorInfo& info : (*reader)->tensors()) {
       infos.push_back(&info);
     }
     std::sort(infos.begin(), infos.end(),
               [](auto* a, auto* b) { return a->offset < b->offset; });
-    for (const engram::TensorInfo* info : infos) {
+    for (const checkpoint::TensorInfo* info : infos) {
       contents.decls.push_back({info->name, info->dtype, info->shape});
       auto bytes = (*reader)->ReadTensor(info->name);
       ASSERT_TRUE(bytes.ok());
@@ -74,10 +74,10 @@ void RewriteShard(const std::string& path,
   }
   edit(contents);
   fs::remove(path);
-  auto writer = engram::SafetensorsWriter::Create(
+  auto writer = checkpoint::SafetensorsWriter::Create(
       path, contents.decls, {.metadata = contents.metadata});
   ASSERT_TRUE(writer.ok()) << writer.status();
-  for (const engram::TensorDecl& d : contents.decls) {
+  for (const checkpoint::TensorDecl& d : contents.decls) {
     ASSERT_TRUE((*writer)->Append(d.name, contents.bytes[d.name]).ok())
         << d.name;
   }
@@ -86,24 +86,24 @@ void RewriteShard(const std::string& path,
 
 std::string ShardOf(const std::string& dir, const std::string& tensor) {
   auto index =
-      engram::ReadCheckpointIndex(dir + "/model.safetensors.index.json");
+      checkpoint::ReadCheckpointIndex(dir + "/model.safetensors.index.json");
   EXPECT_TRUE(index.ok());
   return index.ok() ? index->weight_map.at(tensor) : "";
 }
 
 void RemoveFromIndex(const std::string& dir, const std::string& tensor) {
   const std::string path = dir + "/model.safetensors.index.json";
-  auto index = engram::ReadCheckpointIndex(path);
+  auto index = checkpoint::ReadCheckpointIndex(path);
   ASSERT_TRUE(index.ok());
   ASSERT_EQ(index->weight_map.erase(tensor), 1u) << tensor;
-  ASSERT_TRUE(engram::WriteCheckpointIndex(path, *index).ok());
+  ASSERT_TRUE(checkpoint::WriteCheckpointIndex(path, *index).ok());
 }
 
 void PatchTensorByte(const std::string& dir, const std::string& tensor,
                      uint64_t offset, uint8_t value) {
-  auto checkpoint = engram::ShardedCheckpoint::Create(dir);
+  auto checkpoint = checkpoint::ShardedCheckpoint::Create(dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  const engram::TensorLocation* t = (*checkpoint)->FindOrNull(tensor);
+  const checkpoint::TensorLocation* t = (*checkpoint)->FindOrNull(tensor);
   ASSERT_NE(t, nullptr) << tensor;
   const int fd = ::open(t->shard->path().c_str(), O_WRONLY);
   ASSERT_GE(fd, 0);
@@ -113,10 +113,10 @@ void PatchTensorByte(const std::string& dir, const std::string& tensor,
 
 std::vector<uint8_t> TensorBytes(const std::string& dir,
                                  const std::string& tensor) {
-  auto checkpoint = engram::ShardedCheckpoint::Create(dir);
+  auto checkpoint = checkpoint::ShardedCheckpoint::Create(dir);
   EXPECT_TRUE(checkpoint.ok()) << checkpoint.status();
   if (!checkpoint.ok()) return {};
-  const engram::TensorLocation* t = (*checkpoint)->FindOrNull(tensor);
+  const checkpoint::TensorLocation* t = (*checkpoint)->FindOrNull(tensor);
   EXPECT_NE(t, nullptr) << tensor;
   if (t == nullptr) return {};
   auto bytes = t->shard->ReadTensor(tensor);
@@ -135,8 +135,8 @@ std::vector<std::vector<double>> NaiveWkvHessians(const std::string& dir,
   std::vector<double> row(in);
   for (int64_t o = 0; o < out; ++o) {
     for (int64_t c = 0; c < in; ++c) {
-      row[c] = static_cast<double>(engram::E4m3ToFloat(codes[o * in + c])) *
-               engram::Ue8m0ToFloat(scales[(o / 32) * (in / 32) + c / 32]);
+      row[c] = static_cast<double>(formats::E4m3ToFloat(codes[o * in + c])) *
+               formats::Ue8m0ToFloat(scales[(o / 32) * (in / 32) + c / 32]);
     }
     for (int col = 0; col < 24; ++col) {
       const double* w = row.data() + col * 256;

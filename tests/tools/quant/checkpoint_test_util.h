@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engram_store/checkpoint/safetensors_writer.h"
+#include "checkpoint/safetensors_writer.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
 
 namespace mneme::quant::testing {
@@ -31,7 +31,7 @@ std::string ReadFile(const std::string& path);
 // Rewrites the safetensors file `path` in place: `edit` may change, add or
 // drop declarations and their bytes (keyed by tensor name).
 struct ShardContents {
-  std::vector<engram::TensorDecl> decls;
+  std::vector<checkpoint::TensorDecl> decls;
   std::map<std::string, std::vector<uint8_t>> bytes;
   std::map<std::string, std::string> metadata;
 };

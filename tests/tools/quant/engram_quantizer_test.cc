@@ -7,12 +7,12 @@
 #include <fstream>
 #include <map>
 
-#include "engram_store/checkpoint/checkpoint_index.h"
-#include "engram_store/checkpoint/sharded_checkpoint.h"
+#include "checkpoint/checkpoint_index.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "engram_store/engram_checkpoint.h"
-#include "engram_store/format/e4m3.h"
-#include "engram_store/format/row_decode.h"
-#include "engram_store/format/row_encode.h"
+#include "formats/e4m3.h"
+#include "formats/row_decode.h"
+#include "formats/row_encode.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/subprocess.h"
@@ -24,20 +24,20 @@ namespace {
 
 namespace fs = std::filesystem;
 using engram::EngramCheckpoint;
-using engram::RowFormat;
+using formats::RowFormat;
 using testing::MakeSource;
 using testing::ReadFile;
 using testing::ReadTree;
 
 // Rows of a table, decoded to fp32.
 std::vector<float> DecodeTable(const EngramCheckpoint& c, int layer) {
-  const engram::EngramTableLocation* t = *c.Table(layer);
+  const checkpoint::EngramTableLocation* t = *c.Table(layer);
   std::vector<int64_t> ids(t->rows);
   for (int64_t i = 0; i < t->rows; ++i) ids[i] = i;
-  std::vector<uint8_t> raw(ids.size() * engram::RowBytes(t->format));
+  std::vector<uint8_t> raw(ids.size() * formats::RowBytes(t->format));
   EXPECT_TRUE(c.ReadRawRows(layer, ids, absl::MakeSpan(raw)).ok());
   std::vector<float> values(ids.size() * 256);
-  EXPECT_TRUE(engram::DecodeRowsF32(
+  EXPECT_TRUE(formats::DecodeRowsF32(
                   {.format = t->format, .global_scale = t->global_scale}, raw,
                   absl::MakeSpan(values))
                   .ok());
@@ -119,7 +119,7 @@ TEST_P(EngramMethodTest, OutputAndReportMatchAnIndependentRecomputation) {
   ASSERT_TRUE(file.is_object());
   EXPECT_EQ(file, report->ToJson());
   ASSERT_EQ(file["tables"].size(), 2u);
-  const float gs_published = engram::Nvfp4GlobalScale(11.0f);
+  const float gs_published = formats::Nvfp4GlobalScale(11.0f);
   EXPECT_NEAR(gs_published, 0.004092, 5e-7);
 
   for (int ti = 0; ti < 2; ++ti) {
@@ -136,7 +136,7 @@ TEST_P(EngramMethodTest, OutputAndReportMatchAnIndependentRecomputation) {
       err2 += (q[i] - x[i]) * static_cast<double>(q[i] - x[i]);
       ref2 += static_cast<double>(x[i]) * x[i];
     }
-    const float gs = engram::Nvfp4GlobalScale(amax);
+    const float gs = formats::Nvfp4GlobalScale(amax);
     EXPECT_EQ(t["layer"], layer);
     EXPECT_EQ(t["method"], GetParam());
     EXPECT_EQ(t["rows"], (*src)->tables()[ti].rows);
@@ -182,7 +182,7 @@ TEST_P(EngramMethodTest, OutputAndReportMatchAnIndependentRecomputation) {
 
     // The method's definition, row by row, for the RTN methods.
     if (method.feedback == ErrorFeedback::kNone) {
-      const engram::EngramTableLocation* loc = (*dst)->tables().data() + ti;
+      const checkpoint::EngramTableLocation* loc = (*dst)->tables().data() + ti;
       std::vector<uint8_t> got(144), want(144);
       for (int64_t r = 0; r < loc->rows; r += 7) {
         ASSERT_TRUE((*dst)->ReadRawRows(layer, {r}, absl::MakeSpan(got)).ok());
@@ -190,7 +190,7 @@ TEST_P(EngramMethodTest, OutputAndReportMatchAnIndependentRecomputation) {
                        want.data() + 128);
         ASSERT_EQ(got, want) << "row " << r;
         if (method.scale == ScaleChoice::kAmax) {
-          ASSERT_TRUE(engram::EncodeNvfp4Row(
+          ASSERT_TRUE(formats::EncodeNvfp4Row(
                           absl::MakeConstSpan(x.data() + r * 256, 256), gs,
                           absl::MakeSpan(want))
                           .ok());
@@ -202,8 +202,8 @@ TEST_P(EngramMethodTest, OutputAndReportMatchAnIndependentRecomputation) {
 
   // Everything else of the Engram shards is copied; the index keeps its
   // weight_map with the new total; other files are hard links.
-  auto src_ckpt = engram::ShardedCheckpoint::Create(*source_);
-  auto dst_ckpt = engram::ShardedCheckpoint::Create(out);
+  auto src_ckpt = checkpoint::ShardedCheckpoint::Create(*source_);
+  auto dst_ckpt = checkpoint::ShardedCheckpoint::Create(out);
   ASSERT_TRUE(src_ckpt.ok() && dst_ckpt.ok());
   uint64_t total = 0;
   for (const auto& [name, loc] : (*dst_ckpt)->tensors()) {
@@ -447,7 +447,7 @@ TEST(EngramQuantizerUnderflowTest, CountsBlocksWhoseScaleUnderflows) {
       for (int b = 0; b < 16; ++b) {
         bool nonzero = false;
         for (int i = 0; i < 16; ++i) nonzero |= x[row * 256 + b * 16 + i] != 0;
-        want += nonzero && engram::E4m3ToFloat(raw[128 + b]) * gs == 0.0f;
+        want += nonzero && formats::E4m3ToFloat(raw[128 + b]) * gs == 0.0f;
       }
     }
     EXPECT_GT(want, 100) << method;
@@ -545,7 +545,7 @@ INSTANTIATE_TEST_SUITE_P(
                      [](testing::ShardContents& c) {
                        for (auto& decl : c.decls) {
                          if (decl.name == "layers.1.engram.wkv.weight") {
-                           decl.dtype = engram::DType::kI8;
+                           decl.dtype = checkpoint::DType::kI8;
                          }
                        }
                      });

@@ -8,13 +8,13 @@
 #include <fstream>
 #include <map>
 
-#include "engram_store/checkpoint/checkpoint_index.h"
-#include "engram_store/checkpoint/dtype.h"
-#include "engram_store/checkpoint/sharded_checkpoint.h"
+#include "checkpoint/checkpoint_index.h"
+#include "checkpoint/dtype.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "engram_store/engram_checkpoint.h"
-#include "engram_store/format/e2m1.h"
-#include "engram_store/format/e4m3.h"
-#include "engram_store/format/ue8m0.h"
+#include "formats/e2m1.h"
+#include "formats/e4m3.h"
+#include "formats/ue8m0.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/subprocess.h"
@@ -120,26 +120,26 @@ TEST_F(ExpertCasterTest, CastsEveryExpertLosslessly) {
             *report);
 
   const std::vector<std::string> bases = ExpertBases();
-  auto dst = engram::ShardedCheckpoint::Create(out);
+  auto dst = checkpoint::ShardedCheckpoint::Create(out);
   ASSERT_TRUE(dst.ok()) << dst.status();
   int64_t blocks = 0;
   for (size_t i = 0; i < bases.size(); ++i) {
     const std::string& base = bases[i];
     SCOPED_TRACE(base);
     EXPECT_EQ((*dst)->FindOrNull(base + ".scale"), nullptr);
-    const engram::TensorLocation* w = (*dst)->FindOrNull(base + ".weight");
-    const engram::TensorLocation* ws =
+    const checkpoint::TensorLocation* w = (*dst)->FindOrNull(base + ".weight");
+    const checkpoint::TensorLocation* ws =
         (*dst)->FindOrNull(base + ".weight_scale");
-    const engram::TensorLocation* ws2 =
+    const checkpoint::TensorLocation* ws2 =
         (*dst)->FindOrNull(base + ".weight_scale_2");
-    const engram::TensorLocation* is =
+    const checkpoint::TensorLocation* is =
         (*dst)->FindOrNull(base + ".input_scale");
     ASSERT_TRUE(w && ws && ws2 && is);
-    EXPECT_EQ(w->info->dtype, engram::DType::kU8);
-    EXPECT_EQ(ws->info->dtype, engram::DType::kF8E4M3);
-    EXPECT_EQ(ws2->info->dtype, engram::DType::kF32);
+    EXPECT_EQ(w->info->dtype, checkpoint::DType::kU8);
+    EXPECT_EQ(ws->info->dtype, checkpoint::DType::kF8E4M3);
+    EXPECT_EQ(ws2->info->dtype, checkpoint::DType::kF32);
     EXPECT_TRUE(ws2->info->shape.empty());
-    EXPECT_EQ(is->info->dtype, engram::DType::kF32);
+    EXPECT_EQ(is->info->dtype, checkpoint::DType::kF32);
     const int64_t rows = w->info->shape[0];
     const int64_t cols = w->info->shape[1] * 2;
     EXPECT_EQ(ws->info->shape, (std::vector<int64_t>{rows, cols / 16}));
@@ -165,11 +165,11 @@ TEST_F(ExpertCasterTest, CastsEveryExpertLosslessly) {
       for (int64_t c = 0; c < cols; ++c) {
         const int nibble = (src_w[(r * cols + c) / 2] >> (4 * (c % 2))) & 0xF;
         const float want =
-            engram::E2m1ToFloat(nibble) *
-            engram::Ue8m0ToFloat(src_s[r * (cols / 32) + c / 32]);
+            formats::E2m1ToFloat(nibble) *
+            formats::Ue8m0ToFloat(src_s[r * (cols / 32) + c / 32]);
         const float got =
-            (engram::E2m1ToFloat(nibble) *
-             engram::E4m3ToFloat(dst_s[r * (cols / 16) + c / 16])) *
+            (formats::E2m1ToFloat(nibble) *
+             formats::E4m3ToFloat(dst_s[r * (cols / 16) + c / 16])) *
             scale2;
         ASSERT_EQ(got, want) << "row " << r << " col " << c;
       }
@@ -195,7 +195,7 @@ TEST_F(ExpertCasterTest, CastsEveryExpertLosslessly) {
   EXPECT_TRUE((*report)["lossy_blocks"].empty());
 
   // Everything else unchanged; Engram shards and tokenizer linked.
-  auto src = engram::ShardedCheckpoint::Create(*source_);
+  auto src = checkpoint::ShardedCheckpoint::Create(*source_);
   ASSERT_TRUE(src.ok());
   uint64_t total = 0;
   for (const auto& [name, loc] : (*dst)->tensors()) {
@@ -348,11 +348,11 @@ TEST_P(ExpertCasterDamageTest, FailsClearlyAndLeavesTheSourceAlone) {
 }
 
 void EditDecl(const std::string& dir, const std::string& tensor,
-              const std::function<void(engram::TensorDecl&,
+              const std::function<void(checkpoint::TensorDecl&,
                                        std::vector<uint8_t>&)>& edit) {
   testing::RewriteShard(dir + "/" + testing::ShardOf(dir, tensor),
                         [&](testing::ShardContents& c) {
-                          for (engram::TensorDecl& d : c.decls) {
+                          for (checkpoint::TensorDecl& d : c.decls) {
                             if (d.name == tensor) edit(d, c.bytes[d.name]);
                           }
                         });
@@ -371,10 +371,11 @@ INSTANTIATE_TEST_SUITE_P(
                absl::StatusCode::kInvalidArgument, "no MXFP4 routed experts"},
         Damage{"ExpertsNotMxfp4",
                [](const std::string& d) {
-                 EditDecl(d, "mtp.0.ffn.experts.2.w1.weight",
-                          [](engram::TensorDecl& decl, std::vector<uint8_t>&) {
-                            decl.dtype = engram::DType::kF8E4M3;
-                          });
+                 EditDecl(
+                     d, "mtp.0.ffn.experts.2.w1.weight",
+                     [](checkpoint::TensorDecl& decl, std::vector<uint8_t>&) {
+                       decl.dtype = checkpoint::DType::kF8E4M3;
+                     });
                },
                absl::StatusCode::kInvalidArgument, "F8_E4M3, not MXFP4"},
         Damage{"MissingScale",
@@ -384,12 +385,12 @@ INSTANTIATE_TEST_SUITE_P(
                absl::StatusCode::kNotFound, "layers.2.ffn.experts.0.w3.scale"},
         Damage{"ScaleShape",
                [](const std::string& d) {
-                 EditDecl(
-                     d, "layers.0.ffn.experts.1.w1.scale",
-                     [](engram::TensorDecl& decl, std::vector<uint8_t>& bytes) {
-                       decl.shape[1] += 1;
-                       bytes.resize(decl.shape[0] * decl.shape[1], 120);
-                     });
+                 EditDecl(d, "layers.0.ffn.experts.1.w1.scale",
+                          [](checkpoint::TensorDecl& decl,
+                             std::vector<uint8_t>& bytes) {
+                            decl.shape[1] += 1;
+                            bytes.resize(decl.shape[0] * decl.shape[1], 120);
+                          });
                },
                absl::StatusCode::kDataLoss, "layers.0.ffn.experts.1.w1.scale"},
         Damage{"NanScale",

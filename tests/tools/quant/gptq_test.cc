@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "engram_store/format/e2m1.h"
-#include "engram_store/format/e4m3.h"
-#include "engram_store/format/row_decode.h"
-#include "engram_store/format/row_encode.h"
+#include "formats/e2m1.h"
+#include "formats/e4m3.h"
+#include "formats/row_decode.h"
+#include "formats/row_encode.h"
 #include "gtest/gtest.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
 
@@ -64,10 +64,10 @@ std::vector<float> Fp8Rows(int64_t count, uint64_t seed) {
   std::vector<uint8_t> fp8(264);
   for (int64_t r = 0; r < count; ++r) {
     synthetic::SyntheticRowValues(seed, 1, r, absl::MakeSpan(row));
-    EXPECT_TRUE(engram::EncodeFp8Row(row, absl::MakeSpan(fp8)).ok());
+    EXPECT_TRUE(formats::EncodeFp8Row(row, absl::MakeSpan(fp8)).ok());
     EXPECT_TRUE(
-        engram::DecodeRowsF32({.format = engram::RowFormat::kFp8}, fp8,
-                              absl::MakeSpan(values).subspan(r * kN, kN))
+        formats::DecodeRowsF32({.format = formats::RowFormat::kFp8}, fp8,
+                               absl::MakeSpan(values).subspan(r * kN, kN))
             .ok());
   }
   return values;
@@ -80,7 +80,7 @@ struct Quantized {
 };
 
 float Decode(uint8_t code, uint8_t scale, float gs) {
-  return (engram::E2m1ToFloat(code) * engram::E4m3ToFloat(scale)) * gs;
+  return (formats::E2m1ToFloat(code) * formats::E4m3ToFloat(scale)) * gs;
 }
 
 Quantized RunGptq(const ColumnFactor& factor, const std::vector<float>& rows,
@@ -228,7 +228,7 @@ TEST(GptqTest, DiagonalHessianIsExactlyRtn) {
   absl::StatusOr<ColumnFactor> f = MakeColumnFactor(h);
   ASSERT_TRUE(f.ok());
   const std::vector<float> rows = Fp8Rows(150, 2);
-  const float gs = engram::Nvfp4GlobalScale(11.0f);
+  const float gs = formats::Nvfp4GlobalScale(11.0f);
   for (ScaleChoice choice : {ScaleChoice::kAmax, ScaleChoice::kMse}) {
     const Quantized g = RunGptq(*f, rows, gs, choice, 32);
     const Quantized r = RunRtn(rows, gs, choice);
@@ -238,7 +238,7 @@ TEST(GptqTest, DiagonalHessianIsExactlyRtn) {
 }
 
 TEST(GptqTest, NotWorseThanRtnThroughTheSameW) {
-  const float gs = engram::Nvfp4GlobalScale(11.0f);
+  const float gs = formats::Nvfp4GlobalScale(11.0f);
   const std::vector<float> rows = Fp8Rows(512, 4);
   for (bool correlated : {true, false}) {
     const std::vector<double> w = MakeW(320, correlated, 7);
@@ -279,7 +279,7 @@ Quantized ReferenceGptq(const ColumnFactor& f, const std::vector<float>& rows,
         scale = ChooseBlockScale(block, gs, choice);
         q.scales[r * 16 + i / 16] = scale;
       }
-      const float step = engram::E4m3ToFloat(scale) * gs;
+      const float step = formats::E4m3ToFloat(scale) * gs;
       const uint8_t code = Nvfp4Code(static_cast<float>(x[i]), step);
       q.codes[r * kN + i] = code;
       q.values[r * kN + i] = Decode(code, scale, gs);
@@ -295,7 +295,7 @@ TEST(GptqTest, LazyBatchesAgreeWithThePlainAlgorithm) {
   const std::vector<double> h = Hessian(w, 320);
   absl::StatusOr<ColumnFactor> f = MakeColumnFactor(h);
   ASSERT_TRUE(f.ok());
-  const float gs = engram::Nvfp4GlobalScale(11.0f);
+  const float gs = formats::Nvfp4GlobalScale(11.0f);
   const std::vector<float> rows = Fp8Rows(256, 8);
   const Quantized ref = ReferenceGptq(*f, rows, gs, ScaleChoice::kMse);
   const double ref_error = ErrorThroughW(h, rows, ref.values);

@@ -4,17 +4,17 @@
 #include <cstdint>
 #include <vector>
 
-#include "engram_store/format/e2m1.h"
-#include "engram_store/format/e4m3.h"
-#include "engram_store/format/ue8m0.h"
+#include "formats/e2m1.h"
+#include "formats/e4m3.h"
+#include "formats/ue8m0.h"
 #include "gtest/gtest.h"
 
 namespace mneme::quant {
 namespace {
 
-using engram::E2m1ToFloat;
-using engram::E4m3ToFloat;
-using engram::Ue8m0ToFloat;
+using formats::E2m1ToFloat;
+using formats::E4m3ToFloat;
+using formats::Ue8m0ToFloat;
 
 struct Tensor {
   int64_t rows = 0, cols = 0;
@@ -57,7 +57,7 @@ TEST(E4m3PowerOfTwoTest, ExactlyTheRepresentablePowers) {
     const std::optional<uint8_t> code = E4m3PowerOfTwo(p);
     ASSERT_TRUE(code.has_value()) << p;
     EXPECT_EQ(E4m3ToFloat(*code), std::ldexp(1.0f, p)) << p;
-    EXPECT_EQ(*code, engram::FloatToE4m3(std::ldexp(1.0f, p)));
+    EXPECT_EQ(*code, formats::FloatToE4m3(std::ldexp(1.0f, p)));
   }
   EXPECT_EQ(*E4m3PowerOfTwo(-9), 0x01);
   EXPECT_EQ(*E4m3PowerOfTwo(0), 0x38);

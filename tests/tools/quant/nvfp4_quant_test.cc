@@ -4,19 +4,19 @@
 #include <cstdint>
 #include <vector>
 
-#include "engram_store/format/e2m1.h"
-#include "engram_store/format/e4m3.h"
-#include "engram_store/format/row_decode.h"
-#include "engram_store/format/row_encode.h"
+#include "formats/e2m1.h"
+#include "formats/e4m3.h"
+#include "formats/row_decode.h"
+#include "formats/row_encode.h"
 #include "gtest/gtest.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
 
 namespace mneme::quant {
 namespace {
 
-using engram::E2m1ToFloat;
-using engram::E4m3ToFloat;
-using engram::FloatToE4m3;
+using formats::E2m1ToFloat;
+using formats::E4m3ToFloat;
+using formats::FloatToE4m3;
 
 // FP8-representable heavy-tailed rows, as the quantizer sees them.
 std::vector<float> Fp8Rows(int layer, int64_t first, int64_t count) {
@@ -25,10 +25,10 @@ std::vector<float> Fp8Rows(int layer, int64_t first, int64_t count) {
   std::vector<uint8_t> fp8(264);
   for (int64_t r = 0; r < count; ++r) {
     synthetic::SyntheticRowValues(9, layer, first + r, absl::MakeSpan(row));
-    EXPECT_TRUE(engram::EncodeFp8Row(row, absl::MakeSpan(fp8)).ok());
+    EXPECT_TRUE(formats::EncodeFp8Row(row, absl::MakeSpan(fp8)).ok());
     EXPECT_TRUE(
-        engram::DecodeRowsF32({.format = engram::RowFormat::kFp8}, fp8,
-                              absl::MakeSpan(values).subspan(r * 256, 256))
+        formats::DecodeRowsF32({.format = formats::RowFormat::kFp8}, fp8,
+                               absl::MakeSpan(values).subspan(r * 256, 256))
             .ok());
   }
   return values;
@@ -98,13 +98,13 @@ TEST(QuantizeRowRtnTest, KnownBlockEncodesBitExactly) {
 
 TEST(QuantizeRowRtnTest, AmaxIsBitIdenticalToEncodeNvfp4Row) {
   const std::vector<float> rows = Fp8Rows(1, 0, 400);
-  const float gs = engram::Nvfp4GlobalScale(11.0f);
+  const float gs = formats::Nvfp4GlobalScale(11.0f);
   for (int r = 0; r < 400; ++r) {
     const float* x = rows.data() + r * 256;
     uint8_t w1[128], s1[16], w2[128], s2[16];
     QuantizeRowRtn(x, gs, ScaleChoice::kAmax, w1, s1);
-    ASSERT_TRUE(engram::EncodeNvfp4Row(absl::MakeConstSpan(x, 256), gs,
-                                       absl::MakeSpan(w2), absl::MakeSpan(s2))
+    ASSERT_TRUE(formats::EncodeNvfp4Row(absl::MakeConstSpan(x, 256), gs,
+                                        absl::MakeSpan(w2), absl::MakeSpan(s2))
                     .ok());
     ASSERT_EQ(0, std::memcmp(w1, w2, 128)) << "row " << r;
     ASSERT_EQ(0, std::memcmp(s1, s2, 16)) << "row " << r;
@@ -113,7 +113,7 @@ TEST(QuantizeRowRtnTest, AmaxIsBitIdenticalToEncodeNvfp4Row) {
 
 TEST(ChooseBlockScaleTest, MseIsTheArgminOverTheRoundedCandidates) {
   const std::vector<float> rows = Fp8Rows(3, 100, 300);
-  const float gs = engram::Nvfp4GlobalScale(24.0f);
+  const float gs = formats::Nvfp4GlobalScale(24.0f);
   int64_t blocks = 0, smaller = 0;
   for (size_t b = 0; b < rows.size() / 16; ++b) {
     const float* x = rows.data() + b * 16;
@@ -151,7 +151,7 @@ TEST(ChooseBlockScaleTest, MseIsTheArgminOverTheRoundedCandidates) {
 
 TEST(ChooseBlockScaleTest, BlockErrorMatchesTheDecoderArithmetic) {
   const std::vector<float> rows = Fp8Rows(1, 7, 20);
-  const float gs = engram::Nvfp4GlobalScale(11.0f);
+  const float gs = formats::Nvfp4GlobalScale(11.0f);
   for (size_t b = 0; b < rows.size() / 16; ++b) {
     const float* x = rows.data() + b * 16;
     const uint8_t scale = ChooseBlockScale(x, gs, ScaleChoice::kMse);
@@ -176,7 +176,7 @@ TEST(ChooseBlockScaleTest, TinyBlocksUnderflowToAZeroScale) {
 
 TEST(QuantizeRowRtnTest, MseNeverWorsePerBlockThanAmax) {
   const std::vector<float> rows = Fp8Rows(1, 5000, 200);
-  const float gs = engram::Nvfp4GlobalScale(11.0f);
+  const float gs = formats::Nvfp4GlobalScale(11.0f);
   RowQuantStats stats;
   for (int r = 0; r < 200; ++r) {
     const float* x = rows.data() + r * 256;
@@ -187,14 +187,14 @@ TEST(QuantizeRowRtnTest, MseNeverWorsePerBlockThanAmax) {
     std::vector<uint8_t> raw(144);
     std::copy(wa, wa + 128, raw.begin());
     std::copy(sa, sa + 16, raw.begin() + 128);
-    ASSERT_TRUE(engram::DecodeRowsF32(
-                    {.format = engram::RowFormat::kNvfp4, .global_scale = gs},
+    ASSERT_TRUE(formats::DecodeRowsF32(
+                    {.format = formats::RowFormat::kNvfp4, .global_scale = gs},
                     raw, absl::MakeSpan(da))
                     .ok());
     std::copy(wm, wm + 128, raw.begin());
     std::copy(sm, sm + 16, raw.begin() + 128);
-    ASSERT_TRUE(engram::DecodeRowsF32(
-                    {.format = engram::RowFormat::kNvfp4, .global_scale = gs},
+    ASSERT_TRUE(formats::DecodeRowsF32(
+                    {.format = formats::RowFormat::kNvfp4, .global_scale = gs},
                     raw, absl::MakeSpan(dm))
                     .ok());
     for (int b = 0; b < 16; ++b) {

@@ -2,16 +2,16 @@
 
 #include <filesystem>
 
-#include "engram_store/checkpoint/safetensors_reader.h"
+#include "checkpoint/safetensors_reader.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
 
 namespace mneme::quant {
 namespace {
 
-using engram::DType;
+using checkpoint::DType;
 
-std::vector<engram::TensorDecl> Decls() {
+std::vector<checkpoint::TensorDecl> Decls() {
   return {{"a", DType::kU8, {4, 3}},
           {"b", DType::kF32, {}},
           {"c", DType::kF8E4M3, {2, 8}}};
@@ -43,7 +43,7 @@ TEST(ShardFileWriterTest, WritesAReadableFileInAnyOrder) {
   ASSERT_TRUE((*w)->Close().ok());
   EXPECT_EQ((*w)->Close().code(), absl::StatusCode::kFailedPrecondition);
 
-  auto r = engram::SafetensorsReader::Create(path);
+  auto r = checkpoint::SafetensorsReader::Create(path);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ((*r)->metadata().at("format"), "pt");
   EXPECT_EQ(*(*r)->ReadTensor("c"), c);
@@ -59,7 +59,8 @@ TEST(ShardFileWriterTest, WritesAReadableFileInAnyOrder) {
   EXPECT_EQ((*w2)->CopyTensor(**r, "a", "c2").code(),
             absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE((*w2)->Close().ok());
-  EXPECT_EQ(*(*engram::SafetensorsReader::Create(copy))->ReadTensor("c2"), c);
+  EXPECT_EQ(*(*checkpoint::SafetensorsReader::Create(copy))->ReadTensor("c2"),
+            c);
 }
 
 TEST(ShardFileWriterTest, ReopensOnlyAMatchingFile) {
@@ -74,10 +75,10 @@ TEST(ShardFileWriterTest, ReopensOnlyAMatchingFile) {
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_TRUE((*again)->Write("c", 0, std::vector<uint8_t>(16, 1)).ok());
   ASSERT_TRUE((*again)->Close().ok());
-  EXPECT_EQ(*(*engram::SafetensorsReader::Create(path))->ReadTensor("a"),
+  EXPECT_EQ(*(*checkpoint::SafetensorsReader::Create(path))->ReadTensor("a"),
             std::vector<uint8_t>(12, 9));
   // Other declarations or metadata: DataLoss.
-  std::vector<engram::TensorDecl> other = Decls();
+  std::vector<checkpoint::TensorDecl> other = Decls();
   other[0].shape = {3, 4};
   EXPECT_EQ(ShardFileWriter::Create(path, other, {}, ShardOpenMode::kReopen)
                 .status()

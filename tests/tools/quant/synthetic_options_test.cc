@@ -2,8 +2,8 @@
 // routed experts for main and draft layers, and the correlated wkv.
 #include <filesystem>
 
-#include "engram_store/checkpoint/dtype.h"
-#include "engram_store/checkpoint/sharded_checkpoint.h"
+#include "checkpoint/dtype.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "engram_store/engram_checkpoint.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -14,7 +14,7 @@
 namespace mneme::synthetic {
 namespace {
 
-using engram::DType;
+using checkpoint::DType;
 using quant::testing::ReadFile;
 
 SyntheticCheckpointOptions Small(const std::string& name) {
@@ -32,7 +32,7 @@ TEST(SyntheticOptionsTest, Mxfp4ExpertsForMainAndDraftLayers) {
   o.num_routed_experts = 2;
   o.moe_intermediate_size = 96;
   ASSERT_TRUE(MakeSyntheticCheckpoint(o).ok());
-  auto c = engram::ShardedCheckpoint::Create(o.out_dir);
+  auto c = checkpoint::ShardedCheckpoint::Create(o.out_dir);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ((*c)->shards().size(), 5u);  // 2 Engram + 2 layers + 1 draft
   for (const char* prefix : {"layers.0", "layers.3", "mtp.0", "mtp.1"}) {
@@ -40,9 +40,10 @@ TEST(SyntheticOptionsTest, Mxfp4ExpertsForMainAndDraftLayers) {
       for (int w = 1; w <= 3; ++w) {
         const std::string base = std::string(prefix) + ".ffn.experts." +
                                  std::to_string(e) + ".w" + std::to_string(w);
-        const engram::TensorLocation* weight =
+        const checkpoint::TensorLocation* weight =
             (*c)->FindOrNull(base + ".weight");
-        const engram::TensorLocation* scale = (*c)->FindOrNull(base + ".scale");
+        const checkpoint::TensorLocation* scale =
+            (*c)->FindOrNull(base + ".scale");
         ASSERT_TRUE(weight && scale) << base;
         const int64_t out = w == 2 ? 64 : 96;
         const int64_t in = w == 2 ? 96 : 64;

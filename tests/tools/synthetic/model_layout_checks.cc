@@ -5,7 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "engram_store/checkpoint/sharded_checkpoint.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/tools/quant/checkpoint_test_util.h"
@@ -14,7 +14,7 @@
 namespace mneme::synthetic::testing {
 namespace {
 
-using engram::DType;
+using checkpoint::DType;
 
 int64_t Blocks(int64_t n) { return (n + 31) / 32; }
 
@@ -95,7 +95,7 @@ std::map<std::string, ExpectedTensor> ExpectedModelTensors(
       AddFp8(m, p + "ffn.shared_experts.w3", shared, d);
     }
   }
-  const bool nvfp4 = o.engram_format == engram::RowFormat::kNvfp4;
+  const bool nvfp4 = o.engram_format == formats::RowFormat::kNvfp4;
   for (size_t i = 0; i < o.engram_layer_ids.size(); ++i) {
     const std::string p =
         absl::StrCat("layers.", o.engram_layer_ids[i], ".engram.");
@@ -122,8 +122,8 @@ void ExpectFullModelCheckpoint(const std::string& dir,
   const std::map<std::string, ExpectedTensor> want =
       ExpectedModelTensors(o, rows);
 
-  absl::StatusOr<std::unique_ptr<engram::ShardedCheckpoint>> c =
-      engram::ShardedCheckpoint::Create(dir);
+  absl::StatusOr<std::unique_ptr<checkpoint::ShardedCheckpoint>> c =
+      checkpoint::ShardedCheckpoint::Create(dir);
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_TRUE((*c)->index().has_value());
   std::set<std::string> names;
@@ -134,10 +134,10 @@ void ExpectFullModelCheckpoint(const std::string& dir,
   for (const auto& [name, tensor] : want) want_names.insert(name);
   EXPECT_EQ(names, want_names);
   for (const auto& [name, tensor] : want) {
-    const engram::TensorLocation* got = (*c)->FindOrNull(name);
+    const checkpoint::TensorLocation* got = (*c)->FindOrNull(name);
     if (got == nullptr) continue;  // Reported above.
-    EXPECT_EQ(engram::DTypeName(got->info->dtype),
-              engram::DTypeName(tensor.dtype))
+    EXPECT_EQ(checkpoint::DTypeName(got->info->dtype),
+              checkpoint::DTypeName(tensor.dtype))
         << name;
     EXPECT_EQ(got->info->shape, tensor.shape) << name;
   }

@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "engram_store/checkpoint/dtype.h"
+#include "checkpoint/dtype.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
 
 namespace mneme::synthetic::testing {
 
 struct ExpectedTensor {
-  engram::DType dtype = engram::DType::kU8;
+  checkpoint::DType dtype = checkpoint::DType::kU8;
   std::vector<int64_t> shape;
 };
 

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "engram_store/engram_checkpoint.h"
-#include "engram_store/format/row_decode.h"
+#include "formats/row_decode.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
 
@@ -14,7 +14,7 @@ namespace mneme::synthetic {
 namespace {
 
 using engram::EngramCheckpoint;
-using engram::RowFormat;
+using formats::RowFormat;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -36,11 +36,11 @@ std::string Make(RowFormat format, uint64_t seed) {
 
 std::vector<float> DecodeAll(const EngramCheckpoint& c, int layer,
                              const std::vector<int64_t>& ids) {
-  const engram::EngramTableLocation* t = *c.Table(layer);
-  std::vector<uint8_t> raw(ids.size() * engram::RowBytes(t->format));
+  const checkpoint::EngramTableLocation* t = *c.Table(layer);
+  std::vector<uint8_t> raw(ids.size() * formats::RowBytes(t->format));
   EXPECT_TRUE(c.ReadRawRows(layer, ids, absl::MakeSpan(raw)).ok());
-  std::vector<float> values(ids.size() * engram::kRowDim);
-  EXPECT_TRUE(engram::DecodeRowsF32(
+  std::vector<float> values(ids.size() * formats::kRowDim);
+  EXPECT_TRUE(formats::DecodeRowsF32(
                   {.format = t->format, .global_scale = t->global_scale}, raw,
                   absl::MakeSpan(values))
                   .ok());
@@ -54,7 +54,7 @@ TEST_P(SyntheticCheckpointTest, OpensAndIsConsistent) {
   absl::StatusOr<std::unique_ptr<EngramCheckpoint>> c =
       EngramCheckpoint::Open(dir);
   ASSERT_TRUE(c.ok()) << c.status();
-  const engram::EngramConfig& config = (*c)->config();
+  const checkpoint::EngramConfig& config = (*c)->config();
   EXPECT_EQ(config.format, GetParam());
   EXPECT_EQ(config.layer_ids, (std::vector<int>{1, 3}));
   ASSERT_EQ((*c)->tables().size(), 2u);
@@ -82,11 +82,11 @@ TEST_P(SyntheticCheckpointTest, RowsDecodeCloseToTheGeneratedValues) {
     const std::vector<int64_t> ids = {0, 1, rows / 2, rows - 2, rows - 1};
     const std::vector<float> decoded = DecodeAll(**c, layer, ids);
     double err2 = 0, ref2 = 0;
-    std::vector<float> want(engram::kRowDim);
+    std::vector<float> want(formats::kRowDim);
     for (size_t r = 0; r < ids.size(); ++r) {
       SyntheticRowValues(11, layer, ids[r], absl::MakeSpan(want));
-      for (int i = 0; i < engram::kRowDim; ++i) {
-        const double d = decoded[r * engram::kRowDim + i] - want[i];
+      for (int i = 0; i < formats::kRowDim; ++i) {
+        const double d = decoded[r * formats::kRowDim + i] - want[i];
         err2 += d * d;
         ref2 += static_cast<double>(want[i]) * want[i];
         EXPECT_LE(std::abs(want[i]), SyntheticTableAmax(layer_index));
@@ -117,12 +117,12 @@ INSTANTIATE_TEST_SUITE_P(Formats, SyntheticCheckpointTest,
                          ::testing::Values(RowFormat::kFp8, RowFormat::kNvfp4),
                          [](const ::testing::TestParamInfo<RowFormat>& info) {
                            return std::string(
-                               engram::RowFormatName(info.param));
+                               formats::RowFormatName(info.param));
                          });
 
 TEST(SyntheticRowValuesTest, HeavyTailed) {
   // Excess kurtosis far above a Gaussian's 0: a few large values per row.
-  std::vector<float> row(engram::kRowDim);
+  std::vector<float> row(formats::kRowDim);
   double m2 = 0, m4 = 0;
   int n = 0;
   for (int64_t r = 0; r < 200; ++r) {

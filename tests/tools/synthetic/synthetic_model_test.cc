@@ -11,12 +11,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "engram_store/checkpoint/sharded_checkpoint.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "engram_store/engram_checkpoint.h"
-#include "engram_store/format/bf16.h"
-#include "engram_store/format/e2m1.h"
-#include "engram_store/format/e4m3.h"
-#include "engram_store/format/ue8m0.h"
+#include "formats/bf16.h"
+#include "formats/e2m1.h"
+#include "formats/e4m3.h"
+#include "formats/ue8m0.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/subprocess.h"
@@ -28,7 +28,7 @@
 namespace mneme::synthetic {
 namespace {
 
-using engram::RowFormat;
+using formats::RowFormat;
 using quant::testing::ReadFile;
 using quant::testing::ReadTree;
 using quant::testing::TensorBytes;
@@ -54,8 +54,8 @@ std::vector<float> DecodeFp8(const std::string& dir, const std::string& prefix,
   for (int64_t r = 0; r < out; ++r) {
     for (int64_t c = 0; c < in; ++c) {
       values[r * in + c] =
-          engram::E4m3ToFloat(codes[r * in + c]) *
-          engram::Ue8m0ToFloat(scales[r / 32 * col_blocks + c / 32]);
+          formats::E4m3ToFloat(codes[r * in + c]) *
+          formats::Ue8m0ToFloat(scales[r / 32 * col_blocks + c / 32]);
     }
   }
   return values;
@@ -70,8 +70,8 @@ std::vector<float> DecodeMxfp4(const std::string& dir,
   std::vector<float> values(out * in);
   for (int64_t i = 0; i < out * in; ++i) {
     const uint8_t byte = packed[i / 2];
-    values[i] = engram::E2m1ToFloat(i % 2 == 0 ? byte & 0xF : byte >> 4) *
-                engram::Ue8m0ToFloat(scales[i / 32]);
+    values[i] = formats::E2m1ToFloat(i % 2 == 0 ? byte & 0xF : byte >> 4) *
+                formats::Ue8m0ToFloat(scales[i / 32]);
   }
   return values;
 }
@@ -87,7 +87,7 @@ std::vector<float> DecodeBf16(const std::string& dir, const std::string& name) {
   const std::vector<uint8_t> bytes = TensorBytes(dir, name);
   std::vector<float> values(bytes.size() / 2);
   for (size_t i = 0; i < values.size(); ++i) {
-    values[i] = engram::Bf16ToFloat(
+    values[i] = formats::Bf16ToFloat(
         static_cast<uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8)));
   }
   return values;
@@ -169,14 +169,14 @@ TEST(FullModelTest, RatioZeroLayersHaveNoCompressor) {
   o.n_shared_experts = 0;
   ASSERT_TRUE(MakeSyntheticCheckpoint(o).ok());
   testing::ExpectFullModelCheckpoint(o.out_dir, o);
-  auto c = engram::ShardedCheckpoint::Create(o.out_dir);
+  auto c = checkpoint::ShardedCheckpoint::Create(o.out_dir);
   ASSERT_TRUE(c.ok()) << c.status();
   for (const auto& [name, location] : (*c)->tensors()) {
     EXPECT_FALSE(absl::StartsWith(name, "layers.0.attn.compressor")) << name;
     EXPECT_FALSE(absl::StartsWith(name, "layers.2.attn.compressor")) << name;
     EXPECT_FALSE(absl::StrContains(name, "shared_experts")) << name;
   }
-  const engram::TensorLocation* ape =
+  const checkpoint::TensorLocation* ape =
       (*c)->FindOrNull("layers.1.attn.compressor.ape");
   ASSERT_NE(ape, nullptr);
   EXPECT_EQ(ape->info->shape, (std::vector<int64_t>{4, 64}));
@@ -259,7 +259,7 @@ TEST(FullModelTest, ValuesHaveSaneScales) {
         for (int64_t r = br * 32; r < br * 32 + 32; ++r) {
           for (int64_t c = bc * 32; c < bc * 32 + 32; ++c) {
             amax = std::max(
-                amax, std::fabs(engram::E4m3ToFloat(codes[r * l.in + c])));
+                amax, std::fabs(formats::E4m3ToFloat(codes[r * l.in + c])));
           }
         }
         EXPECT_GT(amax, 224.0f) << l.name << " block " << br << "," << bc;
@@ -384,7 +384,7 @@ TEST(FullModelTest, DefaultOptionsStayEngramOnly) {
   ASSERT_TRUE(MakeSyntheticCheckpoint(a).ok());
   ASSERT_TRUE(MakeSyntheticCheckpoint(b).ok());
   EXPECT_EQ(ReadTree(a.out_dir), ReadTree(b.out_dir));
-  auto c = engram::ShardedCheckpoint::Create(a.out_dir);
+  auto c = checkpoint::ShardedCheckpoint::Create(a.out_dir);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ((*c)->shards().size(), 2u);
   for (const auto& [name, location] : (*c)->tensors()) {

@@ -1,0 +1,176 @@
+#include "checkpoint/engram_config_loader.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/json_util.h"
+#include "formats/row_format.h"
+
+namespace mneme::checkpoint {
+namespace {
+
+using nlohmann::json;
+
+// An integer key that must lie in [min, max].
+absl::StatusOr<int64_t> GetIntInRange(const ModelConfig& config,
+                                      absl::string_view key, int64_t min,
+                                      int64_t max) {
+  absl::StatusOr<int64_t> value = config.GetInt(key);
+  if (!value.ok()) return value.status();
+  if (*value < min || *value > max) {
+    return config.KeyError(
+        key, absl::StrCat(*value, " is outside [", min, ", ", max, "]"));
+  }
+  return *value;
+}
+
+// An array key whose elements are integers in [min, max].
+absl::StatusOr<std::vector<int64_t>> GetIntArray(const ModelConfig& config,
+                                                 absl::string_view key,
+                                                 int64_t min, int64_t max) {
+  const json* value = config.Find(key);
+  if (value == nullptr) return config.KeyError(key, "missing");
+  if (!value->is_array()) return config.KeyError(key, "not an array");
+  std::vector<int64_t> result;
+  result.reserve(value->size());
+  for (const json& element : *value) {
+    std::optional<int64_t> v = JsonToInt64(element);
+    if (!v) {
+      return config.KeyError(
+          key, absl::StrCat("element ", result.size(), " is not an integer"));
+    }
+    if (*v < min || *v > max) {
+      return config.KeyError(
+          key, absl::StrCat("element ", result.size(), " (", *v,
+                            ") is outside [", min, ", ", max, "]"));
+    }
+    result.push_back(*v);
+  }
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<EngramConfig> ParseEngramConfig(const ModelConfig& config) {
+  constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  EngramConfig result;
+
+  absl::StatusOr<std::vector<int64_t>> layer_ids =
+      GetIntArray(config, "engram_layer_ids", 0, kIntMax);
+  if (!layer_ids.ok()) return layer_ids.status();
+  if (layer_ids->empty()) {
+    return config.KeyError("engram_layer_ids", "empty");
+  }
+  for (size_t i = 0; i < layer_ids->size(); ++i) {
+    if (i > 0 && (*layer_ids)[i] <= (*layer_ids)[i - 1]) {
+      return config.KeyError("engram_layer_ids", "not strictly ascending");
+    }
+    result.layer_ids.push_back(static_cast<int>((*layer_ids)[i]));
+  }
+
+  absl::StatusOr<std::vector<int64_t>> num_embeddings =
+      GetIntArray(config, "engram_num_embeddings", 1, kInt64Max);
+  if (!num_embeddings.ok()) return num_embeddings.status();
+  if (num_embeddings->size() != result.layer_ids.size()) {
+    return config.KeyError("engram_num_embeddings",
+                           absl::StrCat("has ", num_embeddings->size(),
+                                        " entries but engram_layer_ids has ",
+                                        result.layer_ids.size()));
+  }
+  result.num_embeddings = *std::move(num_embeddings);
+
+  absl::StatusOr<int64_t> value =
+      GetIntInRange(config, "engram_max_ngram_size", 2, 32);
+  if (!value.ok()) return value.status();
+  result.max_ngram_size = static_cast<int>(*value);
+  value = GetIntInRange(config, "engram_n_heads", 1, 1024);
+  if (!value.ok()) return value.status();
+  result.n_heads = static_cast<int>(*value);
+  value = GetIntInRange(config, "engram_head_dim", formats::kRowDim,
+                        formats::kRowDim);
+  if (!value.ok()) return value.status();
+  result.head_dim = static_cast<int>(*value);
+  value = GetIntInRange(config, "engram_vocab_size", 1, kInt64Max);
+  if (!value.ok()) return value.status();
+  result.vocab_size = *value;
+  value = GetIntInRange(config, "engram_compressed_vocab_size", 1, kInt64Max);
+  if (!value.ok()) return value.status();
+  result.compressed_vocab_size = *value;
+  value = GetIntInRange(config, "engram_pad_token_id", 0, kInt64Max);
+  if (!value.ok()) return value.status();
+  result.pad_token_id = *value;
+
+  result.format = formats::RowFormat::kFp8;
+  if (config.Find("engram_quant") != nullptr) {
+    absl::StatusOr<std::string> quant = config.GetString("engram_quant");
+    if (!quant.ok()) return quant.status();
+    if (*quant == "nvfp4") {
+      result.format = formats::RowFormat::kNvfp4;
+    } else if (*quant != "fp8") {
+      return config.KeyError("engram_quant",
+                             absl::StrCat("unknown value \"", *quant,
+                                          "\" (expected \"nvfp4\" or "
+                                          "\"fp8\")"));
+    }
+  }
+  if (result.format != formats::RowFormat::kNvfp4) return result;
+
+  if (config.Find("engram_quant_block_size") != nullptr) {
+    value = GetIntInRange(config, "engram_quant_block_size",
+                          formats::kNvfp4BlockSize, formats::kNvfp4BlockSize);
+    if (!value.ok()) return value.status();
+  }
+  result.quant_block_size = formats::kNvfp4BlockSize;
+  if (config.Find("engram_quant_method") != nullptr) {
+    absl::StatusOr<std::string> method =
+        config.GetString("engram_quant_method");
+    if (!method.ok()) return method.status();
+    result.quant_method = *std::move(method);
+  }
+  const json* scales = config.Find("engram_quant_global_scale");
+  if (scales == nullptr) {
+    return config.KeyError("engram_quant_global_scale",
+                           "missing (required with engram_quant \"nvfp4\")");
+  }
+  if (!scales->is_object()) {
+    return config.KeyError("engram_quant_global_scale", "not an object");
+  }
+  for (int layer : result.layer_ids) {
+    auto it = scales->find(std::to_string(layer));
+    if (it == scales->end()) {
+      return config.KeyError("engram_quant_global_scale",
+                             absl::StrCat("no scale for layer ", layer));
+    }
+    if (!it->is_number()) {
+      return config.KeyError(
+          "engram_quant_global_scale",
+          absl::StrCat("scale for layer ", layer, " is not a number"));
+    }
+    const double scale = it->get<double>();
+    // Checked as a double first: casting an out-of-range double to float is
+    // undefined.
+    if (!std::isfinite(scale) || scale <= 0.0 ||
+        scale > std::numeric_limits<float>::max() ||
+        static_cast<float>(scale) <= 0.0f) {
+      return config.KeyError(
+          "engram_quant_global_scale",
+          absl::StrCat("scale for layer ", layer, " (", it->dump(),
+                       ") is not a finite positive fp32"));
+    }
+    result.global_scales[layer] = static_cast<float>(scale);
+  }
+  return result;
+}
+
+absl::StatusOr<EngramConfig> LoadEngramConfig(const std::string& config_path) {
+  absl::StatusOr<std::unique_ptr<ModelConfig>> config =
+      ModelConfig::Create(config_path);
+  if (!config.ok()) return config.status();
+  return ParseEngramConfig(**config);
+}
+
+}  // namespace mneme::checkpoint

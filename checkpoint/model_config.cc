@@ -1,0 +1,114 @@
+#include "checkpoint/model_config.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/file_io.h"
+#include "common/json_util.h"
+
+namespace mneme::checkpoint {
+namespace {
+
+using nlohmann::json;
+
+constexpr absl::string_view kTextConfigKey = "text_config";
+
+const json* FindIn(const json& object, absl::string_view key) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+}  // namespace
+
+ModelConfig::ModelConfig(std::string file_name, json root)
+    : file_name_(std::move(file_name)), root_(std::move(root)) {
+  const json* text_config = FindIn(root_, kTextConfigKey);
+  if (text_config != nullptr && text_config->is_object()) {
+    text_config_ = text_config;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<ModelConfig>> ModelConfig::Create(
+    const std::string& path) {
+  absl::StatusOr<std::string> text = ReadSmallFile(path, kMaxConfigFileBytes);
+  if (!text.ok()) return text.status();
+  return Parse(*text, path);
+}
+
+absl::StatusOr<std::unique_ptr<ModelConfig>> ModelConfig::Parse(
+    absl::string_view json_text, absl::string_view file_name) {
+  ParsedJson parsed = ParseJson(json_text);
+  if (!parsed.valid()) {
+    return absl::DataLossError(
+        absl::StrCat("config '", file_name, "' is not valid JSON"));
+  }
+  if (parsed.duplicate_key) {
+    return absl::DataLossError(absl::StrCat("config '", file_name,
+                                            "' repeats the key '",
+                                            *parsed.duplicate_key, "'"));
+  }
+  if (!parsed.value.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config '", file_name, "' is not a JSON object"));
+  }
+  const json* text_config = FindIn(parsed.value, kTextConfigKey);
+  if (text_config != nullptr && !text_config->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config '", file_name, "': key 'text_config' is not an object"));
+  }
+  return std::unique_ptr<ModelConfig>(
+      new ModelConfig(std::string(file_name), std::move(parsed.value)));
+}
+
+const json* ModelConfig::Find(absl::string_view key) const {
+  if (text_config_ != nullptr) {
+    if (const json* value = FindIn(*text_config_, key)) return value;
+  }
+  return FindIn(root_, key);
+}
+
+std::string ModelConfig::KeyPath(absl::string_view key) const {
+  if (text_config_ != nullptr && FindIn(*text_config_, key) != nullptr) {
+    return absl::StrCat(kTextConfigKey, ".", key);
+  }
+  return std::string(key);
+}
+
+absl::Status ModelConfig::KeyError(absl::string_view key,
+                                   absl::string_view what) const {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "config '", file_name_, "': key '", KeyPath(key), "': ", what));
+}
+
+absl::StatusOr<int64_t> ModelConfig::GetInt(absl::string_view key) const {
+  const json* value = Find(key);
+  if (value == nullptr) return KeyError(key, "missing");
+  std::optional<int64_t> result = JsonToInt64(*value);
+  if (!result) return KeyError(key, "not a 64-bit integer");
+  return *result;
+}
+
+absl::StatusOr<double> ModelConfig::GetDouble(absl::string_view key) const {
+  const json* value = Find(key);
+  if (value == nullptr) return KeyError(key, "missing");
+  if (!value->is_number()) return KeyError(key, "not a number");
+  return value->get<double>();
+}
+
+absl::StatusOr<std::string> ModelConfig::GetString(
+    absl::string_view key) const {
+  const json* value = Find(key);
+  if (value == nullptr) return KeyError(key, "missing");
+  if (!value->is_string()) return KeyError(key, "not a string");
+  return value->get<std::string>();
+}
+
+absl::StatusOr<bool> ModelConfig::GetBool(absl::string_view key) const {
+  const json* value = Find(key);
+  if (value == nullptr) return KeyError(key, "missing");
+  if (!value->is_boolean()) return KeyError(key, "not a boolean");
+  return value->get<bool>();
+}
+
+}  // namespace mneme::checkpoint

@@ -1,0 +1,64 @@
+#ifndef MNEME_COMMON_INFLIGHT_GATE_H_
+#define MNEME_COMMON_INFLIGHT_GATE_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace mneme {
+
+// Admits work while a server runs and refuses it once draining starts, and
+// lets the drain wait for admitted work to finish.
+//
+// Every RPC handler calls Enter() first and refuses the call (Unavailable)
+// when it returns nullopt; the returned Pass is held until the call finishes
+// (move it into the reactor or the task that completes the call).
+// Thread-safe.
+class InflightGate {
+ public:
+  // Proof of admission; leaving it releases the slot. Movable, not copyable.
+  class Pass {
+   public:
+    Pass(Pass&& other) noexcept : gate_(other.gate_) { other.gate_ = nullptr; }
+    Pass& operator=(Pass&& other) noexcept;
+    Pass(const Pass&) = delete;
+    Pass& operator=(const Pass&) = delete;
+    ~Pass() { Release(); }
+
+   private:
+    friend class InflightGate;
+    explicit Pass(InflightGate* gate) : gate_(gate) {}
+    void Release();
+    InflightGate* gate_;
+  };
+
+  InflightGate() = default;
+  InflightGate(const InflightGate&) = delete;
+  InflightGate& operator=(const InflightGate&) = delete;
+  // All passes must be gone by now.
+  ~InflightGate();
+
+  // A pass, or nullopt once BeginDrain() was called.
+  std::optional<Pass> Enter();
+
+  // Refuses new work from now on. Idempotent.
+  void BeginDrain();
+  bool draining() const;
+
+  // Blocks until no pass is held or `deadline` passes; true when idle.
+  bool WaitIdle(absl::Time deadline);
+
+  int64_t inflight() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t inflight_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace mneme
+
+#endif  // MNEME_COMMON_INFLIGHT_GATE_H_

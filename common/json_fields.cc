@@ -1,0 +1,94 @@
+#include "common/json_fields.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+
+namespace mneme {
+
+absl::StatusOr<std::string> TypeOf(const nlohmann::json& spec,
+                                   absl::string_view what) {
+  if (!spec.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is not a JSON object: ", spec.dump()));
+  }
+  const auto type = spec.find("type");
+  if (type == spec.end() || !type->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has no \"type\" string"));
+  }
+  return type->get<std::string>();
+}
+
+absl::StatusOr<std::string> StringField(const nlohmann::json& spec,
+                                        const char* field,
+                                        absl::string_view what) {
+  const auto it = spec.find(field);
+  if (it == spec.end() || !it->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " needs a string \"", field, "\""));
+  }
+  return it->get<std::string>();
+}
+
+absl::StatusOr<bool> BoolField(const nlohmann::json& spec, const char* field,
+                               bool default_value, absl::string_view what) {
+  const auto it = spec.find(field);
+  if (it == spec.end() || it->is_null()) return default_value;
+  if (!it->is_boolean()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " field \"", field, "\" is not a boolean: ", it->dump()));
+  }
+  return it->get<bool>();
+}
+
+absl::StatusOr<Pattern> PatternOf(const nlohmann::json& spec,
+                                  absl::string_view what) {
+  const auto it = spec.find("pattern");
+  if (it != spec.end() && it->is_object() && it->size() == 1) {
+    if (const auto s = it->find("String"); s != it->end() && s->is_string()) {
+      return Pattern{s->get<std::string>(), /*is_regex=*/false};
+    }
+    if (const auto r = it->find("Regex"); r != it->end() && r->is_string()) {
+      return Pattern{r->get<std::string>(), /*is_regex=*/true};
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " needs \"pattern\": {\"String\": ...} or {\"Regex\": ...}"));
+}
+
+absl::StatusOr<bool> ExpandSequence(
+    const nlohmann::json& spec, absl::string_view type, const char* list_key,
+    absl::string_view what,
+    const std::function<absl::Status(const nlohmann::json&)>& add) {
+  if (type != "Sequence") return false;
+  const auto list = spec.find(list_key);
+  if (list == spec.end() || !list->is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " Sequence needs a \"", list_key, "\" array"));
+  }
+  for (const nlohmann::json& member : *list) {
+    if (absl::Status status = add(member); !status.ok()) return status;
+  }
+  return true;
+}
+
+std::optional<int64_t> JsonTokenId(const nlohmann::json& value) {
+  // Hugging Face token ids are u32.
+  constexpr int64_t kMaxTokenId = (int64_t{1} << 32) - 1;
+  if (!value.is_number_integer()) return std::nullopt;
+  if (value.is_number_unsigned()) {
+    const uint64_t id = value.get<uint64_t>();
+    if (id > static_cast<uint64_t>(kMaxTokenId)) return std::nullopt;
+    return static_cast<int64_t>(id);
+  }
+  const int64_t id = value.get<int64_t>();
+  if (id < 0 || id > kMaxTokenId) return std::nullopt;
+  return id;
+}
+
+}  // namespace mneme

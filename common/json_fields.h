@@ -1,0 +1,52 @@
+#ifndef MNEME_COMMON_JSON_FIELDS_H_
+#define MNEME_COMMON_JSON_FIELDS_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+
+// Field access for the components of a tokenizer.json. Every error is
+// InvalidArgument and names the component (`what`, e.g. "normalizer
+// Replace") and the field.
+namespace mneme {
+
+// A Split / Replace pattern: {"String": literal} or {"Regex": pattern}.
+struct Pattern {
+  std::string text;
+  bool is_regex = false;
+};
+
+// The component's "type" string; `what` names the component in errors.
+absl::StatusOr<std::string> TypeOf(const nlohmann::json& spec,
+                                   absl::string_view what);
+// A required string field.
+absl::StatusOr<std::string> StringField(const nlohmann::json& spec,
+                                        const char* field,
+                                        absl::string_view what);
+// An optional boolean field: `default_value` when absent or null.
+absl::StatusOr<bool> BoolField(const nlohmann::json& spec, const char* field,
+                               bool default_value, absl::string_view what);
+// The "pattern" field.
+absl::StatusOr<Pattern> PatternOf(const nlohmann::json& spec,
+                                  absl::string_view what);
+
+// A Hugging Face token id (an integer in [0, 2^32)); nullopt otherwise.
+std::optional<int64_t> JsonTokenId(const nlohmann::json& value);
+
+// For a component of type "Sequence" (`type`, from TypeOf): calls `add` on
+// each member of its `list_key` array, in order, and returns true; false
+// (nothing called) for any other type. InvalidArgument naming `what` when
+// the array is missing; the first error of `add` otherwise.
+absl::StatusOr<bool> ExpandSequence(
+    const nlohmann::json& spec, absl::string_view type, const char* list_key,
+    absl::string_view what,
+    const std::function<absl::Status(const nlohmann::json&)>& add);
+
+}  // namespace mneme
+
+#endif  // MNEME_COMMON_JSON_FIELDS_H_

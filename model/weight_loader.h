@@ -1,0 +1,86 @@
+#ifndef MNEME_MODEL_WEIGHT_LOADER_H_
+#define MNEME_MODEL_WEIGHT_LOADER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "checkpoint/dtype.h"
+#include "checkpoint/sharded_checkpoint.h"
+#include "gpu/backend.h"
+
+namespace mneme::model {
+
+// A contiguous part [begin, begin + count) of a weight's rows or columns
+// (one tensor-parallel rank's share). count < 0 = to the end.
+struct Slice {
+  int64_t begin = 0;
+  int64_t count = -1;
+};
+
+// Loads a rank's share of checkpoint tensors into a backend, checking every
+// dtype and shape against what the config implies (messages name the tensor
+// and the checkpoint). Linear weights are found by their name without the
+// ".weight" suffix; the format follows from the stored dtypes:
+//   F32 / BF16 .weight                           dense
+//   F8_E4M3 .weight + F8_E8M0 .scale             FP8, fp8 block shape
+//   U8 / I8 .weight [out, in / 2] + F8_E8M0 .scale [out, in / 32]   MXFP4
+//   U8 .weight + F8_E4M3 .weight_scale + F32 .weight_scale_2        NVFP4
+// A slice that does not fall on the format's scale blocks is loaded as the
+// exactly dequantized fp32 values of the slice (same numbers, more bytes).
+//
+// Thread-compatible; borrowed checkpoint and backend outlive it.
+class WeightLoader {
+ public:
+  WeightLoader(const checkpoint::ShardedCheckpoint& checkpoint,
+               gpu::Backend& backend, int fp8_block_rows, int fp8_block_cols)
+      : checkpoint_(checkpoint),
+        backend_(backend),
+        fp8_block_rows_(fp8_block_rows),
+        fp8_block_cols_(fp8_block_cols) {}
+
+  // The linear weight `name`.weight of shape [rows, cols], sliced. NotFound
+  // for a missing tensor; InvalidArgument for a dtype or shape that does not
+  // match; DataLoss for a corrupt scale.
+  absl::StatusOr<std::unique_ptr<gpu::Weight>> Linear(absl::string_view name,
+                                                      int64_t rows,
+                                                      int64_t cols,
+                                                      Slice row_slice = {},
+                                                      Slice col_slice = {});
+  // A dense tensor (F32 or BF16) `name` of `shape` as fp32 host values,
+  // elements [begin, begin + count) of its flattened form (count < 0 = all).
+  absl::StatusOr<std::vector<float>> Floats(absl::string_view name,
+                                            const std::vector<int64_t>& shape,
+                                            int64_t begin = 0,
+                                            int64_t count = -1);
+  // A dense tensor `name` (exact name, F32 or BF16) of shape [rows, cols]
+  // uploaded as an fp32 matrix (e.g. the hyper-connection projections).
+  absl::StatusOr<std::unique_ptr<gpu::Weight>> FloatMatrix(
+      absl::string_view name, int64_t rows, int64_t cols);
+  // Floats() copied into a new backend buffer.
+  absl::StatusOr<std::unique_ptr<gpu::Buffer>> Vector(
+      absl::string_view name, const std::vector<int64_t>& shape,
+      int64_t begin = 0, int64_t count = -1);
+
+  // Bytes uploaded so far.
+  int64_t uploaded_bytes() const { return uploaded_bytes_; }
+
+ private:
+  absl::StatusOr<std::vector<uint8_t>> Read(
+      absl::string_view name, const std::vector<checkpoint::DType>& dtypes,
+      const std::vector<int64_t>& shape, const checkpoint::TensorInfo** info);
+
+  const checkpoint::ShardedCheckpoint& checkpoint_;
+  gpu::Backend& backend_;
+  const int fp8_block_rows_;
+  const int fp8_block_cols_;
+  int64_t uploaded_bytes_ = 0;
+};
+
+}  // namespace mneme::model
+
+#endif  // MNEME_MODEL_WEIGHT_LOADER_H_

@@ -1,0 +1,399 @@
+// The model on one process: config validation, load errors (a config that
+// does not match the tensors, a missing shard, a TP size that does not
+// divide the model), step validation that changes nothing, the KV cache
+// budget, batching and chunking invariance, and weight slicing.
+
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/model_config.h"
+#include "checkpoint/sharded_checkpoint.h"
+#include "gmock/gmock.h"
+#include "gpu/cpu/cpu_backend.h"
+#include "gpu/host_weight.h"
+#include "gtest/gtest.h"
+#include "model/model_config.h"
+#include "model/weight_loader.h"
+#include "nlohmann/json.hpp"
+#include "services/worker/local_model.h"
+#include "tools/quant/expert_caster.h"
+#include "tools/synthetic/synthetic_checkpoint.h"
+
+namespace mneme::model {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::string TempDir(const std::string& name) {
+  return absl::StrCat(getenv("TEST_TMPDIR"), "/", name);
+}
+
+// The tiny model, written once.
+const std::string& TinyCheckpoint() {
+  static const std::string* dir = [] {
+    auto* d = new std::string(TempDir("tiny"));
+    synthetic::SyntheticCheckpointOptions o = synthetic::TinyModelOptions();
+    o.out_dir = *d;
+    o.seed = 3;
+    const absl::Status st = synthetic::MakeSyntheticCheckpoint(o);
+    EXPECT_TRUE(st.ok()) << st;
+    return d;
+  }();
+  return *dir;
+}
+
+// A copy of the tiny model whose config.json is edited by `edit`.
+std::string EditedCopy(const std::string& name,
+                       void (*edit)(nlohmann::json& text_config)) {
+  const std::string dir = TempDir(name);
+  fs::remove_all(dir);
+  fs::copy(TinyCheckpoint(), dir, fs::copy_options::recursive);
+  nlohmann::json config;
+  {
+    std::ifstream in(dir + "/config.json");
+    in >> config;
+  }
+  edit(config["text_config"]);
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  return dir;
+}
+
+absl::StatusOr<std::unique_ptr<LocalModel>> Open(const std::string& dir,
+                                                 int64_t kv_bytes = 16 << 20) {
+  LocalModelOptions o;
+  o.checkpoint_dir = dir;
+  o.threads = 1;
+  o.model.kv_cache.budget_bytes = kv_bytes;
+  return LocalModel::Create(o);
+}
+
+SequenceChunk Chunk(
+    uint64_t id, std::vector<int64_t> tokens, int64_t start,
+    SequenceChunk::Logits logits = SequenceChunk::Logits::kLast) {
+  SequenceChunk c;
+  c.sequence_id = id;
+  c.tokens = std::move(tokens);
+  c.start_position = start;
+  c.logits = logits;
+  return c;
+}
+
+std::vector<int64_t> Tokens(int n, int salt) {
+  std::vector<int64_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = 3 + (i * 53 + salt * 17) % 600;
+  return t;
+}
+
+float MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float m = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    m = std::max(m, std::fabs(a[i] - b[i]));
+  }
+  return m;
+}
+
+// ---- config ------------------------------------------------------------
+
+absl::StatusOr<ModelDims> Dims(const std::string& text_config) {
+  absl::StatusOr<std::unique_ptr<checkpoint::ModelConfig>> c =
+      checkpoint::ModelConfig::Parse(text_config, "config.json");
+  if (!c.ok()) return c.status();
+  return LoadModelDims(**c);
+}
+
+constexpr char kGoodConfig[] = R"({
+  "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 8, "head_dim": 32, "qk_rope_head_dim": 8,
+  "q_lora_rank": 32, "o_lora_rank": 32, "o_groups": 4,
+  "sliding_window": 8, "n_routed_experts": 8, "num_experts_per_tok": 2,
+  "moe_intermediate_size": 32, "compress_ratios": [0, 2]})";
+
+TEST(ModelDimsTest, ReadsKeysAndDefaults) {
+  absl::StatusOr<ModelDims> d = Dims(kGoodConfig);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->hidden_size, 64);
+  EXPECT_EQ(d->compress_ratios, (std::vector<int>{0, 2}));
+  EXPECT_EQ(d->hc_mult, 1);
+  EXPECT_EQ(d->fp8_block_rows, 128);
+  EXPECT_TRUE(CheckTensorParallel(*d, 4).ok());
+}
+
+TEST(ModelDimsTest, RejectsBadValuesNamingTheKey) {
+  struct Case {
+    std::string from, to, key;
+  };
+  const std::vector<Case> cases = {
+      {"\"o_groups\": 4", "\"o_groups\": 3", "o_groups"},
+      {"\"qk_rope_head_dim\": 8", "\"qk_rope_head_dim\": 40",
+       "qk_rope_head_dim"},
+      {"\"compress_ratios\": [0, 2]", "\"compress_ratios\": [0]",
+       "compress_ratios"},
+      {"\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 9",
+       "num_experts_per_tok"},
+      {"\"hidden_size\": 64", "\"hidden_size\": -1", "hidden_size"},
+      {"\"vocab_size\": 100, ", "", "vocab_size"},
+  };
+  for (const Case& c : cases) {
+    std::string text = kGoodConfig;
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    absl::StatusOr<ModelDims> d = Dims(text);
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << c.key;
+    EXPECT_THAT(d.status().message(), HasSubstr(c.key));
+  }
+}
+
+TEST(ModelDimsTest, TensorParallelMustDivideHeadsGroupsExperts) {
+  absl::StatusOr<ModelDims> d = Dims(kGoodConfig);
+  ASSERT_TRUE(d.ok());
+  const absl::Status st = CheckTensorParallel(*d, 3);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("does not divide"));
+  EXPECT_EQ(CheckTensorParallel(*d, 0).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// ---- load errors ---------------------------------------------------------
+
+TEST(ModelLoadTest, ConfigThatDoesNotMatchTheTensors) {
+  const std::string dir = EditedCopy(
+      "wrong-q-lora", [](nlohmann::json& t) { t["q_lora_rank"] = 96; });
+  absl::StatusOr<std::unique_ptr<LocalModel>> m = Open(dir);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(m.status().message(), HasSubstr("wq_a"));
+  EXPECT_THAT(m.status().message(), HasSubstr("the config implies"));
+}
+
+TEST(ModelLoadTest, MissingShard) {
+  const std::string dir = TempDir("missing-shard");
+  fs::remove_all(dir);
+  fs::copy(TinyCheckpoint(), dir, fs::copy_options::recursive);
+  std::vector<fs::path> shards;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".safetensors") shards.push_back(e.path());
+  }
+  std::sort(shards.begin(), shards.end());
+  ASSERT_GE(shards.size(), 3u);
+  fs::remove(shards.back());
+  absl::StatusOr<std::unique_ptr<LocalModel>> m = Open(dir);
+  EXPECT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(),
+              HasSubstr(shards.back().filename().string()));
+}
+
+TEST(ModelLoadTest, TensorParallelSizeThatDoesNotDivide) {
+  absl::StatusOr<std::unique_ptr<gpu::CpuBackend>> backend =
+      gpu::CpuBackend::Create({});
+  ASSERT_TRUE(backend.ok());
+  ModelOptions o;
+  o.checkpoint_dir = TinyCheckpoint();
+  o.tp_rank = 0;
+  o.tp_size = 3;
+  absl::StatusOr<std::unique_ptr<Model>> m =
+      Model::Create(o, **backend, nullptr, nullptr);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(m.status().message(), HasSubstr("does not divide the 8"));
+}
+
+TEST(ModelLoadTest, EngramLayersNeedAClient) {
+  absl::StatusOr<std::unique_ptr<gpu::CpuBackend>> backend =
+      gpu::CpuBackend::Create({});
+  ASSERT_TRUE(backend.ok());
+  ModelOptions o;
+  o.checkpoint_dir = TinyCheckpoint();
+  absl::StatusOr<std::unique_ptr<Model>> m =
+      Model::Create(o, **backend, nullptr, nullptr);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(m.status().message(), HasSubstr("Engram"));
+}
+
+// ---- steps -----------------------------------------------------------------
+
+class ModelStepTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<LocalModel>> m = Open(TinyCheckpoint());
+    ASSERT_TRUE(m.ok()) << m.status();
+    local_ = *std::move(m);
+  }
+  Model& model() { return local_->model(); }
+
+  std::unique_ptr<LocalModel> local_;
+};
+
+TEST_F(ModelStepTest, InvalidStepsChangeNothing) {
+  StepInput ok;
+  ok.chunks.push_back(Chunk(1, Tokens(5, 0), 0));
+  ASSERT_TRUE(model().Step(ok).ok());
+  const int free_blocks = model().kv_cache().free_blocks();
+
+  std::vector<StepInput> bad(5);
+  bad[0].chunks.push_back(Chunk(1, {}, 5));              // No tokens.
+  bad[1].chunks.push_back(Chunk(1, {3, 638}, 5));        // Past vocab.
+  bad[2].chunks.push_back(Chunk(1, {3}, 7));             // Wrong start.
+  bad[3].chunks.push_back(Chunk(2, {3}, 4));             // New, not at 0.
+  bad[4].chunks = {Chunk(3, {3}, 0), Chunk(3, {4}, 0)};  // Repeated.
+  for (const StepInput& in : bad) {
+    EXPECT_EQ(model().Step(in).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(model().SequenceLength(1), 5);
+  EXPECT_EQ(model().SequenceLength(2), -1);
+  EXPECT_EQ(model().SequenceLength(3), -1);
+  EXPECT_EQ(model().num_sequences(), 1);
+  EXPECT_EQ(model().kv_cache().free_blocks(), free_blocks);
+  model().Release(1);
+  EXPECT_EQ(model().kv_cache().free_blocks(), model().kv_cache().num_blocks());
+}
+
+TEST_F(ModelStepTest, BatchingAndChunkingDoNotChangeLogits) {
+  const std::vector<int64_t> a = Tokens(37, 1), b = Tokens(11, 2);
+  StepInput alone_a, alone_b, both;
+  alone_a.chunks.push_back(Chunk(1, a, 0));
+  alone_b.chunks.push_back(Chunk(2, b, 0));
+  both.chunks = {Chunk(3, a, 0), Chunk(4, b, 0)};
+  absl::StatusOr<StepOutput> oa = model().Step(alone_a);
+  absl::StatusOr<StepOutput> ob = model().Step(alone_b);
+  absl::StatusOr<StepOutput> o2 = model().Step(both);
+  ASSERT_TRUE(oa.ok() && ob.ok() && o2.ok());
+  EXPECT_LE(MaxDiff(oa->logits[0], o2->logits[0]), 1e-4);
+  EXPECT_LE(MaxDiff(ob->logits[0], o2->logits[1]), 1e-4);
+
+  // The same prompt in chunks of 5.
+  std::vector<float> last;
+  for (size_t begin = 0; begin < a.size(); begin += 5) {
+    const size_t end = std::min(a.size(), begin + 5);
+    StepInput in;
+    in.chunks.push_back(
+        Chunk(5, std::vector<int64_t>(a.begin() + begin, a.begin() + end),
+              static_cast<int64_t>(begin)));
+    absl::StatusOr<StepOutput> o = model().Step(in);
+    ASSERT_TRUE(o.ok()) << o.status();
+    last = o->logits[0];
+  }
+  EXPECT_LE(MaxDiff(oa->logits[0], last), 1e-4);
+
+  // kAll's last row is kLast's row (up to the GEMM's blocking).
+  StepInput all;
+  all.chunks.push_back(Chunk(6, a, 0, SequenceChunk::Logits::kAll));
+  absl::StatusOr<StepOutput> oall = model().Step(all);
+  ASSERT_TRUE(oall.ok());
+  const int64_t v = model().dims().vocab_size;
+  ASSERT_EQ(oall->logits[0].size(), a.size() * v);
+  EXPECT_LE(MaxDiff(std::vector<float>(oall->logits[0].end() - v,
+                                       oall->logits[0].end()),
+                    oa->logits[0]),
+            1e-4);
+}
+
+TEST(ModelCacheTest, FullCacheIsResourceExhaustedAndChangesNothing) {
+  // Room for about one short sequence only.
+  absl::StatusOr<std::unique_ptr<LocalModel>> m =
+      Open(TinyCheckpoint(), 64 << 10);
+  ASSERT_TRUE(m.ok()) << m.status();
+  Model& model = (*m)->model();
+  StepInput first;
+  first.chunks.push_back(Chunk(1, Tokens(4, 0), 0));
+  ASSERT_TRUE(model.Step(first).ok());
+  const int free_blocks = model.kv_cache().free_blocks();
+  StepInput second;
+  second.chunks.push_back(Chunk(2, Tokens(300, 1), 0));
+  const absl::Status st = model.Step(second).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(st.message(), HasSubstr("kv cache full"));
+  EXPECT_EQ(model.kv_cache().free_blocks(), free_blocks);
+  EXPECT_EQ(model.SequenceLength(2), -1);
+  EXPECT_EQ(model.SequenceLength(1), 4);
+}
+
+TEST(ModelFormatsTest, NvFp4ExpertsFromTheLosslessCastGiveTheSameLogits) {
+  quant::ExpertCastOptions cast;
+  cast.checkpoint_dir = TinyCheckpoint();
+  cast.out_dir = TempDir("nvfp4-experts");
+  cast.input_scales = quant::InputScales::kUncalibrated;
+  cast.threads = 1;
+  ASSERT_TRUE(quant::CastExpertsCheckpoint(cast).ok());
+  absl::StatusOr<std::unique_ptr<LocalModel>> mx = Open(TinyCheckpoint());
+  absl::StatusOr<std::unique_ptr<LocalModel>> nv = Open(cast.out_dir);
+  ASSERT_TRUE(mx.ok() && nv.ok()) << nv.status();
+  StepInput in;
+  in.chunks.push_back(Chunk(1, Tokens(23, 4), 0, SequenceChunk::Logits::kAll));
+  absl::StatusOr<StepOutput> a = (*mx)->model().Step(in);
+  absl::StatusOr<StepOutput> b = (*nv)->model().Step(in);
+  ASSERT_TRUE(a.ok() && b.ok());
+  // The cast is exact, so every dequantized weight and every logit is.
+  EXPECT_EQ(a->logits[0], b->logits[0]);
+}
+
+// ---- weight slicing --------------------------------------------------------
+
+TEST(WeightLoaderTest, UnalignedSlicesEqualTheDequantizedRows) {
+  absl::StatusOr<std::unique_ptr<checkpoint::ShardedCheckpoint>> ckpt =
+      checkpoint::ShardedCheckpoint::Create(TinyCheckpoint());
+  ASSERT_TRUE(ckpt.ok());
+  absl::StatusOr<std::unique_ptr<gpu::CpuBackend>> backend =
+      gpu::CpuBackend::Create({});
+  ASSERT_TRUE(backend.ok());
+  WeightLoader load(**ckpt, **backend, 32, 32);
+  const std::string name = "layers.0.ffn.shared_experts.w2";
+  // [256, 64] FP8; columns [16, 32) split a 32-wide scale block.
+  absl::StatusOr<std::unique_ptr<gpu::Weight>> full =
+      load.Linear(name, 256, 64);
+  absl::StatusOr<std::unique_ptr<gpu::Weight>> part =
+      load.Linear(name, 256, 64, {}, Slice{16, 16});
+  absl::StatusOr<std::unique_ptr<gpu::Weight>> rows =
+      load.Linear(name, 256, 64, Slice{32, 64}, {});
+  ASSERT_TRUE(full.ok() && part.ok() && rows.ok());
+  EXPECT_EQ((*part)->format(), gpu::WeightFormat::kF32);
+  EXPECT_EQ((*rows)->format(), gpu::WeightFormat::kFp8Block);
+  // x = unit vectors pick columns: Linear(e_j) = column j of W.
+  gpu::Backend& b = **backend;
+  auto x = b.Allocate(64 * 64);
+  auto xs = b.Allocate(16 * 16);
+  ASSERT_TRUE(x.ok() && xs.ok());
+  std::vector<float> eye(64 * 64, 0), eye16(16 * 16, 0);
+  for (int i = 0; i < 64; ++i) eye[i * 64 + i] = 1;
+  for (int i = 0; i < 16; ++i) eye16[i * 16 + i] = 1;
+  b.CopyFromHost(eye, (*x)->data());
+  b.CopyFromHost(eye16, (*xs)->data());
+  auto y = b.Allocate(64 * 256);
+  auto ys = b.Allocate(16 * 256);
+  auto yr = b.Allocate(64 * 64);
+  ASSERT_TRUE(y.ok() && ys.ok() && yr.ok());
+  b.Linear((*x)->view(64, 64), **full, (*y)->view(64, 256));
+  b.Linear((*xs)->view(16, 16), **part, (*ys)->view(16, 256));
+  b.Linear((*x)->view(64, 64), **rows, (*yr)->view(64, 64));
+  std::vector<float> hy(64 * 256), hys(16 * 256), hyr(64 * 64);
+  b.CopyToHost((*y)->data(), absl::MakeSpan(hy));
+  b.CopyToHost((*ys)->data(), absl::MakeSpan(hys));
+  b.CopyToHost((*yr)->data(), absl::MakeSpan(hyr));
+  for (int j = 0; j < 16; ++j) {
+    for (int r = 0; r < 256; ++r) {
+      ASSERT_EQ(hys[j * 256 + r], hy[(16 + j) * 256 + r]) << j << "," << r;
+    }
+  }
+  for (int j = 0; j < 64; ++j) {
+    for (int r = 0; r < 64; ++r) {
+      ASSERT_EQ(hyr[j * 64 + r], hy[j * 256 + 32 + r]) << j << "," << r;
+    }
+  }
+  // A slice outside the tensor and a wrong shape are refused.
+  EXPECT_EQ(load.Linear(name, 256, 64, Slice{250, 10}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(load.Linear(name, 128, 64).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(load.Linear("layers.0.attn.nope", 1, 1).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace mneme::model
