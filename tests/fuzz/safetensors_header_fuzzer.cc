@@ -19,9 +19,9 @@
 
 namespace {
 
-using ::mneme::engram::DTypeSize;
-using ::mneme::engram::SafetensorsHeader;
-using ::mneme::engram::TensorInfo;
+using ::mneme::checkpoint::DTypeSize;
+using ::mneme::checkpoint::SafetensorsHeader;
+using ::mneme::checkpoint::TensorInfo;
 
 constexpr char kFileName[] = "fuzz-input.safetensors";
 constexpr uint64_t kVirtualDataBytes = 4096;
