@@ -3,9 +3,11 @@
 files it names, and prints `N passed, N failed[, N skipped]`.
 
 A test target that did not build, timed out or left no XML counts as one
-failed case. Exit status: 0 when nothing failed, 1 otherwise.
+failed case. Each check run outside Bazel (clang-format, layering,
+clang-tidy) counts as one case: passed when named with --passed, failed when
+named alone. Exit status: 0 when nothing failed, 1 otherwise.
 
-usage: summarize_tests.py BEP_JSON [EXTRA_FAILED_CHECK_NAMES...]
+usage: summarize_tests.py BEP_JSON [--passed CHECK_NAME]... [FAILED_CHECK_NAME...]
 """
 
 import json
@@ -34,7 +36,16 @@ def xml_counts(path):
 
 def main():
     bep_path = sys.argv[1]
-    extra_failed = sys.argv[2:]
+    extra_passed = []
+    extra_failed = []
+    args = sys.argv[2:]
+    while args:
+        if args[0] == "--passed" and len(args) > 1:
+            extra_passed.append(args[1])
+            args = args[2:]
+        else:
+            extra_failed.append(args[0])
+            args = args[1:]
     test_targets = set()
     summaries = {}
     xmls = {}
@@ -82,6 +93,7 @@ def main():
             failures.append("%s %s" % (label, status))
         failed += target_failed_cases
 
+    passed += len(extra_passed)
     for name in extra_failed:
         failed += 1
         failures.append(name)
