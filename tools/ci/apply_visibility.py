@@ -72,6 +72,16 @@ def visibility_for(package):
 
 
 def build_files(root):
+    """BUILD files of the tree: git's list (tracked and new, not ignored), or
+    a walk of the directory when it is not a git work tree."""
+    if not os.path.exists(os.path.join(root, ".git")):
+        found = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames
+                           if not d.startswith((".", "bazel-"))]
+            found += [os.path.relpath(os.path.join(dirpath, n), root)
+                      for n in filenames if n in ("BUILD.bazel", "BUILD")]
+        return sorted(found)
     out = subprocess.run(
         ["git", "-C", root, "ls-files", "-z", "--cached", "--others",
          "--exclude-standard", "--", "*BUILD.bazel", "*BUILD"],
