@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "common/status_macros.h"
 #include "formats/row_decode_kernels.h"
 #include "formats/row_format.h"
 
@@ -93,7 +94,7 @@ void Run(const RowDecodeOptions& options, const EncodedRows& rows,
 template <typename T>
 absl::Status DecodeRaw(const RowDecodeOptions& options,
                        absl::Span<const uint8_t> rows, absl::Span<T> out) {
-  if (absl::Status status = CheckOptions(options); !status.ok()) return status;
+  RETURN_IF_ERROR(CheckOptions(options));
   const size_t row_bytes = RowBytes(options.format);
   if (rows.size() % row_bytes != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -101,10 +102,7 @@ absl::Status DecodeRaw(const RowDecodeOptions& options,
         " (one ", RowFormatName(options.format), " row)"));
   }
   const size_t num_rows = rows.size() / row_bytes;
-  if (absl::Status status = CheckOutputSize(num_rows, out.size());
-      !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(CheckOutputSize(num_rows, out.size()));
   if (num_rows == 0) return absl::OkStatus();
   const EncodedRows encoded{
       .weights = rows.data(),
@@ -121,7 +119,7 @@ template <typename T>
 absl::Status DecodeSplit(const RowDecodeOptions& options,
                          absl::Span<const uint8_t> weights,
                          absl::Span<const uint8_t> scales, absl::Span<T> out) {
-  if (absl::Status status = CheckOptions(options); !status.ok()) return status;
+  RETURN_IF_ERROR(CheckOptions(options));
   const size_t weight_bytes = RowWeightBytes(options.format);
   const size_t scale_bytes = RowScaleBytes(options.format);
   if (weights.size() % weight_bytes != 0 || scales.size() % scale_bytes != 0 ||
@@ -132,10 +130,7 @@ absl::Status DecodeSplit(const RowDecodeOptions& options,
         scale_bytes, " per row) do not hold the same whole rows"));
   }
   const size_t num_rows = weights.size() / weight_bytes;
-  if (absl::Status status = CheckOutputSize(num_rows, out.size());
-      !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(CheckOutputSize(num_rows, out.size()));
   if (num_rows == 0) return absl::OkStatus();
   const EncodedRows encoded{
       .weights = weights.data(),

@@ -1,7 +1,7 @@
 #ifndef MNEME_FORMATS_ROW_DECODE_KERNELS_H_
 #define MNEME_FORMATS_ROW_DECODE_KERNELS_H_
 
-// Internal to engram_store/format: the decode loops behind row_decode.h,
+// Internal to formats/: the decode loops behind row_decode.h,
 // which validates arguments. Callers use row_decode.h.
 //
 // Every pair (scalar, SIMD) returns identical bits for identical input:
@@ -18,10 +18,10 @@
 
 // Reassociating or contracting the products would break the bit equality.
 #ifdef __FAST_MATH__
-#error "engram_store/format decoders need IEEE semantics: no -ffast-math"
+#error "formats/ decoders need IEEE semantics: no -ffast-math"
 #endif
 
-namespace mneme::engram::row_decode_internal {
+namespace mneme::formats::row_decode_internal {
 
 // Encoded rows as the kernels read them: row r's weight bytes begin at
 // weights + r * weight_stride and its scale bytes at scales + r * scale_stride.
@@ -59,6 +59,6 @@ const char* SimdTargetName();
 // (Highway's EMU128 or SCALAR), where the scalar loops are as fast or faster.
 bool SimdTargetIsVectorized();
 
-}  // namespace mneme::engram::row_decode_internal
+}  // namespace mneme::formats::row_decode_internal
 
 #endif  // MNEME_FORMATS_ROW_DECODE_KERNELS_H_

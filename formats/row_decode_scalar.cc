@@ -10,7 +10,7 @@
 #include "formats/row_format.h"
 #include "formats/ue8m0.h"
 
-namespace mneme::engram::row_decode_internal {
+namespace mneme::formats::row_decode_internal {
 namespace {
 
 // Calls store(index, fp32 value) for every value of every row, in order.
@@ -71,4 +71,4 @@ void DecodeNvfp4ToBf16Scalar(const EncodedRows& rows, float global_scale,
                     [out](size_t i, float v) { out[i] = FloatToBf16(v); });
 }
 
-}  // namespace mneme::engram::row_decode_internal
+}  // namespace mneme::formats::row_decode_internal

@@ -27,7 +27,7 @@
 #endif
 
 HWY_BEFORE_NAMESPACE();
-namespace mneme::engram::row_decode_internal {
+namespace mneme::formats::row_decode_internal {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
@@ -242,11 +242,11 @@ void DecodeNvfp4ToBf16(const EncodedRows& rows, float global_scale,
 #endif  // HWY_TARGET == HWY_SCALAR
 
 }  // namespace HWY_NAMESPACE
-}  // namespace mneme::engram::row_decode_internal
+}  // namespace mneme::formats::row_decode_internal
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-namespace mneme::engram::row_decode_internal {
+namespace mneme::formats::row_decode_internal {
 
 HWY_EXPORT(CurrentTarget);
 HWY_EXPORT(DecodeFp8ToF32);
@@ -281,5 +281,5 @@ bool SimdTargetIsVectorized() {
   return target != HWY_SCALAR && target != HWY_EMU128;
 }
 
-}  // namespace mneme::engram::row_decode_internal
+}  // namespace mneme::formats::row_decode_internal
 #endif  // HWY_ONCE

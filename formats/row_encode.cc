@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "common/status_macros.h"
 #include "formats/e2m1.h"
 #include "formats/e4m3.h"
 #include "formats/row_format.h"
@@ -25,10 +26,7 @@ absl::Status CheckSize(const char* what, size_t size, size_t expected) {
 }
 
 absl::Status CheckValues(absl::Span<const float> values) {
-  if (absl::Status status = CheckSize("values", values.size(), kRowDim);
-      !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(CheckSize("values", values.size(), kRowDim));
   for (size_t i = 0; i < values.size(); ++i) {
     if (!std::isfinite(values[i])) {
       return absl::InvalidArgumentError(
@@ -60,16 +58,9 @@ int Fp8BlockExponent(float amax) {
 absl::Status EncodeFp8Row(absl::Span<const float> values,
                           absl::Span<uint8_t> weights,
                           absl::Span<uint8_t> scales) {
-  if (absl::Status status = CheckValues(values); !status.ok()) return status;
-  if (absl::Status status =
-          CheckSize("weights", weights.size(), kFp8WeightBytes);
-      !status.ok()) {
-    return status;
-  }
-  if (absl::Status status = CheckSize("scales", scales.size(), kFp8ScaleBytes);
-      !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(CheckValues(values));
+  RETURN_IF_ERROR(CheckSize("weights", weights.size(), kFp8WeightBytes));
+  RETURN_IF_ERROR(CheckSize("scales", scales.size(), kFp8ScaleBytes));
   for (size_t block = 0; block < kFp8ScaleBytes; ++block) {
     const float* x = values.data() + block * kFp8BlockSize;
     const int k = Fp8BlockExponent(BlockAmax(x, kFp8BlockSize));
@@ -85,11 +76,7 @@ absl::Status EncodeFp8Row(absl::Span<const float> values,
 
 absl::Status EncodeFp8Row(absl::Span<const float> values,
                           absl::Span<uint8_t> row) {
-  if (absl::Status status =
-          CheckSize("row", row.size(), RowBytes(RowFormat::kFp8));
-      !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(CheckSize("row", row.size(), RowBytes(RowFormat::kFp8)));
   return EncodeFp8Row(values, row.first(kFp8WeightBytes),
                       row.subspan(kFp8WeightBytes));
 }
@@ -101,17 +88,9 @@ absl::Status EncodeNvfp4Row(absl::Span<const float> values, float global_scale,
     return absl::InvalidArgumentError(absl::StrCat(
         "NVFP4 global_scale must be finite and > 0, got ", global_scale));
   }
-  if (absl::Status status = CheckValues(values); !status.ok()) return status;
-  if (absl::Status status =
-          CheckSize("weights", weights.size(), kNvfp4WeightBytes);
-      !status.ok()) {
-    return status;
-  }
-  if (absl::Status status =
-          CheckSize("scales", scales.size(), kNvfp4ScaleBytes);
-      !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(CheckValues(values));
+  RETURN_IF_ERROR(CheckSize("weights", weights.size(), kNvfp4WeightBytes));
+  RETURN_IF_ERROR(CheckSize("scales", scales.size(), kNvfp4ScaleBytes));
   for (size_t block = 0; block < kNvfp4ScaleBytes; ++block) {
     const float* x = values.data() + block * kNvfp4BlockSize;
     const float amax = BlockAmax(x, kNvfp4BlockSize);
@@ -130,11 +109,7 @@ absl::Status EncodeNvfp4Row(absl::Span<const float> values, float global_scale,
 
 absl::Status EncodeNvfp4Row(absl::Span<const float> values, float global_scale,
                             absl::Span<uint8_t> row) {
-  if (absl::Status status =
-          CheckSize("row", row.size(), RowBytes(RowFormat::kNvfp4));
-      !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(CheckSize("row", row.size(), RowBytes(RowFormat::kNvfp4)));
   return EncodeNvfp4Row(values, global_scale, row.first(kNvfp4WeightBytes),
                         row.subspan(kNvfp4WeightBytes));
 }

@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
-#include <limits>
 #include <utility>
 
 #include "absl/base/call_once.h"
@@ -25,6 +24,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "gpu/comm/collective_args.h"
 
 namespace mneme::gpu {
 namespace {
@@ -123,18 +124,9 @@ absl::Status FromGlooException(absl::string_view what,
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     const GlooCommunicatorOptions& options, RendezvousStore& store) {
-  if (options.size < 1) {
-    return absl::InvalidArgumentError("size must be >= 1");
-  }
-  if (options.rank < 0 || options.rank >= options.size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank must be in [0, size); got ", options.rank, " of ", options.size));
-  }
+  RETURN_IF_ERROR(CheckGroupArgs(options.rank, options.size, options.timeout));
   if (options.hostname.empty() && options.interface.empty()) {
     return absl::InvalidArgumentError("hostname or interface is required");
-  }
-  if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("timeout must be positive");
   }
 
   IgnoreSigpipeUnlessHandled();
@@ -175,28 +167,6 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
 
 GlooCommunicator::~GlooCommunicator() = default;
 
-absl::Status GlooCommunicator::CheckArgs(
-    int64_t count, int64_t multiple,
-    std::initializer_list<const float*> buffers) const {
-  if (count < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("count must be >= 0; got ", count));
-  }
-  if (count > std::numeric_limits<int64_t>::max() /
-                  (multiple * static_cast<int64_t>(sizeof(float)))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("count ", count, " is too large"));
-  }
-  if (count > 0) {
-    for (const float* b : buffers) {
-      if (b == nullptr) {
-        return absl::InvalidArgumentError("null buffer with count > 0");
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 template <typename Op>
 absl::Status GlooCommunicator::Run(absl::string_view name, int64_t bytes,
                                    Op op) {
@@ -218,7 +188,7 @@ absl::Status GlooCommunicator::Run(absl::string_view name, int64_t bytes,
 
 absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count) {
   if (!broken_.ok()) return broken_;
-  if (absl::Status s = CheckArgs(count, 1, {data}); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckCollectiveArgs(count, 1, {data}));
   const uint32_t tag = next_tag_++;
   return Run("all-reduce", count * sizeof(float), [&] {
     if (count == 0 || options_.size == 1) return;
@@ -237,7 +207,7 @@ absl::Status GlooCommunicator::AllGather(const float* in, int64_t count,
                                          float* out) {
   if (!broken_.ok()) return broken_;
   const int64_t n = options_.size;
-  if (absl::Status s = CheckArgs(count, n, {in, out}); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckCollectiveArgs(count, n, {in, out}));
   const uint32_t tag = next_tag_++;
   return Run("all-gather", count * sizeof(float), [&] {
     if (count == 0) return;
@@ -258,7 +228,7 @@ absl::Status GlooCommunicator::ReduceScatterSum(const float* in, int64_t count,
                                                 float* out) {
   if (!broken_.ok()) return broken_;
   const int64_t n = options_.size;
-  if (absl::Status s = CheckArgs(count, n, {in, out}); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckCollectiveArgs(count, n, {in, out}));
   const uint32_t tag = next_tag_++;
   return Run("reduce-scatter", count * n * sizeof(float), [&] {
     if (count == 0) return;
@@ -318,11 +288,8 @@ void GlooCommunicator::RingReduceScatter(const float* in, int64_t count,
 
 absl::Status GlooCommunicator::Broadcast(float* data, int64_t count, int root) {
   if (!broken_.ok()) return broken_;
-  if (root < 0 || root >= options_.size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "root must be in [0, size); got ", root, " of ", options_.size));
-  }
-  if (absl::Status s = CheckArgs(count, 1, {data}); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckRoot(root, options_.size));
+  RETURN_IF_ERROR(CheckCollectiveArgs(count, 1, {data}));
   const uint32_t tag = next_tag_++;
   const int64_t bytes = options_.rank == root ? count * sizeof(float) : 0;
   return Run("broadcast", bytes, [&] {

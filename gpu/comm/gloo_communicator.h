@@ -2,7 +2,6 @@
 #define MNEME_GPU_COMM_GLOO_COMMUNICATOR_H_
 
 #include <cstdint>
-#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -91,10 +90,6 @@ class GlooCommunicator final : public Communicator {
                    std::shared_ptr<gloo::Context> context)
       : options_(options), context_(std::move(context)) {}
 
-  // InvalidArgument for a negative count, count * multiple floats past
-  // int64 bytes, or a null buffer with count > 0.
-  absl::Status CheckArgs(int64_t count, int64_t multiple,
-                         std::initializer_list<const float*> buffers) const;
   // Runs `op` (which may throw Gloo's exceptions) unless broken; converts
   // and keeps an error; counts the call in stats_.
   template <typename Op>

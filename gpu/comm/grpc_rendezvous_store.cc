@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 
 namespace mneme::gpu {
 
@@ -32,11 +33,10 @@ GrpcRendezvousStore::Create(const GrpcRendezvousStoreOptions& options) {
   ClientChannelOptions channel_options;
   channel_options.tls = options.tls;
   channel_options.max_receive_message_bytes = options.max_message_bytes;
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      CreateClientChannel(options.target, channel_options);
-  if (!channel.ok()) return channel.status();
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   CreateClientChannel(options.target, channel_options));
   std::unique_ptr<GrpcRendezvousStore> store(new GrpcRendezvousStore(options));
-  store->stub_ = comm::v1::Rendezvous::NewStub(*channel);
+  store->stub_ = comm::v1::Rendezvous::NewStub(channel);
   return store;
 }
 
@@ -65,8 +65,7 @@ absl::StatusOr<std::vector<std::string>> GrpcRendezvousStore::Get(
   context.set_deadline(
       absl::ToChronoTime(absl::Now() + timeout + options_.rpc_timeout));
   context.set_wait_for_ready(true);
-  absl::Status s = FromGrpcStatus(stub_->Get(&context, request, &response));
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->Get(&context, request, &response)));
   if (response.values_size() != request.keys_size()) {
     return absl::InternalError(
         absl::StrCat("the rendezvous server returned ", response.values_size(),

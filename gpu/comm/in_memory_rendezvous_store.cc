@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 
 namespace mneme::gpu {
 namespace {
@@ -105,7 +106,7 @@ InMemoryRendezvousStore::Waiter InMemoryRendezvousStore::RemoveWaiter(
 
 absl::Status InMemoryRendezvousStore::Set(absl::string_view key,
                                           absl::string_view value) {
-  if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateKey(key));
   if (static_cast<int64_t>(value.size()) > options_.max_value_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rendezvous value of ", value.size(), " bytes is over the ",

@@ -3,8 +3,6 @@
 #include <nccl.h>
 
 #include <cstring>
-#include <initializer_list>
-#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -14,6 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "gpu/comm/collective_args.h"
 #include "gpu/comm/nccl_communicator.h"
 
 namespace mneme::gpu {
@@ -41,9 +41,8 @@ absl::Status NcclError(ncclResult_t result, ncclComm_t comm,
 template <typename Done>
 absl::Status PollUntil(absl::Time deadline, absl::string_view what, Done done) {
   for (int polls = 0;; ++polls) {
-    absl::StatusOr<bool> finished = done();
-    if (!finished.ok()) return finished.status();
-    if (*finished) return absl::OkStatus();
+    ASSIGN_OR_RETURN(const bool finished, done());
+    if (finished) return absl::OkStatus();
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat(what, " did not complete within the timeout"));
@@ -70,7 +69,7 @@ class NcclCommunicator final : public Communicator {
 
   absl::Status AllReduceSum(float* data, int64_t count) override {
     if (!broken_.ok()) return broken_;
-    if (absl::Status s = CheckArgs(count, {data}); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckCollectiveArgs(count, 1, {data}));
     return Run("ncclAllReduce", count * sizeof(float), count, [&] {
       return ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_,
                            stream_);
@@ -79,7 +78,7 @@ class NcclCommunicator final : public Communicator {
 
   absl::Status AllGather(const float* in, int64_t count, float* out) override {
     if (!broken_.ok()) return broken_;
-    if (absl::Status s = CheckArgs(count, {in, out}); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckCollectiveArgs(count, options_.size, {in, out}));
     return Run("ncclAllGather", count * sizeof(float), count, [&] {
       return ncclAllGather(in, out, count, ncclFloat, comm_, stream_);
     });
@@ -88,7 +87,7 @@ class NcclCommunicator final : public Communicator {
   absl::Status ReduceScatterSum(const float* in, int64_t count,
                                 float* out) override {
     if (!broken_.ok()) return broken_;
-    if (absl::Status s = CheckArgs(count, {in, out}); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckCollectiveArgs(count, options_.size, {in, out}));
     return Run("ncclReduceScatter", count * options_.size * sizeof(float),
                count, [&] {
                  return ncclReduceScatter(in, out, count, ncclFloat, ncclSum,
@@ -98,11 +97,8 @@ class NcclCommunicator final : public Communicator {
 
   absl::Status Broadcast(float* data, int64_t count, int root) override {
     if (!broken_.ok()) return broken_;
-    if (root < 0 || root >= options_.size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "root must be in [0, size); got ", root, " of ", options_.size));
-    }
-    if (absl::Status s = CheckArgs(count, {data}); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckRoot(root, options_.size));
+    RETURN_IF_ERROR(CheckCollectiveArgs(count, 1, {data}));
     const int64_t bytes = options_.rank == root ? count * sizeof(float) : 0;
     return Run("ncclBroadcast", bytes, count, [&] {
       return ncclBroadcast(data, data, count, ncclFloat, root, comm_, stream_);
@@ -122,27 +118,6 @@ class NcclCommunicator final : public Communicator {
  private:
   explicit NcclCommunicator(const NcclCommunicatorOptions& options)
       : options_(options) {}
-
-  absl::Status CheckArgs(int64_t count,
-                         std::initializer_list<const float*> buffers) const {
-    if (count < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("count must be >= 0; got ", count));
-    }
-    if (count > std::numeric_limits<int64_t>::max() /
-                    (options_.size * static_cast<int64_t>(sizeof(float)))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("count ", count, " is too large"));
-    }
-    if (count > 0) {
-      for (const float* b : buffers) {
-        if (b == nullptr) {
-          return absl::InvalidArgumentError("null buffer with count > 0");
-        }
-      }
-    }
-    return absl::OkStatus();
-  }
 
   // Aborts the communicator (after a failure or a timeout) so that no
   // operation of it can hang; later calls see broken_.
@@ -207,16 +182,7 @@ class NcclCommunicator final : public Communicator {
 
 absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
     const NcclCommunicatorOptions& options, RendezvousStore& store) {
-  if (options.size < 1) {
-    return absl::InvalidArgumentError("size must be >= 1");
-  }
-  if (options.rank < 0 || options.rank >= options.size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank must be in [0, size); got ", options.rank, " of ", options.size));
-  }
-  if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("timeout must be positive");
-  }
+  RETURN_IF_ERROR(CheckGroupArgs(options.rank, options.size, options.timeout));
   int devices = 0;
   if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess) {
     return CudaError(e, "no usable CUDA device");
@@ -236,21 +202,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
     if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
       return NcclError(r, nullptr, "ncclGetUniqueId");
     }
-    if (absl::Status s = store.Set(
-            kUniqueIdKey, absl::string_view(id.internal, sizeof(id.internal)));
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(store.Set(
+        kUniqueIdKey, absl::string_view(id.internal, sizeof(id.internal))));
   } else {
-    absl::StatusOr<std::vector<std::string>> value =
-        store.Get({kUniqueIdKey}, deadline - absl::Now());
-    if (!value.ok()) return value.status();
-    if ((*value)[0].size() != sizeof(id.internal)) {
-      return absl::InternalError(absl::StrCat(
-          "the rendezvous value of ", kUniqueIdKey, " has ", (*value)[0].size(),
-          " bytes, not ", sizeof(id.internal)));
+    ASSIGN_OR_RETURN(const std::vector<std::string> value,
+                     store.Get({kUniqueIdKey}, deadline - absl::Now()));
+    if (value[0].size() != sizeof(id.internal)) {
+      return absl::InternalError(
+          absl::StrCat("the rendezvous value of ", kUniqueIdKey, " has ",
+                       value[0].size(), " bytes, not ", sizeof(id.internal)));
     }
-    std::memcpy(id.internal, (*value)[0].data(), sizeof(id.internal));
+    std::memcpy(id.internal, value[0].data(), sizeof(id.internal));
   }
 
   std::unique_ptr<NcclCommunicator> comm(new NcclCommunicator(options));

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "gpu/cuda/self_test_kernel.h"
 #include "gpu/device_info.h"
 
@@ -41,11 +42,10 @@ absl::StatusOr<std::vector<DeviceInfo>> ListDevices() {
 }
 
 absl::Status RunDeviceSelfTest(int device) {
-  absl::StatusOr<std::vector<DeviceInfo>> devices = ListDevices();
-  if (!devices.ok()) return devices.status();
-  if (device < 0 || device >= static_cast<int>(devices->size())) {
+  ASSIGN_OR_RETURN(const std::vector<DeviceInfo> devices, ListDevices());
+  if (device < 0 || device >= static_cast<int>(devices.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "device ", device, " out of range [0, ", devices->size(), ")"));
+        "device ", device, " out of range [0, ", devices.size(), ")"));
   }
   if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
     return CudaError(e, "cudaSetDevice");

@@ -11,8 +11,8 @@
 namespace mneme::formats {
 namespace {
 
-using ::mneme::engram::reference::ReferenceE2m1;
-using ::mneme::engram::reference::ReferenceNearest;
+using ::mneme::formats::reference::ReferenceE2m1;
+using ::mneme::formats::reference::ReferenceNearest;
 
 TEST(E2m1Test, DecodesEveryCodeAsTheFormatDefines) {
   const float kMagnitudes[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};

@@ -12,8 +12,8 @@
 namespace mneme::formats {
 namespace {
 
-using ::mneme::engram::reference::ReferenceE4m3;
-using ::mneme::engram::reference::ReferenceNearest;
+using ::mneme::formats::reference::ReferenceE4m3;
+using ::mneme::formats::reference::ReferenceNearest;
 
 uint32_t Bits(float f) { return std::bit_cast<uint32_t>(f); }
 

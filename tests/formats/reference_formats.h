@@ -4,13 +4,13 @@
 // Independent reference definitions of the narrow formats for tests: values
 // as doubles from the format definitions (ldexp of sign, exponent and
 // mantissa fields), and nearest-value searches by brute force. Shares no code
-// with engram_store/format.
+// with formats/.
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
-namespace mneme::engram::reference {
+namespace mneme::formats::reference {
 
 // e4m3 "fn": bias 7, no inf, 0x7F/0xFF NaN.
 inline double ReferenceE4m3(uint8_t code) {
@@ -64,6 +64,6 @@ uint8_t ReferenceNearest(double x, int count, Decode decode) {
   return static_cast<uint8_t>(best);
 }
 
-}  // namespace mneme::engram::reference
+}  // namespace mneme::formats::reference
 
 #endif  // MNEME_TESTS_FORMATS_REFERENCE_FORMATS_H_

@@ -18,9 +18,9 @@
 namespace mneme::formats {
 namespace {
 
-using ::mneme::engram::reference::ReferenceE2m1;
-using ::mneme::engram::reference::ReferenceE4m3;
-using ::mneme::engram::reference::ReferenceUe8m0;
+using ::mneme::formats::reference::ReferenceE2m1;
+using ::mneme::formats::reference::ReferenceE4m3;
+using ::mneme::formats::reference::ReferenceUe8m0;
 
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();

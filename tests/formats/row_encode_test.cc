@@ -18,9 +18,9 @@
 namespace mneme::formats {
 namespace {
 
-using ::mneme::engram::reference::ReferenceE2m1;
-using ::mneme::engram::reference::ReferenceE4m3;
-using ::mneme::engram::reference::ReferenceNearest;
+using ::mneme::formats::reference::ReferenceE2m1;
+using ::mneme::formats::reference::ReferenceE4m3;
+using ::mneme::formats::reference::ReferenceNearest;
 
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();

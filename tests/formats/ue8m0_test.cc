@@ -11,7 +11,7 @@
 namespace mneme::formats {
 namespace {
 
-using ::mneme::engram::reference::ReferenceUe8m0;
+using ::mneme::formats::reference::ReferenceUe8m0;
 
 TEST(Ue8m0Test, DecodesEveryCodeAsTheFormatDefines) {
   for (int code = 0; code < 256; ++code) {

@@ -1,0 +1,181 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "glog/logging.h"
+#include "gpu/backend.h"
+#include "gpu/cpu/cpu_backend.h"
+#include "gpu/cpu/cpu_backend_internal.h"
+#include "gpu/cpu/cpu_kernels.h"
+
+namespace mneme::gpu {
+namespace {
+
+namespace k = cpu_kernels;
+using cpu_backend_internal::Grain;
+using cpu_backend_internal::kInf;
+using cpu_backend_internal::Sigmoid;
+
+// The visible keys of one query: up to two disjoint ascending spans.
+struct KeySpans {
+  int32_t begin[2] = {0, 0};
+  int32_t end[2] = {0, 0};
+  int count = 0;
+};
+
+KeySpans MergeRanges(const KeyRanges& ranges, int64_t keys) {
+  KeySpans spans;
+  for (int i = 0; i < 2; ++i) {
+    CHECK_LE(0, ranges.begin[i]);
+    CHECK_LE(ranges.begin[i], ranges.end[i]);
+    CHECK_LE(ranges.end[i], keys);
+    if (ranges.begin[i] == ranges.end[i]) continue;
+    spans.begin[spans.count] = ranges.begin[i];
+    spans.end[spans.count] = ranges.end[i];
+    ++spans.count;
+  }
+  if (spans.count == 2) {
+    if (spans.begin[1] < spans.begin[0]) {
+      std::swap(spans.begin[0], spans.begin[1]);
+      std::swap(spans.end[0], spans.end[1]);
+    }
+    if (spans.begin[1] <= spans.end[0]) {  // overlapping or adjacent
+      spans.end[0] = std::max(spans.end[0], spans.end[1]);
+      spans.count = 1;
+    }
+  }
+  return spans;
+}
+
+// Keys scored per step of the online softmax.
+constexpr int kKeyChunk = 128;
+
+// One (query, head): out[hd] and its lse over the keys in `spans`.
+void AttendOne(const float* q, const float* kv, int64_t hd,
+               const KeySpans& spans, float scale, float* out, float* lse) {
+  float scores[kKeyChunk];
+  float max = -kInf;
+  float denominator = 0.0f;
+  bool any = false;
+  std::fill(out, out + hd, 0.0f);
+  for (int s = 0; s < spans.count; ++s) {
+    for (int64_t j = spans.begin[s]; j < spans.end[s]; j += kKeyChunk) {
+      const int64_t n = std::min<int64_t>(kKeyChunk, spans.end[s] - j);
+      const float* rows = kv + j * hd;
+      k::DotRows(q, rows, n, hd, scale, scores);
+      const float chunk_max = *std::max_element(scores, scores + n);
+      if (!any || chunk_max > max) {
+        // Rescale what was accumulated under the old maximum.
+        if (any) {
+          const float correction = std::exp(max - chunk_max);
+          denominator *= correction;
+          k::Scale(correction, out, hd);
+        }
+        max = chunk_max;
+      }
+      any = true;
+      for (int64_t i = 0; i < n; ++i) {
+        scores[i] = std::exp(scores[i] - max);
+        denominator += scores[i];
+      }
+      k::WeightedRowSum(scores, rows, n, hd, out);
+    }
+  }
+  if (!any) {
+    *lse = -kInf;
+    return;
+  }
+  k::Scale(1.0f / denominator, out, hd);
+  *lse = max + std::log(denominator);
+}
+
+}  // namespace
+
+void CpuBackend::Attention(ConstMatrixView q, ConstMatrixView kv, int heads,
+                           absl::Span<const KeyRanges> ranges, float scale,
+                           const float* sink, MatrixView out, MatrixView lse) {
+  CHECK_GT(heads, 0);
+  const int64_t hd = kv.cols;
+  const int64_t tokens = q.rows;
+  CHECK_EQ(q.cols, heads * hd);
+  CHECK_EQ(out.rows, tokens);
+  CHECK_EQ(out.cols, q.cols);
+  CHECK_EQ(lse.rows, tokens);
+  CHECK_EQ(lse.cols, heads);
+  CHECK_EQ(static_cast<int64_t>(ranges.size()), tokens);
+  std::vector<KeySpans> spans(ranges.size());
+  int64_t total_keys = 0;
+  for (size_t t = 0; t < ranges.size(); ++t) {
+    spans[t] = MergeRanges(ranges[t], kv.rows);
+    for (int s = 0; s < spans[t].count; ++s) {
+      total_keys += spans[t].end[s] - spans[t].begin[s];
+    }
+  }
+  const int64_t items = tokens * heads;
+  if (items == 0) return;
+  const int64_t work_per_item = std::max<int64_t>(
+      1,
+      2 * hd * std::max<int64_t>(1, total_keys / std::max<int64_t>(1, tokens)));
+  pool_.ParallelFor(items, Grain(work_per_item),
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t item = begin; item < end; ++item) {
+                        const int64_t t = item / heads;
+                        const int64_t h = item % heads;
+                        float* o = out.data + t * out.cols + h * hd;
+                        float* l = lse.data + t * lse.cols + h;
+                        AttendOne(q.data + t * q.cols + h * hd, kv.data, hd,
+                                  spans[t], scale, o, l);
+                        if (sink != nullptr)
+                          k::Scale(Sigmoid(*l - sink[h]), o, hd);
+                      }
+                    });
+}
+
+void CpuBackend::ApplySink(ConstMatrixView lse, const float* sink,
+                           MatrixView out) {
+  CHECK_EQ(lse.rows, out.rows);
+  CHECK_GT(lse.cols, 0);
+  CHECK_EQ(out.cols % lse.cols, 0);
+  const int64_t heads = lse.cols;
+  const int64_t hd = out.cols / heads;
+  for (int64_t t = 0; t < out.rows; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      k::Scale(Sigmoid(lse.data[t * heads + h] - sink[h]),
+               out.data + t * out.cols + h * hd, hd);
+    }
+  }
+}
+
+void CpuBackend::SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
+                             ConstMatrixView ape, MatrixView out) {
+  const int64_t r = kv.rows;
+  const int64_t d = kv.cols;
+  CHECK_GT(r, 0);
+  CHECK_EQ(score.rows, r);
+  CHECK_EQ(score.cols, d);
+  CHECK_EQ(ape.rows, r);
+  CHECK_EQ(ape.cols, d);
+  CHECK_EQ(out.rows, 1);
+  CHECK_EQ(out.cols, d);
+  std::vector<float> max(d, -kInf), denominator(d, 0.0f), numerator(d, 0.0f);
+  for (int64_t i = 0; i < r; ++i) {
+    for (int64_t c = 0; c < d; ++c) {
+      max[c] = std::max(max[c], score.data[i * d + c] + ape.data[i * d + c]);
+    }
+  }
+  for (int64_t i = 0; i < r; ++i) {
+    for (int64_t c = 0; c < d; ++c) {
+      const float e =
+          std::exp(score.data[i * d + c] + ape.data[i * d + c] - max[c]);
+      denominator[c] += e;
+      numerator[c] += e * kv.data[i * d + c];
+    }
+  }
+  for (int64_t c = 0; c < d; ++c) out.data[c] = numerator[c] / denominator[c];
+}
+
+}  // namespace mneme::gpu

@@ -1,0 +1,275 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "glog/logging.h"
+#include "gpu/backend.h"
+#include "gpu/cpu/cpu_backend.h"
+#include "gpu/cpu/cpu_backend_internal.h"
+#include "gpu/cpu/cpu_kernels.h"
+
+namespace mneme::gpu {
+namespace {
+
+namespace k = cpu_kernels;
+using cpu_backend_internal::AsCpu;
+using cpu_backend_internal::CpuWeight;
+using cpu_backend_internal::Grain;
+using cpu_backend_internal::Rsqrt;
+using cpu_backend_internal::Sigmoid;
+
+float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+float Silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+}  // namespace
+
+void CpuBackend::HcPre(ConstMatrixView x_stream, const Weight& fn,
+                       const float* base, const float* scale, int hc,
+                       int sinkhorn_iters, float eps, MatrixView x,
+                       MatrixView post, MatrixView comb) {
+  const CpuWeight& weight = AsCpu(fn);
+  CHECK_GE(hc, 1);
+  CHECK_GE(sinkhorn_iters, 0);
+  const int64_t tokens = x_stream.rows;
+  const int64_t d = x.cols;
+  const int64_t width = hc * d;
+  const int64_t num_mix = (2 + hc) * hc;
+  CHECK_EQ(x_stream.cols, width);
+  CHECK_EQ(x.rows, tokens);
+  CHECK_EQ(weight.rows(), num_mix);
+  CHECK_EQ(weight.cols(), width);
+  CHECK_EQ(post.rows, tokens);
+  CHECK_EQ(post.cols, hc);
+  CHECK_EQ(comb.rows, tokens);
+  CHECK_EQ(comb.cols, hc * hc);
+  if (tokens == 0) return;
+  std::vector<float> mix(tokens * num_mix);
+  Gemm(x_stream.data, tokens, width, weight.values(), num_mix, mix.data(),
+       Accumulate::kNo);
+  pool_.ParallelFor(tokens, Grain(3 * width), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* stream = x_stream.data + t * width;
+      const float norm =
+          Rsqrt(k::SumSquares(stream, width) / static_cast<float>(width) + eps);
+      const float* m = mix.data() + t * num_mix;
+      float* x_row = x.data + t * d;
+      std::fill(x_row, x_row + d, 0.0f);
+      for (int h = 0; h < hc; ++h) {
+        const float pre = Sigmoid(m[h] * norm * scale[0] + base[h]) + eps;
+        k::Axpy(pre, stream + h * d, x_row, d);
+        post.data[t * hc + h] =
+            2.0f * Sigmoid(m[hc + h] * norm * scale[1] + base[hc + h]);
+      }
+      float* c = comb.data + t * hc * hc;
+      for (int i = 0; i < hc * hc; ++i) {
+        c[i] = m[2 * hc + i] * norm * scale[2] + base[2 * hc + i];
+      }
+      if (sinkhorn_iters > 0) {
+        // The first row normalisation cancels a per-row shift: taking each
+        // row's maximum out keeps exp from overflowing.
+        for (int i = 0; i < hc; ++i) {
+          const float row_max = *std::max_element(c + i * hc, c + (i + 1) * hc);
+          for (int j = 0; j < hc; ++j) c[i * hc + j] -= row_max;
+        }
+      }
+      for (int i = 0; i < hc * hc; ++i) c[i] = std::exp(c[i]);
+      for (int iter = 0; iter < sinkhorn_iters; ++iter) {
+        for (int i = 0; i < hc; ++i) {
+          float sum = 0.0f;
+          for (int j = 0; j < hc; ++j) sum += c[i * hc + j];
+          for (int j = 0; j < hc; ++j) c[i * hc + j] /= sum;
+        }
+        for (int j = 0; j < hc; ++j) {
+          float sum = 0.0f;
+          for (int i = 0; i < hc; ++i) sum += c[i * hc + j];
+          for (int i = 0; i < hc; ++i) c[i * hc + j] /= sum;
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::HcPost(ConstMatrixView a, ConstMatrixView post,
+                        ConstMatrixView comb, int hc, MatrixView x_stream) {
+  CHECK_GE(hc, 1);
+  const int64_t tokens = x_stream.rows;
+  const int64_t d = a.cols;
+  const int64_t width = hc * d;
+  CHECK_EQ(x_stream.cols, width);
+  CHECK_EQ(a.rows, tokens);
+  CHECK_EQ(post.rows, tokens);
+  CHECK_EQ(post.cols, hc);
+  CHECK_EQ(comb.rows, tokens);
+  CHECK_EQ(comb.cols, hc * hc);
+  pool_.ParallelFor(
+      tokens, Grain(2 * hc * width), [&](int64_t begin, int64_t end) {
+        std::vector<float> old(width);
+        for (int64_t t = begin; t < end; ++t) {
+          float* stream = x_stream.data + t * width;
+          std::copy(stream, stream + width, old.begin());
+          const float* c = comb.data + t * hc * hc;
+          for (int j = 0; j < hc; ++j) {
+            float* dst = stream + j * d;
+            k::ScaleRow(a.data + t * d, post.data[t * hc + j], nullptr, dst, d);
+            for (int i = 0; i < hc; ++i) {
+              k::Axpy(c[i * hc + j], old.data() + i * d, dst, d);
+            }
+          }
+        }
+      });
+}
+
+void CpuBackend::HcHead(ConstMatrixView x_stream, const Weight& fn,
+                        const float* base, const float* scale, int hc,
+                        float eps, MatrixView x) {
+  const CpuWeight& weight = AsCpu(fn);
+  CHECK_GE(hc, 1);
+  const int64_t tokens = x_stream.rows;
+  const int64_t d = x.cols;
+  const int64_t width = hc * d;
+  CHECK_EQ(x_stream.cols, width);
+  CHECK_EQ(x.rows, tokens);
+  CHECK_EQ(weight.rows(), hc);
+  CHECK_EQ(weight.cols(), width);
+  if (tokens == 0) return;
+  std::vector<float> mix(tokens * hc);
+  Gemm(x_stream.data, tokens, width, weight.values(), hc, mix.data(),
+       Accumulate::kNo);
+  pool_.ParallelFor(tokens, Grain(2 * width), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* stream = x_stream.data + t * width;
+      const float norm =
+          Rsqrt(k::SumSquares(stream, width) / static_cast<float>(width) + eps);
+      float* x_row = x.data + t * d;
+      std::fill(x_row, x_row + d, 0.0f);
+      for (int h = 0; h < hc; ++h) {
+        const float w =
+            Sigmoid(mix[t * hc + h] * norm * scale[0] + base[h]) + eps;
+        k::Axpy(w, stream + h * d, x_row, d);
+      }
+    }
+  });
+}
+
+void CpuBackend::EngramGate(ConstMatrixView kv, const float* q_w,
+                            const float* k_w, int hc, float eps,
+                            MatrixView x_stream) {
+  CHECK_GE(hc, 1);
+  const int64_t tokens = x_stream.rows;
+  CHECK_EQ(x_stream.cols % hc, 0);
+  const int64_t d = x_stream.cols / hc;
+  CHECK_EQ(kv.rows, tokens);
+  CHECK_EQ(kv.cols, (hc + 1) * d);
+  if (d == 0) return;
+  const float inv_d = 1.0f / static_cast<float>(d);
+  const float inv_sqrt_d = Rsqrt(static_cast<float>(d));
+  pool_.ParallelFor(tokens * hc, Grain(6 * d), [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / hc;
+      const int64_t h = item % hc;
+      float* x_h = x_stream.data + t * x_stream.cols + h * d;
+      const float* kv_row = kv.data + t * kv.cols;
+      const k::EngramSums sums =
+          k::EngramDot(x_h, q_w + h * d, k_w + h * d, kv_row + h * d, d);
+      const float dot = sums.dot * Rsqrt(sums.xx * inv_d + eps) *
+                        Rsqrt(sums.kk * inv_d + eps) * inv_sqrt_d;
+      const float magnitude = std::sqrt(std::max(std::fabs(dot), 1e-6f));
+      const float signed_root = dot > 0.0f   ? magnitude
+                                : dot < 0.0f ? -magnitude
+                                             : 0.0f;
+      k::Axpy(Sigmoid(signed_root), kv_row + hc * d, x_h, d);
+    }
+  });
+}
+
+void CpuBackend::MoeRoute(ConstMatrixView logits, const float* bias, int top_k,
+                          float routed_scaling, absl::Span<int32_t> expert_ids,
+                          absl::Span<float> weights) {
+  const int64_t tokens = logits.rows;
+  const int64_t experts = logits.cols;
+  CHECK_GE(top_k, 1);
+  CHECK_LE(top_k, experts);
+  CHECK_EQ(static_cast<int64_t>(expert_ids.size()), tokens * top_k);
+  CHECK_EQ(static_cast<int64_t>(weights.size()), tokens * top_k);
+  pool_.ParallelFor(
+      tokens, Grain(experts * 40), [&](int64_t begin, int64_t end) {
+        std::vector<float> score(experts), biased(experts);
+        std::vector<int32_t> order(experts);
+        for (int64_t t = begin; t < end; ++t) {
+          const float* row = logits.data + t * experts;
+          for (int64_t e = 0; e < experts; ++e) {
+            score[e] = std::sqrt(Softplus(row[e]));
+            biased[e] = score[e] + (bias != nullptr ? bias[e] : 0.0f);
+          }
+          std::iota(order.begin(), order.end(), 0);
+          std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                            [&](int32_t a, int32_t b) {
+                              return biased[a] > biased[b] ||
+                                     (biased[a] == biased[b] && a < b);
+                            });
+          float sum = 0.0f;
+          for (int i = 0; i < top_k; ++i) sum += score[order[i]];
+          for (int i = 0; i < top_k; ++i) {
+            expert_ids[t * top_k + i] = order[i];
+            weights[t * top_k + i] =
+                sum > 0.0f ? score[order[i]] / sum * routed_scaling
+                           : routed_scaling / static_cast<float>(top_k);
+          }
+        }
+      });
+}
+
+void CpuBackend::ExpertForward(ConstMatrixView x_all,
+                               absl::Span<const int32_t> rows,
+                               absl::Span<const float> weights,
+                               const Weight& w1, const Weight& w2,
+                               const Weight& w3, float limit,
+                               MatrixView y_all) {
+  const CpuWeight& up1 = AsCpu(w1);
+  const CpuWeight& down = AsCpu(w2);
+  const CpuWeight& up3 = AsCpu(w3);
+  const int64_t d = x_all.cols;
+  const int64_t inter = up1.rows();
+  CHECK_EQ(up1.cols(), d);
+  CHECK_EQ(up3.rows(), inter);
+  CHECK_EQ(up3.cols(), d);
+  CHECK_EQ(down.rows(), d);
+  CHECK_EQ(down.cols(), inter);
+  CHECK_EQ(y_all.cols, d);
+  CHECK_EQ(rows.size(), weights.size());
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (n == 0) return;
+  std::vector<float> x(n * d);
+  for (int64_t i = 0; i < n; ++i) {
+    CHECK(rows[i] >= 0 && rows[i] < x_all.rows && rows[i] < y_all.rows)
+        << "row " << rows[i];
+    std::copy_n(x_all.data + int64_t{rows[i]} * d, d, x.data() + i * d);
+  }
+  std::vector<float> h1(n * inter), h3(n * inter);
+  Gemm(x.data(), n, d, up1.values(), inter, h1.data(), Accumulate::kNo);
+  Gemm(x.data(), n, d, up3.values(), inter, h3.data(), Accumulate::kNo);
+  const bool clamp = limit > 0.0f;
+  for (int64_t i = 0; i < n * inter; ++i) {
+    float a = h1[i];
+    float b = h3[i];
+    if (clamp) {
+      a = std::min(a, limit);
+      b = std::clamp(b, -limit, limit);
+    }
+    h1[i] = Silu(a) * b;
+  }
+  std::vector<float> out(n * d);
+  Gemm(h1.data(), n, inter, down.values(), d, out.data(), Accumulate::kNo);
+  // Sequential: rows may repeat.
+  for (int64_t i = 0; i < n; ++i) {
+    k::Axpy(weights[i], out.data() + i * d, y_all.data + int64_t{rows[i]} * d,
+            d);
+  }
+}
+
+}  // namespace mneme::gpu

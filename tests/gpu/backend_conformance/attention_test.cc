@@ -1,0 +1,192 @@
+// Backend conformance: attention and softmax pooling on every backend of
+// BackendFactories().
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "gpu/backend.h"
+#include "gtest/gtest.h"
+#include "tests/gpu/backend_conformance/backend_factories.h"
+#include "tests/gpu/backend_conformance/conformance_test_base.h"
+
+namespace mneme::gpu::conformance {
+namespace {
+
+using AttentionTest = BackendConformanceTest;
+
+// ---- attention
+// -----------------------------------------------------------------
+
+// Double-precision attention for one (token, head): out and lse.
+void RefAttention(const std::vector<float>& q, const std::vector<float>& kv,
+                  int64_t hd, int heads, const std::vector<KeyRanges>& ranges,
+                  double scale, const std::vector<float>* sink,
+                  std::vector<double>* out, std::vector<double>* lse) {
+  const int64_t tokens = ranges.size();
+  out->assign(tokens * heads * hd, 0.0);
+  lse->assign(tokens * heads, -kInf);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::set<int32_t> keys;
+    for (int i = 0; i < 2; ++i) {
+      for (int32_t j = ranges[t].begin[i]; j < ranges[t].end[i]; ++j) {
+        keys.insert(j);
+      }
+    }
+    if (keys.empty()) continue;
+    for (int h = 0; h < heads; ++h) {
+      std::vector<double> s;
+      for (int32_t j : keys) {
+        double dot = 0;
+        for (int64_t i = 0; i < hd; ++i) {
+          dot += double{q[t * heads * hd + h * hd + i]} * kv[j * hd + i];
+        }
+        s.push_back(scale * dot);
+      }
+      const double max = *std::max_element(s.begin(), s.end());
+      double sum = 0;
+      for (double v : s) sum += std::exp(v - max);
+      const double l = max + std::log(sum);
+      (*lse)[t * heads + h] = l;
+      const double gate = sink ? RefSigmoid(l - (*sink)[h]) : 1.0;
+      size_t n = 0;
+      for (int32_t j : keys) {
+        const double p = std::exp(s[n++] - l);
+        for (int64_t i = 0; i < hd; ++i) {
+          (*out)[t * heads * hd + h * hd + i] += gate * p * kv[j * hd + i];
+        }
+      }
+    }
+  }
+}
+
+TEST_P(AttentionTest, AttentionMatchesReference) {
+  struct Case {
+    int64_t tokens;
+    int heads;
+    int64_t hd, keys;
+  };
+  for (const Case& c :
+       {Case{1, 1, 7, 1}, Case{1, 8, 64, 300}, Case{4, 3, 7, 40},
+        Case{9, 2, 33, 260}, Case{3, 4, 16, 0}}) {
+    SCOPED_TRACE(testing::Message()
+                 << c.tokens << " " << c.heads << " " << c.hd << " " << c.keys);
+    const std::vector<float> q = Random(c.tokens * c.heads * c.hd, -2, 2);
+    const std::vector<float> kv = Random(c.keys * c.hd, -2, 2);
+    std::vector<KeyRanges> ranges(c.tokens);
+    std::uniform_int_distribution<int32_t> key(0, static_cast<int32_t>(c.keys));
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      for (int i = 0; i < 2; ++i) {
+        int32_t a = key(rng_), b = key(rng_);
+        if (a > b) std::swap(a, b);
+        ranges[t].begin[i] = a;
+        ranges[t].end[i] = b;
+      }
+    }
+    if (c.tokens > 1 && c.keys > 10) {
+      // KeyRanges{{begin0, begin1}, {end0, end1}}.
+      ranges[0] = KeyRanges{{0, 0}, {0, 0}};      // nothing visible
+      ranges[1] = KeyRanges{{2, 4}, {5, 10}};     // [2, 5) and [4, 10) overlap
+      ranges.back() = KeyRanges{{0, 3}, {7, 3}};  // [0, 7), the second empty
+    }
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.hd));
+    const std::vector<float> sink = Random(c.heads, -1, 3);
+    Mat qm = Upload(q, c.tokens, c.heads * c.hd);
+    Mat kvm = Upload(kv, c.keys, c.hd);
+    Mat sinkm = Upload(sink, 1, c.heads);
+    Mat out = Zeros(c.tokens, c.heads * c.hd), lse = Zeros(c.tokens, c.heads);
+    std::vector<double> ref_out, ref_lse;
+
+    RefAttention(q, kv, c.hd, c.heads, ranges, scale, nullptr, &ref_out,
+                 &ref_lse);
+    backend_->Attention(qm.view, kvm.view, c.heads, ranges,
+                        static_cast<float>(scale), nullptr, out.view, lse.view);
+    ExpectAllNear(Download(out), ref_out, 1e-5);
+    const std::vector<float> got_lse = Download(lse);
+    for (size_t i = 0; i < ref_lse.size(); ++i) {
+      if (std::isinf(ref_lse[i])) {
+        EXPECT_EQ(got_lse[i], -std::numeric_limits<float>::infinity());
+      } else {
+        EXPECT_NEAR(got_lse[i], ref_lse[i], 1e-5);
+      }
+    }
+    const std::vector<float> no_sink_out = Download(out);
+
+    // With the sink: the reference, the same lse, and the same as applying it
+    // afterwards.
+    RefAttention(q, kv, c.hd, c.heads, ranges, scale, &sink, &ref_out,
+                 &ref_lse);
+    backend_->Attention(qm.view, kvm.view, c.heads, ranges,
+                        static_cast<float>(scale), sinkm.data(), out.view,
+                        lse.view);
+    ExpectAllNear(Download(out), ref_out, 1e-5);
+    EXPECT_EQ(Download(lse), got_lse);
+    Mat applied = Upload(no_sink_out, c.tokens, c.heads * c.hd);
+    backend_->ApplySink(lse.view, sinkm.data(), applied.view);
+    EXPECT_EQ(Download(applied), Download(out));
+  }
+}
+
+TEST_P(AttentionTest, AttentionWithNoVisibleKeyGivesZerosAndMinusInf) {
+  const std::vector<KeyRanges> ranges = {KeyRanges{{3, 0}, {3, 0}},
+                                         KeyRanges{}};
+  Mat q = Upload(Random(2 * 2 * 8), 2, 16);
+  Mat kv = Upload(Random(6 * 8), 6, 8);
+  Mat sink = Upload({0.5f, -0.5f}, 1, 2);
+  for (const float* s : {static_cast<const float*>(nullptr),
+                         static_cast<const float*>(sink.data())}) {
+    Mat out = Upload(std::vector<float>(2 * 16, 9.0f), 2, 16);
+    Mat lse = Zeros(2, 2);
+    backend_->Attention(q.view, kv.view, 2, ranges, 0.3f, s, out.view,
+                        lse.view);
+    EXPECT_EQ(Download(out), std::vector<float>(2 * 16, 0.0f));
+    EXPECT_EQ(Download(lse),
+              std::vector<float>(4, -std::numeric_limits<float>::infinity()));
+  }
+}
+
+TEST_P(AttentionTest, SoftmaxPoolMatchesReference) {
+  for (auto [r, d] : {std::pair<int64_t, int64_t>{1, 1}, {4, 9}, {7, 64}}) {
+    const std::vector<float> kv = Random(r * d), score = Random(r * d, -4, 4),
+                             ape = Random(r * d);
+    std::vector<double> ref(d);
+    for (int64_t c = 0; c < d; ++c) {
+      double max = -kInf;
+      for (int64_t i = 0; i < r; ++i) {
+        max = std::max(max, double{score[i * d + c]} + ape[i * d + c]);
+      }
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < r; ++i) {
+        const double e =
+            std::exp(double{score[i * d + c]} + ape[i * d + c] - max);
+        den += e;
+        num += e * kv[i * d + c];
+      }
+      ref[c] = num / den;
+    }
+    Mat kvm = Upload(kv, r, d), sm = Upload(score, r, d),
+        am = Upload(ape, r, d);
+    Mat out = Zeros(1, d);
+    backend_->SoftmaxPool(kvm.view, sm.view, am.view, out.view);
+    ExpectAllNear(Download(out), ref, 1e-6);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, AttentionTest,
+                         ::testing::ValuesIn(BackendFactories()),
+                         BackendFactoryName);
+
+}  // namespace
+}  // namespace mneme::gpu::conformance

@@ -1,0 +1,180 @@
+// Backend conformance: sampling and log-probabilities on every backend of
+// BackendFactories().
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "gpu/backend.h"
+#include "gtest/gtest.h"
+#include "tests/gpu/backend_conformance/backend_factories.h"
+#include "tests/gpu/backend_conformance/conformance_test_base.h"
+
+namespace mneme::gpu::conformance {
+namespace {
+
+using SamplingTest = BackendConformanceTest;
+
+// ---- sampling
+// --------------------------------------------------------------------
+
+double RefLogSoftmax(const std::vector<float>& row, int32_t id) {
+  double max = -kInf;
+  for (float v : row) max = std::max(max, double{v});
+  double sum = 0;
+  for (float v : row) sum += std::exp(v - max);
+  return row[id] - max - std::log(sum);
+}
+
+class SampleTest : public BackendConformanceTest {
+ protected:
+  // Samples one row of `logits` with `params` once per seed in [0, draws).
+  std::vector<int32_t> Draw(const std::vector<float>& logits,
+                            SamplingParams params, int draws) {
+    const int64_t vocab = logits.size();
+    std::vector<float> all;
+    std::vector<SamplingParams> per_row;
+    for (int i = 0; i < draws; ++i) {
+      all.insert(all.end(), logits.begin(), logits.end());
+      params.seed = static_cast<uint64_t>(i) * 7919 + 1;
+      per_row.push_back(params);
+    }
+    Mat lm = Upload(all, draws, vocab);
+    std::vector<int32_t> ids(draws);
+    std::vector<float> logprobs(draws);
+    backend_->Sample(lm.view, per_row, absl::MakeSpan(ids),
+                     absl::MakeSpan(logprobs));
+    for (int i = 0; i < draws; ++i) {
+      EXPECT_NEAR(logprobs[i], RefLogSoftmax(logits, ids[i]), 1e-5);
+    }
+    return ids;
+  }
+
+  static std::vector<float> LogsOf(const std::vector<double>& p) {
+    std::vector<float> l;
+    for (double v : p) l.push_back(static_cast<float>(std::log(v)));
+    return l;
+  }
+};
+
+TEST_P(SampleTest, GreedyTakesTheLowestIdOfTheMaximum) {
+  const std::vector<int32_t> ids =
+      Draw({1.0f, 5.0f, 5.0f, 2.0f}, SamplingParams{}, 3);
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 1, 1}));
+}
+
+TEST_P(SampleTest, SameSeedSameToken) {
+  const std::vector<float> logits = Random(50, -0.5f, 0.5f);
+  SamplingParams params{.temperature = 1.0f};
+  const std::vector<int32_t> first = Draw(logits, params, 200);
+  EXPECT_EQ(Draw(logits, params, 200), first);
+  EXPECT_GT(std::set<int32_t>(first.begin(), first.end()).size(), 20u);
+  // Same seed on every row of a batch: the same token on every row.
+  params.seed = 42;
+  Mat lm = Upload(
+      [&] {
+        std::vector<float> all;
+        for (int i = 0; i < 4; ++i)
+          all.insert(all.end(), logits.begin(), logits.end());
+        return all;
+      }(),
+      4, 50);
+  std::vector<int32_t> ids(4);
+  std::vector<float> logprobs(4);
+  backend_->Sample(lm.view, std::vector<SamplingParams>(4, params),
+                   absl::MakeSpan(ids), absl::MakeSpan(logprobs));
+  EXPECT_EQ(ids, std::vector<int32_t>(4, ids[0]));
+}
+
+TEST_P(SampleTest, TopKOneIsGreedy) {
+  for (int round = 0; round < 5; ++round) {
+    std::vector<float> logits = Random(100, -2, 2);
+    logits[60] = logits[17] = 2.5f;  // a tie: 17 wins
+    const std::vector<int32_t> ids =
+        Draw(logits, SamplingParams{.temperature = 1.5f, .top_k = 1}, 50);
+    EXPECT_EQ(ids, std::vector<int32_t>(50, 17));
+  }
+}
+
+TEST_P(SampleTest, TopKKeepsOnlyTheBest) {
+  std::vector<float> logits = Random(40, 0.0f, 1.5f);
+  logits[7] = 2.0f;
+  logits[3] = 1.9f;
+  const std::vector<int32_t> ids =
+      Draw(logits, SamplingParams{.temperature = 1.0f, .top_k = 2}, 200);
+  EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()),
+            (std::set<int32_t>{3, 7}));
+}
+
+TEST_P(SampleTest, TopPKeepsTheSmallestSufficientSet) {
+  const std::vector<float> logits = LogsOf({0.2, 0.5, 0.3});
+  std::vector<int32_t> ids =
+      Draw(logits, SamplingParams{.temperature = 1.0f, .top_p = 0.7f}, 200);
+  EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()),
+            (std::set<int32_t>{1, 2}));
+  ids = Draw(logits, SamplingParams{.temperature = 1.0f, .top_p = 0.45f}, 200);
+  EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()), (std::set<int32_t>{1}));
+  // After top_k = 2 the survivors renormalise to 0.625 / 0.375: top_p 0.6
+  // keeps the first alone.
+  ids =
+      Draw(logits,
+           SamplingParams{.temperature = 1.0f, .top_p = 0.6f, .top_k = 2}, 200);
+  EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()), (std::set<int32_t>{1}));
+}
+
+TEST_P(SampleTest, MinPDropsUnlikelyTokens) {
+  const std::vector<float> logits = LogsOf({0.2, 0.5, 0.3});
+  std::vector<int32_t> ids =
+      Draw(logits, SamplingParams{.temperature = 1.0f, .min_p = 0.5f}, 200);
+  EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()),
+            (std::set<int32_t>{1, 2}));
+  ids = Draw(logits, SamplingParams{.temperature = 1.0f, .min_p = 0.7f}, 200);
+  EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()), (std::set<int32_t>{1}));
+}
+
+TEST_P(SampleTest, FrequenciesFollowTheDistribution) {
+  // p = (0.75, 0.25); temperature 2 flattens it to (0.634, 0.366).
+  const std::vector<float> logits = LogsOf({0.75, 0.25});
+  for (auto [temperature, p0] : {std::pair{1.0f, 0.75}, {2.0f, 0.634}}) {
+    const std::vector<int32_t> ids =
+        Draw(logits, SamplingParams{.temperature = temperature}, 2000);
+    const double zeros = std::count(ids.begin(), ids.end(), 0) / 2000.0;
+    EXPECT_NEAR(zeros, p0, 0.05) << "temperature " << temperature;
+  }
+}
+
+TEST_P(SamplingTest, LogProbsMatchReference) {
+  const int64_t tokens = 3, vocab = 1000;
+  const std::vector<float> logits = Random(tokens * vocab, -10, 10);
+  const std::vector<int32_t> ids = {0, 999, 512};
+  Mat lm = Upload(logits, tokens, vocab);
+  std::vector<float> logprobs(tokens);
+  backend_->LogProbs(lm.view, ids, absl::MakeSpan(logprobs));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const std::vector<float> row(logits.begin() + t * vocab,
+                                 logits.begin() + (t + 1) * vocab);
+    EXPECT_NEAR(logprobs[t], RefLogSoftmax(row, ids[t]), 1e-5);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, SamplingTest,
+                         ::testing::ValuesIn(BackendFactories()),
+                         BackendFactoryName);
+INSTANTIATE_TEST_SUITE_P(Backends, SampleTest,
+                         ::testing::ValuesIn(BackendFactories()),
+                         BackendFactoryName);
+
+}  // namespace
+}  // namespace mneme::gpu::conformance
