@@ -6,7 +6,8 @@
 #include "absl/strings/str_split.h"
 #include "checkpoint/safetensors_header.h"
 #include "common/file_io.h"
-#include "common/json_util.h"
+#include "common/json.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace mneme::checkpoint {
@@ -84,9 +85,8 @@ absl::StatusOr<CheckpointIndex> ParseCheckpointIndex(
 }
 
 absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadSmallFile(path, kMaxIndexFileBytes);
-  if (!text.ok()) return text.status();
-  return ParseCheckpointIndex(*text, path);
+  ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxIndexFileBytes));
+  return ParseCheckpointIndex(text, path);
 }
 
 absl::StatusOr<std::string> SerializeCheckpointIndex(
@@ -110,9 +110,8 @@ absl::StatusOr<std::string> SerializeCheckpointIndex(
 
 absl::Status WriteCheckpointIndex(const std::string& path,
                                   const CheckpointIndex& index) {
-  absl::StatusOr<std::string> text = SerializeCheckpointIndex(index);
-  if (!text.ok()) return text.status();
-  return WriteFileAtomically(path, *text);
+  ASSIGN_OR_RETURN(std::string text, SerializeCheckpointIndex(index));
+  return WriteFileAtomically(path, text);
 }
 
 }  // namespace mneme::checkpoint

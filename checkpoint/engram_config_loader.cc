@@ -6,7 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/json_util.h"
+#include "common/json.h"
+#include "common/status_macros.h"
 #include "formats/row_format.h"
 
 namespace mneme::checkpoint {
@@ -18,13 +19,12 @@ using nlohmann::json;
 absl::StatusOr<int64_t> GetIntInRange(const ModelConfig& config,
                                       absl::string_view key, int64_t min,
                                       int64_t max) {
-  absl::StatusOr<int64_t> value = config.GetInt(key);
-  if (!value.ok()) return value.status();
-  if (*value < min || *value > max) {
+  ASSIGN_OR_RETURN(int64_t value, config.GetInt(key));
+  if (value < min || value > max) {
     return config.KeyError(
-        key, absl::StrCat(*value, " is outside [", min, ", ", max, "]"));
+        key, absl::StrCat(value, " is outside [", min, ", ", max, "]"));
   }
-  return *value;
+  return value;
 }
 
 // An array key whose elements are integers in [min, max].
@@ -59,60 +59,54 @@ absl::StatusOr<EngramConfig> ParseEngramConfig(const ModelConfig& config) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   EngramConfig result;
 
-  absl::StatusOr<std::vector<int64_t>> layer_ids =
-      GetIntArray(config, "engram_layer_ids", 0, kIntMax);
-  if (!layer_ids.ok()) return layer_ids.status();
-  if (layer_ids->empty()) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> layer_ids,
+                   GetIntArray(config, "engram_layer_ids", 0, kIntMax));
+  if (layer_ids.empty()) {
     return config.KeyError("engram_layer_ids", "empty");
   }
-  for (size_t i = 0; i < layer_ids->size(); ++i) {
-    if (i > 0 && (*layer_ids)[i] <= (*layer_ids)[i - 1]) {
+  for (size_t i = 0; i < layer_ids.size(); ++i) {
+    if (i > 0 && layer_ids[i] <= layer_ids[i - 1]) {
       return config.KeyError("engram_layer_ids", "not strictly ascending");
     }
-    result.layer_ids.push_back(static_cast<int>((*layer_ids)[i]));
+    result.layer_ids.push_back(static_cast<int>(layer_ids[i]));
   }
 
-  absl::StatusOr<std::vector<int64_t>> num_embeddings =
-      GetIntArray(config, "engram_num_embeddings", 1, kInt64Max);
-  if (!num_embeddings.ok()) return num_embeddings.status();
-  if (num_embeddings->size() != result.layer_ids.size()) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> num_embeddings,
+                   GetIntArray(config, "engram_num_embeddings", 1, kInt64Max));
+  if (num_embeddings.size() != result.layer_ids.size()) {
     return config.KeyError("engram_num_embeddings",
-                           absl::StrCat("has ", num_embeddings->size(),
+                           absl::StrCat("has ", num_embeddings.size(),
                                         " entries but engram_layer_ids has ",
                                         result.layer_ids.size()));
   }
-  result.num_embeddings = *std::move(num_embeddings);
+  result.num_embeddings = std::move(num_embeddings);
 
-  absl::StatusOr<int64_t> value =
-      GetIntInRange(config, "engram_max_ngram_size", 2, 32);
-  if (!value.ok()) return value.status();
-  result.max_ngram_size = static_cast<int>(*value);
-  value = GetIntInRange(config, "engram_n_heads", 1, 1024);
-  if (!value.ok()) return value.status();
-  result.n_heads = static_cast<int>(*value);
-  value = GetIntInRange(config, "engram_head_dim", formats::kRowDim,
-                        formats::kRowDim);
-  if (!value.ok()) return value.status();
-  result.head_dim = static_cast<int>(*value);
-  value = GetIntInRange(config, "engram_vocab_size", 1, kInt64Max);
-  if (!value.ok()) return value.status();
-  result.vocab_size = *value;
-  value = GetIntInRange(config, "engram_compressed_vocab_size", 1, kInt64Max);
-  if (!value.ok()) return value.status();
-  result.compressed_vocab_size = *value;
-  value = GetIntInRange(config, "engram_pad_token_id", 0, kInt64Max);
-  if (!value.ok()) return value.status();
-  result.pad_token_id = *value;
+  ASSIGN_OR_RETURN(const int64_t max_ngram_size,
+                   GetIntInRange(config, "engram_max_ngram_size", 2, 32));
+  result.max_ngram_size = static_cast<int>(max_ngram_size);
+  ASSIGN_OR_RETURN(const int64_t n_heads,
+                   GetIntInRange(config, "engram_n_heads", 1, 1024));
+  result.n_heads = static_cast<int>(n_heads);
+  ASSIGN_OR_RETURN(const int64_t head_dim,
+                   GetIntInRange(config, "engram_head_dim", formats::kRowDim,
+                                 formats::kRowDim));
+  result.head_dim = static_cast<int>(head_dim);
+  ASSIGN_OR_RETURN(result.vocab_size,
+                   GetIntInRange(config, "engram_vocab_size", 1, kInt64Max));
+  ASSIGN_OR_RETURN(
+      result.compressed_vocab_size,
+      GetIntInRange(config, "engram_compressed_vocab_size", 1, kInt64Max));
+  ASSIGN_OR_RETURN(result.pad_token_id,
+                   GetIntInRange(config, "engram_pad_token_id", 0, kInt64Max));
 
   result.format = formats::RowFormat::kFp8;
   if (config.Find("engram_quant") != nullptr) {
-    absl::StatusOr<std::string> quant = config.GetString("engram_quant");
-    if (!quant.ok()) return quant.status();
-    if (*quant == "nvfp4") {
+    ASSIGN_OR_RETURN(std::string quant, config.GetString("engram_quant"));
+    if (quant == "nvfp4") {
       result.format = formats::RowFormat::kNvfp4;
-    } else if (*quant != "fp8") {
+    } else if (quant != "fp8") {
       return config.KeyError("engram_quant",
-                             absl::StrCat("unknown value \"", *quant,
+                             absl::StrCat("unknown value \"", quant,
                                           "\" (expected \"nvfp4\" or "
                                           "\"fp8\")"));
     }
@@ -120,16 +114,15 @@ absl::StatusOr<EngramConfig> ParseEngramConfig(const ModelConfig& config) {
   if (result.format != formats::RowFormat::kNvfp4) return result;
 
   if (config.Find("engram_quant_block_size") != nullptr) {
-    value = GetIntInRange(config, "engram_quant_block_size",
-                          formats::kNvfp4BlockSize, formats::kNvfp4BlockSize);
-    if (!value.ok()) return value.status();
+    RETURN_IF_ERROR(GetIntInRange(config, "engram_quant_block_size",
+                                  formats::kNvfp4BlockSize,
+                                  formats::kNvfp4BlockSize)
+                        .status());
   }
   result.quant_block_size = formats::kNvfp4BlockSize;
   if (config.Find("engram_quant_method") != nullptr) {
-    absl::StatusOr<std::string> method =
-        config.GetString("engram_quant_method");
-    if (!method.ok()) return method.status();
-    result.quant_method = *std::move(method);
+    ASSIGN_OR_RETURN(result.quant_method,
+                     config.GetString("engram_quant_method"));
   }
   const json* scales = config.Find("engram_quant_global_scale");
   if (scales == nullptr) {
@@ -167,10 +160,9 @@ absl::StatusOr<EngramConfig> ParseEngramConfig(const ModelConfig& config) {
 }
 
 absl::StatusOr<EngramConfig> LoadEngramConfig(const std::string& config_path) {
-  absl::StatusOr<std::unique_ptr<ModelConfig>> config =
-      ModelConfig::Create(config_path);
-  if (!config.ok()) return config.status();
-  return ParseEngramConfig(**config);
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelConfig> config,
+                   ModelConfig::Create(config_path));
+  return ParseEngramConfig(*config);
 }
 
 }  // namespace mneme::checkpoint

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/dtype.h"
+#include "common/status_macros.h"
 
 namespace mneme::checkpoint {
 namespace {
@@ -84,25 +85,21 @@ absl::StatusOr<EngramTableLocation> LocateEngramTable(
   table.weight_row_bytes = formats::RowWeightBytes(config.format);
   table.scale_row_bytes = formats::RowScaleBytes(config.format);
 
-  absl::StatusOr<TensorLocation> weight =
-      checkpoint.Find(EngramWeightTensorName(layer));
-  if (!weight.ok()) return weight.status();
-  absl::StatusOr<TensorLocation> scale =
-      checkpoint.Find(EngramScaleTensorName(layer));
-  if (!scale.ok()) return scale.status();
-  absl::Status status =
-      CheckTensor(*weight, weight_dtype, table.rows,
-                  static_cast<int64_t>(table.weight_row_bytes), config.format);
-  if (!status.ok()) return status;
-  status =
-      CheckTensor(*scale, scale_dtype, table.rows,
-                  static_cast<int64_t>(table.scale_row_bytes), config.format);
-  if (!status.ok()) return status;
+  ASSIGN_OR_RETURN(TensorLocation weight,
+                   checkpoint.Find(EngramWeightTensorName(layer)));
+  ASSIGN_OR_RETURN(TensorLocation scale,
+                   checkpoint.Find(EngramScaleTensorName(layer)));
+  RETURN_IF_ERROR(CheckTensor(weight, weight_dtype, table.rows,
+                              static_cast<int64_t>(table.weight_row_bytes),
+                              config.format));
+  RETURN_IF_ERROR(CheckTensor(scale, scale_dtype, table.rows,
+                              static_cast<int64_t>(table.scale_row_bytes),
+                              config.format));
 
-  table.shard_path = weight->shard->path();
-  table.weight_offset = weight->info->offset;
-  table.scale_shard_path = scale->shard->path();
-  table.scale_offset = scale->info->offset;
+  table.shard_path = weight.shard->path();
+  table.weight_offset = weight.info->offset;
+  table.scale_shard_path = scale.shard->path();
+  table.scale_offset = scale.info->offset;
   return table;
 }
 
@@ -111,10 +108,9 @@ absl::StatusOr<std::vector<EngramTableLocation>> LocateEngramTables(
   std::vector<EngramTableLocation> tables;
   tables.reserve(config.layer_ids.size());
   for (int layer : config.layer_ids) {
-    absl::StatusOr<EngramTableLocation> table =
-        LocateEngramTable(checkpoint, config, layer);
-    if (!table.ok()) return table.status();
-    tables.push_back(*std::move(table));
+    ASSIGN_OR_RETURN(EngramTableLocation table,
+                     LocateEngramTable(checkpoint, config, layer));
+    tables.push_back(std::move(table));
   }
   return tables;
 }

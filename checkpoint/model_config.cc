@@ -4,7 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
-#include "common/json_util.h"
+#include "common/json.h"
+#include "common/status_macros.h"
 
 namespace mneme::checkpoint {
 namespace {
@@ -31,34 +32,29 @@ ModelConfig::ModelConfig(std::string file_name, json root)
 
 absl::StatusOr<std::unique_ptr<ModelConfig>> ModelConfig::Create(
     const std::string& path) {
-  absl::StatusOr<std::string> text = ReadSmallFile(path, kMaxConfigFileBytes);
-  if (!text.ok()) return text.status();
-  return Parse(*text, path);
+  ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxConfigFileBytes));
+  return Parse(text, path);
 }
 
 absl::StatusOr<std::unique_ptr<ModelConfig>> ModelConfig::Parse(
     absl::string_view json_text, absl::string_view file_name) {
-  ParsedJson parsed = ParseJson(json_text);
-  if (!parsed.valid()) {
-    return absl::DataLossError(
-        absl::StrCat("config '", file_name, "' is not valid JSON"));
-  }
-  if (parsed.duplicate_key) {
-    return absl::DataLossError(absl::StrCat("config '", file_name,
-                                            "' repeats the key '",
-                                            *parsed.duplicate_key, "'"));
-  }
-  if (!parsed.value.is_object()) {
+  JsonParseOptions parse_options;
+  parse_options.max_bytes = kMaxConfigFileBytes;
+  ASSIGN_OR_RETURN(
+      json root,
+      ParseJsonDocument(json_text, absl::StrCat("config '", file_name, "'"),
+                        parse_options));
+  if (!root.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat("config '", file_name, "' is not a JSON object"));
   }
-  const json* text_config = FindIn(parsed.value, kTextConfigKey);
+  const json* text_config = FindIn(root, kTextConfigKey);
   if (text_config != nullptr && !text_config->is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config '", file_name, "': key 'text_config' is not an object"));
   }
   return std::unique_ptr<ModelConfig>(
-      new ModelConfig(std::string(file_name), std::move(parsed.value)));
+      new ModelConfig(std::string(file_name), std::move(root)));
 }
 
 const json* ModelConfig::Find(absl::string_view key) const {

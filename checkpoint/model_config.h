@@ -31,7 +31,8 @@ class ModelConfig {
   // object or its "text_config" is present but not an object.
   static absl::StatusOr<std::unique_ptr<ModelConfig>> Create(
       const std::string& path);
-  // Same, from text; `file_name` is used in messages.
+  // Same, from text (DataLoss above kMaxConfigFileBytes as well); `file_name`
+  // is used in messages.
   static absl::StatusOr<std::unique_ptr<ModelConfig>> Parse(
       absl::string_view json_text, absl::string_view file_name);
 

@@ -9,7 +9,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/json_util.h"
+#include "common/json.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace mneme::checkpoint {
@@ -238,10 +239,10 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeaderJson(
       }
       continue;
     }
-    absl::StatusOr<TensorInfo> info = ParseTensorEntry(
-        key, it.value(), header.data_offset, data_size, file_name);
-    if (!info.ok()) return info.status();
-    header.tensors.push_back(*std::move(info));
+    ASSIGN_OR_RETURN(TensorInfo info,
+                     ParseTensorEntry(key, it.value(), header.data_offset,
+                                      data_size, file_name));
+    header.tensors.push_back(std::move(info));
   }
   // nlohmann objects iterate in key order, so tensors are sorted by name.
 
@@ -282,11 +283,11 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeaderJson(
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsBuffer(
     absl::string_view file_bytes, absl::string_view file_name,
     const SafetensorsParseOptions& options) {
-  absl::StatusOr<uint64_t> length = ParseSafetensorsHeaderLength(
-      file_bytes, file_bytes.size(), file_name, options);
-  if (!length.ok()) return length.status();
+  ASSIGN_OR_RETURN(uint64_t length,
+                   ParseSafetensorsHeaderLength(file_bytes, file_bytes.size(),
+                                                file_name, options));
   return ParseSafetensorsHeaderJson(
-      file_bytes.substr(kSafetensorsLengthBytes, static_cast<size_t>(*length)),
+      file_bytes.substr(kSafetensorsLengthBytes, static_cast<size_t>(length)),
       file_bytes.size(), file_name);
 }
 

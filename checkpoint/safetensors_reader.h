@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "checkpoint/safetensors_header.h"
+#include "checkpoint/tensor_source.h"
 #include "common/file_io.h"
 
 namespace mneme::checkpoint {
@@ -21,14 +22,23 @@ struct SafetensorsReaderOptions {
   SafetensorsParseOptions parse;
 };
 
+// The TensorSpec of a safetensors tensor.
+inline TensorSpec ToTensorSpec(const TensorInfo& info) {
+  return TensorSpec{info.dtype, info.shape, info.byte_length};
+}
+
 // An open safetensors file: its validated header and a descriptor to pread
 // tensor bytes with. Nothing is mapped or read beyond the header at Create();
 // callers read whole tensors, byte ranges of a tensor, or raw file ranges
 // (the Engram store preads individual rows at TensorInfo::offset +
 // row * row_bytes).
 //
+// Also a TensorSource over the file's tensors (see tensor_source.h), whose
+// error codes differ from the older ReadTensorRange() only in the range
+// check (OutOfRange there, InvalidArgument here).
+//
 // Thread-safe: immutable after Create(); every read is a pread.
-class SafetensorsReader {
+class SafetensorsReader final : public TensorSource {
  public:
   // Opens `path`, reads the 8-byte length and the JSON header, validates them
   // (see safetensors_header.h). NotFound if the file does not exist, DataLoss
@@ -74,7 +84,22 @@ class SafetensorsReader {
   // if the range is not inside the file.
   absl::Status ReadAt(uint64_t file_offset, absl::Span<uint8_t> out) const;
 
+  // TensorSource.
+  std::vector<std::string> TensorNames() const override;
+  absl::StatusOr<TensorSpec> GetTensorSpec(
+      absl::string_view name) const override;
+  absl::StatusOr<std::vector<uint8_t>> ReadTensorBytes(
+      absl::string_view name) const override;
+  absl::Status ReadTensorByteRange(absl::string_view name, uint64_t offset,
+                                   absl::Span<uint8_t> out) const override;
+
  private:
+  // out.size() bytes at `offset` into tensor `name`; a range outside the
+  // tensor is an error with code `bad_range`.
+  absl::Status ReadInTensor(absl::string_view name, uint64_t offset,
+                            absl::Span<uint8_t> out,
+                            absl::StatusCode bad_range) const;
+
   SafetensorsReader(std::string path, ScopedFd fd, SafetensorsHeader header)
       : path_(std::move(path)),
         fd_(std::move(fd)),

@@ -9,7 +9,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/json_util.h"
+#include "common/json.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace mneme::checkpoint {
@@ -94,22 +95,21 @@ absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
   for (TensorInfo& info : layout) info.offset += data_offset;
 
   std::string temp_path;
-  absl::StatusOr<ScopedFd> fd = CreateTempFileNextTo(path, &temp_path);
-  if (!fd.ok()) return fd.status();
+  ASSIGN_OR_RETURN(ScopedFd fd, CreateTempFileNextTo(path, &temp_path));
   std::string prefix(kSafetensorsLengthBytes, '\0');
   for (size_t i = 0; i < kSafetensorsLengthBytes; ++i) {
     prefix[i] = static_cast<char>((header_json.size() >> (8 * i)) & 0xFF);
   }
   prefix += header_json;
   absl::Status status;
-  if (::ftruncate(fd->get(), static_cast<off_t>(data_offset + data_bytes)) !=
+  if (::ftruncate(fd.get(), static_cast<off_t>(data_offset + data_bytes)) !=
       0) {
     status = absl::ErrnoToStatus(errno,
                                  absl::StrCat("cannot size '", temp_path, "'"));
   }
   if (status.ok()) {
     status = PwriteFully(
-        fd->get(), 0,
+        fd.get(), 0,
         absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(prefix.data()),
                             prefix.size()),
         temp_path);
@@ -119,7 +119,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
     return status;
   }
   auto writer = std::unique_ptr<SafetensorsWriter>(new SafetensorsWriter(
-      path, std::move(temp_path), *std::move(fd), std::move(layout), data_bytes,
+      path, std::move(temp_path), std::move(fd), std::move(layout), data_bytes,
       options.buffer_bytes));
   writer->index_by_name_ = std::move(index_by_name);
   return writer;
@@ -195,8 +195,7 @@ absl::Status SafetensorsWriter::Append(absl::string_view name,
     }
     state.buffer.insert(state.buffer.end(), bytes.begin(), bytes.end());
     if (state.written == length || state.buffer.size() == buffer_bytes_) {
-      absl::Status status = Flush(index);
-      if (!status.ok()) return status;
+      RETURN_IF_ERROR(Flush(index));
     }
     if (state.written == length) std::vector<uint8_t>().swap(state.buffer);
     return absl::OkStatus();

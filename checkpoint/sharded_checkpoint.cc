@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
+#include "common/status_macros.h"
 
 namespace mneme::checkpoint {
 namespace {
@@ -21,55 +22,49 @@ absl::StatusOr<std::unique_ptr<ShardedCheckpoint>> ShardedCheckpoint::Create(
   auto checkpoint =
       std::unique_ptr<ShardedCheckpoint>(new ShardedCheckpoint(dir));
   const std::string index_path = JoinPath(dir, kIndexFileName);
-  absl::StatusOr<bool> has_index = PathExists(index_path);
-  if (!has_index.ok()) return has_index.status();
+  ASSIGN_OR_RETURN(const bool has_index, PathExists(index_path));
 
-  if (!*has_index) {
+  if (!has_index) {
     const std::string single_path = JoinPath(dir, kSingleShardFileName);
-    absl::StatusOr<bool> has_single = PathExists(single_path);
-    if (!has_single.ok()) return has_single.status();
-    if (!*has_single) {
+    ASSIGN_OR_RETURN(const bool has_single, PathExists(single_path));
+    if (!has_single) {
       return absl::NotFoundError(absl::StrCat("checkpoint directory '", dir,
                                               "' has neither ", kIndexFileName,
                                               " nor ", kSingleShardFileName));
     }
-    absl::StatusOr<std::unique_ptr<SafetensorsReader>> reader =
-        SafetensorsReader::Create(single_path, options.reader);
-    if (!reader.ok()) return reader.status();
-    for (const TensorInfo& info : (*reader)->tensors()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> reader,
+                     SafetensorsReader::Create(single_path, options.reader));
+    for (const TensorInfo& info : reader->tensors()) {
       checkpoint->tensors_.emplace(info.name,
-                                   TensorLocation{reader->get(), &info});
+                                   TensorLocation{reader.get(), &info});
     }
-    checkpoint->shards_.push_back(*std::move(reader));
+    checkpoint->shards_.push_back(std::move(reader));
     return checkpoint;
   }
 
-  absl::StatusOr<CheckpointIndex> index = ReadCheckpointIndex(index_path);
-  if (!index.ok()) return index.status();
+  ASSIGN_OR_RETURN(CheckpointIndex index, ReadCheckpointIndex(index_path));
 
   // Shard file -> one tensor that names it (for messages).
   std::map<std::string, std::string> shard_files;
-  for (const auto& [tensor, shard] : index->weight_map) {
+  for (const auto& [tensor, shard] : index.weight_map) {
     shard_files.emplace(shard, tensor);
   }
   std::map<std::string, const SafetensorsReader*> readers;
   for (const auto& [shard, some_tensor] : shard_files) {
     const std::string shard_path = JoinPath(dir, shard);
-    absl::StatusOr<bool> exists = PathExists(shard_path);
-    if (!exists.ok()) return exists.status();
-    if (!*exists) {
+    ASSIGN_OR_RETURN(const bool exists, PathExists(shard_path));
+    if (!exists) {
       return absl::DataLossError(absl::StrCat(
           "checkpoint index '", index_path, "' names shard '", shard,
           "' (e.g. for tensor ", QuoteTensorName(some_tensor), ") but '",
           shard_path, "' does not exist"));
     }
-    absl::StatusOr<std::unique_ptr<SafetensorsReader>> reader =
-        SafetensorsReader::Create(shard_path, options.reader);
-    if (!reader.ok()) return reader.status();
-    readers.emplace(shard, reader->get());
-    checkpoint->shards_.push_back(*std::move(reader));
+    ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> reader,
+                     SafetensorsReader::Create(shard_path, options.reader));
+    readers.emplace(shard, reader.get());
+    checkpoint->shards_.push_back(std::move(reader));
   }
-  for (const auto& [tensor, shard] : index->weight_map) {
+  for (const auto& [tensor, shard] : index.weight_map) {
     const SafetensorsReader* reader = readers.at(shard);
     const TensorInfo* info = reader->FindOrNull(tensor);
     if (info == nullptr) {
@@ -80,7 +75,7 @@ absl::StatusOr<std::unique_ptr<ShardedCheckpoint>> ShardedCheckpoint::Create(
     }
     checkpoint->tensors_.emplace(tensor, TensorLocation{reader, info});
   }
-  checkpoint->index_ = *std::move(index);
+  checkpoint->index_ = std::move(index);
   return checkpoint;
 }
 
@@ -98,6 +93,31 @@ absl::StatusOr<TensorLocation> ShardedCheckpoint::Find(
         "checkpoint '", dir_, "' has no tensor ", QuoteTensorName(name)));
   }
   return *location;
+}
+
+std::vector<std::string> ShardedCheckpoint::TensorNames() const {
+  std::vector<std::string> names;
+  names.reserve(tensors_.size());
+  for (const auto& [name, location] : tensors_) names.push_back(name);
+  return names;
+}
+
+absl::StatusOr<TensorSpec> ShardedCheckpoint::GetTensorSpec(
+    absl::string_view name) const {
+  ASSIGN_OR_RETURN(const TensorLocation location, Find(name));
+  return ToTensorSpec(*location.info);
+}
+
+absl::StatusOr<std::vector<uint8_t>> ShardedCheckpoint::ReadTensorBytes(
+    absl::string_view name) const {
+  ASSIGN_OR_RETURN(const TensorLocation location, Find(name));
+  return location.shard->ReadTensorBytes(name);
+}
+
+absl::Status ShardedCheckpoint::ReadTensorByteRange(
+    absl::string_view name, uint64_t offset, absl::Span<uint8_t> out) const {
+  ASSIGN_OR_RETURN(const TensorLocation location, Find(name));
+  return location.shard->ReadTensorByteRange(name, offset, out);
 }
 
 }  // namespace mneme::checkpoint

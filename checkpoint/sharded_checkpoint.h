@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "checkpoint/checkpoint_index.h"
 #include "checkpoint/safetensors_reader.h"
+#include "checkpoint/tensor_source.h"
 
 namespace mneme::checkpoint {
 
@@ -38,8 +39,12 @@ struct TensorLocation {
 // tensors named in the index's weight_map are visible; tensors a shard holds
 // beyond those are ignored, as Hugging Face loaders do.
 //
+// A TensorSource over the visible tensors (see tensor_source.h); its
+// NotFound messages name the checkpoint directory, its other errors the
+// shard file.
+//
 // Thread-safe: immutable after Create().
-class ShardedCheckpoint {
+class ShardedCheckpoint final : public TensorSource {
  public:
   // Opens the checkpoint in directory `dir`. NotFound if `dir` holds neither
   // file; DataLoss for a corrupt index or shard, a shard the index names that
@@ -68,6 +73,15 @@ class ShardedCheckpoint {
   // The tensor called `name`; NotFound (naming the checkpoint directory and
   // the tensor) if absent.
   absl::StatusOr<TensorLocation> Find(absl::string_view name) const;
+
+  // TensorSource.
+  std::vector<std::string> TensorNames() const override;
+  absl::StatusOr<TensorSpec> GetTensorSpec(
+      absl::string_view name) const override;
+  absl::StatusOr<std::vector<uint8_t>> ReadTensorBytes(
+      absl::string_view name) const override;
+  absl::Status ReadTensorByteRange(absl::string_view name, uint64_t offset,
+                                   absl::Span<uint8_t> out) const override;
 
  private:
   explicit ShardedCheckpoint(std::string dir) : dir_(std::move(dir)) {}

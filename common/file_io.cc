@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace mneme {
 namespace {
@@ -118,22 +119,19 @@ absl::StatusOr<bool> PathExists(const std::string& path) {
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           uint64_t max_bytes) {
-  absl::StatusOr<ScopedFd> fd = OpenForRead(path);
-  if (!fd.ok()) return fd.status();
-  absl::StatusOr<uint64_t> size = FileSize(fd->get(), path);
-  if (!size.ok()) return size.status();
-  if (*size > max_bytes) {
-    return absl::DataLossError(absl::StrCat("file '", path, "' is ", *size,
+  ASSIGN_OR_RETURN(ScopedFd fd, OpenForRead(path));
+  ASSIGN_OR_RETURN(uint64_t size, FileSize(fd.get(), path));
+  if (size > max_bytes) {
+    return absl::DataLossError(absl::StrCat("file '", path, "' is ", size,
                                             " bytes, more than the limit of ",
                                             max_bytes));
   }
-  std::string contents(static_cast<size_t>(*size), '\0');
-  absl::Status status =
-      PreadFully(fd->get(), 0,
+  std::string contents(static_cast<size_t>(size), '\0');
+  RETURN_IF_ERROR(
+      PreadFully(fd.get(), 0,
                  absl::MakeSpan(reinterpret_cast<uint8_t*>(contents.data()),
                                 contents.size()),
-                 path);
-  if (!status.ok()) return status;
+                 path));
   return contents;
 }
 
@@ -172,10 +170,9 @@ absl::Status CommitTempFile(ScopedFd fd, const std::string& temp_path,
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view contents) {
   std::string temp_path;
-  absl::StatusOr<ScopedFd> fd = CreateTempFileNextTo(path, &temp_path);
-  if (!fd.ok()) return fd.status();
+  ASSIGN_OR_RETURN(ScopedFd fd, CreateTempFileNextTo(path, &temp_path));
   absl::Status status = PwriteFully(
-      fd->get(), 0,
+      fd.get(), 0,
       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(contents.data()),
                           contents.size()),
       temp_path);
@@ -183,7 +180,7 @@ absl::Status WriteFileAtomically(const std::string& path,
     ::unlink(temp_path.c_str());
     return status;
   }
-  return CommitTempFile(*std::move(fd), temp_path, path);
+  return CommitTempFile(std::move(fd), temp_path, path);
 }
 
 }  // namespace mneme

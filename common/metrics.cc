@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace mneme {
 namespace {
@@ -445,36 +446,34 @@ absl::StatusOr<metrics_internal::FamilyBase*> MetricsRegistry::Register(
 
 absl::StatusOr<CounterFamily*> MetricsRegistry::AddCounter(
     const MetricSpec& spec) {
-  absl::StatusOr<metrics_internal::FamilyBase*> family =
-      Register(Kind::kCounter, spec, {}, [&spec] {
-        return std::unique_ptr<metrics_internal::FamilyBase>(
-            new CounterFamily(spec, {}));
-      });
-  if (!family.ok()) return family.status();
-  return static_cast<CounterFamily*>(*family);
+  ASSIGN_OR_RETURN(metrics_internal::FamilyBase * family,
+                   Register(Kind::kCounter, spec, {}, [&spec] {
+                     return std::unique_ptr<metrics_internal::FamilyBase>(
+                         new CounterFamily(spec, {}));
+                   }));
+  return static_cast<CounterFamily*>(family);
 }
 
 absl::StatusOr<GaugeFamily*> MetricsRegistry::AddGauge(const MetricSpec& spec) {
-  absl::StatusOr<metrics_internal::FamilyBase*> family =
-      Register(Kind::kGauge, spec, {}, [&spec] {
-        return std::unique_ptr<metrics_internal::FamilyBase>(
-            new GaugeFamily(spec, {}));
-      });
-  if (!family.ok()) return family.status();
-  return static_cast<GaugeFamily*>(*family);
+  ASSIGN_OR_RETURN(metrics_internal::FamilyBase * family,
+                   Register(Kind::kGauge, spec, {}, [&spec] {
+                     return std::unique_ptr<metrics_internal::FamilyBase>(
+                         new GaugeFamily(spec, {}));
+                   }));
+  return static_cast<GaugeFamily*>(family);
 }
 
 absl::StatusOr<HistogramFamily*> MetricsRegistry::AddHistogram(
     const MetricSpec& spec, absl::Span<const double> bucket_bounds) {
-  absl::StatusOr<metrics_internal::FamilyBase*> family =
+  ASSIGN_OR_RETURN(
+      metrics_internal::FamilyBase * family,
       Register(Kind::kHistogram, spec, bucket_bounds, [&spec, bucket_bounds] {
         return std::unique_ptr<metrics_internal::FamilyBase>(
             new HistogramFamily(spec,
                                 std::vector<double>(bucket_bounds.begin(),
                                                     bucket_bounds.end())));
-      });
-  if (!family.ok()) return family.status();
-  return static_cast<HistogramFamily*>(*family);
+      }));
+  return static_cast<HistogramFamily*>(family);
 }
 
 absl::Status MetricsRegistry::AddCallbackGauge(

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
 
 namespace mneme {
 namespace {
@@ -101,7 +102,7 @@ absl::Status ValidateOptions(const MetricsHttpServerOptions& options) {
                    4096),
         CheckRange("io_timeout_seconds", options.io_timeout_seconds, 1,
                    3600)}) {
-    if (!status.ok()) return status;
+    RETURN_IF_ERROR(status);
   }
   return absl::OkStatus();
 }
@@ -137,9 +138,7 @@ absl::Status CheckResolvable(const std::string& host, int port) {
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Create(
     const MetricsHttpServerOptions& options, const MetricsRegistry* registry,
     ReadinessCallback ready) {
-  if (absl::Status status = ValidateOptions(options); !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(ValidateOptions(options));
   if (registry == nullptr) {
     return absl::InvalidArgumentError("MetricsHttpServer: registry is null");
   }

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace mneme {
 namespace {
@@ -59,21 +60,18 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     return absl::InvalidArgumentError(
         "--tls_cert and --tls_key must be given together");
   }
-  absl::StatusOr<std::string> cert =
-      ReadSmallFile(options.cert_file, "--tls_cert");
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key =
-      ReadSmallFile(options.key_file, "--tls_key");
-  if (!key.ok()) return key.status();
+  ASSIGN_OR_RETURN(std::string cert,
+                   ReadSmallFile(options.cert_file, "--tls_cert"));
+  ASSIGN_OR_RETURN(std::string key,
+                   ReadSmallFile(options.key_file, "--tls_key"));
 
   grpc::SslServerCredentialsOptions ssl(
       GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  ssl.pem_key_cert_pairs.push_back({key, cert});
   if (!options.client_ca_file.empty()) {
-    absl::StatusOr<std::string> ca =
-        ReadSmallFile(options.client_ca_file, "--tls_client_ca");
-    if (!ca.ok()) return ca.status();
-    ssl.pem_root_certs = *ca;
+    ASSIGN_OR_RETURN(std::string ca,
+                     ReadSmallFile(options.client_ca_file, "--tls_client_ca"));
+    ssl.pem_root_certs = ca;
     ssl.client_certificate_request =
         GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
@@ -94,18 +92,15 @@ MakeChannelCredentials(const ClientTlsOptions& options) {
         "--tls_cert and --tls_key must be given together");
   }
   grpc::SslCredentialsOptions ssl;
-  absl::StatusOr<std::string> ca = ReadSmallFile(options.ca_file, "--tls_ca");
-  if (!ca.ok()) return ca.status();
-  ssl.pem_root_certs = *ca;
+  ASSIGN_OR_RETURN(std::string ca, ReadSmallFile(options.ca_file, "--tls_ca"));
+  ssl.pem_root_certs = ca;
   if (!options.cert_file.empty()) {
-    absl::StatusOr<std::string> cert =
-        ReadSmallFile(options.cert_file, "--tls_cert");
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key =
-        ReadSmallFile(options.key_file, "--tls_key");
-    if (!key.ok()) return key.status();
-    ssl.pem_cert_chain = *cert;
-    ssl.pem_private_key = *key;
+    ASSIGN_OR_RETURN(std::string cert,
+                     ReadSmallFile(options.cert_file, "--tls_cert"));
+    ASSIGN_OR_RETURN(std::string key,
+                     ReadSmallFile(options.key_file, "--tls_key"));
+    ssl.pem_cert_chain = cert;
+    ssl.pem_private_key = key;
   }
   return grpc::SslCredentials(ssl);
 }

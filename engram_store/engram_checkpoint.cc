@@ -7,6 +7,7 @@
 #include "checkpoint/checkpoint_index.h"
 #include "checkpoint/engram_config_loader.h"
 #include "common/file_io.h"
+#include "common/status_macros.h"
 #include "engram_store/hashing/compressed_vocabulary.h"
 
 namespace mneme::engram {
@@ -15,30 +16,26 @@ absl::StatusOr<std::unique_ptr<EngramCheckpoint>> EngramCheckpoint::Open(
     const std::string& dir) {
   auto result = std::unique_ptr<EngramCheckpoint>(new EngramCheckpoint());
   result->dir_ = dir;
-  absl::StatusOr<checkpoint::EngramConfig> config =
-      checkpoint::LoadEngramConfig(
-          absl::StrCat(dir, "/", checkpoint::kConfigFileName));
-  if (!config.ok()) return config.status();
-  result->config_ = *std::move(config);
+  ASSIGN_OR_RETURN(checkpoint::EngramConfig config,
+                   checkpoint::LoadEngramConfig(
+                       absl::StrCat(dir, "/", checkpoint::kConfigFileName)));
+  result->config_ = std::move(config);
 
-  absl::StatusOr<std::unique_ptr<checkpoint::ShardedCheckpoint>> checkpoint =
-      checkpoint::ShardedCheckpoint::Create(dir);
-  if (!checkpoint.ok()) return checkpoint.status();
-  result->checkpoint_ = *std::move(checkpoint);
+  ASSIGN_OR_RETURN(result->checkpoint_,
+                   checkpoint::ShardedCheckpoint::Create(dir));
 
-  absl::StatusOr<std::unique_ptr<CompressedVocabulary>> vocabulary =
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<CompressedVocabulary> vocabulary,
       CompressedVocabulary::Create(
-          {.tokenizer_json_path = absl::StrCat(dir, "/tokenizer.json")});
-  if (!vocabulary.ok()) return vocabulary.status();
-  absl::StatusOr<std::unique_ptr<NgramHasher>> hasher =
-      NgramHasher::Create(result->config_, *std::move(vocabulary));
-  if (!hasher.ok()) return hasher.status();
-  result->hasher_ = *std::move(hasher);
+          {.tokenizer_json_path = absl::StrCat(dir, "/tokenizer.json")}));
+  ASSIGN_OR_RETURN(std::unique_ptr<NgramHasher> hasher,
+                   NgramHasher::Create(result->config_, std::move(vocabulary)));
+  result->hasher_ = std::move(hasher);
 
-  absl::StatusOr<std::vector<checkpoint::EngramTableLocation>> tables =
-      checkpoint::LocateEngramTables(*result->checkpoint_, result->config_);
-  if (!tables.ok()) return tables.status();
-  result->tables_ = *std::move(tables);
+  ASSIGN_OR_RETURN(
+      std::vector<checkpoint::EngramTableLocation> tables,
+      checkpoint::LocateEngramTables(*result->checkpoint_, result->config_));
+  result->tables_ = std::move(tables);
   return result;
 }
 
@@ -55,9 +52,8 @@ absl::StatusOr<const checkpoint::EngramTableLocation*> EngramCheckpoint::Table(
 absl::Status EngramCheckpoint::ReadRawRows(int layer,
                                            absl::Span<const int64_t> ids,
                                            absl::Span<uint8_t> out) const {
-  absl::StatusOr<const checkpoint::EngramTableLocation*> table = Table(layer);
-  if (!table.ok()) return table.status();
-  const checkpoint::EngramTableLocation& t = **table;
+  ASSIGN_OR_RETURN(const checkpoint::EngramTableLocation* table, Table(layer));
+  const checkpoint::EngramTableLocation& t = *table;
   const size_t row_bytes = t.weight_row_bytes + t.scale_row_bytes;
   if (out.size() != ids.size() * row_bytes) {
     return absl::InvalidArgumentError(
@@ -71,21 +67,19 @@ absl::Status EngramCheckpoint::ReadRawRows(int layer,
                                                 "'s table [0, ", t.rows, ")"));
     }
   }
-  absl::StatusOr<ScopedFd> weights = OpenForRead(t.shard_path);
-  if (!weights.ok()) return weights.status();
-  absl::StatusOr<ScopedFd> scales = OpenForRead(t.scale_shard_path);
-  if (!scales.ok()) return scales.status();
+  ASSIGN_OR_RETURN(ScopedFd weights, OpenForRead(t.shard_path));
+  ASSIGN_OR_RETURN(ScopedFd scales, OpenForRead(t.scale_shard_path));
   for (size_t i = 0; i < ids.size(); ++i) {
     uint8_t* row = out.data() + i * row_bytes;
     const uint64_t id = static_cast<uint64_t>(ids[i]);
-    if (absl::Status s = PreadFully(
-            weights->get(), t.weight_offset + id * t.weight_row_bytes,
-            absl::MakeSpan(row, t.weight_row_bytes), t.shard_path);
+    if (absl::Status s =
+            PreadFully(weights.get(), t.weight_offset + id * t.weight_row_bytes,
+                       absl::MakeSpan(row, t.weight_row_bytes), t.shard_path);
         !s.ok()) {
       return s;
     }
     if (absl::Status s = PreadFully(
-            scales->get(), t.scale_offset + id * t.scale_row_bytes,
+            scales.get(), t.scale_offset + id * t.scale_row_bytes,
             absl::MakeSpan(row + t.weight_row_bytes, t.scale_row_bytes),
             t.scale_shard_path);
         !s.ok()) {

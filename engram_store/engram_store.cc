@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "engram_store/cache/source_fingerprint.h"
 #include "engram_store/io/pread_pool_reader.h"
 #include "engram_store/io/uring_row_reader.h"
@@ -98,27 +99,23 @@ EngramStore::~EngramStore() {
 absl::StatusOr<std::unique_ptr<EngramStore>> EngramStore::Create(
     const EngramStoreOptions& options, MetricsRegistry* metrics,
     std::unique_ptr<RowReader> reader) {
-  if (absl::Status s = ValidateEngramStoreOptions(options); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(ValidateEngramStoreOptions(options));
   auto store = std::unique_ptr<EngramStore>(new EngramStore(options));
 
-  absl::StatusOr<std::unique_ptr<EngramCheckpoint>> checkpoint =
-      EngramCheckpoint::Open(options.checkpoint_dir);
-  if (!checkpoint.ok()) return checkpoint.status();
-  store->checkpoint_ = *std::move(checkpoint);
+  ASSIGN_OR_RETURN(store->checkpoint_,
+                   EngramCheckpoint::Open(options.checkpoint_dir));
   const EngramCheckpoint& c = *store->checkpoint_;
 
   // Rows this store serves: the union of its ranks' column ranges.
   std::vector<bool> column_served(c.hasher().num_columns(), false);
   store->served_.resize(c.tables().size());
   for (int rank : options.ranks) {
-    absl::StatusOr<RankAssignment> assignment =
-        AssignRank(c.hasher().layout(), options.split, options.tp_size, rank);
-    if (!assignment.ok()) return assignment.status();
-    for (int column : assignment->columns) column_served[column] = true;
+    ASSIGN_OR_RETURN(
+        RankAssignment assignment,
+        AssignRank(c.hasher().layout(), options.split, options.tp_size, rank));
+    for (int column : assignment.columns) column_served[column] = true;
     for (size_t t = 0; t < c.tables().size(); ++t) {
-      const auto& rows = assignment->layers[t].column_rows;
+      const auto& rows = assignment.layers[t].column_rows;
       store->served_[t].insert(store->served_[t].end(), rows.begin(),
                                rows.end());
     }
@@ -129,47 +126,44 @@ absl::StatusOr<std::unique_ptr<EngramStore>> EngramStore::Create(
   for (auto& ranges : store->served_) ranges = CoalesceRowRanges(ranges);
 
   if (!options.local_copy_dir.empty()) {
-    absl::StatusOr<std::unique_ptr<LocalCopy>> local =
-        LocalCopy::Open(options.local_copy_dir, c,
-                        LocalCopyTarget{.tp_size = options.tp_size,
-                                        .ranks = options.ranks,
-                                        .split = options.split});
-    if (!local.ok()) return local.status();
-    store->local_copy_ = *std::move(local);
+    ASSIGN_OR_RETURN(std::unique_ptr<LocalCopy> local,
+                     LocalCopy::Open(options.local_copy_dir, c,
+                                     LocalCopyTarget{.tp_size = options.tp_size,
+                                                     .ranks = options.ranks,
+                                                     .split = options.split}));
+    store->local_copy_ = std::move(local);
   }
 
   for (const checkpoint::EngramTableLocation& location : c.tables()) {
     Table table;
     table.location = &location;
-    absl::StatusOr<std::unique_ptr<RowFile>> weights =
-        RowFile::Open(location.shard_path, options.source_open_mode);
-    if (!weights.ok()) return weights.status();
-    table.weight_file = *std::move(weights);
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<RowFile> weights,
+        RowFile::Open(location.shard_path, options.source_open_mode));
+    table.weight_file = std::move(weights);
     if (location.scale_shard_path != location.shard_path) {
-      absl::StatusOr<std::unique_ptr<RowFile>> scales =
-          RowFile::Open(location.scale_shard_path, options.source_open_mode);
-      if (!scales.ok()) return scales.status();
-      table.scale_file = *std::move(scales);
+      ASSIGN_OR_RETURN(
+          std::unique_ptr<RowFile> scales,
+          RowFile::Open(location.scale_shard_path, options.source_open_mode));
+      table.scale_file = std::move(scales);
     }
     if (store->local_copy_ != nullptr) {
-      absl::StatusOr<std::string> path =
-          store->local_copy_->DataPath(location.layer);
-      if (!path.ok()) return path.status();
-      absl::StatusOr<std::unique_ptr<RowFile>> local =
-          RowFile::Open(*path, options.local_open_mode);
-      if (!local.ok()) return local.status();
-      table.local_file = *std::move(local);
+      ASSIGN_OR_RETURN(std::string path,
+                       store->local_copy_->DataPath(location.layer));
+      ASSIGN_OR_RETURN(std::unique_ptr<RowFile> local,
+                       RowFile::Open(path, options.local_open_mode));
+      table.local_file = std::move(local);
     }
     store->tables_.push_back(std::move(table));
   }
 
   const formats::RowFormat format = c.config().format;
   if (options.ram_cache_bytes > 0) {
-    absl::StatusOr<std::unique_ptr<RamRowCache>> ram =
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<RamRowCache> ram,
         RamRowCache::Create({.row_bytes = formats::RowBytes(format),
-                             .budget_bytes = options.ram_cache_bytes});
-    if (!ram.ok()) return ram.status();
-    store->ram_cache_ = *std::move(ram);
+                             .budget_bytes = options.ram_cache_bytes}));
+    store->ram_cache_ = std::move(ram);
   }
   if (!options.rocksdb_dir.empty()) {
     std::vector<std::string> shards;
@@ -179,18 +173,17 @@ absl::StatusOr<std::unique_ptr<EngramStore>> EngramStore::Create(
         shards.push_back(t.scale_shard_path);
       }
     }
-    absl::StatusOr<std::string> fingerprint = SourceFingerprint(shards);
-    if (!fingerprint.ok()) return fingerprint.status();
-    absl::StatusOr<std::unique_ptr<RocksDbRowCache>> rocksdb =
+    ASSIGN_OR_RETURN(std::string fingerprint, SourceFingerprint(shards));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<RocksDbRowCache> rocksdb,
         RocksDbRowCache::Create(
             {.path = options.rocksdb_dir,
-             .source_id = absl::StrCat(*fingerprint, "|",
-                                       formats::RowFormatName(format)),
+             .source_id =
+                 absl::StrCat(fingerprint, "|", formats::RowFormatName(format)),
              .row_bytes = formats::RowBytes(format),
              .budget_bytes = options.rocksdb_budget_bytes,
-             .write_buffer_bytes = options.rocksdb_write_buffer_bytes});
-    if (!rocksdb.ok()) return rocksdb.status();
-    store->rocksdb_ = *std::move(rocksdb);
+             .write_buffer_bytes = options.rocksdb_write_buffer_bytes}));
+    store->rocksdb_ = std::move(rocksdb);
   }
 
   if (reader != nullptr) {
@@ -198,17 +191,15 @@ absl::StatusOr<std::unique_ptr<EngramStore>> EngramStore::Create(
   } else if (options.io_backend == IoBackend::kUring) {
     UringRowReaderOptions uring_options;
     uring_options.rings = options.io_threads;
-    absl::StatusOr<std::unique_ptr<UringRowReader>> uring =
-        UringRowReader::Create(uring_options);
-    if (!uring.ok()) return uring.status();
-    store->reader_ = *std::move(uring);
+    ASSIGN_OR_RETURN(std::unique_ptr<UringRowReader> uring,
+                     UringRowReader::Create(uring_options));
+    store->reader_ = std::move(uring);
   } else {
     PreadPoolReaderOptions pool_options;
     pool_options.threads = options.io_threads;
-    absl::StatusOr<std::unique_ptr<PreadPoolReader>> pool =
-        PreadPoolReader::Create(pool_options);
-    if (!pool.ok()) return pool.status();
-    store->reader_ = *std::move(pool);
+    ASSIGN_OR_RETURN(std::unique_ptr<PreadPoolReader> pool,
+                     PreadPoolReader::Create(pool_options));
+    store->reader_ = std::move(pool);
   }
 
   store->metrics_ = std::make_unique<Metrics>();
@@ -242,7 +233,7 @@ absl::StatusOr<std::unique_ptr<EngramStore>> EngramStore::Create(
     for (const absl::Status& s :
          {lookups.status(), rows.status(), tiers.status(), bytes.status(),
           errors.status(), lookup_seconds.status(), read_seconds.status()}) {
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR(s);
     }
     m.lookups = *(*lookups)->Get();
     m.rows_requested = *(*rows)->Get();
@@ -320,10 +311,9 @@ absl::Status EngramStore::Lookup(int layer, absl::Span<const int64_t> ids,
   rows_requested_.fetch_add(ids.size(), std::memory_order_relaxed);
   Inc(metrics_->lookups);
   Inc(metrics_->rows_requested, static_cast<double>(ids.size()));
-  absl::StatusOr<size_t> table_index = TableIndex(layer);
-  if (!table_index.ok()) return table_index.status();
+  ASSIGN_OR_RETURN(size_t table_index, TableIndex(layer));
   const checkpoint::EngramTableLocation& location =
-      *tables_[*table_index].location;
+      *tables_[table_index].location;
   const size_t out_row_bytes = EncodedRowBytes(encoding, location.format);
   if (out.size() != ids.size() * out_row_bytes) {
     return absl::InvalidArgumentError(
@@ -361,7 +351,7 @@ absl::Status EngramStore::Lookup(int layer, absl::Span<const int64_t> ids,
   const size_t row_bytes = formats::RowBytes(location.format);
   std::vector<uint8_t> raw(unique.size() * row_bytes);
   if (absl::Status s =
-          FetchUnique(*table_index, unique, absl::MakeSpan(raw), deadline);
+          FetchUnique(table_index, unique, absl::MakeSpan(raw), deadline);
       !s.ok()) {
     Inc(metrics_->errors);
     return s;
@@ -377,7 +367,7 @@ absl::Status EngramStore::Lookup(int layer, absl::Span<const int64_t> ids,
     const formats::RowDecodeOptions decode{
         .format = location.format, .global_scale = location.global_scale};
     std::vector<uint8_t> decoded(unique.size() * out_row_bytes);
-    const absl::Status s =
+    RETURN_IF_ERROR(
         encoding == RowEncoding::kBf16
             ? formats::DecodeRowsBf16(
                   decode, raw,
@@ -386,8 +376,7 @@ absl::Status EngramStore::Lookup(int layer, absl::Span<const int64_t> ids,
             : formats::DecodeRowsF32(
                   decode, raw,
                   absl::MakeSpan(reinterpret_cast<float*>(decoded.data()),
-                                 unique.size() * formats::kRowDim));
-    if (!s.ok()) return s;
+                                 unique.size() * formats::kRowDim)));
     for (size_t i = 0; i < ids.size(); ++i) {
       std::memcpy(out.data() + i * out_row_bytes,
                   decoded.data() + size_t{slots[i]} * out_row_bytes,
@@ -421,9 +410,9 @@ absl::Status EngramStore::FetchUnique(size_t table,
     for (size_t i : missing) miss_ids.push_back(ids[i]);
     std::vector<uint8_t> rows(miss_ids.size() * row_bytes);
     std::vector<bool> hits;
-    absl::StatusOr<size_t> n =
-        cache->LookupBatch(table_id, miss_ids, absl::MakeSpan(rows), &hits);
-    if (!n.ok()) return n.status();
+    RETURN_IF_ERROR(
+        cache->LookupBatch(table_id, miss_ids, absl::MakeSpan(rows), &hits)
+            .status());
     std::vector<size_t> still;
     for (size_t k = 0; k < missing.size(); ++k) {
       if (hits[k]) {

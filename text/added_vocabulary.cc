@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "text/bpe.h"
 #include "text/normalizer.h"
@@ -84,7 +85,7 @@ absl::StatusOr<std::unique_ptr<AddedVocabulary>> AddedVocabulary::FromJson(
     for (const absl::Status& status :
          {single_word.status(), lstrip.status(), rstrip.status(),
           normalized.status(), special.status()}) {
-      if (!status.ok()) return status;
+      RETURN_IF_ERROR(status);
     }
     token.single_word = *single_word;
     token.lstrip = *lstrip;
@@ -134,10 +135,9 @@ absl::StatusOr<std::unique_ptr<AddedVocabulary>> AddedVocabulary::FromJson(
       vocabulary->raw_.Add(token->content, token.get());
       continue;
     }
-    absl::StatusOr<std::string> pattern = normalizer.Normalize(token->content);
-    if (!pattern.ok()) return pattern.status();
-    token->decoded_content = *pattern;
-    vocabulary->normalized_.Add(*pattern, token.get());
+    ASSIGN_OR_RETURN(std::string pattern, normalizer.Normalize(token->content));
+    token->decoded_content = pattern;
+    vocabulary->normalized_.Add(pattern, token.get());
   }
   return vocabulary;
 }

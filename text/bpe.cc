@@ -15,8 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "common/json_fields.h"
+#include "common/json.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "text/tokenizer_json.h"
 
 namespace mneme::text {
 namespace {
@@ -87,10 +89,9 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(
         absl::StrCat("model dropout ", dropout->dump(),
                      " is not supported (tokenization must be deterministic)"));
   }
-  absl::StatusOr<bool> byte_fallback =
-      BoolField(model, "byte_fallback", false, "model");
-  if (!byte_fallback.ok()) return byte_fallback.status();
-  if (*byte_fallback) {
+  ASSIGN_OR_RETURN(bool byte_fallback,
+                   BoolField(model, "byte_fallback", false, "model"));
+  if (byte_fallback) {
     return absl::InvalidArgumentError("model byte_fallback is not supported");
   }
   absl::StatusOr<bool> fuse_unk = BoolField(model, "fuse_unk", false, "model");
@@ -104,7 +105,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(
   for (const absl::Status& status :
        {fuse_unk.status(), ignore_merges.status(), prefix.status(),
         suffix.status(), unk.status()}) {
-    if (!status.ok()) return status;
+    RETURN_IF_ERROR(status);
   }
   bpe->fuse_unk_ = *fuse_unk;
   bpe->ignore_merges_ = *ignore_merges;

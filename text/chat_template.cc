@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/status_macros.h"
 #include "text/tokenizer.h"
 
 namespace mneme::text {
@@ -121,9 +122,8 @@ absl::StatusOr<std::string> DeepSeekV4ChatTemplate::Render(
 absl::StatusOr<std::vector<int64_t>> DeepSeekV4ChatTemplate::Encode(
     absl::Span<const ChatMessage> messages,
     const ChatRenderOptions& options) const {
-  absl::StatusOr<std::string> prompt = Render(messages, options);
-  if (!prompt.ok()) return prompt.status();
-  return tokenizer_.Encode(*prompt, AddSpecialTokens::kNo);
+  ASSIGN_OR_RETURN(std::string prompt, Render(messages, options));
+  return tokenizer_.Encode(prompt, AddSpecialTokens::kNo);
 }
 
 }  // namespace mneme::text

@@ -18,8 +18,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/json_fields.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "text/tokenizer_json.h"
 #include "text/unicode_regex.h"
 #include "text/utf8.h"
 
@@ -47,75 +48,66 @@ absl::StatusOr<std::unique_ptr<Normalizer>> Normalizer::FromJson(
     const nlohmann::json& spec) {
   auto normalizer = std::unique_ptr<Normalizer>(new Normalizer());
   if (spec.is_null()) return normalizer;
-  if (absl::Status status = normalizer->AddSteps(spec); !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(normalizer->AddSteps(spec));
   return normalizer;
 }
 
 absl::Status Normalizer::AddSteps(const nlohmann::json& spec) {
-  absl::StatusOr<std::string> type = TypeOf(spec, "normalizer");
-  if (!type.ok()) return type.status();
-  absl::StatusOr<bool> sequence = ExpandSequence(
-      spec, *type, "normalizers", "normalizer",
-      [this](const nlohmann::json& member) { return AddSteps(member); });
-  if (!sequence.ok()) return sequence.status();
-  if (*sequence) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::string type, TypeOf(spec, "normalizer"));
+  ASSIGN_OR_RETURN(bool sequence,
+                   ExpandSequence(spec, type, "normalizers", "normalizer",
+                                  [this](const nlohmann::json& member) {
+                                    return AddSteps(member);
+                                  }));
+  if (sequence) return absl::OkStatus();
   Step step;
   UErrorCode icu_status = U_ZERO_ERROR;
-  if (*type == "NFC") {
+  if (type == "NFC") {
     step.unicode = icu::Normalizer2::getNFCInstance(icu_status);
-  } else if (*type == "NFD") {
+  } else if (type == "NFD") {
     step.unicode = icu::Normalizer2::getNFDInstance(icu_status);
-  } else if (*type == "NFKC") {
+  } else if (type == "NFKC") {
     step.unicode = icu::Normalizer2::getNFKCInstance(icu_status);
-  } else if (*type == "NFKD") {
+  } else if (type == "NFKD") {
     step.unicode = icu::Normalizer2::getNFKDInstance(icu_status);
-  } else if (*type == "Lowercase") {
+  } else if (type == "Lowercase") {
     step.kind = Step::Kind::kLowercase;
-  } else if (*type == "Replace") {
+  } else if (type == "Replace") {
     step.kind = Step::Kind::kReplace;
-    absl::StatusOr<Pattern> pattern = PatternOf(spec, "normalizer Replace");
-    if (!pattern.ok()) return pattern.status();
-    if (pattern->is_regex) {
+    ASSIGN_OR_RETURN(Pattern pattern, PatternOf(spec, "normalizer Replace"));
+    if (pattern.is_regex) {
       absl::StatusOr<std::unique_ptr<UnicodeRegex>> regex =
-          UnicodeRegex::Create(pattern->text);
+          UnicodeRegex::Create(pattern.text);
       if (!regex.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("normalizer Replace: ", regex.status().message()));
       }
       step.regex = *std::move(regex);
     } else {
-      step.literal = pattern->text;
+      step.literal = pattern.text;
     }
-    absl::StatusOr<std::string> content =
-        StringField(spec, "content", "normalizer Replace");
-    if (!content.ok()) return content.status();
-    step.content = *std::move(content);
-  } else if (*type == "Prepend") {
+    ASSIGN_OR_RETURN(std::string content,
+                     StringField(spec, "content", "normalizer Replace"));
+    step.content = std::move(content);
+  } else if (type == "Prepend") {
     step.kind = Step::Kind::kPrepend;
-    absl::StatusOr<std::string> prepend =
-        StringField(spec, "prepend", "normalizer Prepend");
-    if (!prepend.ok()) return prepend.status();
-    step.content = *std::move(prepend);
-  } else if (*type == "Strip") {
+    ASSIGN_OR_RETURN(std::string prepend,
+                     StringField(spec, "prepend", "normalizer Prepend"));
+    step.content = std::move(prepend);
+  } else if (type == "Strip") {
     step.kind = Step::Kind::kStrip;
-    absl::StatusOr<bool> left =
-        BoolField(spec, "strip_left", true, "normalizer Strip");
-    absl::StatusOr<bool> right =
-        BoolField(spec, "strip_right", true, "normalizer Strip");
-    if (!left.ok()) return left.status();
-    if (!right.ok()) return right.status();
-    step.strip_left = *left;
-    step.strip_right = *right;
+    ASSIGN_OR_RETURN(step.strip_left,
+                     BoolField(spec, "strip_left", true, "normalizer Strip"));
+    ASSIGN_OR_RETURN(step.strip_right,
+                     BoolField(spec, "strip_right", true, "normalizer Strip"));
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "unsupported normalizer type \"", *type,
+        "unsupported normalizer type \"", type,
         "\" (supported: NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend, "
         "Strip, Sequence)"));
   }
   if (U_FAILURE(icu_status)) {
-    return absl::InternalError(absl::StrCat("ICU normalizer for ", *type, ": ",
+    return absl::InternalError(absl::StrCat("ICU normalizer for ", type, ": ",
                                             u_errorName(icu_status)));
   }
   steps_.push_back(std::move(step));
@@ -199,12 +191,11 @@ absl::StatusOr<std::string> Normalizer::Normalize(
           current = ReplaceLiteral(current, step.literal, step.content);
           break;
         }
-        absl::StatusOr<std::vector<ByteRange>> matches =
-            step.regex->FindAll(current);
-        if (!matches.ok()) return matches.status();
+        ASSIGN_OR_RETURN(std::vector<ByteRange> matches,
+                         step.regex->FindAll(current));
         std::string out;
         size_t pos = 0;
-        for (const ByteRange& match : *matches) {
+        for (const ByteRange& match : matches) {
           out.append(current, pos, match.begin - pos);
           out.append(step.content);
           pos = match.end;

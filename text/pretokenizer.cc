@@ -12,9 +12,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/json_fields.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "text/byte_level.h"
+#include "text/tokenizer_json.h"
 #include "text/unicode_regex.h"
 
 namespace mneme::text {
@@ -175,9 +176,8 @@ struct PreTokenizer::Step {
         if (!text.empty()) out->push_back(SpellBytes(text));
         return absl::OkStatus();
       }
-      absl::StatusOr<std::vector<Segment>> segments = Segments(text, matcher);
-      if (!segments.ok()) return segments.status();
-      for (const Segment& s : *segments) {
+      ASSIGN_OR_RETURN(std::vector<Segment> segments, Segments(text, matcher));
+      for (const Segment& s : segments) {
         if (s.range.end > s.range.begin) {
           out->push_back(SpellBytes(absl::string_view(text).substr(
               s.range.begin, s.range.end - s.range.begin)));
@@ -185,9 +185,8 @@ struct PreTokenizer::Step {
       }
       return absl::OkStatus();
     }
-    absl::StatusOr<std::vector<Segment>> segments = Segments(piece, matcher);
-    if (!segments.ok()) return segments.status();
-    for (const ByteRange& r : ApplyBehavior(*segments, behavior)) {
+    ASSIGN_OR_RETURN(std::vector<Segment> segments, Segments(piece, matcher));
+    for (const ByteRange& r : ApplyBehavior(segments, behavior)) {
       if (r.end > r.begin)
         out->push_back(piece.substr(r.begin, r.end - r.begin));
     }
@@ -202,74 +201,67 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromJson(
     const nlohmann::json& spec) {
   auto pre_tokenizer = std::unique_ptr<PreTokenizer>(new PreTokenizer());
   if (spec.is_null()) return pre_tokenizer;
-  if (absl::Status status = pre_tokenizer->AddSteps(spec); !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(pre_tokenizer->AddSteps(spec));
   return pre_tokenizer;
 }
 
 absl::Status PreTokenizer::AddSteps(const nlohmann::json& spec) {
-  absl::StatusOr<std::string> type = TypeOf(spec, "pre_tokenizer");
-  if (!type.ok()) return type.status();
-  absl::StatusOr<bool> sequence = ExpandSequence(
-      spec, *type, "pretokenizers", "pre_tokenizer",
-      [this](const nlohmann::json& member) { return AddSteps(member); });
-  if (!sequence.ok()) return sequence.status();
-  if (*sequence) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::string type, TypeOf(spec, "pre_tokenizer"));
+  ASSIGN_OR_RETURN(bool sequence,
+                   ExpandSequence(spec, type, "pretokenizers", "pre_tokenizer",
+                                  [this](const nlohmann::json& member) {
+                                    return AddSteps(member);
+                                  }));
+  if (sequence) return absl::OkStatus();
   Step step;
-  if (*type == "Split") {
-    absl::StatusOr<Pattern> pattern = PatternOf(spec, "pre_tokenizer Split");
-    if (!pattern.ok()) return pattern.status();
-    if (pattern->is_regex) {
+  if (type == "Split") {
+    ASSIGN_OR_RETURN(Pattern pattern, PatternOf(spec, "pre_tokenizer Split"));
+    if (pattern.is_regex) {
       absl::StatusOr<std::unique_ptr<UnicodeRegex>> regex =
-          UnicodeRegex::Create(pattern->text);
+          UnicodeRegex::Create(pattern.text);
       if (!regex.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("pre_tokenizer Split: ", regex.status().message()));
       }
       step.regex = *std::move(regex);
     } else {
-      step.literal = pattern->text;
+      step.literal = pattern.text;
     }
-    absl::StatusOr<std::string> behavior =
-        StringField(spec, "behavior", "pre_tokenizer Split");
-    if (!behavior.ok()) return behavior.status();
-    if (*behavior == "Removed") {
+    ASSIGN_OR_RETURN(std::string behavior,
+                     StringField(spec, "behavior", "pre_tokenizer Split"));
+    if (behavior == "Removed") {
       step.behavior = Behavior::kRemoved;
-    } else if (*behavior == "Isolated") {
+    } else if (behavior == "Isolated") {
       step.behavior = Behavior::kIsolated;
-    } else if (*behavior == "MergedWithPrevious") {
+    } else if (behavior == "MergedWithPrevious") {
       step.behavior = Behavior::kMergedWithPrevious;
-    } else if (*behavior == "MergedWithNext") {
+    } else if (behavior == "MergedWithNext") {
       step.behavior = Behavior::kMergedWithNext;
-    } else if (*behavior == "Contiguous") {
+    } else if (behavior == "Contiguous") {
       step.behavior = Behavior::kContiguous;
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
-          "pre_tokenizer Split: unknown behavior \"", *behavior, "\""));
+          "pre_tokenizer Split: unknown behavior \"", behavior, "\""));
     }
-    absl::StatusOr<bool> invert =
-        BoolField(spec, "invert", false, "pre_tokenizer Split");
-    if (!invert.ok()) return invert.status();
-    step.invert = *invert;
-  } else if (*type == "ByteLevel") {
+    ASSIGN_OR_RETURN(bool invert,
+                     BoolField(spec, "invert", false, "pre_tokenizer Split"));
+    step.invert = invert;
+  } else if (type == "ByteLevel") {
     step.kind = Step::Kind::kByteLevel;
-    absl::StatusOr<bool> prefix =
-        BoolField(spec, "add_prefix_space", true, "pre_tokenizer ByteLevel");
-    absl::StatusOr<bool> use_regex =
-        BoolField(spec, "use_regex", true, "pre_tokenizer ByteLevel");
-    if (!prefix.ok()) return prefix.status();
-    if (!use_regex.ok()) return use_regex.status();
-    step.add_prefix_space = *prefix;
-    if (*use_regex) {
-      absl::StatusOr<std::unique_ptr<UnicodeRegex>> regex =
-          UnicodeRegex::Create(kGpt2Pattern);
-      if (!regex.ok()) return regex.status();
-      step.regex = *std::move(regex);
+    ASSIGN_OR_RETURN(
+        step.add_prefix_space,
+        BoolField(spec, "add_prefix_space", true, "pre_tokenizer ByteLevel"));
+    ASSIGN_OR_RETURN(
+        const bool use_regex,
+        BoolField(spec, "use_regex", true, "pre_tokenizer ByteLevel"));
+    if (use_regex) {
+      ASSIGN_OR_RETURN(std::unique_ptr<UnicodeRegex> regex,
+                       UnicodeRegex::Create(kGpt2Pattern));
+      step.regex = std::move(regex);
     }
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("unsupported pre_tokenizer type \"", *type,
+        absl::StrCat("unsupported pre_tokenizer type \"", type,
                      "\" (supported: Split, ByteLevel, Sequence)"));
   }
   steps_.push_back(std::move(step));

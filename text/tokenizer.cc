@@ -16,13 +16,15 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/file_io.h"
-#include "common/json_fields.h"
+#include "common/json.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "text/added_vocabulary.h"
 #include "text/bpe.h"
 #include "text/byte_level.h"
 #include "text/normalizer.h"
 #include "text/pretokenizer.h"
+#include "text/tokenizer_json.h"
 #include "text/utf8.h"
 
 namespace mneme::text {
@@ -75,9 +77,8 @@ Tokenizer::ParsePostProcessor(const nlohmann::json& post) {
   std::vector<TemplatePiece> pieces;
   if (post.is_null()) return pieces;
   std::vector<nlohmann::json> processors;
-  absl::StatusOr<std::string> type = TypeOf(post, "post_processor");
-  if (!type.ok()) return type.status();
-  if (*type == "Sequence") {
+  ASSIGN_OR_RETURN(std::string type, TypeOf(post, "post_processor"));
+  if (type == "Sequence") {
     const auto list = post.find("processors");
     if (list == post.end() || !list->is_array()) {
       return absl::InvalidArgumentError(
@@ -89,12 +90,11 @@ Tokenizer::ParsePostProcessor(const nlohmann::json& post) {
   }
   bool have_template = false;
   for (const nlohmann::json& processor : processors) {
-    absl::StatusOr<std::string> member = TypeOf(processor, "post_processor");
-    if (!member.ok()) return member.status();
-    if (*member == "ByteLevel") continue;  // Only adjusts offsets.
-    if (*member != "TemplateProcessing") {
+    ASSIGN_OR_RETURN(std::string member, TypeOf(processor, "post_processor"));
+    if (member == "ByteLevel") continue;  // Only adjusts offsets.
+    if (member != "TemplateProcessing") {
       return absl::InvalidArgumentError(absl::StrCat(
-          "unsupported post_processor type \"", *member,
+          "unsupported post_processor type \"", member,
           "\" (supported: TemplateProcessing, ByteLevel, Sequence)"));
     }
     if (have_template) {
@@ -162,10 +162,9 @@ Tokenizer::ParsePostProcessor(const nlohmann::json& post) {
 absl::StatusOr<Tokenizer::DecoderKind> Tokenizer::ParseDecoder(
     const nlohmann::json& decoder) {
   if (decoder.is_null()) return DecoderKind::kJoinWithSpaces;
-  absl::StatusOr<std::string> type = TypeOf(decoder, "decoder");
-  if (!type.ok()) return type.status();
+  ASSIGN_OR_RETURN(std::string type, TypeOf(decoder, "decoder"));
   std::vector<nlohmann::json> members;
-  if (*type == "Sequence") {
+  if (type == "Sequence") {
     const auto list = decoder.find("decoders");
     if (list == decoder.end() || !list->is_array()) {
       return absl::InvalidArgumentError(
@@ -178,11 +177,10 @@ absl::StatusOr<Tokenizer::DecoderKind> Tokenizer::ParseDecoder(
   // A Sequence concatenates what its members leave of the token strings.
   DecoderKind kind = DecoderKind::kConcatenate;
   for (const nlohmann::json& member : members) {
-    absl::StatusOr<std::string> member_type = TypeOf(member, "decoder");
-    if (!member_type.ok()) return member_type.status();
-    if (*member_type != "ByteLevel" || kind == DecoderKind::kByteLevel) {
+    ASSIGN_OR_RETURN(std::string member_type, TypeOf(member, "decoder"));
+    if (member_type != "ByteLevel" || kind == DecoderKind::kByteLevel) {
       return absl::InvalidArgumentError(
-          absl::StrCat("unsupported decoder \"", *member_type,
+          absl::StrCat("unsupported decoder \"", member_type,
                        "\" (supported: ByteLevel, alone or once in a "
                        "Sequence)"));
     }
@@ -194,9 +192,7 @@ absl::StatusOr<Tokenizer::DecoderKind> Tokenizer::ParseDecoder(
 absl::Status Tokenizer::ResolveBosEos(absl::string_view config_json,
                                       absl::string_view source_name) {
   if (!config_json.empty()) {
-    const nlohmann::json config =
-        nlohmann::json::parse(config_json, /*cb=*/nullptr,
-                              /*allow_exceptions=*/false);
+    const nlohmann::json config = ParseJson(config_json).value;
     if (config.is_discarded() || !config.is_object()) {
       return absl::InvalidArgumentError("not a JSON object (malformed JSON)");
     }
@@ -204,14 +200,13 @@ absl::Status Tokenizer::ResolveBosEos(absl::string_view config_json,
          {std::pair<const char*, std::optional<int64_t>*>{"bos_token",
                                                           &bos_id_},
           {"eos_token", &eos_id_}}) {
-      absl::StatusOr<std::optional<std::string>> token =
-          ConfigToken(config, name);
-      if (!token.ok()) return token.status();
-      if (!token->has_value()) continue;
-      *id = TokenToId(**token);
+      ASSIGN_OR_RETURN(std::optional<std::string> token,
+                       ConfigToken(config, name));
+      if (!token.has_value()) continue;
+      *id = TokenToId(*token);
       if (!id->has_value()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            name, " \"", **token, "\" is not a token of ", source_name));
+            name, " \"", *token, "\" is not a token of ", source_name));
       }
     }
   }
@@ -238,9 +233,9 @@ Tokenizer::~Tokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(
     const std::string& tokenizer_json_path, const TokenizerOptions& options) {
-  absl::StatusOr<std::string> text =
-      mneme::ReadSmallFile(tokenizer_json_path, kMaxTokenizerJsonBytes);
-  if (!text.ok()) return text.status();
+  ASSIGN_OR_RETURN(
+      std::string text,
+      mneme::ReadSmallFile(tokenizer_json_path, kMaxTokenizerJsonBytes));
   std::string config_path = options.tokenizer_config_path;
   if (config_path.empty()) {
     const size_t slash = tokenizer_json_path.rfind('/');
@@ -253,12 +248,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(
   }
   std::string config;
   if (!config_path.empty()) {
-    absl::StatusOr<std::string> read =
-        mneme::ReadSmallFile(config_path, kMaxConfigJsonBytes);
-    if (!read.ok()) return read.status();
-    config = *std::move(read);
+    ASSIGN_OR_RETURN(std::string read,
+                     mneme::ReadSmallFile(config_path, kMaxConfigJsonBytes));
+    config = std::move(read);
   }
-  return Build(*text, config, options.bpe, tokenizer_json_path, config_path);
+  return Build(text, config, options.bpe, tokenizer_json_path, config_path);
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(
@@ -272,9 +266,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Build(
     absl::string_view tokenizer_json, absl::string_view config_json,
     const BpeOptions& bpe_options, absl::string_view source_name,
     absl::string_view config_name) {
-  const nlohmann::json root =
-      nlohmann::json::parse(tokenizer_json, /*cb=*/nullptr,
-                            /*allow_exceptions=*/false);
+  const nlohmann::json root = ParseJson(tokenizer_json).value;
   if (root.is_discarded() || !root.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(source_name, ": not a JSON object (malformed JSON)"));
@@ -344,10 +336,10 @@ absl::StatusOr<std::vector<int64_t>> Tokenizer::Encode(
       ids.push_back(raw.token->id);
       continue;
     }
-    absl::StatusOr<std::string> normalized =
-        normalizer_->Normalize(text.substr(raw.begin, raw.end - raw.begin));
-    if (!normalized.ok()) return normalized.status();
-    const absl::string_view part = *normalized;
+    ASSIGN_OR_RETURN(
+        std::string normalized,
+        normalizer_->Normalize(text.substr(raw.begin, raw.end - raw.begin)));
+    const absl::string_view part = normalized;
     for (const TextSplit& split : added_->SplitNormalized(part)) {
       if (split.end <= split.begin) continue;
       if (split.token != nullptr) {

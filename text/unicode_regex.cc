@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 
 namespace mneme::text {
@@ -103,9 +104,7 @@ absl::StatusOr<std::vector<ByteRange>> UnicodeRegex::FindAll(
     absl::string_view text) const {
   std::vector<ByteRange> matches;
   Matcher matcher(*this);
-  if (absl::Status status = matcher.FindAll(text, &matches); !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(matcher.FindAll(text, &matches));
   return matches;
 }
 

@@ -7,6 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "engram_store/cache/row_key.h"
 #include "engram_store/cache/s3_fifo_policy.h"
 #include "engram_store/cache/tag_table.h"
@@ -294,11 +295,8 @@ absl::StatusOr<size_t> RamRowCache::LookupBatch(uint32_t table,
   if (hits == nullptr) {
     return absl::InvalidArgumentError("row cache: hits is null");
   }
-  absl::Status valid =
-      ValidateRowCacheArgs(table, ids, dst.size(), options_.row_bytes);
-  if (!valid.ok()) {
-    return valid;
-  }
+  RETURN_IF_ERROR(
+      ValidateRowCacheArgs(table, ids, dst.size(), options_.row_bytes));
   hits->assign(ids.size(), false);
   size_t total_hits = 0;
   Grouping g;
@@ -314,11 +312,8 @@ absl::StatusOr<size_t> RamRowCache::LookupBatch(uint32_t table,
 absl::Status RamRowCache::InsertBatch(uint32_t table,
                                       absl::Span<const int64_t> ids,
                                       absl::Span<const uint8_t> rows) {
-  absl::Status valid =
-      ValidateRowCacheArgs(table, ids, rows.size(), options_.row_bytes);
-  if (!valid.ok()) {
-    return valid;
-  }
+  RETURN_IF_ERROR(
+      ValidateRowCacheArgs(table, ids, rows.size(), options_.row_bytes));
   const size_t row_bytes = options_.row_bytes;
   const uint32_t slots_per_slab = uint32_t{1} << slab_shift_;
   Grouping g;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engram_store/cache/row_key.h"
 #include "glog/logging.h"
 #include "rocksdb/cache.h"
@@ -148,10 +149,7 @@ const char* RocksDbOpenOutcomeName(RocksDbOpenOutcome outcome) {
 
 absl::StatusOr<std::unique_ptr<RocksDbRowCache>> RocksDbRowCache::Create(
     const RocksDbRowCacheOptions& options) {
-  absl::Status valid = Validate(options);
-  if (!valid.ok()) {
-    return valid;
-  }
+  RETURN_IF_ERROR(Validate(options));
 
   const std::string& path = options.path;
   std::error_code ec;
@@ -195,18 +193,12 @@ absl::StatusOr<std::unique_ptr<RocksDbRowCache>> RocksDbRowCache::Create(
   if (!looks_like_rocksdb && !IsDirEmptyExcept(path, kLockFileName)) {
     LOG(WARNING) << "row cache " << path
                  << ": no CURRENT file but other files present; rebuilding";
-    absl::Status s = cache->CreateFresh();
-    if (!s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(cache->CreateFresh());
     cache->outcome_ = RocksDbOpenOutcome::kRebuiltCorrupt;
     return cache;
   }
   if (!looks_like_rocksdb) {
-    absl::Status s = cache->CreateFresh();
-    if (!s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(cache->CreateFresh());
     cache->outcome_ = RocksDbOpenOutcome::kCreated;
     return cache;
   }
@@ -222,10 +214,7 @@ absl::StatusOr<std::unique_ptr<RocksDbRowCache>> RocksDbRowCache::Create(
     }
     LOG(WARNING) << "row cache " << path << ": cannot open the database ("
                  << opened << "); deleting and rebuilding it";
-    absl::Status s = cache->CreateFresh();
-    if (!s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(cache->CreateFresh());
     cache->outcome_ = RocksDbOpenOutcome::kRebuiltCorrupt;
     return cache;
   }
@@ -249,10 +238,7 @@ absl::StatusOr<std::unique_ptr<RocksDbRowCache>> RocksDbRowCache::Create(
                  << got.ToString() << "); deleting and rebuilding it";
     cache->outcome_ = RocksDbOpenOutcome::kRebuiltCorrupt;
   }
-  absl::Status s = cache->CreateFresh();
-  if (!s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(cache->CreateFresh());
   return cache;
 }
 
@@ -402,11 +388,8 @@ absl::StatusOr<size_t> RocksDbRowCache::LookupBatch(
   if (hits == nullptr) {
     return absl::InvalidArgumentError("row cache: hits is null");
   }
-  absl::Status valid =
-      ValidateRowCacheArgs(table, ids, dst.size(), options_.row_bytes);
-  if (!valid.ok()) {
-    return valid;
-  }
+  RETURN_IF_ERROR(
+      ValidateRowCacheArgs(table, ids, dst.size(), options_.row_bytes));
   const size_t n = ids.size();
   hits->assign(n, false);
   if (n == 0) {
@@ -462,11 +445,8 @@ absl::StatusOr<size_t> RocksDbRowCache::LookupBatch(
 absl::Status RocksDbRowCache::InsertBatch(uint32_t table,
                                           absl::Span<const int64_t> ids,
                                           absl::Span<const uint8_t> rows) {
-  absl::Status valid =
-      ValidateRowCacheArgs(table, ids, rows.size(), options_.row_bytes);
-  if (!valid.ok()) {
-    return valid;
-  }
+  RETURN_IF_ERROR(
+      ValidateRowCacheArgs(table, ids, rows.size(), options_.row_bytes));
   if (ids.empty()) {
     return absl::OkStatus();
   }

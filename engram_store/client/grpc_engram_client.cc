@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 
 namespace mneme::engram {
 namespace {
@@ -44,11 +45,10 @@ absl::StatusOr<std::unique_ptr<GrpcEngramClient>> GrpcEngramClient::Create(
   ClientChannelOptions channel_options;
   channel_options.tls = options.tls;
   channel_options.max_receive_message_bytes = options.max_message_bytes;
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      CreateClientChannel(options.target, channel_options);
-  if (!channel.ok()) return channel.status();
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   CreateClientChannel(options.target, channel_options));
   std::unique_ptr<GrpcEngramClient> client(new GrpcEngramClient(options));
-  client->stub_ = v1::EngramStore::NewStub(*channel);
+  client->stub_ = v1::EngramStore::NewStub(channel);
   return client;
 }
 
@@ -71,13 +71,12 @@ absl::Status GrpcEngramClient::WithRetries(Attempt attempt) {
 absl::StatusOr<v1::LookupResponse> GrpcEngramClient::Lookup(
     const v1::LookupRequest& request) {
   v1::LookupResponse response;
-  absl::Status s = WithRetries([&] {
+  RETURN_IF_ERROR(WithRetries([&] {
     grpc::ClientContext context;
     SetDeadline(context, options_.timeout);
     response.Clear();
     return stub_->Lookup(&context, request, &response);
-  });
-  if (!s.ok()) return s;
+  }));
   return response;
 }
 
@@ -116,24 +115,22 @@ absl::StatusOr<v1::LookupResponse> GrpcEngramClient::LookupStream(
 absl::StatusOr<v1::PrefetchResponse> GrpcEngramClient::Prefetch(
     const v1::PrefetchRequest& request) {
   v1::PrefetchResponse response;
-  absl::Status s = WithRetries([&] {
+  RETURN_IF_ERROR(WithRetries([&] {
     grpc::ClientContext context;
     SetDeadline(context, options_.timeout);
     return stub_->Prefetch(&context, request, &response);
-  });
-  if (!s.ok()) return s;
+  }));
   return response;
 }
 
 absl::StatusOr<v1::DescribeResponse> GrpcEngramClient::Describe() {
   v1::DescribeResponse response;
-  absl::Status s = WithRetries([&] {
+  RETURN_IF_ERROR(WithRetries([&] {
     grpc::ClientContext context;
     SetDeadline(context, options_.timeout);
     response.Clear();
     return stub_->Describe(&context, v1::DescribeRequest(), &response);
-  });
-  if (!s.ok()) return s;
+  }));
   return response;
 }
 

@@ -1,34 +1,32 @@
 #include "engram_store/client/in_process_engram_client.h"
 
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 
 namespace mneme::engram {
 
 absl::StatusOr<v1::LookupResponse> InProcessEngramClient::Lookup(
     const v1::LookupRequest& request) {
   v1::LookupResponse response;
-  absl::Status s = handler_.Lookup(request, absl::Now() + timeout_, &response);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(handler_.Lookup(request, absl::Now() + timeout_, &response));
   return response;
 }
 
 absl::StatusOr<v1::LookupResponse> InProcessEngramClient::LookupStream(
     const v1::LookupRequest& request) {
-  absl::StatusOr<ResolvedRequest> resolved =
-      handler_.ResolveLookup(request, handler_.limits().max_rows_per_stream);
-  if (!resolved.ok()) return resolved.status();
+  ASSIGN_OR_RETURN(
+      ResolvedRequest resolved,
+      handler_.ResolveLookup(request, handler_.limits().max_rows_per_stream));
   v1::LookupResponse response;
-  absl::Status s = handler_.LookupRows(*resolved, 0, resolved->row_ids.size(),
-                                       absl::Now() + timeout_, &response);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(handler_.LookupRows(resolved, 0, resolved.row_ids.size(),
+                                      absl::Now() + timeout_, &response));
   return response;
 }
 
 absl::StatusOr<v1::PrefetchResponse> InProcessEngramClient::Prefetch(
     const v1::PrefetchRequest& request) {
   v1::PrefetchResponse response;
-  absl::Status s = handler_.Prefetch(request, &response);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(handler_.Prefetch(request, &response));
   return response;
 }
 

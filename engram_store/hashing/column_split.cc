@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 
 namespace mneme::engram {
 
@@ -81,14 +82,14 @@ absl::StatusOr<std::vector<int>> RankColumns(ColumnSplit split, int num_columns,
 absl::StatusOr<RankAssignment> AssignRank(const HashLayout& layout,
                                           ColumnSplit split, int tp_size,
                                           int rank) {
-  absl::StatusOr<std::vector<int>> columns =
-      RankColumns(split, layout.num_columns(), layout.n_heads(), tp_size, rank);
-  if (!columns.ok()) return columns.status();
+  ASSIGN_OR_RETURN(std::vector<int> columns,
+                   RankColumns(split, layout.num_columns(), layout.n_heads(),
+                               tp_size, rank));
   RankAssignment assignment;
   assignment.rank = rank;
   assignment.tp_size = tp_size;
   assignment.split = split;
-  assignment.columns = *std::move(columns);
+  assignment.columns = std::move(columns);
   for (const LayerHashLayout& layer : layout.layers()) {
     RankAssignment::LayerRows rows;
     rows.layer_id = layer.layer_id;

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engram_store/hashing/token_normalizer.h"
 #include "engram_store/hashing/tokenizer_vocab.h"
 
@@ -46,10 +47,9 @@ CompressedVocabulary::Create(const CompressedVocabularyOptions& options) {
     return absl::InvalidArgumentError(
         "CompressedVocabularyOptions.tokenizer_json_path is empty");
   }
-  absl::StatusOr<std::unique_ptr<TokenizerVocab>> tokenizer =
-      TokenizerVocab::Create(options.tokenizer_json_path);
-  if (!tokenizer.ok()) return tokenizer.status();
-  return FromTokenizer(**tokenizer, options.clean_up_tokenization_spaces);
+  ASSIGN_OR_RETURN(std::unique_ptr<TokenizerVocab> tokenizer,
+                   TokenizerVocab::Create(options.tokenizer_json_path));
+  return FromTokenizer(*tokenizer, options.clean_up_tokenization_spaces);
 }
 
 absl::StatusOr<std::unique_ptr<CompressedVocabulary>>
@@ -58,10 +58,9 @@ CompressedVocabulary::FromTokenizer(const TokenizerVocab& tokenizer,
   std::vector<int64_t> lookup(static_cast<size_t>(tokenizer.size()));
   absl::flat_hash_map<std::string, int64_t> key_to_id;
   for (int64_t id = 0; id < tokenizer.size(); ++id) {
-    absl::StatusOr<std::string> key = CompressionKey(tokenizer, id, clean_up);
-    if (!key.ok()) return key.status();
+    ASSIGN_OR_RETURN(std::string key, CompressionKey(tokenizer, id, clean_up));
     const auto [it, inserted] = key_to_id.try_emplace(
-        *std::move(key), static_cast<int64_t>(key_to_id.size()));
+        std::move(key), static_cast<int64_t>(key_to_id.size()));
     lookup[id] = it->second;
   }
   const auto size = static_cast<int64_t>(key_to_id.size());

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engram_store/hashing/multipliers.h"
 #include "engram_store/hashing/primes.h"
 
@@ -67,13 +68,11 @@ absl::Status ValidateConfig(const checkpoint::EngramConfig& config) {
 
 absl::StatusOr<HashLayout> HashLayout::Create(
     const checkpoint::EngramConfig& config) {
-  if (absl::Status status = ValidateConfig(config); !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(ValidateConfig(config));
   const int num_layers = static_cast<int>(config.layer_ids.size());
-  absl::StatusOr<std::vector<std::vector<int64_t>>> primes = SearchColumnPrimes(
-      config.vocab_size, num_layers, config.max_ngram_size, config.n_heads);
-  if (!primes.ok()) return primes.status();
+  ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> primes,
+                   SearchColumnPrimes(config.vocab_size, num_layers,
+                                      config.max_ngram_size, config.n_heads));
 
   HashLayout layout;
   layout.max_ngram_size_ = config.max_ngram_size;
@@ -82,11 +81,12 @@ absl::StatusOr<HashLayout> HashLayout::Create(
   for (int i = 0; i < num_layers; ++i) {
     LayerHashLayout layer;
     layer.layer_id = config.layer_ids[i];
-    absl::StatusOr<std::vector<int64_t>> multipliers = LayerMultipliers(
-        layer.layer_id, config.compressed_vocab_size, config.max_ngram_size);
-    if (!multipliers.ok()) return multipliers.status();
-    layer.multipliers = *std::move(multipliers);
-    layer.primes = std::move((*primes)[i]);
+    ASSIGN_OR_RETURN(
+        std::vector<int64_t> multipliers,
+        LayerMultipliers(layer.layer_id, config.compressed_vocab_size,
+                         config.max_ngram_size));
+    layer.multipliers = std::move(multipliers);
+    layer.primes = std::move(primes[i]);
     layer.offsets.reserve(layer.primes.size());
     for (int64_t prime : layer.primes) {
       // Primes are <= 2^62 + small and there are at most 64 * 4096 of them

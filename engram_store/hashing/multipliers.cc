@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engram_store/hashing/numpy_random.h"
 
 namespace mneme::engram {
@@ -33,14 +34,12 @@ absl::StatusOr<std::vector<int64_t>> LayerMultipliers(
     return absl::InvalidArgumentError(absl::StrCat(
         "engram_max_ngram_size must be >= 1, got ", max_ngram_size));
   }
-  absl::StatusOr<int64_t> bound = MultiplierBound(compressed_vocab_size);
-  if (!bound.ok()) return bound.status();
+  ASSIGN_OR_RETURN(const int64_t bound, MultiplierBound(compressed_vocab_size));
   NumpyGenerator rng = NumpyGenerator::DefaultRng(
       static_cast<uint64_t>(kMultiplierSeedStride * layer_id));
-  absl::StatusOr<std::vector<int64_t>> draws =
-      rng.Integers(0, *bound, static_cast<size_t>(max_ngram_size));
-  if (!draws.ok()) return draws.status();
-  std::vector<int64_t> multipliers = *std::move(draws);
+  ASSIGN_OR_RETURN(std::vector<int64_t> draws,
+                   rng.Integers(0, bound, static_cast<size_t>(max_ngram_size)));
+  std::vector<int64_t> multipliers = std::move(draws);
   // draw < bound <= INT64_MAX / 2, so 2 * draw + 1 cannot overflow.
   for (int64_t& m : multipliers) m = m * 2 + 1;
   return multipliers;

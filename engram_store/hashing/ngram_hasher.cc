@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace mneme::engram {
 namespace {
@@ -41,8 +42,7 @@ absl::StatusOr<std::unique_ptr<NgramHasher>> NgramHasher::Create(
   if (vocabulary == nullptr) {
     return absl::InvalidArgumentError("NgramHasher needs a vocabulary");
   }
-  absl::StatusOr<HashLayout> layout = HashLayout::Create(config);
-  if (!layout.ok()) return layout.status();
+  ASSIGN_OR_RETURN(HashLayout layout, HashLayout::Create(config));
   if (absl::Status status = vocabulary->CheckSize(config.compressed_vocab_size);
       !status.ok()) {
     return status;
@@ -53,16 +53,15 @@ absl::StatusOr<std::unique_ptr<NgramHasher>> NgramHasher::Create(
         absl::StrCat("engram_pad_token_id: ", pad.status().message()));
   }
   return std::unique_ptr<NgramHasher>(
-      new NgramHasher(*std::move(layout), std::move(vocabulary), *pad));
+      new NgramHasher(std::move(layout), std::move(vocabulary), *pad));
 }
 
 absl::Status NgramHasher::ComputeColumnRowIds(
     int layer_id, std::span<const int64_t> context,
     std::span<const int64_t> tokens, std::span<const int> columns,
     std::span<int64_t> row_ids) const {
-  absl::StatusOr<int> layer_index = layout_.LayerIndex(layer_id);
-  if (!layer_index.ok()) return layer_index.status();
-  const LayerHashLayout& layer = layout_.layers()[*layer_index];
+  ASSIGN_OR_RETURN(int layer_index, layout_.LayerIndex(layer_id));
+  const LayerHashLayout& layer = layout_.layers()[layer_index];
   for (int column : columns) {
     if (column < 0 || column >= num_columns()) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -14,7 +14,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "common/file_io.h"
-#include "common/json_fields.h"
+#include "common/json.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "text/byte_level.h"
 
@@ -62,16 +63,14 @@ absl::StatusOr<bool> IsByteLevelDecoder(const nlohmann::json& root,
 
 absl::StatusOr<std::unique_ptr<TokenizerVocab>> TokenizerVocab::Create(
     const std::string& tokenizer_json_path) {
-  absl::StatusOr<std::string> text =
-      ReadSmallFile(tokenizer_json_path, kMaxTokenizerJsonBytes);
-  if (!text.ok()) return text.status();
-  return FromJson(*text, tokenizer_json_path);
+  ASSIGN_OR_RETURN(std::string text,
+                   ReadSmallFile(tokenizer_json_path, kMaxTokenizerJsonBytes));
+  return FromJson(text, tokenizer_json_path);
 }
 
 absl::StatusOr<std::unique_ptr<TokenizerVocab>> TokenizerVocab::FromJson(
     absl::string_view json_text, absl::string_view source_name) {
-  const nlohmann::json root = nlohmann::json::parse(json_text, /*cb=*/nullptr,
-                                                    /*allow_exceptions=*/false);
+  const nlohmann::json root = ParseJson(json_text).value;
   if (root.is_discarded() || !root.is_object()) {
     return absl::DataLossError(
         absl::StrCat(source_name, ": not a JSON object (malformed JSON)"));
@@ -93,11 +92,10 @@ absl::StatusOr<std::unique_ptr<TokenizerVocab>> TokenizerVocab::FromJson(
     return absl::DataLossError(
         absl::StrCat(source_name, ": missing \"model.vocab\" object"));
   }
-  absl::StatusOr<bool> byte_level = IsByteLevelDecoder(root, source_name);
-  if (!byte_level.ok()) return byte_level.status();
+  ASSIGN_OR_RETURN(bool byte_level, IsByteLevelDecoder(root, source_name));
 
   auto result = std::unique_ptr<TokenizerVocab>(new TokenizerVocab());
-  result->decoder_ = *byte_level ? Decoder::kByteLevel : Decoder::kNone;
+  result->decoder_ = byte_level ? Decoder::kByteLevel : Decoder::kNone;
   // Distinct token strings: the keys of Hugging Face's get_vocab(true).
   absl::flat_hash_set<std::string> strings;
   for (const auto& [token, id_json] : vocab->items()) {

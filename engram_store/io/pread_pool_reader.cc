@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 
 namespace mneme::engram {
 
@@ -261,26 +262,14 @@ absl::Status PreadPoolReader::ReadInline(const ReadPlan& plan) {
 
 absl::Status PreadPoolReader::Read(absl::Span<const ReadSpan> spans,
                                    absl::Time deadline) {
-  ReaderCounters::Add(counters_.requests, 1);
-  absl::StatusOr<ReadPlan> plan = PlanReads(spans, options_.coalesce);
-  if (!plan.ok()) {
-    counters_.CountResult(plan.status());
-    return plan.status();
-  }
-  ReaderCounters::Add(counters_.spans, plan->spans);
-  ReaderCounters::Add(counters_.unique_spans, plan->unique_spans);
-  if (absl::Now() >= deadline) {
-    const absl::Status status =
-        absl::DeadlineExceededError("row read: deadline passed before start");
-    counters_.CountResult(status);
-    return status;
-  }
-  if (plan->extents.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(ReadPlan plan,
+                   BeginRead(spans, options_.coalesce, deadline, counters_));
+  if (plan.extents.empty()) return absl::OkStatus();
 
-  if (plan->spans < static_cast<uint64_t>(options_.inline_max_spans) &&
-      AllBuffered(*plan)) {
+  if (plan.spans < static_cast<uint64_t>(options_.inline_max_spans) &&
+      AllBuffered(plan)) {
     ReaderCounters::Add(counters_.inline_requests, 1);
-    absl::Status status = ReadInline(*plan);
+    absl::Status status = ReadInline(plan);
     counters_.CountResult(status);
     return status;
   }
@@ -290,10 +279,10 @@ absl::Status PreadPoolReader::Read(absl::Span<const ReadSpan> spans,
   // Spread the reads over all workers, at most reads_per_task per batch.
   const size_t threads = static_cast<size_t>(options_.threads);
   const size_t ops_per_batch =
-      std::clamp<size_t>((plan->ops.size() + threads - 1) / threads, 1,
+      std::clamp<size_t>((plan.ops.size() + threads - 1) / threads, 1,
                          static_cast<size_t>(options_.reads_per_task));
-  request->bounds = BatchExtents(*plan, ops_per_batch);
-  request->plan = *std::move(plan);
+  request->bounds = BatchExtents(plan, ops_per_batch);
+  request->plan = std::move(plan);
   const size_t num_batches = request->num_batches();
 
   {

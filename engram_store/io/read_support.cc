@@ -115,4 +115,25 @@ RowReaderStats ReaderCounters::Snapshot() const {
   return stats;
 }
 
+absl::StatusOr<ReadPlan> BeginRead(absl::Span<const ReadSpan> spans,
+                                   const CoalesceOptions& options,
+                                   absl::Time deadline,
+                                   ReaderCounters& counters) {
+  ReaderCounters::Add(counters.requests, 1);
+  absl::StatusOr<ReadPlan> plan = PlanReads(spans, options);
+  if (!plan.ok()) {
+    counters.CountResult(plan.status());
+    return plan.status();
+  }
+  ReaderCounters::Add(counters.spans, plan->spans);
+  ReaderCounters::Add(counters.unique_spans, plan->unique_spans);
+  if (absl::Now() >= deadline) {
+    const absl::Status status =
+        absl::DeadlineExceededError("row read: deadline passed before start");
+    counters.CountResult(status);
+    return status;
+  }
+  return plan;
+}
+
 }  // namespace mneme::engram

@@ -9,6 +9,9 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "engram_store/io/read_plan.h"
 #include "engram_store/io/row_file.h"
 #include "engram_store/io/row_reader.h"
@@ -80,6 +83,17 @@ class ReaderCounters {
   void CountResult(const absl::Status& status);
   RowReaderStats Snapshot() const;
 };
+
+// The start of every RowReader::Read(): counts the request, plans the reads
+// of `spans` (PlanReads) and counts their spans, then checks `deadline`.
+// Returns the plan to execute, or the error that ends the call
+// (PlanReads's errors; DeadlineExceeded if the deadline has passed), already
+// counted with CountResult. A plan without extents needs no I/O: the read is
+// complete.
+absl::StatusOr<ReadPlan> BeginRead(absl::Span<const ReadSpan> spans,
+                                   const CoalesceOptions& options,
+                                   absl::Time deadline,
+                                   ReaderCounters& counters);
 
 }  // namespace mneme::engram
 

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 
 namespace mneme::engram {
 
@@ -246,26 +247,16 @@ void UringRowReader::Release(Ring* ring) {
 
 absl::Status UringRowReader::Read(absl::Span<const ReadSpan> spans,
                                   absl::Time deadline) {
-  ReaderCounters::Add(counters_.requests, 1);
-  absl::StatusOr<ReadPlan> plan = PlanReads(spans, options_.coalesce);
-  if (!plan.ok()) {
-    counters_.CountResult(plan.status());
-    return plan.status();
-  }
-  ReaderCounters::Add(counters_.spans, plan->spans);
-  ReaderCounters::Add(counters_.unique_spans, plan->unique_spans);
+  ASSIGN_OR_RETURN(ReadPlan plan,
+                   BeginRead(spans, options_.coalesce, deadline, counters_));
+  if (plan.extents.empty()) return absl::OkStatus();
   absl::Status status;
-  if (absl::Now() >= deadline) {
-    status =
-        absl::DeadlineExceededError("row read: deadline passed before start");
-  } else if (!plan->extents.empty()) {
-    absl::StatusOr<Ring*> ring = Acquire(deadline);
-    if (ring.ok()) {
-      status = Execute(**ring, *plan, deadline);
-      Release(*ring);
-    } else {
-      status = ring.status();
-    }
+  absl::StatusOr<Ring*> ring = Acquire(deadline);
+  if (ring.ok()) {
+    status = Execute(**ring, plan, deadline);
+    Release(*ring);
+  } else {
+    status = ring.status();
   }
   counters_.CountResult(status);
   return status;

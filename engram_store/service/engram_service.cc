@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 
 namespace mneme::engram {
 
@@ -60,28 +61,30 @@ absl::StatusOr<std::unique_ptr<EngramService>> EngramService::Create(
   service->pool_ = *std::move(pool);
   service->metrics_ = std::make_unique<Metrics>();
   if (metrics != nullptr) {
-    absl::StatusOr<CounterFamily*> rpcs = metrics->AddCounter(
-        {.name = "mneme_engram_rpcs_total",
-         .help = "Engram store RPCs by method and status code.",
-         .label_names = {"method", "code"}});
-    if (!rpcs.ok()) return rpcs.status();
-    absl::StatusOr<CounterFamily*> rows = metrics->AddCounter(
-        {.name = "mneme_engram_rpc_rows_total",
-         .help = "Rows returned or queued by Engram store RPCs.",
-         .label_names = {"method"}});
-    if (!rows.ok()) return rows.status();
+    ASSIGN_OR_RETURN(
+        CounterFamily * rpcs,
+        metrics->AddCounter(
+            {.name = "mneme_engram_rpcs_total",
+             .help = "Engram store RPCs by method and status code.",
+             .label_names = {"method", "code"}}));
+    ASSIGN_OR_RETURN(
+        CounterFamily * rows,
+        metrics->AddCounter(
+            {.name = "mneme_engram_rpc_rows_total",
+             .help = "Rows returned or queued by Engram store RPCs.",
+             .label_names = {"method"}}));
     static constexpr double kBounds[] = {1e-4, 2.5e-4, 5e-4,   1e-3, 2.5e-3,
                                          5e-3, 1e-2,   2.5e-2, 5e-2, 0.1,
                                          0.25, 0.5,    1,      2.5,  10};
-    absl::StatusOr<HistogramFamily*> seconds =
+    ASSIGN_OR_RETURN(
+        HistogramFamily * seconds,
         metrics->AddHistogram({.name = "mneme_engram_rpc_seconds",
                                .help = "Engram store RPC latency by method.",
                                .label_names = {"method"}},
-                              kBounds);
-    if (!seconds.ok()) return seconds.status();
-    service->metrics_->rpcs = *rpcs;
-    service->metrics_->rows = *rows;
-    service->metrics_->seconds = *seconds;
+                              kBounds));
+    service->metrics_->rpcs = rpcs;
+    service->metrics_->rows = rows;
+    service->metrics_->seconds = seconds;
   }
   return service;
 }
@@ -118,9 +121,10 @@ void EngramService::Record(const char* method, const absl::Status& status,
   }
 }
 
-grpc::ServerUnaryReactor* EngramService::Lookup(
-    grpc::CallbackServerContext* context, const v1::LookupRequest* request,
-    v1::LookupResponse* response) {
+template <typename Work>
+grpc::ServerUnaryReactor* EngramService::Unary(
+    grpc::CallbackServerContext* context, const char* method, RunOn run_on,
+    Work work) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<InflightGate::Pass> pass = gate_->Enter();
   if (!pass.has_value()) {
@@ -128,19 +132,30 @@ grpc::ServerUnaryReactor* EngramService::Lookup(
     return reactor;
   }
   const absl::Time start = absl::Now();
-  const absl::Time deadline = Deadline(*context);
-  const bool queued =
-      pool_->TrySchedule([this, reactor, request, response, deadline, start,
-                          pass = std::move(*pass)]() mutable {
-        const absl::Status s = handler_.Lookup(*request, deadline, response);
-        Record("Lookup", s, response->row_ids_size(), start);
-        reactor->Finish(ToGrpcStatus(s));
-      });
-  if (!queued) {
-    Record("Lookup", absl::ResourceExhaustedError(""), 0, start);
+  auto run = [this, reactor, method, start, work = std::move(work),
+              pass = std::move(*pass)]() mutable {
+    const Outcome outcome = work();
+    Record(method, outcome.status, outcome.rows, start);
+    reactor->Finish(ToGrpcStatus(outcome.status));
+  };
+  if (run_on == RunOn::kInline) {
+    run();
+  } else if (!pool_->TrySchedule(std::move(run))) {
+    Record(method, absl::ResourceExhaustedError(""), 0, start);
     reactor->Finish(kBusy);
   }
   return reactor;
+}
+
+grpc::ServerUnaryReactor* EngramService::Lookup(
+    grpc::CallbackServerContext* context, const v1::LookupRequest* request,
+    v1::LookupResponse* response) {
+  return Unary(
+      context, "Lookup", RunOn::kPool,
+      [this, request, response, deadline = Deadline(*context)] {
+        const absl::Status s = handler_.Lookup(*request, deadline, response);
+        return Outcome{s, static_cast<size_t>(response->row_ids_size())};
+      });
 }
 
 // Streams the rows of one request in bounded messages: each message's rows
@@ -245,34 +260,21 @@ grpc::ServerWriteReactor<v1::LookupResponse>* EngramService::LookupStream(
 grpc::ServerUnaryReactor* EngramService::Prefetch(
     grpc::CallbackServerContext* context, const v1::PrefetchRequest* request,
     v1::PrefetchResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::optional<InflightGate::Pass> pass = gate_->Enter();
-  if (!pass.has_value()) {
-    reactor->Finish(kDraining);
-    return reactor;
-  }
-  const absl::Time start = absl::Now();
-  const absl::Status s = handler_.Prefetch(*request, response);
-  Record("Prefetch", s, static_cast<size_t>(response->rows_queued()), start);
-  reactor->Finish(ToGrpcStatus(s));
-  return reactor;
+  // Prefetch only queues rows for the store's background reads.
+  return Unary(context, "Prefetch", RunOn::kInline, [this, request, response] {
+    const absl::Status s = handler_.Prefetch(*request, response);
+    return Outcome{s, static_cast<size_t>(response->rows_queued())};
+  });
 }
 
 grpc::ServerUnaryReactor* EngramService::Describe(
-    grpc::CallbackServerContext* context, const v1::DescribeRequest* request,
+    grpc::CallbackServerContext* context,
+    const v1::DescribeRequest* /*request: has no fields*/,
     v1::DescribeResponse* response) {
-  (void)request;  // Has no fields.
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::optional<InflightGate::Pass> pass = gate_->Enter();
-  if (!pass.has_value()) {
-    reactor->Finish(kDraining);
-    return reactor;
-  }
-  const absl::Time start = absl::Now();
-  handler_.Describe(response);
-  Record("Describe", absl::OkStatus(), 0, start);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return Unary(context, "Describe", RunOn::kInline, [this, response] {
+    handler_.Describe(response);
+    return Outcome{absl::OkStatus(), 0};
+  });
 }
 
 }  // namespace mneme::engram

@@ -70,6 +70,24 @@ class EngramService final : public v1::EngramStore::CallbackService {
   void Record(const char* method, const absl::Status& status, size_t rows,
               absl::Time start) const;
 
+  // What a unary call's work returns: its status and the rows it served or
+  // queued (for the metrics).
+  struct Outcome {
+    absl::Status status;
+    size_t rows = 0;
+  };
+  // Where a unary call's work runs: on the pool (it reads rows, so it may
+  // block) or inline on the gRPC thread (it never blocks).
+  enum class RunOn { kPool, kInline };
+  // The one path of every unary call: admits it through the gate (UNAVAILABLE
+  // while draining), runs `work` (returning an Outcome) where `run_on` says,
+  // records the metrics under `method` and finishes the call. On the pool, a
+  // full queue finishes it with RESOURCE_EXHAUSTED. The gate's pass is held
+  // until the call finishes.
+  template <typename Work>
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context,
+                                  const char* method, RunOn run_on, Work work);
+
   const EngramServiceOptions options_;
   const RequestHandler handler_;
   InflightGate* const gate_;

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "engram_store/hashing/column_split.h"
 #include "formats/row_format.h"
 
@@ -79,16 +80,14 @@ absl::StatusOr<ResolvedRequest> RequestHandler::Resolve(
     const google::protobuf::RepeatedField<int32_t>& columns,
     v1::RowEncoding encoding, int64_t max_rows) const {
   const EngramCheckpoint& checkpoint = store_->checkpoint();
-  absl::StatusOr<const checkpoint::EngramTableLocation*> table =
-      checkpoint.Table(layer_id);
-  if (!table.ok()) return table.status();
+  ASSIGN_OR_RETURN(const checkpoint::EngramTableLocation* table,
+                   checkpoint.Table(layer_id));
   ResolvedRequest out;
   out.layer_id = layer_id;
-  absl::StatusOr<RowEncoding> enc = ToEncoding(encoding);
-  if (!enc.ok()) return enc.status();
-  out.encoding = *enc;
-  out.wire_encoding = ToWire(*enc);
-  out.row_bytes = EncodedRowBytes(*enc, (*table)->format);
+  ASSIGN_OR_RETURN(RowEncoding enc, ToEncoding(encoding));
+  out.encoding = enc;
+  out.wire_encoding = ToWire(enc);
+  out.row_bytes = EncodedRowBytes(enc, table->format);
 
   if (row_ids.empty() == token_ids.empty()) {
     return absl::InvalidArgumentError(
@@ -139,10 +138,9 @@ absl::StatusOr<ResolvedRequest> RequestHandler::Resolve(
   if (rows > max_rows) return TooMany(rows, max_rows);
   out.row_ids.resize(rows);
   const std::span<const int64_t> all(token_ids.data(), token_ids.size());
-  absl::Status s = hasher.ComputeColumnRowIds(
+  RETURN_IF_ERROR(hasher.ComputeColumnRowIds(
       layer_id, all.first(context_token_count),
-      all.subspan(context_token_count), cols, out.row_ids);
-  if (!s.ok()) return s;
+      all.subspan(context_token_count), cols, out.row_ids));
   return out;
 }
 
@@ -180,10 +178,9 @@ absl::Status RequestHandler::LookupRows(const ResolvedRequest& resolved,
 absl::Status RequestHandler::Lookup(const v1::LookupRequest& request,
                                     absl::Time deadline,
                                     v1::LookupResponse* response) const {
-  absl::StatusOr<ResolvedRequest> resolved =
-      ResolveLookup(request, limits_.max_rows_per_request);
-  if (!resolved.ok()) return resolved.status();
-  return LookupRows(*resolved, 0, resolved->row_ids.size(), deadline, response);
+  ASSIGN_OR_RETURN(ResolvedRequest resolved,
+                   ResolveLookup(request, limits_.max_rows_per_request));
+  return LookupRows(resolved, 0, resolved.row_ids.size(), deadline, response);
 }
 
 size_t RequestHandler::RowsPerStreamMessage(
@@ -195,13 +192,13 @@ size_t RequestHandler::RowsPerStreamMessage(
 
 absl::Status RequestHandler::Prefetch(const v1::PrefetchRequest& request,
                                       v1::PrefetchResponse* response) const {
-  absl::StatusOr<ResolvedRequest> resolved =
+  ASSIGN_OR_RETURN(
+      ResolvedRequest resolved,
       Resolve(request.layer_id(), request.row_ids(), request.token_ids(),
               request.context_token_count(), request.columns(),
-              v1::ROW_ENCODING_RAW, limits_.max_rows_per_request);
-  if (!resolved.ok()) return resolved.status();
+              v1::ROW_ENCODING_RAW, limits_.max_rows_per_request));
   response->set_rows_queued(
-      store_->Prefetch(resolved->layer_id, resolved->row_ids));
+      store_->Prefetch(resolved.layer_id, resolved.row_ids));
   return absl::OkStatus();
 }
 

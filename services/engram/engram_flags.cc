@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "engram_store/hashing/column_split.h"
 
 ABSL_FLAG(std::string, checkpoint, "", "Checkpoint directory (required).");
@@ -63,14 +64,13 @@ absl::StatusOr<engram::EngramStoreOptions> EngramStoreOptionsFromFlags() {
   if (o.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError("--checkpoint is required");
   }
-  absl::StatusOr<engram::OpenMode> mode =
-      ParseOpenMode("source_open_mode", absl::GetFlag(FLAGS_source_open_mode));
-  if (!mode.ok()) return mode.status();
-  o.source_open_mode = *mode;
+  ASSIGN_OR_RETURN(
+      o.source_open_mode,
+      ParseOpenMode("source_open_mode", absl::GetFlag(FLAGS_source_open_mode)));
   o.local_copy_dir = absl::GetFlag(FLAGS_local_copy_dir);
-  mode = ParseOpenMode("local_open_mode", absl::GetFlag(FLAGS_local_open_mode));
-  if (!mode.ok()) return mode.status();
-  o.local_open_mode = *mode;
+  ASSIGN_OR_RETURN(
+      o.local_open_mode,
+      ParseOpenMode("local_open_mode", absl::GetFlag(FLAGS_local_open_mode)));
   o.tp_size = absl::GetFlag(FLAGS_tp_size);
   o.ranks.clear();
   const std::string ranks = absl::GetFlag(FLAGS_ranks);
@@ -104,9 +104,7 @@ absl::StatusOr<engram::EngramStoreOptions> EngramStoreOptionsFromFlags() {
   o.io_threads = absl::GetFlag(FLAGS_io_threads);
   o.prefetch_queue_rows = absl::GetFlag(FLAGS_prefetch_queue_rows);
   o.prefetch_threads = absl::GetFlag(FLAGS_prefetch_threads);
-  if (absl::Status st = engram::ValidateEngramStoreOptions(o); !st.ok()) {
-    return st;
-  }
+  RETURN_IF_ERROR(engram::ValidateEngramStoreOptions(o));
   return o;
 }
 

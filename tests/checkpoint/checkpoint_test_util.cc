@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
-namespace mneme::engram::testing {
+namespace mneme::checkpoint::testing {
 
 std::string MakeTempDir() {
   const char* root = getenv("TEST_TMPDIR");
@@ -70,4 +70,4 @@ void WritePatternFile(const std::string& path,
   ASSERT_TRUE(status.ok()) << status;
 }
 
-}  // namespace mneme::engram::testing
+}  // namespace mneme::checkpoint::testing

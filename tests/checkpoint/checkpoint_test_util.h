@@ -9,7 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "checkpoint/safetensors_writer.h"
 
-namespace mneme::engram::testing {
+namespace mneme::checkpoint::testing {
 
 // A fresh, empty directory under $TEST_TMPDIR.
 std::string MakeTempDir();
@@ -34,6 +34,6 @@ void WritePatternFile(const std::string& path,
                       const std::vector<TensorDecl>& tensors, uint32_t seed,
                       const SafetensorsWriterOptions& options = {});
 
-}  // namespace mneme::engram::testing
+}  // namespace mneme::checkpoint::testing
 
 #endif  // MNEME_TESTS_CHECKPOINT_CHECKPOINT_TEST_UTIL_H_

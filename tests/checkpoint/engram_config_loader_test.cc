@@ -11,8 +11,8 @@
 namespace mneme::checkpoint {
 namespace {
 
-using ::mneme::engram::testing::MakeTempDir;
-using ::mneme::engram::testing::WriteFileOrFail;
+using ::mneme::checkpoint::testing::MakeTempDir;
+using ::mneme::checkpoint::testing::WriteFileOrFail;
 using ::testing::HasSubstr;
 
 constexpr char kFile[] = "v41/config.json";

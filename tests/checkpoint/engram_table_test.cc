@@ -14,9 +14,9 @@
 namespace mneme::checkpoint {
 namespace {
 
-using ::mneme::engram::testing::MakeTempDir;
-using ::mneme::engram::testing::PatternBytes;
-using ::mneme::engram::testing::WritePatternFile;
+using ::mneme::checkpoint::testing::MakeTempDir;
+using ::mneme::checkpoint::testing::PatternBytes;
+using ::mneme::checkpoint::testing::WritePatternFile;
 using ::testing::HasSubstr;
 
 constexpr char kShard1[] = "model-00001-of-00002.safetensors";

@@ -10,7 +10,7 @@
 namespace mneme::checkpoint {
 namespace {
 
-using ::mneme::engram::testing::SafetensorsBytes;
+using ::mneme::checkpoint::testing::SafetensorsBytes;
 using ::testing::HasSubstr;
 
 constexpr char kFile[] = "dir/bad.safetensors";

@@ -16,8 +16,8 @@
 namespace mneme::checkpoint {
 namespace {
 
-using ::mneme::engram::testing::MakeTempDir;
-using ::mneme::engram::testing::WritePatternFile;
+using ::mneme::checkpoint::testing::MakeTempDir;
+using ::mneme::checkpoint::testing::WritePatternFile;
 
 std::string ScriptPath() {
   const char* srcdir = getenv("TEST_SRCDIR");

@@ -13,11 +13,11 @@
 namespace mneme::checkpoint {
 namespace {
 
-using ::mneme::engram::testing::MakeTempDir;
-using ::mneme::engram::testing::PatternBytes;
-using ::mneme::engram::testing::SafetensorsBytes;
-using ::mneme::engram::testing::WriteFileOrFail;
-using ::mneme::engram::testing::WritePatternFile;
+using ::mneme::checkpoint::testing::MakeTempDir;
+using ::mneme::checkpoint::testing::PatternBytes;
+using ::mneme::checkpoint::testing::SafetensorsBytes;
+using ::mneme::checkpoint::testing::WriteFileOrFail;
+using ::mneme::checkpoint::testing::WritePatternFile;
 using ::testing::HasSubstr;
 
 TEST(SafetensorsReaderTest, MissingFileIsNotFound) {

@@ -16,10 +16,10 @@
 namespace mneme::checkpoint {
 namespace {
 
-using ::mneme::engram::testing::FileExists;
-using ::mneme::engram::testing::MakeTempDir;
-using ::mneme::engram::testing::PatternBytes;
-using ::mneme::engram::testing::WritePatternFile;
+using ::mneme::checkpoint::testing::FileExists;
+using ::mneme::checkpoint::testing::MakeTempDir;
+using ::mneme::checkpoint::testing::PatternBytes;
+using ::mneme::checkpoint::testing::WritePatternFile;
 using ::testing::HasSubstr;
 
 std::vector<std::string> ListDir(const std::string& dir) {

@@ -27,9 +27,9 @@ ARTIFACTS="${TEST_UNDECLARED_OUTPUTS_DIR:-${OUT}}/"
 
 SOURCES=(
   "${ROOT}/tests/fuzz/safetensors_header_fuzzer.cc"
-  "${ROOT}/engram_store/checkpoint/safetensors_header.cc"
-  "${ROOT}/engram_store/checkpoint/json_util.cc"
-  "${ROOT}/engram_store/checkpoint/dtype.cc"
+  "${ROOT}/checkpoint/safetensors_header.cc"
+  "${ROOT}/common/json.cc"
+  "${ROOT}/checkpoint/dtype.cc"
 )
 MODULES="absl_status absl_statusor absl_strings absl_str_format_internal \
 nlohmann_json"

@@ -1,4 +1,4 @@
-#include "common/json_fields.h"
+#include "text/tokenizer_json.h"
 
 #include <string>
 
@@ -6,15 +6,17 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/json.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
-namespace mneme {
+namespace mneme::text {
 
 absl::StatusOr<std::string> TypeOf(const nlohmann::json& spec,
                                    absl::string_view what) {
   if (!spec.is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, " is not a JSON object: ", spec.dump()));
+        absl::StrCat(what, " is not a JSON object: ", JsonDump(spec)));
   }
   const auto type = spec.find("type");
   if (type == spec.end() || !type->is_string()) {
@@ -41,7 +43,7 @@ absl::StatusOr<bool> BoolField(const nlohmann::json& spec, const char* field,
   if (it == spec.end() || it->is_null()) return default_value;
   if (!it->is_boolean()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " field \"", field, "\" is not a boolean: ", it->dump()));
+        what, " field \"", field, "\" is not a boolean: ", JsonDump(*it)));
   }
   return it->get<bool>();
 }
@@ -71,24 +73,8 @@ absl::StatusOr<bool> ExpandSequence(
     return absl::InvalidArgumentError(
         absl::StrCat(what, " Sequence needs a \"", list_key, "\" array"));
   }
-  for (const nlohmann::json& member : *list) {
-    if (absl::Status status = add(member); !status.ok()) return status;
-  }
+  for (const nlohmann::json& member : *list) RETURN_IF_ERROR(add(member));
   return true;
 }
 
-std::optional<int64_t> JsonTokenId(const nlohmann::json& value) {
-  // Hugging Face token ids are u32.
-  constexpr int64_t kMaxTokenId = (int64_t{1} << 32) - 1;
-  if (!value.is_number_integer()) return std::nullopt;
-  if (value.is_number_unsigned()) {
-    const uint64_t id = value.get<uint64_t>();
-    if (id > static_cast<uint64_t>(kMaxTokenId)) return std::nullopt;
-    return static_cast<int64_t>(id);
-  }
-  const int64_t id = value.get<int64_t>();
-  if (id < 0 || id > kMaxTokenId) return std::nullopt;
-  return id;
-}
-
-}  // namespace mneme
+}  // namespace mneme::text

@@ -1,19 +1,18 @@
-#ifndef MNEME_COMMON_JSON_FIELDS_H_
-#define MNEME_COMMON_JSON_FIELDS_H_
+#ifndef MNEME_TEXT_TOKENIZER_JSON_H_
+#define MNEME_TEXT_TOKENIZER_JSON_H_
 
-#include <cstdint>
 #include <functional>
-#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 
-// Field access for the components of a tokenizer.json. Every error is
-// InvalidArgument and names the component (`what`, e.g. "normalizer
+// Field access for the components of a tokenizer.json (normalizers,
+// pre-tokenizers, post-processors, decoders), on top of common/json.h. Every
+// error is InvalidArgument and names the component (`what`, e.g. "normalizer
 // Replace") and the field.
-namespace mneme {
+namespace mneme::text {
 
 // A Split / Replace pattern: {"String": literal} or {"Regex": pattern}.
 struct Pattern {
@@ -35,9 +34,6 @@ absl::StatusOr<bool> BoolField(const nlohmann::json& spec, const char* field,
 absl::StatusOr<Pattern> PatternOf(const nlohmann::json& spec,
                                   absl::string_view what);
 
-// A Hugging Face token id (an integer in [0, 2^32)); nullopt otherwise.
-std::optional<int64_t> JsonTokenId(const nlohmann::json& value);
-
 // For a component of type "Sequence" (`type`, from TypeOf): calls `add` on
 // each member of its `list_key` array, in order, and returns true; false
 // (nothing called) for any other type. InvalidArgument naming `what` when
@@ -47,6 +43,6 @@ absl::StatusOr<bool> ExpandSequence(
     absl::string_view what,
     const std::function<absl::Status(const nlohmann::json&)>& add);
 
-}  // namespace mneme
+}  // namespace mneme::text
 
-#endif  // MNEME_COMMON_JSON_FIELDS_H_
+#endif  // MNEME_TEXT_TOKENIZER_JSON_H_
