@@ -19,6 +19,7 @@
 #include "checkpoint/model_config.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/file_io.h"
+#include "common/status_macros.h"
 #include "tools/quant/json_field.h"
 #include "tools/quant/mxfp4_cast.h"
 #include "tools/quant/output_dir.h"
@@ -161,13 +162,12 @@ absl::StatusOr<std::vector<ExpertWeight>> FindExperts(
           Describe(location), ": is ", checkpoint::DTypeName(info.dtype),
           ", not MXFP4 (U8 bytes of two e2m1 values with an F8_E8M0 .scale)"));
     }
-    absl::StatusOr<checkpoint::TensorLocation> scale =
-        checkpoint.Find(absl::StrCat(w.base, ".scale"));
-    if (!scale.ok()) return scale.status();
-    w.scale = *scale;
-    if (scale->info->dtype != DType::kF8E8M0) {
+    ASSIGN_OR_RETURN(checkpoint::TensorLocation scale,
+                     checkpoint.Find(absl::StrCat(w.base, ".scale")));
+    w.scale = scale;
+    if (scale.info->dtype != DType::kF8E8M0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          Describe(*scale), ": is ", checkpoint::DTypeName(scale->info->dtype),
+          Describe(scale), ": is ", checkpoint::DTypeName(scale.info->dtype),
           ", not MXFP4 block scales (F8_E8M0)"));
     }
     if (info.shape.size() != 2 || info.shape[0] < 1 || info.shape[1] < 1 ||
@@ -179,13 +179,12 @@ absl::StatusOr<std::vector<ExpertWeight>> FindExperts(
     w.out = info.shape[0];
     w.in = 2 * info.shape[1];
     const std::vector<int64_t> want = {w.out, w.in / kMxfp4Block};
-    if (scale->info->shape != want) {
-      return absl::DataLossError(
-          absl::StrCat(Describe(*scale), ": shape [",
-                       absl::StrJoin(scale->info->shape, ", "),
-                       "] does not match ", checkpoint::QuoteTensorName(name),
-                       " [", absl::StrJoin(info.shape, ", "), "] (expected [",
-                       absl::StrJoin(want, ", "), "])"));
+    if (scale.info->shape != want) {
+      return absl::DataLossError(absl::StrCat(
+          Describe(scale), ": shape [", absl::StrJoin(scale.info->shape, ", "),
+          "] does not match ", checkpoint::QuoteTensorName(name), " [",
+          absl::StrJoin(info.shape, ", "), "] (expected [",
+          absl::StrJoin(want, ", "), "])"));
     }
     weights.push_back(std::move(w));
   }
@@ -238,10 +237,9 @@ absl::Status ComputeScaleExponents(std::vector<ExpertWeight>& weights,
   absl::Status status = ParallelFor(
       threads, static_cast<int64_t>(weights.size()), [&](int64_t i) {
         ExpertWeight& w = weights[i];
-        absl::StatusOr<std::vector<uint8_t>> scales =
-            w.scale.shard->ReadTensor(w.scale.info->name);
-        if (!scales.ok()) return scales.status();
-        absl::StatusOr<int> k = MaxBlockExponent(*scales);
+        ASSIGN_OR_RETURN(std::vector<uint8_t> scales,
+                         w.scale.shard->ReadTensor(w.scale.info->name));
+        absl::StatusOr<int> k = MaxBlockExponent(scales);
         if (!k.ok()) {
           return absl::Status(
               k.status().code(),
@@ -329,16 +327,14 @@ struct WeightResult {
 
 absl::Status CastWeight(const ExpertWeight& w, const ShardFileWriter& writer,
                         size_t max_lossy, WeightResult* result) {
-  absl::StatusOr<std::vector<uint8_t>> packed =
-      w.weight.shard->ReadTensor(w.name);
-  if (!packed.ok()) return packed.status();
-  absl::StatusOr<std::vector<uint8_t>> scales =
-      w.scale.shard->ReadTensor(w.scale.info->name);
-  if (!scales.ok()) return scales.status();
-  std::vector<uint8_t> out_packed(packed->size());
-  std::vector<uint8_t> out_scales(scales->size() * 2);
+  ASSIGN_OR_RETURN(std::vector<uint8_t> packed,
+                   w.weight.shard->ReadTensor(w.name));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> scales,
+                   w.scale.shard->ReadTensor(w.scale.info->name));
+  std::vector<uint8_t> out_packed(packed.size());
+  std::vector<uint8_t> out_scales(scales.size() * 2);
   if (absl::Status s = CastMxfp4Tensor(
-          w.out, w.in, *packed, *scales, w.ws2_exponent,
+          w.out, w.in, packed, scales, w.ws2_exponent,
           absl::MakeSpan(out_packed), absl::MakeSpan(out_scales),
           &result->stats, &result->lossy, max_lossy);
       !s.ok()) {
@@ -360,31 +356,24 @@ absl::Status CastWeight(const ExpertWeight& w, const ShardFileWriter& writer,
 
 absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
     const ExpertCastOptions& o) {
-  if (absl::Status s = CheckOptions(o); !s.ok()) return s;
-  if (absl::Status s = CheckOutputPaths(o.checkpoint_dir, o.out_dir); !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<std::unique_ptr<checkpoint::ShardedCheckpoint>> checkpoint =
-      checkpoint::ShardedCheckpoint::Create(o.checkpoint_dir);
-  if (!checkpoint.ok()) return checkpoint.status();
-  absl::StatusOr<std::vector<ExpertWeight>> weights = FindExperts(**checkpoint);
-  if (!weights.ok()) return weights.status();
+  RETURN_IF_ERROR(CheckOptions(o));
+  RETURN_IF_ERROR(CheckOutputPaths(o.checkpoint_dir, o.out_dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::ShardedCheckpoint> checkpoint,
+                   checkpoint::ShardedCheckpoint::Create(o.checkpoint_dir));
+  ASSIGN_OR_RETURN(std::vector<ExpertWeight> weights, FindExperts(*checkpoint));
   int64_t unused_calibration = 0;
   if (o.input_scales == InputScales::kCalibrated) {
-    absl::StatusOr<int64_t> unused =
-        ApplyCalibration(o.calibration_path, *weights);
-    if (!unused.ok()) return unused.status();
-    unused_calibration = *unused;
+    ASSIGN_OR_RETURN(int64_t unused,
+                     ApplyCalibration(o.calibration_path, weights));
+    unused_calibration = unused;
   }
-  if (absl::Status s = ComputeScaleExponents(*weights, o.threads); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(ComputeScaleExponents(weights, o.threads));
 
   std::error_code ec;
   const std::string canonical_source =
       fs::canonical(o.checkpoint_dir, ec).string();
   nlohmann::json input_scales = nlohmann::json::object();
-  for (const ExpertWeight& w : *weights) input_scales[w.base] = w.input_scale;
+  for (const ExpertWeight& w : weights) input_scales[w.base] = w.input_scale;
   const bool calibrated = o.input_scales == InputScales::kCalibrated;
   const nlohmann::json identity = {
       {"source", canonical_source},
@@ -392,37 +381,36 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
       {"calibrated", calibrated},
       {"input_scales", input_scales},
   };
-  absl::StatusOr<std::unique_ptr<PartialOutputDir>> out =
-      PartialOutputDir::Open({.source_dir = o.checkpoint_dir,
-                              .out_dir = o.out_dir,
-                              .tool = kTool,
-                              .identity = identity});
-  if (!out.ok()) return out.status();
-  PartialOutputDir& dir = **out;
+  ASSIGN_OR_RETURN(std::unique_ptr<PartialOutputDir> out,
+                   PartialOutputDir::Open({.source_dir = o.checkpoint_dir,
+                                           .out_dir = o.out_dir,
+                                           .tool = kTool,
+                                           .identity = identity}));
+  PartialOutputDir& dir = *out;
   nlohmann::json state = dir.state();
   if (!state["shards"].is_object()) state["shards"] = nlohmann::json::object();
 
   std::map<std::string, std::vector<const ExpertWeight*>> by_shard;
   std::map<std::string, const ExpertWeight*> by_weight;
   std::set<std::string> dropped;
-  for (const ExpertWeight& w : *weights) {
+  for (const ExpertWeight& w : weights) {
     by_shard[w.shard].push_back(&w);
     by_weight[w.name] = &w;
     dropped.insert(w.scale.info->name);
   }
   // A .scale in another shard than its weight is dropped there too.
-  for (const ExpertWeight& w : *weights) {
+  for (const ExpertWeight& w : weights) {
     by_shard.try_emplace(fs::path(w.scale.shard->path()).filename().string());
   }
   std::set<std::string> written = {std::string(checkpoint::kConfigFileName),
                                    kExpertReportFileName,
                                    kHfQuantConfigFileName};
   std::map<std::string, const checkpoint::SafetensorsReader*> readers;
-  for (const auto& reader : (*checkpoint)->shards()) {
+  for (const auto& reader : checkpoint->shards()) {
     readers[fs::path(reader->path()).filename().string()] = reader.get();
   }
   int64_t done = 0;
-  const int64_t total = static_cast<int64_t>(weights->size());
+  const int64_t total = static_cast<int64_t>(weights.size());
   for (const auto& [shard, shard_weights] : by_shard) {
     written.insert(shard);
     nlohmann::json& shard_state = state["shards"][shard];
@@ -431,29 +419,26 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
       continue;
     }
     const checkpoint::SafetensorsReader& reader = *readers.at(shard);
-    absl::StatusOr<std::unique_ptr<ShardFileWriter>> writer =
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<ShardFileWriter> writer,
         ShardFileWriter::Create(dir.PathOf(shard),
                                 ShardDecls(reader, by_weight, dropped),
-                                reader.metadata(), ShardOpenMode::kCreate);
-    if (!writer.ok()) return writer.status();
+                                reader.metadata(), ShardOpenMode::kCreate));
     for (const checkpoint::TensorInfo& info : reader.tensors()) {
       if (by_weight.count(info.name) != 0 || dropped.count(info.name) != 0) {
         continue;
       }
-      if (absl::Status s = (*writer)->CopyTensor(reader, info.name, info.name);
-          !s.ok()) {
-        return s;
-      }
+      RETURN_IF_ERROR(writer->CopyTensor(reader, info.name, info.name));
     }
     std::vector<WeightResult> results(shard_weights.size());
     absl::Status status = ParallelFor(
         o.threads, static_cast<int64_t>(shard_weights.size()), [&](int64_t i) {
-          return CastWeight(*shard_weights[i], **writer,
+          return CastWeight(*shard_weights[i], *writer,
                             static_cast<size_t>(o.max_listed_lossy_blocks),
                             &results[i]);
         });
     if (!status.ok()) return status;
-    if (absl::Status s = (*writer)->Close(); !s.ok()) return s;
+    RETURN_IF_ERROR(writer->Close());
     nlohmann::json layers = nlohmann::json::object();
     nlohmann::json lossy = nlohmann::json::array();
     for (size_t i = 0; i < shard_weights.size(); ++i) {
@@ -472,57 +457,46 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
       }
     }
     shard_state = {{"done", true}, {"layers", layers}, {"lossy", lossy}};
-    if (absl::Status s = dir.SaveState(state); !s.ok()) return s;
+    RETURN_IF_ERROR(dir.SaveState(state));
     done += static_cast<int64_t>(shard_weights.size());
     if (o.progress) {
-      if (absl::Status s = o.progress(done, total); !s.ok()) return s;
+      RETURN_IF_ERROR(o.progress(done, total));
     }
   }
 
   // Index, config, quant config, report.
-  const std::optional<checkpoint::CheckpointIndex>& index =
-      (*checkpoint)->index();
+  const std::optional<checkpoint::CheckpointIndex>& index = checkpoint->index();
   if (index.has_value()) {
     checkpoint::CheckpointIndex new_index = *index;
     uint64_t total_size = 0;
-    for (const auto& [name, location] : (*checkpoint)->tensors()) {
+    for (const auto& [name, location] : checkpoint->tensors()) {
       if (dropped.count(name) != 0) {
         new_index.weight_map.erase(name);
         continue;
       }
       total_size += location.info->byte_length;
     }
-    for (const ExpertWeight& w : *weights) {
+    for (const ExpertWeight& w : weights) {
       new_index.weight_map[w.base + ".weight_scale"] = w.shard;
       new_index.weight_map[w.base + ".weight_scale_2"] = w.shard;
       new_index.weight_map[w.base + ".input_scale"] = w.shard;
       total_size += static_cast<uint64_t>(w.out * w.in / kGroupSize) + 8;
     }
     new_index.total_size = total_size;
-    if (absl::Status s = checkpoint::WriteCheckpointIndex(
-            dir.PathOf(checkpoint::kIndexFileName), new_index);
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(checkpoint::WriteCheckpointIndex(
+        dir.PathOf(checkpoint::kIndexFileName), new_index));
     written.insert(std::string(checkpoint::kIndexFileName));
   }
-  absl::StatusOr<std::string> config = CastConfigText(o.checkpoint_dir);
-  if (!config.ok()) return config.status();
-  if (absl::Status s = dir.WriteFile(checkpoint::kConfigFileName, *config);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s =
-          dir.WriteFile(kHfQuantConfigFileName,
-                        JsonText(HfQuantConfig(*weights, o.input_scales)));
-      !s.ok()) {
-    return s;
-  }
+  ASSIGN_OR_RETURN(std::string config, CastConfigText(o.checkpoint_dir));
+  RETURN_IF_ERROR(dir.WriteFile(checkpoint::kConfigFileName, config));
+  RETURN_IF_ERROR(
+      dir.WriteFile(kHfQuantConfigFileName,
+                    JsonText(HfQuantConfig(weights, o.input_scales))));
 
   std::map<std::string, CastStats> layers;
   std::map<std::string, std::set<std::string>> experts;
   std::map<std::string, int64_t> layer_weights;
-  for (const ExpertWeight& w : *weights) {
+  for (const ExpertWeight& w : weights) {
     experts[w.layer].insert(w.expert);
     ++layer_weights[w.layer];
   }
@@ -563,7 +537,7 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
                                  : nlohmann::json(nullptr)},
       {"calibration_entries_unused", unused_calibration},
       {"resumed", dir.resumed()},
-      {"expert_weights", weights->size()},
+      {"expert_weights", weights.size()},
       {"blocks", all.blocks},
       {"castable_blocks", all.castable_blocks},
       {"lossless_blocks", all.lossless_blocks},
@@ -571,12 +545,9 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
       {"layers", layer_reports},
       {"lossy_blocks", lossy},
   };
-  if (absl::Status s = dir.WriteFile(kExpertReportFileName, JsonText(report));
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = dir.LinkSourceFiles(written); !s.ok()) return s;
-  if (absl::Status s = dir.Commit(); !s.ok()) return s;
+  RETURN_IF_ERROR(dir.WriteFile(kExpertReportFileName, JsonText(report)));
+  RETURN_IF_ERROR(dir.LinkSourceFiles(written));
+  RETURN_IF_ERROR(dir.Commit());
   return report;
 }
 

@@ -4,31 +4,24 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "formats/block_pack/fp4_pack.h"
 #include "formats/e2m1.h"
 #include "formats/e4m3.h"
 #include "formats/ue8m0.h"
 
 namespace mneme::quant {
 
-std::optional<uint8_t> E4m3PowerOfTwo(int p) {
-  if (p < -9 || p > 8) return std::nullopt;
-  // Subnormals 2^-9 .. 2^-7 are mantissa 1, 2, 4 with exponent field 0;
-  // normals have exponent field p + 7 and mantissa 0.
-  return p < -6 ? static_cast<uint8_t>(1 << (p + 9))
-                : static_cast<uint8_t>((p + 7) << 3);
-}
-
 absl::StatusOr<int> MaxBlockExponent(absl::Span<const uint8_t> scales) {
   if (scales.empty()) return absl::InvalidArgumentError("no block scales");
   int code = 0;
   for (size_t i = 0; i < scales.size(); ++i) {
-    if (scales[i] == 255) {
+    if (scales[i] == formats::kUe8m0Nan) {
       return absl::DataLossError(
           absl::StrCat("block scale ", i, " is NaN (UE8M0 255)"));
     }
     code = std::max<int>(code, scales[i]);
   }
-  return code - 127;
+  return formats::Ue8m0Exponent(static_cast<uint8_t>(code));
 }
 
 void CastStats::Add(const CastStats& o) {
@@ -70,11 +63,11 @@ absl::Status CastMxfp4Tensor(int64_t rows, int64_t cols,
     for (size_t b = 0; b < blocks_per_row; ++b) {
       const size_t block_index = r * blocks_per_row + b;
       const uint8_t e = scales[block_index];
-      if (e == 255) {
+      if (e == formats::kUe8m0Nan) {
         return absl::DataLossError(
             absl::StrCat("row ", r, ", block ", b, ": NaN scale (UE8M0 255)"));
       }
-      const int k = static_cast<int>(e) - 127;
+      const int k = formats::Ue8m0Exponent(e);
       const int p = k - ws2_exponent;
       if (p > 8) {
         return absl::InvalidArgumentError(
@@ -96,15 +89,17 @@ absl::Status CastMxfp4Tensor(int64_t rows, int64_t cols,
           // Re-round both values to the smallest step.
           const float step = target_scale * ws2;
           const uint8_t lo = formats::FloatToE2m1(
-              formats::E2m1ToFloat(byte & 0xF) * source_scale / step);
+              formats::E2m1ToFloat(formats::LowE2m1(byte)) * source_scale /
+              step);
           const uint8_t hi = formats::FloatToE2m1(
-              formats::E2m1ToFloat(byte >> 4) * source_scale / step);
-          out_byte = static_cast<uint8_t>(lo | (hi << 4));
+              formats::E2m1ToFloat(formats::HighE2m1(byte)) * source_scale /
+              step);
+          out_byte = formats::PackE2m1Pair(lo, hi);
         }
         out_packed[first_byte + j] = out_byte;
         for (int half = 0; half < 2; ++half) {
-          const uint8_t in_nibble = (byte >> (4 * half)) & 0xF;
-          const uint8_t out_nibble = (out_byte >> (4 * half)) & 0xF;
+          const uint8_t in_nibble = formats::E2m1OfPair(byte, half);
+          const uint8_t out_nibble = formats::E2m1OfPair(out_byte, half);
           const float source = formats::E2m1ToFloat(in_nibble) * source_scale;
           const float target =
               (formats::E2m1ToFloat(out_nibble) * target_scale) * ws2;

@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "formats/block_pack/fp4_pack.h"
 
 namespace mneme::quant {
 
@@ -32,8 +33,8 @@ inline constexpr int kMxfp4Block = 32;
 // Exponent of weight_scale_2 for a largest block exponent k_max.
 inline int WeightScale2Exponent(int k_max) { return k_max - 8; }
 
-// The e4m3 code of 2^p: p in [-9, 8]; nullopt outside.
-std::optional<uint8_t> E4m3PowerOfTwo(int p);
+// The e4m3 code of 2^p: p in [-9, 8]; nullopt outside (fp4_pack.h).
+using formats::E4m3PowerOfTwo;
 
 // Largest block exponent (code - 127) of UE8M0 `scales`; InvalidArgument
 // if empty, DataLoss for a NaN code (255) naming its index.

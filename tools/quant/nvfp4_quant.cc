@@ -84,16 +84,14 @@ void QuantizeRowRtn(const float* values, float global_scale, ScaleChoice choice,
     for (int j = 0; j < kBlock / 2; ++j) {
       const uint8_t even = Nvfp4Code(x[2 * j], step);
       const uint8_t odd = Nvfp4Code(x[2 * j + 1], step);
-      packed[j] = static_cast<uint8_t>(even | (odd << 4));
+      packed[j] = formats::PackE2m1Pair(even, odd);
     }
   }
 }
 
 void PackCodes(const uint8_t* codes, uint8_t* weights) {
-  for (int j = 0; j < formats::kRowDim / 2; ++j) {
-    weights[j] = static_cast<uint8_t>((codes[2 * j] & 0xF) |
-                                      ((codes[2 * j + 1] & 0xF) << 4));
-  }
+  formats::PackE2m1Codes(absl::MakeConstSpan(codes, formats::kRowDim),
+                         absl::MakeSpan(weights, formats::kRowDim / 2));
 }
 
 }  // namespace mneme::quant

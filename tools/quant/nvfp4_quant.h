@@ -13,12 +13,12 @@
 //
 // All functions are pure and thread-safe.
 
-#include <cmath>
 #include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "formats/block_pack/fp4_pack.h"
 #include "formats/e2m1.h"
 #include "formats/e4m3.h"
 
@@ -67,17 +67,8 @@ inline float Nvfp4Value(uint8_t code, uint8_t scale, float global_scale) {
          global_scale;
 }
 
-// engram::FloatToE2m1 without branches (the quantizer's inner loop): the
-// magnitude code is the number of rounding thresholds |value| passes, ">"
-// where the lower neighbour is even and ">=" where it is odd, which is
-// FloatToE2m1's ties-to-even; NaN passes none and gives 0 like it.
-inline uint8_t FastFloatToE2m1(float value) {
-  const float m = value < 0.0f ? -value : value;
-  const int code = (m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f) +
-                   (m > 2.5f) + (m >= 3.5f) + (m > 5.0f);
-  return static_cast<uint8_t>(code | (value < 0.0f ? 0x8 : 0x0) |
-                              (value == 0.0f && std::signbit(value) ? 0x8 : 0));
-}
+// FloatToE2m1 without branches (the quantizer's inner loop; fp4_pack.h).
+using formats::FastFloatToE2m1;
 
 // The e2m1 code of `x` in a block whose step (E4m3ToFloat(scale) *
 // global_scale) is `step`; 0 when the step is 0.

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
+#include "common/status_macros.h"
 
 namespace mneme::quant {
 namespace {
@@ -121,10 +122,7 @@ nlohmann::json SourceFingerprint(const std::string& source_dir) {
 
 absl::StatusOr<std::unique_ptr<PartialOutputDir>> PartialOutputDir::Open(
     const OutputDirOptions& options) {
-  if (absl::Status s = CheckOutputPaths(options.source_dir, options.out_dir);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CheckOutputPaths(options.source_dir, options.out_dir));
   auto dir = std::unique_ptr<PartialOutputDir>(new PartialOutputDir());
   dir->source_dir_ = options.source_dir;
   dir->final_path_ = StripTrailingSlashes(options.out_dir);
@@ -161,7 +159,7 @@ absl::StatusOr<std::unique_ptr<PartialOutputDir>> PartialOutputDir::Open(
   }
   fs::create_directories(dir->path_, ec);
   if (ec) return ErrorCodeStatus(ec, "cannot create", dir->path_);
-  if (absl::Status s = dir->WriteJournal(); !s.ok()) return s;
+  RETURN_IF_ERROR(dir->WriteJournal());
   return dir;
 }
 
@@ -235,7 +233,7 @@ absl::Status PartialOutputDir::Commit() {
     return absl::ErrnoToStatus(
         errno, absl::StrCat("cannot remove the journal of '", path_, "'"));
   }
-  if (absl::Status s = SyncDirectory(path_); !s.ok()) return s;
+  RETURN_IF_ERROR(SyncDirectory(path_));
   std::error_code ec;
   if (fs::exists(fs::symlink_status(final_path_, ec))) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/dtype.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace mneme::quant {
@@ -83,21 +84,20 @@ absl::StatusOr<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) return ErrnoError(errno, "cannot reopen", path);
     ScopedFd scoped(fd);
-    absl::StatusOr<uint64_t> size = mneme::FileSize(fd, path);
-    if (!size.ok()) return size.status();
+    ASSIGN_OR_RETURN(uint64_t size, mneme::FileSize(fd, path));
     std::string existing(prefix.size(), '\0');
     absl::Status read =
-        *size == file_size
+        size == file_size
             ? mneme::PreadFully(
                   fd, 0,
                   absl::MakeSpan(reinterpret_cast<uint8_t*>(existing.data()),
                                  existing.size()),
                   path)
             : absl::OkStatus();
-    if (*size != file_size || !read.ok() || existing != prefix) {
+    if (size != file_size || !read.ok() || existing != prefix) {
       return absl::DataLossError(absl::StrCat(
           "partial shard '", path,
-          "' does not match the tensors to be written (size ", *size, " vs ",
+          "' does not match the tensors to be written (size ", size, " vs ",
           file_size, "); remove the partial output to start over"));
     }
     return std::unique_ptr<ShardFileWriter>(new ShardFileWriter(
@@ -122,14 +122,11 @@ absl::StatusOr<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
       return ErrnoError(errno, "cannot size", path);
     }
   }
-  if (absl::Status s = mneme::PwriteFully(
-          fd, 0,
-          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(prefix.data()),
-                              prefix.size()),
-          path);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(mneme::PwriteFully(
+      fd, 0,
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(prefix.data()),
+                          prefix.size()),
+      path));
   return std::unique_ptr<ShardFileWriter>(new ShardFileWriter(
       path, std::move(scoped), std::move(layout), data_bytes, file_size));
 }
@@ -151,44 +148,38 @@ absl::Status ShardFileWriter::Write(absl::string_view name,
     return absl::FailedPreconditionError(
         absl::StrCat("shard '", path_, "' is closed"));
   }
-  absl::StatusOr<const checkpoint::TensorInfo*> info = Find(name);
-  if (!info.ok()) return info.status();
-  if (offset_in_tensor > (*info)->byte_length ||
-      bytes.size() > (*info)->byte_length - offset_in_tensor) {
+  ASSIGN_OR_RETURN(const checkpoint::TensorInfo* info, Find(name));
+  if (offset_in_tensor > info->byte_length ||
+      bytes.size() > info->byte_length - offset_in_tensor) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shard '", path_, "', tensor ", checkpoint::QuoteTensorName(name),
         ": writing ", bytes.size(), " bytes at ", offset_in_tensor,
-        " leaves its ", (*info)->byte_length, " bytes"));
+        " leaves its ", info->byte_length, " bytes"));
   }
-  return mneme::PwriteFully(fd_.get(), (*info)->offset + offset_in_tensor,
-                            bytes, path_);
+  return mneme::PwriteFully(fd_.get(), info->offset + offset_in_tensor, bytes,
+                            path_);
 }
 
 absl::Status ShardFileWriter::CopyTensor(
     const checkpoint::SafetensorsReader& source, absl::string_view source_name,
     absl::string_view name) const {
-  absl::StatusOr<const checkpoint::TensorInfo*> from = source.Find(source_name);
-  if (!from.ok()) return from.status();
-  absl::StatusOr<const checkpoint::TensorInfo*> to = Find(name);
-  if (!to.ok()) return to.status();
-  if ((*from)->byte_length != (*to)->byte_length) {
+  ASSIGN_OR_RETURN(const checkpoint::TensorInfo* from,
+                   source.Find(source_name));
+  ASSIGN_OR_RETURN(const checkpoint::TensorInfo* to, Find(name));
+  if (from->byte_length != to->byte_length) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot copy tensor ", checkpoint::QuoteTensorName(source_name), " (",
-        (*from)->byte_length, " bytes) into ",
-        checkpoint::QuoteTensorName(name), " of '", path_, "' (",
-        (*to)->byte_length, " bytes)"));
+        from->byte_length, " bytes) into ", checkpoint::QuoteTensorName(name),
+        " of '", path_, "' (", to->byte_length, " bytes)"));
   }
   std::vector<uint8_t> buffer(
-      static_cast<size_t>(std::min(kCopyChunkBytes, (*from)->byte_length)));
-  for (uint64_t done = 0; done < (*from)->byte_length;) {
+      static_cast<size_t>(std::min(kCopyChunkBytes, from->byte_length)));
+  for (uint64_t done = 0; done < from->byte_length;) {
     const uint64_t n =
-        std::min<uint64_t>(buffer.size(), (*from)->byte_length - done);
+        std::min<uint64_t>(buffer.size(), from->byte_length - done);
     absl::Span<uint8_t> chunk(buffer.data(), n);
-    if (absl::Status s = source.ReadTensorRange(source_name, done, chunk);
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = Write(name, done, chunk); !s.ok()) return s;
+    RETURN_IF_ERROR(source.ReadTensorRange(source_name, done, chunk));
+    RETURN_IF_ERROR(Write(name, done, chunk));
     done += n;
   }
   return absl::OkStatus();

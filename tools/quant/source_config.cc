@@ -4,6 +4,7 @@
 #include "checkpoint/checkpoint_index.h"
 #include "checkpoint/model_config.h"
 #include "common/file_io.h"
+#include "common/status_macros.h"
 #include "tools/quant/json_field.h"
 
 namespace mneme::quant {
@@ -13,11 +14,10 @@ absl::StatusOr<std::string> RewriteSourceConfig(
     const std::function<void(nlohmann::ordered_json& section)>& edit) {
   const std::string path =
       absl::StrCat(source_dir, "/", checkpoint::kConfigFileName);
-  absl::StatusOr<std::string> text =
-      mneme::ReadSmallFile(path, checkpoint::kMaxConfigFileBytes);
-  if (!text.ok()) return text.status();
+  ASSIGN_OR_RETURN(std::string text,
+                   mneme::ReadSmallFile(path, checkpoint::kMaxConfigFileBytes));
   nlohmann::ordered_json config =
-      nlohmann::ordered_json::parse(*text, nullptr, false);
+      nlohmann::ordered_json::parse(text, nullptr, false);
   if (!config.is_object()) {
     return absl::DataLossError(
         absl::StrCat("'", path, "' is not a JSON object"));

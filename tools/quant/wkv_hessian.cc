@@ -5,9 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/dtype.h"
-#include "formats/e4m3.h"
+#include "common/status_macros.h"
+#include "formats/block_formats.h"
 #include "formats/row_format.h"
-#include "formats/ue8m0.h"
 #include "tools/quant/blas.h"
 #include "tools/quant/parallel.h"
 
@@ -41,29 +41,27 @@ absl::StatusOr<WkvTensors> LocateWkv(
     int num_columns) {
   WkvTensors wkv;
   wkv.layer = layer;
-  absl::StatusOr<checkpoint::TensorLocation> weight =
-      checkpoint.Find(WkvWeightTensorName(layer));
-  if (!weight.ok()) return weight.status();
-  absl::StatusOr<checkpoint::TensorLocation> scale =
-      checkpoint.Find(WkvScaleTensorName(layer));
-  if (!scale.ok()) return scale.status();
-  wkv.weight = *weight;
-  wkv.scale = *scale;
-  if (weight->info->dtype != DType::kF8E4M3) {
+  ASSIGN_OR_RETURN(checkpoint::TensorLocation weight,
+                   checkpoint.Find(WkvWeightTensorName(layer)));
+  ASSIGN_OR_RETURN(checkpoint::TensorLocation scale,
+                   checkpoint.Find(WkvScaleTensorName(layer)));
+  wkv.weight = weight;
+  wkv.scale = scale;
+  if (weight.info->dtype != DType::kF8E4M3) {
     return absl::InvalidArgumentError(absl::StrCat(
-        Describe(*weight), ": is ", DTypeName(weight->info->dtype),
+        Describe(weight), ": is ", DTypeName(weight.info->dtype),
         "; the quantizer reads wkv only as F8_E4M3 with F8_E8M0 32x32 scales"));
   }
-  if (scale->info->dtype != DType::kF8E8M0) {
+  if (scale.info->dtype != DType::kF8E8M0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(Describe(*scale), ": is ", DTypeName(scale->info->dtype),
+        absl::StrCat(Describe(scale), ": is ", DTypeName(scale.info->dtype),
                      ", expected F8_E8M0 (one scale per 32x32 block)"));
   }
-  const std::vector<int64_t>& ws = weight->info->shape;
+  const std::vector<int64_t>& ws = weight.info->shape;
   const int64_t in_dim = int64_t{num_columns} * formats::kRowDim;
   if (ws.size() != 2 || ws[0] < 1 || ws[1] != in_dim) {
     return absl::DataLossError(absl::StrCat(
-        Describe(*weight), ": shape [", absl::StrJoin(ws, ", "),
+        Describe(weight), ": shape [", absl::StrJoin(ws, ", "),
         "] does not match ", num_columns, " hash columns of 256 (expected [",
         "out, ", in_dim, "])"));
   }
@@ -71,9 +69,9 @@ absl::StatusOr<WkvTensors> LocateWkv(
   wkv.in_dim = in_dim;
   const std::vector<int64_t> want_scale = {
       (wkv.out_dim + kWkvBlock - 1) / kWkvBlock, in_dim / kWkvBlock};
-  if (scale->info->shape != want_scale) {
+  if (scale.info->shape != want_scale) {
     return absl::DataLossError(absl::StrCat(
-        Describe(*scale), ": shape [", absl::StrJoin(scale->info->shape, ", "),
+        Describe(scale), ": shape [", absl::StrJoin(scale.info->shape, ", "),
         "] does not match wkv.weight [", wkv.out_dim, ", ", in_dim,
         "] in 32x32 blocks (expected [", absl::StrJoin(want_scale, ", "),
         "])"));
@@ -91,39 +89,38 @@ absl::StatusOr<std::vector<std::vector<double>>> ComputeWkvHessians(
       columns, std::vector<double>(static_cast<size_t>(kN) * kN, 0.0));
   std::vector<uint8_t> codes;
   std::vector<uint8_t> scales;
+  std::vector<float> band_f32;
   std::vector<double> band;
   for (int64_t first = 0; first < wkv.out_dim; first += kBandRows) {
     const int64_t rows = std::min(kBandRows, wkv.out_dim - first);
     const int64_t scale_rows = (rows + kWkvBlock - 1) / kWkvBlock;
     codes.resize(rows * wkv.in_dim);
     scales.resize(scale_rows * scale_cols);
-    if (absl::Status s = wkv.weight.shard->ReadTensorRange(
-            wkv.weight.info->name, first * wkv.in_dim, absl::MakeSpan(codes));
-        !s.ok()) {
-      return s;
+    RETURN_IF_ERROR(wkv.weight.shard->ReadTensorRange(
+        wkv.weight.info->name, first * wkv.in_dim, absl::MakeSpan(codes)));
+    RETURN_IF_ERROR(wkv.scale.shard->ReadTensorRange(
+        wkv.scale.info->name, (first / kWkvBlock) * scale_cols,
+        absl::MakeSpan(scales)));
+    // The first NaN element in row-major order: a NaN code, or the first
+    // element of the first block with a NaN scale.
+    int64_t nan = formats::FindE4m3Nan(codes.data(), rows * wkv.in_dim);
+    if (const int64_t s =
+            formats::FindUe8m0Nan(scales.data(), scale_rows * scale_cols);
+        s >= 0) {
+      const int64_t first_element = (s / scale_cols) * kWkvBlock * wkv.in_dim +
+                                    (s % scale_cols) * kWkvBlock;
+      if (nan < 0 || first_element < nan) nan = first_element;
     }
-    if (absl::Status s = wkv.scale.shard->ReadTensorRange(
-            wkv.scale.info->name, (first / kWkvBlock) * scale_cols,
-            absl::MakeSpan(scales));
-        !s.ok()) {
-      return s;
+    if (nan >= 0) {
+      return absl::DataLossError(absl::StrCat(
+          Describe(wkv.weight), ": NaN at row ", first + nan / wkv.in_dim,
+          ", column ", nan % wkv.in_dim));
     }
-    band.resize(rows * wkv.in_dim);
-    for (int64_t r = 0; r < rows; ++r) {
-      const uint8_t* scale_row = scales.data() + (r / kWkvBlock) * scale_cols;
-      for (int64_t c = 0; c < wkv.in_dim; ++c) {
-        const uint8_t code = codes[r * wkv.in_dim + c];
-        const uint8_t e = scale_row[c / kWkvBlock];
-        if ((code & 0x7F) == 0x7F || e == 255) {
-          return absl::DataLossError(absl::StrCat(Describe(wkv.weight),
-                                                  ": NaN at row ", first + r,
-                                                  ", column ", c));
-        }
-        band[r * wkv.in_dim + c] =
-            static_cast<double>(formats::E4m3ToFloat(code)) *
-            formats::Ue8m0ToFloat(e);
-      }
-    }
+    band_f32.resize(rows * wkv.in_dim);
+    formats::DequantizeFp8BlockRows(codes.data(), scales.data(), wkv.in_dim,
+                                    kWkvBlock, kWkvBlock, 0, rows,
+                                    band_f32.data());
+    band.assign(band_f32.begin(), band_f32.end());
     absl::Status status = ParallelFor(threads, columns, [&](int64_t c) {
       cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, kN,
                   static_cast<int>(rows), 1.0, band.data() + c * kN,
