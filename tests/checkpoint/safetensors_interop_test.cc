@@ -24,7 +24,7 @@ std::string ScriptPath() {
   const char* workspace = getenv("TEST_WORKSPACE");
   return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/",
                       workspace != nullptr ? workspace : "mneme",
-                      "/tests/engram_store/checkpoint/safetensors_interop.py");
+                      "/tests/checkpoint/safetensors_interop.py");
 }
 
 int RunPython(const std::string& args, const std::string& log) {

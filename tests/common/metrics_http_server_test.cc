@@ -180,8 +180,7 @@ TEST(MetricsHttpServerTest, ScrapeParsesWithPrometheusClient) {
 
   auto checker = Must(testing::Subprocess::Start(
       {"/usr/bin/python3",
-       testing::RunfilePath(
-           "mneme/tests/services/common/check_prometheus_text.py"),
+       testing::RunfilePath("mneme/tests/common/check_prometheus_text.py"),
        scrape_path, expected_path}));
   const int exit_code = Must(checker->Wait(absl::Seconds(60)));
   EXPECT_EQ(exit_code, 0) << "scrape:\n"
