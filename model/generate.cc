@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace mneme::model {
 
@@ -11,12 +12,12 @@ absl::StatusOr<std::pair<int64_t, float>> SampleToken(
     gpu::Backend& backend, const std::vector<float>& logits,
     const gpu::SamplingParams& params) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
-  absl::StatusOr<std::unique_ptr<gpu::Buffer>> buffer = backend.Allocate(vocab);
-  if (!buffer.ok()) return buffer.status();
-  backend.CopyFromHost(logits, (*buffer)->data());
+  ASSIGN_OR_RETURN(std::unique_ptr<gpu::Buffer> buffer,
+                   backend.Allocate(vocab));
+  backend.CopyFromHost(logits, buffer->data());
   int32_t id = 0;
   float logprob = 0;
-  backend.Sample((*buffer)->view(1, vocab), {params}, absl::MakeSpan(&id, 1),
+  backend.Sample(buffer->view(1, vocab), {params}, absl::MakeSpan(&id, 1),
                  absl::MakeSpan(&logprob, 1));
   return std::make_pair(int64_t{id}, logprob);
 }

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace mneme::model {
 
@@ -22,12 +23,11 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(
         "kv cache budget_bytes=", options.budget_bytes,
         " must hold between 1 and 2^30 blocks of ", block_bytes, " bytes"));
   }
-  absl::StatusOr<std::unique_ptr<gpu::Buffer>> pool =
-      backend.Allocate(blocks * options.block_rows * row_floats);
-  if (!pool.ok()) return pool.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<gpu::Buffer> pool,
+                   backend.Allocate(blocks * options.block_rows * row_floats));
   return std::unique_ptr<KvCache>(new KvCache(options.block_rows, row_floats,
                                               static_cast<int>(blocks),
-                                              *std::move(pool)));
+                                              std::move(pool)));
 }
 
 KvCache::KvCache(int block_rows, int64_t row_floats, int num_blocks,

@@ -37,6 +37,12 @@ class KvCache {
   absl::Status Allocate(int count, std::vector<int32_t>& blocks);
   // Returns blocks to the pool; `blocks` is cleared.
   void Free(std::vector<int32_t>& blocks);
+  // The pool row of entry `index` of a run of entries stored in `blocks`
+  // (index < blocks.size() * block_rows()).
+  int32_t Row(const std::vector<int32_t>& blocks, int64_t index) const {
+    return static_cast<int32_t>(blocks[index / block_rows_] * block_rows_ +
+                                index % block_rows_);
+  }
 
   // The pool as a matrix of rows (for GatherRows / ScatterRows).
   gpu::MatrixView pool() { return pool_->view(rows(), row_floats_); }

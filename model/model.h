@@ -13,7 +13,13 @@
 #include "gpu/backend.h"
 #include "gpu/comm/communicator.h"
 #include "model/kv_cache.h"
+#include "model/layers/embedding_head.h"
+#include "model/layers/engram_layer.h"
+#include "model/layers/layer_context.h"
 #include "model/model_config.h"
+#include "model/model_weights.h"
+#include "model/step_io.h"
+#include "model/workspace.h"
 
 namespace mneme::model {
 
@@ -33,42 +39,9 @@ struct ModelOptions {
   int dcp_size = 1;
   // Entries in a row on one rank before the next. Default: 1.
   int dcp_interleave = 1;
-  // Most tokens one step may carry (scratch memory grows with it).
-  // Default: 16384.
+  // Most tokens one step may carry; a larger step is InvalidArgument. The
+  // step workspace is sized for it at load. Default: 16384.
   int64_t max_step_tokens = 16384;
-};
-
-// Tokens of one sequence in one step: a prefill chunk or a decode token.
-struct SequenceChunk {
-  // The caller's id of the sequence. A sequence the model has not seen
-  // starts at position 0.
-  uint64_t sequence_id = 0;
-  // Token ids, >= 1 of them, each in [0, vocab_size).
-  std::vector<int64_t> tokens;
-  // Position of tokens[0]: the number of tokens of the sequence the model
-  // has already processed (0 for a new sequence).
-  int64_t start_position = 0;
-  // Which logits the step returns for this chunk.
-  enum class Logits { kNone = 0, kLast = 1, kAll = 2 };
-  Logits logits = Logits::kLast;
-};
-
-// Tokens whose Engram rows a later step will need.
-struct PrefetchHint {
-  // Up to the n-gram lookback of tokens preceding `tokens`, oldest first.
-  std::vector<int64_t> context;
-  std::vector<int64_t> tokens;
-};
-
-struct StepInput {
-  // At most one chunk per sequence.
-  std::vector<SequenceChunk> chunks;
-};
-
-struct StepOutput {
-  // Per chunk, in input order: fp32 logits [rows, vocab_size] of the
-  // requested positions (none, the last, or every token of the chunk).
-  std::vector<std::vector<float>> logits;
 };
 
 // Per-step timing of a model (cumulative).
@@ -79,11 +52,13 @@ struct ModelStats {
   absl::Duration engram_time;  // Waiting for Engram rows.
 };
 
-// The DeepSeek-V4.1-style model (docs/MODEL_LAYOUT.md) on one
-// tensor-parallel rank: its share of the weights in a Backend, a paged
+// The step runner of the DeepSeek-V4.1-style model (docs/MODEL_LAYOUT.md;
+// the layers are in model/layers/, one file per module of the reference) on
+// one tensor-parallel rank: its share of the weights in a Backend, a paged
 // attention-entry cache, per-sequence state (sliding-window ring, the
 // compressor's partial window, the token history the Engram hashes need),
-// and the collectives of its group. Every rank of a group must call Step()
+// the collectives of its group, and a workspace arena for the scratch of a
+// step (model/workspace.h). Every rank of a group must call Step()
 // with the same input; every rank returns the same logits.
 //
 // A Step() whose input is invalid (unknown positions, ids out of range,
@@ -135,8 +110,8 @@ class Model {
   // Tokens the model has processed of a sequence; -1 if unknown.
   int64_t SequenceLength(uint64_t sequence_id) const;
 
-  struct Weights;
-  struct Sequence;
+  // Workspace floats the model set aside at load (see model/workspace.h).
+  int64_t workspace_floats() const { return workspace_->capacity_floats(); }
 
  private:
   Model(const ModelOptions& options, ModelDims dims, gpu::Backend& backend,
@@ -144,52 +119,28 @@ class Model {
 
   absl::Status Load();
   absl::Status Validate(const StepInput& input) const;
-  absl::StatusOr<Sequence*> Admit(const SequenceChunk& chunk);
+  // Takes, for every chunk, the cache blocks the step will fill (creating
+  // the state of new sequences); ResourceExhausted (nothing taken) when any
+  // rank of a DCP group cannot hold them.
+  absl::StatusOr<std::vector<SequenceState*>> Admit(const StepInput& input);
   absl::Status Forward(const StepInput& input,
-                       const std::vector<Sequence*>& seqs, StepOutput& out);
-  absl::Status EngramLayer(int layer, const StepInput& input,
-                           const std::vector<Sequence*>& seqs, int64_t tokens,
-                           gpu::MatrixView x_stream);
-  absl::Status Attention(int layer, const StepInput& input,
-                         const std::vector<Sequence*>& seqs,
-                         const std::vector<int32_t>& positions,
-                         gpu::ConstMatrixView xn, gpu::MatrixView out);
-  absl::Status Moe(int layer, gpu::ConstMatrixView xn, gpu::MatrixView out);
-  absl::Status Head(const StepInput& input, gpu::ConstMatrixView x_stream,
-                    StepOutput& out);
-  absl::StatusOr<std::unique_ptr<gpu::Buffer>> Scratch(int64_t floats);
-  // DCP: whether this rank keeps compressed entry `index`; how many of the
-  // entries [0, count) it keeps.
-  bool OwnsEntry(int64_t index) const;
-  int64_t OwnedEntriesBefore(int64_t count) const;
-  // DCP: every rank's query heads [T, H * hd] from this rank's [T, hl * hd].
-  absl::Status GatherHeads(gpu::ConstMatrixView q_local, float* q_all);
-  // DCP: merges every rank's (out, lse) over all heads into this rank's
-  // heads of the attention output, with the sink applied once.
-  absl::Status MergeAttention(gpu::ConstMatrixView out_all,
-                              gpu::ConstMatrixView lse_all, const float* sink,
-                              gpu::MatrixView out);
-  absl::Status AllReduce(gpu::MatrixView m);
+                       const std::vector<SequenceState*>& seqs,
+                       StepOutput& out);
+  LayerContext Context() const;
 
   const ModelOptions options_;
   const ModelDims dims_;
   gpu::Backend& backend_;
   gpu::Communicator* const comm_;
   engram::EngramClient* const engram_;
-  std::unique_ptr<Weights> weights_;
+  std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<KvCache> kv_cache_;
+  std::unique_ptr<Workspace> workspace_;
   int64_t weight_bytes_ = 0;
-  // This rank's vocabulary shard [vocab_begin_, vocab_begin_ + vocab_rows_)
-  // of vocab_shard_ rows per rank.
-  int64_t vocab_shard_ = 0;
-  int64_t vocab_begin_ = 0;
-  int64_t vocab_rows_ = 0;
-  // Engram hash columns of every rank (strided split), and this rank's.
-  std::vector<std::vector<int>> engram_columns_;
-  int engram_num_columns_ = 0;
-  int engram_row_dim_ = 0;
-  int engram_context_ = 0;  // Tokens of n-gram history (max order - 1).
-  absl::flat_hash_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
+  VocabShard vocab_;
+  // Engram hash columns of every rank; empty without Engram layers.
+  EngramLayout engram_layout_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<SequenceState>> sequences_;
   ModelStats stats_;
 };
 

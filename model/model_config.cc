@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace mneme::model {
@@ -12,20 +13,19 @@ namespace {
 // An integer key that must lie in [lo, hi].
 absl::Status GetIntIn(const checkpoint::ModelConfig& config, const char* key,
                       int64_t lo, int64_t hi, int64_t& out) {
-  absl::StatusOr<int64_t> v = config.GetInt(key);
-  if (!v.ok()) return v.status();
-  if (*v < lo || *v > hi) {
-    return config.KeyError(
-        key, absl::StrCat(*v, " is outside [", lo, ", ", hi, "]"));
+  ASSIGN_OR_RETURN(const int64_t v, config.GetInt(key));
+  if (v < lo || v > hi) {
+    return config.KeyError(key,
+                           absl::StrCat(v, " is outside [", lo, ", ", hi, "]"));
   }
-  out = *v;
+  out = v;
   return absl::OkStatus();
 }
 
 absl::Status GetIntIn(const checkpoint::ModelConfig& config, const char* key,
                       int64_t lo, int64_t hi, int& out) {
   int64_t v = 0;
-  if (absl::Status st = GetIntIn(config, key, lo, hi, v); !st.ok()) return st;
+  RETURN_IF_ERROR(GetIntIn(config, key, lo, hi, v));
   out = static_cast<int>(v);
   return absl::OkStatus();
 }
@@ -50,13 +50,12 @@ absl::Status GetOptionalFloat(const checkpoint::ModelConfig& config,
     out = fallback;
     return absl::OkStatus();
   }
-  absl::StatusOr<double> v = config.GetDouble(key);
-  if (!v.ok()) return v.status();
-  if (!(*v >= lo && *v <= hi)) {
-    return config.KeyError(
-        key, absl::StrCat(*v, " is outside [", lo, ", ", hi, "]"));
+  ASSIGN_OR_RETURN(const double v, config.GetDouble(key));
+  if (!(v >= lo && v <= hi)) {
+    return config.KeyError(key,
+                           absl::StrCat(v, " is outside [", lo, ", ", hi, "]"));
   }
-  out = static_cast<float>(*v);
+  out = static_cast<float>(v);
   return absl::OkStatus();
 }
 
@@ -200,13 +199,8 @@ absl::Status CheckTensorParallel(const ModelDims& dims, int tp_size) {
         absl::StrCat("tensor-parallel size ", tp_size, " does not divide the ",
                      n, " ", what));
   };
-  if (absl::Status st = divides(dims.num_heads, "attention heads"); !st.ok()) {
-    return st;
-  }
-  if (absl::Status st = divides(dims.o_groups, "output head groups (o_groups)");
-      !st.ok()) {
-    return st;
-  }
+  RETURN_IF_ERROR(divides(dims.num_heads, "attention heads"));
+  RETURN_IF_ERROR(divides(dims.o_groups, "output head groups (o_groups)"));
   return divides(dims.num_experts, "routed experts");
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "formats/bf16.h"
 #include "gpu/host_weight.h"
 
@@ -39,12 +40,14 @@ bool Aligned(int64_t begin, int64_t count, int64_t size, int64_t block) {
 
 }  // namespace
 
+std::string WeightLoader::Where() const {
+  return source_name_.empty() ? "" : absl::StrCat(source_name_, ": ");
+}
+
 absl::StatusOr<std::vector<uint8_t>> WeightLoader::Read(
     absl::string_view name, const std::vector<DType>& dtypes,
-    const std::vector<int64_t>& shape, const checkpoint::TensorInfo** info) {
-  absl::StatusOr<checkpoint::TensorLocation> loc = checkpoint_.Find(name);
-  if (!loc.ok()) return loc.status();
-  const checkpoint::TensorInfo& t = *loc->info;
+    const std::vector<int64_t>& shape, checkpoint::TensorSpec* spec) {
+  ASSIGN_OR_RETURN(checkpoint::TensorSpec t, source_.GetTensorSpec(name));
   bool dtype_ok = false;
   std::vector<std::string> names;
   for (DType d : dtypes) {
@@ -52,30 +55,29 @@ absl::StatusOr<std::vector<uint8_t>> WeightLoader::Read(
     names.push_back(std::string(checkpoint::DTypeName(d)));
   }
   if (!dtype_ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(checkpoint_.dir(), ": tensor ", name, " has dtype ",
-                     checkpoint::DTypeName(t.dtype), ", expected ",
-                     absl::StrJoin(names, " or ")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(), "tensor ", name, " has dtype ", checkpoint::DTypeName(t.dtype),
+        ", expected ", absl::StrJoin(names, " or ")));
   }
   // A scalar may be stored as [] or [1].
   const bool scalar_ok =
       shape.empty() && t.shape.size() == 1 && t.shape[0] == 1;
   if (t.shape != shape && !scalar_ok) {
     return absl::InvalidArgumentError(absl::StrCat(
-        checkpoint_.dir(), ": tensor ", name, " has shape ",
-        ShapeString(t.shape), ", the config implies ", ShapeString(shape)));
+        Where(), "tensor ", name, " has shape ", ShapeString(t.shape),
+        ", the config implies ", ShapeString(shape)));
   }
-  if (info != nullptr) *info = &t;
-  return loc->shard->ReadTensor(name);
+  if (spec != nullptr) *spec = t;
+  return source_.ReadTensorBytes(name);
 }
 
 absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::Linear(
     absl::string_view name, int64_t rows, int64_t cols, Slice row_slice,
     Slice col_slice) {
   const std::string wname = absl::StrCat(name, ".weight");
-  absl::StatusOr<checkpoint::TensorLocation> loc = checkpoint_.Find(wname);
-  if (!loc.ok()) return loc.status();
-  const DType dtype = loc->info->dtype;
+  ASSIGN_OR_RETURN(const checkpoint::TensorSpec spec,
+                   source_.GetTensorSpec(wname));
+  const DType dtype = spec.dtype;
 
   gpu::HostWeight w;
   w.rows = rows;
@@ -85,59 +87,43 @@ absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::Linear(
   if (dtype == DType::kF32 || dtype == DType::kBf16) {
     w.format = dtype == DType::kF32 ? gpu::WeightFormat::kF32
                                     : gpu::WeightFormat::kBf16;
-    absl::StatusOr<std::vector<uint8_t>> d =
-        Read(wname, {dtype}, {rows, cols}, nullptr);
-    if (!d.ok()) return d.status();
-    data = *std::move(d);
+    ASSIGN_OR_RETURN(data, Read(wname, {dtype}, {rows, cols}, nullptr));
   } else if (dtype == DType::kF8E4M3) {
     w.format = gpu::WeightFormat::kFp8Block;
     w.block_rows = fp8_block_rows_;
     w.block_cols = fp8_block_cols_;
-    absl::StatusOr<std::vector<uint8_t>> d =
-        Read(wname, {dtype}, {rows, cols}, nullptr);
-    if (!d.ok()) return d.status();
-    absl::StatusOr<std::vector<uint8_t>> s =
-        Read(absl::StrCat(name, ".scale"), {DType::kF8E8M0},
-             {CeilDiv(rows, fp8_block_rows_), CeilDiv(cols, fp8_block_cols_)},
-             nullptr);
-    if (!s.ok()) return s.status();
-    data = *std::move(d);
-    scale = *std::move(s);
+    ASSIGN_OR_RETURN(data, Read(wname, {dtype}, {rows, cols}, nullptr));
+    ASSIGN_OR_RETURN(scale, Read(absl::StrCat(name, ".scale"), {DType::kF8E8M0},
+                                 {CeilDiv(rows, fp8_block_rows_),
+                                  CeilDiv(cols, fp8_block_cols_)},
+                                 nullptr));
   } else if (dtype == DType::kU8 || dtype == DType::kI8) {
     const std::string nv_scale = absl::StrCat(name, ".weight_scale");
-    const bool nvfp4 = checkpoint_.FindOrNull(nv_scale) != nullptr;
+    const bool nvfp4 = Has(nv_scale);
     w.format = nvfp4 ? gpu::WeightFormat::kNvfp4 : gpu::WeightFormat::kMxfp4;
     scale_block_cols = nvfp4 ? 16 : 32;
     if (cols % scale_block_cols != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(checkpoint_.dir(), ": fp4 tensor ", wname, " has ", cols,
+          absl::StrCat(Where(), "fp4 tensor ", wname, " has ", cols,
                        " input columns, not a multiple of ", scale_block_cols));
     }
-    absl::StatusOr<std::vector<uint8_t>> d =
-        Read(wname, {DType::kU8, DType::kI8}, {rows, cols / 2}, nullptr);
-    if (!d.ok()) return d.status();
-    data = *std::move(d);
+    ASSIGN_OR_RETURN(
+        data, Read(wname, {DType::kU8, DType::kI8}, {rows, cols / 2}, nullptr));
     if (nvfp4) {
-      absl::StatusOr<std::vector<uint8_t>> s =
-          Read(nv_scale, {DType::kF8E4M3}, {rows, cols / 16}, nullptr);
-      if (!s.ok()) return s.status();
-      scale = *std::move(s);
-      absl::StatusOr<std::vector<float>> g =
-          Floats(absl::StrCat(name, ".weight_scale_2"), {});
-      if (!g.ok()) return g.status();
-      w.global_scale = (*g)[0];
+      ASSIGN_OR_RETURN(
+          scale, Read(nv_scale, {DType::kF8E4M3}, {rows, cols / 16}, nullptr));
+      ASSIGN_OR_RETURN(const std::vector<float> g,
+                       Floats(absl::StrCat(name, ".weight_scale_2"), {}));
+      w.global_scale = g[0];
     } else {
-      absl::StatusOr<std::vector<uint8_t>> s =
-          Read(absl::StrCat(name, ".scale"), {DType::kF8E8M0},
-               {rows, cols / 32}, nullptr);
-      if (!s.ok()) return s.status();
-      scale = *std::move(s);
+      ASSIGN_OR_RETURN(scale,
+                       Read(absl::StrCat(name, ".scale"), {DType::kF8E8M0},
+                            {rows, cols / 32}, nullptr));
     }
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat(checkpoint_.dir(), ": tensor ", wname, " has dtype ",
-                     checkpoint::DTypeName(dtype),
-                     ", expected F32, BF16, F8_E4M3 (FP8) or U8 (fp4)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(), "tensor ", wname, " has dtype ", checkpoint::DTypeName(dtype),
+        ", expected F32, BF16, F8_E4M3 (FP8) or U8 (fp4)"));
   }
 
   // Resolve and check the slices.
@@ -200,8 +186,8 @@ absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::Linear(
     absl::StatusOr<std::vector<float>> values = gpu::DequantizeHostWeight(w);
     if (!values.ok()) {
       return absl::Status(values.status().code(),
-                          absl::StrCat(checkpoint_.dir(), ": tensor ", wname,
-                                       ": ", values.status().message()));
+                          absl::StrCat(Where(), "tensor ", wname, ": ",
+                                       values.status().message()));
     }
     sliced_data.resize(static_cast<size_t>(rn * cn * 4));
     for (int64_t r = 0; r < rn; ++r) {
@@ -217,8 +203,8 @@ absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::Linear(
       backend_.UploadWeight(out);
   if (!uploaded.ok()) {
     return absl::Status(uploaded.status().code(),
-                        absl::StrCat(checkpoint_.dir(), ": tensor ", wname,
-                                     ": ", uploaded.status().message()));
+                        absl::StrCat(Where(), "tensor ", wname, ": ",
+                                     uploaded.status().message()));
   }
   uploaded_bytes_ += (*uploaded)->bytes();
   return uploaded;
@@ -227,11 +213,11 @@ absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::Linear(
 absl::StatusOr<std::vector<float>> WeightLoader::Floats(
     absl::string_view name, const std::vector<int64_t>& shape, int64_t begin,
     int64_t count) {
-  const checkpoint::TensorInfo* info = nullptr;
-  absl::StatusOr<std::vector<uint8_t>> bytes =
-      Read(name, {DType::kF32, DType::kBf16}, shape, &info);
-  if (!bytes.ok()) return bytes.status();
-  const int64_t n = info->NumElements();
+  checkpoint::TensorSpec spec;
+  ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes,
+                   Read(name, {DType::kF32, DType::kBf16}, shape, &spec));
+  int64_t n = 1;
+  for (int64_t dim : spec.shape) n *= dim;
   if (count < 0) count = n - begin;
   if (begin < 0 || count < 0 || begin + count > n) {
     return absl::InvalidArgumentError(
@@ -239,11 +225,11 @@ absl::StatusOr<std::vector<float>> WeightLoader::Floats(
   }
   std::vector<float> out(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
-    if (info->dtype == DType::kF32) {
-      std::memcpy(&out[i], bytes->data() + (begin + i) * 4, 4);
+    if (spec.dtype == DType::kF32) {
+      std::memcpy(&out[i], bytes.data() + (begin + i) * 4, 4);
     } else {
       uint16_t b;
-      std::memcpy(&b, bytes->data() + (begin + i) * 2, 2);
+      std::memcpy(&b, bytes.data() + (begin + i) * 2, 2);
       out[i] = formats::Bf16ToFloat(b);
     }
   }
@@ -252,31 +238,28 @@ absl::StatusOr<std::vector<float>> WeightLoader::Floats(
 
 absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::FloatMatrix(
     absl::string_view name, int64_t rows, int64_t cols) {
-  absl::StatusOr<std::vector<float>> values = Floats(name, {rows, cols});
-  if (!values.ok()) return values.status();
+  ASSIGN_OR_RETURN(const std::vector<float> values, Floats(name, {rows, cols}));
   gpu::HostWeight w;
   w.format = gpu::WeightFormat::kF32;
   w.rows = rows;
   w.cols = cols;
-  w.data = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(values->data()),
-                               values->size() * 4);
-  absl::StatusOr<std::unique_ptr<gpu::Weight>> uploaded =
-      backend_.UploadWeight(w);
-  if (!uploaded.ok()) return uploaded.status();
-  uploaded_bytes_ += (*uploaded)->bytes();
+  w.data = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(values.data()),
+                               values.size() * 4);
+  ASSIGN_OR_RETURN(std::unique_ptr<gpu::Weight> uploaded,
+                   backend_.UploadWeight(w));
+  uploaded_bytes_ += uploaded->bytes();
   return uploaded;
 }
 
 absl::StatusOr<std::unique_ptr<gpu::Buffer>> WeightLoader::Vector(
     absl::string_view name, const std::vector<int64_t>& shape, int64_t begin,
     int64_t count) {
-  absl::StatusOr<std::vector<float>> values = Floats(name, shape, begin, count);
-  if (!values.ok()) return values.status();
-  absl::StatusOr<std::unique_ptr<gpu::Buffer>> buffer =
-      backend_.Allocate(static_cast<int64_t>(values->size()));
-  if (!buffer.ok()) return buffer.status();
-  backend_.CopyFromHost(*values, (*buffer)->data());
-  uploaded_bytes_ += static_cast<int64_t>(values->size()) * 4;
+  ASSIGN_OR_RETURN(const std::vector<float> values,
+                   Floats(name, shape, begin, count));
+  ASSIGN_OR_RETURN(std::unique_ptr<gpu::Buffer> buffer,
+                   backend_.Allocate(static_cast<int64_t>(values.size())));
+  backend_.CopyFromHost(values, buffer->data());
+  uploaded_bytes_ += static_cast<int64_t>(values.size()) * 4;
   return buffer;
 }
 

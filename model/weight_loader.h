@@ -4,13 +4,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/dtype.h"
-#include "checkpoint/sharded_checkpoint.h"
+#include "checkpoint/tensor_source.h"
 #include "gpu/backend.h"
 
 namespace mneme::model {
@@ -24,7 +25,9 @@ struct Slice {
 
 // Loads a rank's share of checkpoint tensors into a backend, checking every
 // dtype and shape against what the config implies (messages name the tensor
-// and the checkpoint). Linear weights are found by their name without the
+// and the source). It reads through a checkpoint::TensorSource, so a new
+// on-disk format needs no change here. Linear weights are found by their name
+// without the
 // ".weight" suffix; the format follows from the stored dtypes:
 //   F32 / BF16 .weight                           dense
 //   F8_E4M3 .weight + F8_E8M0 .scale             FP8, fp8 block shape
@@ -33,15 +36,18 @@ struct Slice {
 // A slice that does not fall on the format's scale blocks is loaded as the
 // exactly dequantized fp32 values of the slice (same numbers, more bytes).
 //
-// Thread-compatible; borrowed checkpoint and backend outlive it.
+// Thread-compatible; the borrowed source and backend outlive it.
 class WeightLoader {
  public:
-  WeightLoader(const checkpoint::ShardedCheckpoint& checkpoint,
-               gpu::Backend& backend, int fp8_block_rows, int fp8_block_cols)
-      : checkpoint_(checkpoint),
+  // `source_name` (e.g. the checkpoint directory) prefixes error messages.
+  WeightLoader(const checkpoint::TensorSource& source, gpu::Backend& backend,
+               int fp8_block_rows, int fp8_block_cols,
+               std::string source_name = "")
+      : source_(source),
         backend_(backend),
         fp8_block_rows_(fp8_block_rows),
-        fp8_block_cols_(fp8_block_cols) {}
+        fp8_block_cols_(fp8_block_cols),
+        source_name_(std::move(source_name)) {}
 
   // The linear weight `name`.weight of shape [rows, cols], sliced. NotFound
   // for a missing tensor; InvalidArgument for a dtype or shape that does not
@@ -66,18 +72,26 @@ class WeightLoader {
       absl::string_view name, const std::vector<int64_t>& shape,
       int64_t begin = 0, int64_t count = -1);
 
+  // Whether the source has a tensor `name` (an optional weight).
+  bool Has(absl::string_view name) const {
+    return source_.GetTensorSpec(name).ok();
+  }
+
   // Bytes uploaded so far.
   int64_t uploaded_bytes() const { return uploaded_bytes_; }
 
  private:
   absl::StatusOr<std::vector<uint8_t>> Read(
       absl::string_view name, const std::vector<checkpoint::DType>& dtypes,
-      const std::vector<int64_t>& shape, const checkpoint::TensorInfo** info);
+      const std::vector<int64_t>& shape, checkpoint::TensorSpec* spec);
+  // "<source_name>: " (empty without a name), for messages.
+  std::string Where() const;
 
-  const checkpoint::ShardedCheckpoint& checkpoint_;
+  const checkpoint::TensorSource& source_;
   gpu::Backend& backend_;
   const int fp8_block_rows_;
   const int fp8_block_cols_;
+  const std::string source_name_;
   int64_t uploaded_bytes_ = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/status_macros.h"
 #include "engram_store/client/in_process_engram_client.h"
 #include "gpu/cpu/cpu_backend.h"
 
@@ -19,34 +20,27 @@ absl::StatusOr<std::unique_ptr<LocalModel>> LocalModel::Create(
   std::unique_ptr<LocalModel> local(new LocalModel());
   gpu::CpuBackendOptions backend_options;
   backend_options.threads = options.threads;
-  absl::StatusOr<std::unique_ptr<gpu::CpuBackend>> backend =
-      gpu::CpuBackend::Create(backend_options);
-  if (!backend.ok()) return backend.status();
-  local->backend_ = *std::move(backend);
+  ASSIGN_OR_RETURN(local->backend_, gpu::CpuBackend::Create(backend_options));
 
   model::ModelOptions model_options = options.model;
   model_options.checkpoint_dir = options.checkpoint_dir;
   model_options.tp_rank = 0;
   model_options.tp_size = 1;
-  absl::StatusOr<std::unique_ptr<checkpoint::ModelConfig>> config =
-      checkpoint::ModelConfig::Create(options.checkpoint_dir + "/config.json");
-  if (!config.ok()) return config.status();
-  if ((*config)->Find("engram_layer_ids") != nullptr) {
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<checkpoint::ModelConfig> config,
+      checkpoint::ModelConfig::Create(options.checkpoint_dir + "/config.json"));
+  if (config->Find("engram_layer_ids") != nullptr) {
     engram::EngramStoreOptions store_options;
     store_options.checkpoint_dir = options.checkpoint_dir;
     store_options.ram_cache_bytes = uint64_t{64} << 20;
     store_options.io_threads = 2;
-    absl::StatusOr<std::unique_ptr<engram::EngramStore>> store =
-        engram::EngramStore::Create(store_options);
-    if (!store.ok()) return store.status();
-    local->store_ = *std::move(store);
+    ASSIGN_OR_RETURN(local->store_, engram::EngramStore::Create(store_options));
     local->client_ = std::make_unique<engram::InProcessEngramClient>(
         local->store_.get(), engram::RequestLimits{});
   }
-  absl::StatusOr<std::unique_ptr<model::Model>> model = model::Model::Create(
-      model_options, *local->backend_, nullptr, local->client_.get());
-  if (!model.ok()) return model.status();
-  local->model_ = *std::move(model);
+  ASSIGN_OR_RETURN(local->model_,
+                   model::Model::Create(model_options, *local->backend_,
+                                        nullptr, local->client_.get()));
   return local;
 }
 

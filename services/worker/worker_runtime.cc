@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/model_config.h"
+#include "common/status_macros.h"
 #include "engram_store/client/grpc_engram_client.h"
 #include "gpu/comm/gloo_communicator.h"
 #include "gpu/comm/grpc_rendezvous_store.h"
@@ -35,16 +36,12 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     return absl::InvalidArgumentError("comm_timeout must be positive");
   }
   // Refuse a config that cannot be split before making peers wait.
-  absl::StatusOr<std::unique_ptr<checkpoint::ModelConfig>> config =
-      checkpoint::ModelConfig::Create(mo.checkpoint_dir + "/config.json");
-  if (!config.ok()) return config.status();
-  absl::StatusOr<model::ModelDims> dims = model::LoadModelDims(**config);
-  if (!dims.ok()) return dims.status();
-  if (absl::Status st = model::CheckTensorParallel(*dims, mo.tp_size);
-      !st.ok()) {
-    return st;
-  }
-  if (!dims->engram_layers.empty() && options.engram_store.empty()) {
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<checkpoint::ModelConfig> config,
+      checkpoint::ModelConfig::Create(mo.checkpoint_dir + "/config.json"));
+  ASSIGN_OR_RETURN(const model::ModelDims dims, model::LoadModelDims(*config));
+  RETURN_IF_ERROR(model::CheckTensorParallel(dims, mo.tp_size));
+  if (!dims.engram_layers.empty() && options.engram_store.empty()) {
     return absl::InvalidArgumentError(
         "the model has Engram layers: an engram store address is required");
   }
@@ -53,10 +50,7 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     case BackendKind::kCpu: {
       gpu::CpuBackendOptions bo;
       bo.threads = options.threads;
-      absl::StatusOr<std::unique_ptr<gpu::CpuBackend>> b =
-          gpu::CpuBackend::Create(bo);
-      if (!b.ok()) return b.status();
-      rt->backend_ = *std::move(b);
+      ASSIGN_OR_RETURN(rt->backend_, gpu::CpuBackend::Create(bo));
       break;
     }
     default:
@@ -66,10 +60,7 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     gpu::GrpcRendezvousStoreOptions so;
     so.target = options.group_address;
     so.key_prefix = options.group_name + "/";
-    absl::StatusOr<std::unique_ptr<gpu::GrpcRendezvousStore>> store =
-        gpu::GrpcRendezvousStore::Create(so);
-    if (!store.ok()) return store.status();
-    rt->store_ = *std::move(store);
+    ASSIGN_OR_RETURN(rt->store_, gpu::GrpcRendezvousStore::Create(so));
     gpu::GlooCommunicatorOptions co;
     co.rank = mo.tp_rank;
     co.size = mo.tp_size;
@@ -89,15 +80,11 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     engram::GrpcEngramClientOptions eo;
     eo.target = options.engram_store;
     eo.timeout = options.engram_timeout;
-    absl::StatusOr<std::unique_ptr<engram::GrpcEngramClient>> client =
-        engram::GrpcEngramClient::Create(eo);
-    if (!client.ok()) return client.status();
-    rt->engram_ = *std::move(client);
+    ASSIGN_OR_RETURN(rt->engram_, engram::GrpcEngramClient::Create(eo));
   }
-  absl::StatusOr<std::unique_ptr<model::Model>> model = model::Model::Create(
-      mo, *rt->backend_, rt->comm_.get(), rt->engram_.get());
-  if (!model.ok()) return model.status();
-  rt->model_ = *std::move(model);
+  ASSIGN_OR_RETURN(rt->model_,
+                   model::Model::Create(mo, *rt->backend_, rt->comm_.get(),
+                                        rt->engram_.get()));
   return rt;
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "model/generate.h"
 
 namespace mneme::worker {
@@ -65,18 +66,17 @@ absl::Status WorkerService::RegisterMetrics() {
   auto m = std::make_unique<Metrics>();
   auto counter = [r](const char* name,
                      const char* help) -> absl::StatusOr<Counter*> {
-    absl::StatusOr<CounterFamily*> f =
-        r->AddCounter({.name = name, .help = help, .label_names = {}});
-    if (!f.ok()) return f.status();
-    return (*f)->Get();
+    ASSIGN_OR_RETURN(
+        CounterFamily * f,
+        r->AddCounter({.name = name, .help = help, .label_names = {}}));
+    return f->Get();
   };
-  absl::StatusOr<CounterFamily*> outcomes =
-      r->AddCounter({.name = "mneme_worker_steps_total",
-                     .help = "Steps run, by outcome.",
-                     .label_names = {"outcome"}});
-  if (!outcomes.ok()) return outcomes.status();
-  absl::StatusOr<Counter*> steps = (*outcomes)->Get({"ok"});
-  absl::StatusOr<Counter*> failed = (*outcomes)->Get({"error"});
+  ASSIGN_OR_RETURN(CounterFamily * outcomes,
+                   r->AddCounter({.name = "mneme_worker_steps_total",
+                                  .help = "Steps run, by outcome.",
+                                  .label_names = {"outcome"}}));
+  absl::StatusOr<Counter*> steps = outcomes->Get({"ok"});
+  absl::StatusOr<Counter*> failed = outcomes->Get({"error"});
   absl::StatusOr<Counter*> tokens =
       counter("mneme_worker_tokens_total", "Tokens run through the model.");
   absl::StatusOr<Counter*> comm =
@@ -99,9 +99,7 @@ absl::Status WorkerService::RegisterMetrics() {
   m->tokens = *tokens;
   m->comm_seconds = *comm;
   m->engram_seconds = *engram;
-  absl::StatusOr<Histogram*> h = (*step)->Get();
-  if (!h.ok()) return h.status();
-  m->step_seconds = *h;
+  ASSIGN_OR_RETURN(m->step_seconds, (*step)->Get());
   Metrics* raw = m.get();
   for (auto [name, help, value] :
        std::vector<std::tuple<const char*, const char*, std::atomic<int64_t>*>>{
@@ -112,12 +110,9 @@ absl::Status WorkerService::RegisterMetrics() {
            {"mneme_worker_sequences", "Sequences with state on this rank.",
             &raw->sequences},
        }) {
-    if (absl::Status st = r->AddCallbackGauge(
-            {.name = name, .help = help, .label_names = {}},
-            [value] { return static_cast<double>(value->load()); });
-        !st.ok()) {
-      return st;
-    }
+    RETURN_IF_ERROR(r->AddCallbackGauge(
+        {.name = name, .help = help, .label_names = {}},
+        [value] { return static_cast<double>(value->load()); }));
   }
   metrics_ = std::move(m);
   return absl::OkStatus();
@@ -155,11 +150,9 @@ absl::StatusOr<std::unique_ptr<WorkerService>> WorkerService::Create(
     return absl::InvalidArgumentError("max_response_logits must be >= 1");
   }
   std::unique_ptr<WorkerService> service(new WorkerService(options, gate));
-  absl::StatusOr<std::unique_ptr<mneme::WorkPool>> pool =
-      mneme::WorkPool::Create(1, options.max_queued_steps);
-  if (!pool.ok()) return pool.status();
-  service->pool_ = *std::move(pool);
-  if (absl::Status st = service->RegisterMetrics(); !st.ok()) return st;
+  ASSIGN_OR_RETURN(service->pool_,
+                   mneme::WorkPool::Create(1, options.max_queued_steps));
+  RETURN_IF_ERROR(service->RegisterMetrics());
   return service;
 }
 
@@ -286,7 +279,7 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
         return absl::InvalidArgumentError(absl::StrCat(
             "chunk ", i, ": unknown output ", static_cast<int>(c.output())));
     }
-    if (absl::Status st = CheckSampling(c.sampling(), i); !st.ok()) return st;
+    RETURN_IF_ERROR(CheckSampling(c.sampling(), i));
     input.chunks.push_back(std::move(chunk));
   }
   if (logits_values > options_.max_response_logits) {
@@ -313,11 +306,11 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
     v1::ChunkResult* result = response.add_results();
     result->set_sequence_id(c.sequence_id());
     if (c.output() == v1::OUTPUT_SAMPLE) {
-      absl::StatusOr<std::pair<int64_t, float>> token =
-          model::SampleToken(*backend, out->logits[i], FromProto(c.sampling()));
-      if (!token.ok()) return token.status();
-      result->set_token_id(token->first);
-      result->set_logprob(token->second);
+      ASSIGN_OR_RETURN(const auto token,
+                       model::SampleToken(*backend, out->logits[i],
+                                          FromProto(c.sampling())));
+      result->set_token_id(token.first);
+      result->set_logprob(token.second);
     } else if (c.output() == v1::OUTPUT_LOGITS_LAST ||
                c.output() == v1::OUTPUT_LOGITS_ALL) {
       result->mutable_logits()->Add(out->logits[i].begin(),

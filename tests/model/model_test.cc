@@ -32,6 +32,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using worker::LocalModel;
+using worker::LocalModelOptions;
 
 std::string TempDir(const std::string& name) {
   return absl::StrCat(getenv("TEST_TMPDIR"), "/", name);

@@ -1,0 +1,172 @@
+#include "model/layers/engram_layer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "checkpoint/engram_config_loader.h"
+#include "common/status_macros.h"
+#include "engram_store/hashing/column_split.h"
+#include "formats/bf16.h"
+
+namespace mneme::model {
+namespace {
+
+// Most rows one Engram Lookup may ask for (RequestLimits' default); larger
+// chunks use LookupStream.
+constexpr int64_t kMaxRowsPerLookup = 65536;
+
+}  // namespace
+
+absl::StatusOr<EngramLayout> MakeEngramLayout(
+    const checkpoint::ModelConfig& config, int tp_size) {
+  ASSIGN_OR_RETURN(checkpoint::EngramConfig ec,
+                   checkpoint::ParseEngramConfig(config));
+  EngramLayout layout;
+  layout.num_columns = ec.NumColumns();
+  layout.row_dim = ec.head_dim;
+  layout.context = ec.max_ngram_size - 1;
+  for (int r = 0; r < tp_size; ++r) {
+    ASSIGN_OR_RETURN(
+        std::vector<int> cols,
+        engram::RankColumns(engram::ColumnSplit::kStrided, ec.NumColumns(),
+                            ec.n_heads, tp_size, r));
+    layout.columns.push_back(std::move(cols));
+  }
+  return layout;
+}
+
+absl::StatusOr<EngramWeights> LoadEngramWeights(WeightLoader& load,
+                                                const std::string& prefix,
+                                                const ModelDims& dims,
+                                                const EngramLayout& layout) {
+  const int64_t D = dims.hidden_size, hc = dims.hc_mult;
+  EngramWeights w;
+  ASSIGN_OR_RETURN(w.wkv,
+                   load.Linear(prefix + "wkv", (hc + 1) * D,
+                               int64_t{layout.num_columns} * layout.row_dim));
+  ASSIGN_OR_RETURN(w.q, load.Vector(prefix + "q_weight", {hc, D}));
+  ASSIGN_OR_RETURN(w.k, load.Vector(prefix + "k_weight", {hc, D}));
+  return w;
+}
+
+absl::Status EngramForward(const LayerContext& ctx, const EngramLayout& layout,
+                           const EngramWeights& w, engram::EngramClient& client,
+                           int layer, const StepBatch& batch,
+                           gpu::MatrixView stream, absl::Duration& rows_time) {
+  const absl::Time start = absl::Now();
+  const int n = ctx.tp_size, rank = ctx.tp_rank;
+  const int64_t tokens = stream.rows;
+  const int64_t rd = layout.row_dim;
+  const std::vector<int>& mine = layout.columns[rank];
+  const int64_t ncols = static_cast<int64_t>(mine.size());
+  Workspace::Scope scope(ctx.workspace);
+  // The rows stay bf16 (as the store sends them) until they are placed:
+  // the all-gather moves half the bytes of fp32. Two bf16 values travel in
+  // one float slot; a gather only copies bits.
+  const int64_t per_rank = tokens * ncols * rd;  // bf16 values.
+  std::vector<uint16_t> rows(static_cast<size_t>(per_rank + (per_rank & 1)));
+  int64_t t0 = 0;
+  for (size_t i = 0; i < batch.input.chunks.size(); ++i) {
+    const SequenceChunk& c = batch.input.chunks[i];
+    const std::vector<int64_t>& history = batch.seqs[i]->tokens;
+    const int64_t ctx_tokens =
+        std::min<int64_t>(layout.context, static_cast<int64_t>(history.size()));
+    engram::v1::LookupRequest req;
+    req.set_layer_id(layer);
+    for (int64_t k = static_cast<int64_t>(history.size()) - ctx_tokens;
+         k < static_cast<int64_t>(history.size()); ++k) {
+      req.add_token_ids(history[k]);
+    }
+    for (int64_t t : c.tokens) req.add_token_ids(t);
+    req.set_context_token_count(static_cast<int32_t>(ctx_tokens));
+    for (int col : mine) req.add_columns(col);
+    req.set_encoding(engram::v1::ROW_ENCODING_BF16);
+    const int64_t n_tokens = static_cast<int64_t>(c.tokens.size());
+    absl::StatusOr<engram::v1::LookupResponse> resp =
+        n_tokens * ncols <= kMaxRowsPerLookup ? client.Lookup(req)
+                                              : client.LookupStream(req);
+    if (!resp.ok()) {
+      return absl::Status(resp.status().code(),
+                          absl::StrCat("Engram layer ", layer,
+                                       " lookup: ", resp.status().message()));
+    }
+    const size_t want = static_cast<size_t>(n_tokens * ncols * rd * 2);
+    if (resp->rows().size() != want || resp->row_dim() != rd) {
+      return absl::DataLossError(absl::StrCat(
+          "Engram layer ", layer, " lookup returned ", resp->rows().size(),
+          " bytes of rows of ", resp->row_dim(), " values, expected ", want,
+          " bytes of ", rd));
+    }
+    std::memcpy(rows.data() + t0 * ncols * rd, resp->rows().data(), want);
+    t0 += n_tokens;
+  }
+  // Every rank's rows, then each token's rows in column order.
+  const int64_t slots = (per_rank + 1) / 2;  // Floats per rank.
+  std::vector<uint16_t> all;
+  if (n > 1) {
+    ASSIGN_OR_RETURN(WorkBuffer send, ctx.workspace.Take(slots));
+    ASSIGN_OR_RETURN(WorkBuffer recv, ctx.workspace.Take(n * slots));
+    ctx.backend.CopyFromHost(
+        absl::MakeConstSpan(reinterpret_cast<const float*>(rows.data()),
+                            static_cast<size_t>(slots)),
+        send.data());
+    RETURN_IF_ERROR(ctx.comm->AllGather(send.data(), slots, recv.data()));
+    all.resize(static_cast<size_t>(n * slots * 2));
+    ctx.backend.CopyToHost(recv.data(),
+                           absl::MakeSpan(reinterpret_cast<float*>(all.data()),
+                                          static_cast<size_t>(n * slots)));
+  } else {
+    all = std::move(rows);
+  }
+  const int64_t width = int64_t{layout.num_columns} * rd;
+  std::vector<float> full(static_cast<size_t>(tokens * width));
+  for (int q = 0; q < n; ++q) {
+    const uint16_t* block = all.data() + q * slots * 2;
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t i = 0; i < ncols; ++i) {
+        const uint16_t* src = block + (t * ncols + i) * rd;
+        float* dst = full.data() + t * width + layout.columns[q][i] * rd;
+        for (int64_t k = 0; k < rd; ++k) dst[k] = formats::Bf16ToFloat(src[k]);
+      }
+    }
+  }
+  rows_time += absl::Now() - start;
+  const int64_t D = ctx.dims.hidden_size, hc = ctx.dims.hc_mult;
+  ASSIGN_OR_RETURN(WorkBuffer e, ctx.workspace.Take(tokens * width));
+  ctx.backend.CopyFromHost(full, e.data());
+  ASSIGN_OR_RETURN(WorkBuffer kv, ctx.workspace.Take(tokens * (hc + 1) * D));
+  ctx.backend.Linear(e.view(tokens, width), *w.wkv,
+                     kv.view(tokens, (hc + 1) * D));
+  ctx.backend.EngramGate(kv.view(tokens, (hc + 1) * D), w.q->data(),
+                         w.k->data(), static_cast<int>(hc),
+                         ctx.dims.rms_norm_eps, stream);
+  return absl::OkStatus();
+}
+
+void EngramPrefetch(const EngramLayout& layout, engram::EngramClient& client,
+                    const std::vector<int>& layers, int tp_rank,
+                    const std::vector<PrefetchHint>& hints) {
+  const std::vector<int>& mine = layout.columns[tp_rank];
+  for (const PrefetchHint& h : hints) {
+    if (h.tokens.empty()) continue;
+    const size_t ctx = std::min<size_t>(h.context.size(), layout.context);
+    for (int layer : layers) {
+      engram::v1::PrefetchRequest req;
+      req.set_layer_id(layer);
+      for (size_t k = h.context.size() - ctx; k < h.context.size(); ++k) {
+        req.add_token_ids(h.context[k]);
+      }
+      for (int64_t t : h.tokens) req.add_token_ids(t);
+      req.set_context_token_count(static_cast<int32_t>(ctx));
+      for (int col : mine) req.add_columns(col);
+      // Best effort by design: a dropped or failed prefetch only means the
+      // step that needs the rows reads them itself.
+      (void)client.Prefetch(req);
+    }
+  }
+}
+
+}  // namespace mneme::model

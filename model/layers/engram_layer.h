@@ -1,0 +1,65 @@
+#ifndef MNEME_MODEL_LAYERS_ENGRAM_LAYER_H_
+#define MNEME_MODEL_LAYERS_ENGRAM_LAYER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "checkpoint/model_config.h"
+#include "engram_store/client/engram_client.h"
+#include "gpu/backend.h"
+#include "model/layers/layer_context.h"
+#include "model/step_io.h"
+#include "model/weight_loader.h"
+
+namespace mneme::model {
+
+// Which Engram hash columns each tensor-parallel rank looks up (a strided
+// split) and the shape of a row, from config.json.
+struct EngramLayout {
+  // Per rank, its columns, ascending.
+  std::vector<std::vector<int>> columns;
+  int num_columns = 0;
+  // Values per row (the Engram head dim).
+  int row_dim = 0;
+  // Tokens of n-gram history a lookup needs (max n-gram order - 1).
+  int context = 0;
+};
+// InvalidArgument for an Engram config that does not parse or split.
+absl::StatusOr<EngramLayout> MakeEngramLayout(
+    const checkpoint::ModelConfig& config, int tp_size);
+
+// The reference's Engram module of one layer: the projection of the looked
+// up rows to hc keys and a value, and the gate's q / k weights.
+struct EngramWeights {
+  std::unique_ptr<gpu::Weight> wkv;
+  std::unique_ptr<gpu::Buffer> q, k;
+};
+// Loads `prefix` ("layers.<l>.engram.")wkv, q_weight and k_weight.
+absl::StatusOr<EngramWeights> LoadEngramWeights(WeightLoader& load,
+                                                const std::string& prefix,
+                                                const ModelDims& dims,
+                                                const EngramLayout& layout);
+
+// Looks up the rows of the step's tokens (each rank its columns, gathered
+// over the group), projects them and gates them into the stream [T, hc * D]
+// in place. Adds the time spent on rows (lookup, gather, decode) to
+// `rows_time`. Errors: the lookup's (code kept, message naming the layer),
+// DataLoss for a response of the wrong size, the communicator's.
+absl::Status EngramForward(const LayerContext& ctx, const EngramLayout& layout,
+                           const EngramWeights& w, engram::EngramClient& client,
+                           int layer, const StepBatch& batch,
+                           gpu::MatrixView stream, absl::Duration& rows_time);
+
+// Asks the store to stage this rank's rows of the hinted tokens for every
+// layer in `layers`. Best effort: errors are ignored.
+void EngramPrefetch(const EngramLayout& layout, engram::EngramClient& client,
+                    const std::vector<int>& layers, int tp_rank,
+                    const std::vector<PrefetchHint>& hints);
+
+}  // namespace mneme::model
+
+#endif  // MNEME_MODEL_LAYERS_ENGRAM_LAYER_H_

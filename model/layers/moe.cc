@@ -1,0 +1,89 @@
+#include "model/layers/moe.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace mneme::model {
+
+absl::StatusOr<MoeWeights> LoadMoeWeights(WeightLoader& load,
+                                          const std::string& prefix,
+                                          const ModelDims& dims, int tp_rank,
+                                          int tp_size) {
+  const int64_t D = dims.hidden_size, I = dims.moe_intermediate;
+  const int n = tp_size, rank = tp_rank;
+  const std::string& f = prefix;
+  MoeWeights w;
+  ASSIGN_OR_RETURN(w.gate, load.Linear(f + "gate", dims.num_experts, D));
+  if (load.Has(f + "gate.bias")) {
+    ASSIGN_OR_RETURN(w.gate_bias,
+                     load.Vector(f + "gate.bias", {dims.num_experts}));
+  }
+  const int64_t experts_local = dims.num_experts / n;
+  w.experts.resize(experts_local);
+  for (int64_t e = 0; e < experts_local; ++e) {
+    const std::string x =
+        absl::StrCat(f, "experts.", rank * experts_local + e, ".");
+    ExpertWeights& ew = w.experts[e];
+    ASSIGN_OR_RETURN(ew.w1, load.Linear(x + "w1", I, D));
+    ASSIGN_OR_RETURN(ew.w3, load.Linear(x + "w3", I, D));
+    ASSIGN_OR_RETURN(ew.w2, load.Linear(x + "w2", D, I));
+  }
+  const int64_t shared_inter = dims.num_shared_experts * I;
+  if (shared_inter > 0) {
+    const bool split = shared_inter % n == 0;
+    const int64_t part = split ? shared_inter / n : shared_inter;
+    if (split || rank == 0) {
+      const Slice s{split ? rank * part : 0, part};
+      const std::string x = f + "shared_experts.";
+      ASSIGN_OR_RETURN(w.shared.w1, load.Linear(x + "w1", shared_inter, D, s));
+      ASSIGN_OR_RETURN(w.shared.w3, load.Linear(x + "w3", shared_inter, D, s));
+      ASSIGN_OR_RETURN(w.shared.w2,
+                       load.Linear(x + "w2", D, shared_inter, {}, s));
+    }
+  }
+  return w;
+}
+
+absl::Status MoeForward(const LayerContext& ctx, const MoeWeights& w,
+                        gpu::ConstMatrixView xn, gpu::MatrixView out) {
+  const ModelDims& d = ctx.dims;
+  const int64_t T = xn.rows, E = d.num_experts, k = d.experts_per_token;
+  std::vector<int32_t> ids(T * k);
+  std::vector<float> weights(T * k);
+  {
+    Workspace::Scope scope(ctx.workspace);
+    ASSIGN_OR_RETURN(WorkBuffer logits, ctx.workspace.Take(T * E));
+    ctx.backend.Linear(xn, *w.gate, logits.view(T, E));
+    ctx.backend.MoeRoute(logits.view(T, E),
+                         w.gate_bias ? w.gate_bias->data() : nullptr,
+                         static_cast<int>(k), d.routed_scaling,
+                         absl::MakeSpan(ids), absl::MakeSpan(weights));
+  }
+  const int64_t local = static_cast<int64_t>(w.experts.size());
+  const int64_t first = ctx.tp_rank * local;
+  std::vector<std::vector<int32_t>> rows(local);
+  std::vector<std::vector<float>> row_weights(local);
+  for (int64_t i = 0; i < T * k; ++i) {
+    const int64_t e = ids[i] - first;
+    if (e < 0 || e >= local) continue;
+    rows[e].push_back(static_cast<int32_t>(i / k));
+    row_weights[e].push_back(weights[i]);
+  }
+  // The experts accumulate into out.
+  for (int64_t e = 0; e < local; ++e) {
+    if (rows[e].empty()) continue;
+    const ExpertWeights& ew = w.experts[e];
+    ctx.backend.ExpertForward(xn, rows[e], row_weights[e], *ew.w1, *ew.w2,
+                              *ew.w3, d.swiglu_limit, out);
+  }
+  if (w.shared.w1 != nullptr) {
+    std::vector<int32_t> all(T);
+    for (int64_t t = 0; t < T; ++t) all[t] = static_cast<int32_t>(t);
+    const std::vector<float> ones(T, 1.0f);
+    ctx.backend.ExpertForward(xn, all, ones, *w.shared.w1, *w.shared.w2,
+                              *w.shared.w3, d.swiglu_limit, out);
+  }
+  return ctx.AllReduce(out);
+}
+
+}  // namespace mneme::model

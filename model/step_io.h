@@ -1,0 +1,66 @@
+#ifndef MNEME_MODEL_STEP_IO_H_
+#define MNEME_MODEL_STEP_IO_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace mneme::model {
+
+// Tokens of one sequence in one step: a prefill chunk or a decode token.
+struct SequenceChunk {
+  // The caller's id of the sequence. A sequence the model has not seen
+  // starts at position 0.
+  uint64_t sequence_id = 0;
+  // Token ids, >= 1 of them, each in [0, vocab_size).
+  std::vector<int64_t> tokens;
+  // Position of tokens[0]: the number of tokens of the sequence the model
+  // has already processed (0 for a new sequence).
+  int64_t start_position = 0;
+  // Which logits the step returns for this chunk.
+  enum class Logits { kNone = 0, kLast = 1, kAll = 2 };
+  Logits logits = Logits::kLast;
+};
+
+// Tokens whose Engram rows a later step will need.
+struct PrefetchHint {
+  // Up to the n-gram lookback of tokens preceding `tokens`, oldest first.
+  std::vector<int64_t> context;
+  std::vector<int64_t> tokens;
+};
+
+struct StepInput {
+  // At most one chunk per sequence.
+  std::vector<SequenceChunk> chunks;
+};
+
+struct StepOutput {
+  // Per chunk, in input order: fp32 logits [rows, vocab_size] of the
+  // requested positions (none, the last, or every token of the chunk).
+  std::vector<std::vector<float>> logits;
+};
+
+// What the model keeps of one sequence between steps: the tokens it has
+// processed (the Engram hashes need the history) and, per layer, the cache
+// blocks of its attention state (model/kv_cache.h).
+struct SequenceState {
+  std::vector<int64_t> tokens;
+  struct LayerState {
+    std::vector<int32_t> window;   // Ring of sliding_window rows.
+    std::vector<int32_t> entries;  // Compressed entries, in order.
+    std::vector<int32_t> partial;  // Compressor: r kv rows, then r scores.
+  };
+  std::vector<LayerState> layers;
+};
+
+// One step as the layers see it: the input and, per chunk, its sequence's
+// state (before the step: `tokens` does not yet hold the chunk).
+struct StepBatch {
+  const StepInput& input;
+  const std::vector<SequenceState*>& seqs;
+  // Per token of the step, chunk after chunk: its position.
+  const std::vector<int32_t>& positions;
+};
+
+}  // namespace mneme::model
+
+#endif  // MNEME_MODEL_STEP_IO_H_
