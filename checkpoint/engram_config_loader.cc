@@ -2,57 +2,15 @@
 
 #include <cmath>
 #include <limits>
-#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/json.h"
 #include "common/status_macros.h"
 #include "formats/row_format.h"
 
 namespace mneme::checkpoint {
-namespace {
 
 using nlohmann::json;
-
-// An integer key that must lie in [min, max].
-absl::StatusOr<int64_t> GetIntInRange(const ModelConfig& config,
-                                      absl::string_view key, int64_t min,
-                                      int64_t max) {
-  ASSIGN_OR_RETURN(int64_t value, config.GetInt(key));
-  if (value < min || value > max) {
-    return config.KeyError(
-        key, absl::StrCat(value, " is outside [", min, ", ", max, "]"));
-  }
-  return value;
-}
-
-// An array key whose elements are integers in [min, max].
-absl::StatusOr<std::vector<int64_t>> GetIntArray(const ModelConfig& config,
-                                                 absl::string_view key,
-                                                 int64_t min, int64_t max) {
-  const json* value = config.Find(key);
-  if (value == nullptr) return config.KeyError(key, "missing");
-  if (!value->is_array()) return config.KeyError(key, "not an array");
-  std::vector<int64_t> result;
-  result.reserve(value->size());
-  for (const json& element : *value) {
-    std::optional<int64_t> v = JsonToInt64(element);
-    if (!v) {
-      return config.KeyError(
-          key, absl::StrCat("element ", result.size(), " is not an integer"));
-    }
-    if (*v < min || *v > max) {
-      return config.KeyError(
-          key, absl::StrCat("element ", result.size(), " (", *v,
-                            ") is outside [", min, ", ", max, "]"));
-    }
-    result.push_back(*v);
-  }
-  return result;
-}
-
-}  // namespace
 
 absl::StatusOr<EngramConfig> ParseEngramConfig(const ModelConfig& config) {
   constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
@@ -60,7 +18,7 @@ absl::StatusOr<EngramConfig> ParseEngramConfig(const ModelConfig& config) {
   EngramConfig result;
 
   ASSIGN_OR_RETURN(std::vector<int64_t> layer_ids,
-                   GetIntArray(config, "engram_layer_ids", 0, kIntMax));
+                   config.GetIntArray("engram_layer_ids", 0, kIntMax));
   if (layer_ids.empty()) {
     return config.KeyError("engram_layer_ids", "empty");
   }
@@ -72,7 +30,7 @@ absl::StatusOr<EngramConfig> ParseEngramConfig(const ModelConfig& config) {
   }
 
   ASSIGN_OR_RETURN(std::vector<int64_t> num_embeddings,
-                   GetIntArray(config, "engram_num_embeddings", 1, kInt64Max));
+                   config.GetIntArray("engram_num_embeddings", 1, kInt64Max));
   if (num_embeddings.size() != result.layer_ids.size()) {
     return config.KeyError("engram_num_embeddings",
                            absl::StrCat("has ", num_embeddings.size(),
@@ -82,22 +40,22 @@ absl::StatusOr<EngramConfig> ParseEngramConfig(const ModelConfig& config) {
   result.num_embeddings = std::move(num_embeddings);
 
   ASSIGN_OR_RETURN(const int64_t max_ngram_size,
-                   GetIntInRange(config, "engram_max_ngram_size", 2, 32));
+                   config.GetIntInRange("engram_max_ngram_size", 2, 32));
   result.max_ngram_size = static_cast<int>(max_ngram_size);
   ASSIGN_OR_RETURN(const int64_t n_heads,
-                   GetIntInRange(config, "engram_n_heads", 1, 1024));
+                   config.GetIntInRange("engram_n_heads", 1, 1024));
   result.n_heads = static_cast<int>(n_heads);
   ASSIGN_OR_RETURN(const int64_t head_dim,
-                   GetIntInRange(config, "engram_head_dim", formats::kRowDim,
-                                 formats::kRowDim));
+                   config.GetIntInRange("engram_head_dim", formats::kRowDim,
+                                        formats::kRowDim));
   result.head_dim = static_cast<int>(head_dim);
   ASSIGN_OR_RETURN(result.vocab_size,
-                   GetIntInRange(config, "engram_vocab_size", 1, kInt64Max));
+                   config.GetIntInRange("engram_vocab_size", 1, kInt64Max));
   ASSIGN_OR_RETURN(
       result.compressed_vocab_size,
-      GetIntInRange(config, "engram_compressed_vocab_size", 1, kInt64Max));
+      config.GetIntInRange("engram_compressed_vocab_size", 1, kInt64Max));
   ASSIGN_OR_RETURN(result.pad_token_id,
-                   GetIntInRange(config, "engram_pad_token_id", 0, kInt64Max));
+                   config.GetIntInRange("engram_pad_token_id", 0, kInt64Max));
 
   result.format = formats::RowFormat::kFp8;
   if (config.Find("engram_quant") != nullptr) {
@@ -114,9 +72,10 @@ absl::StatusOr<EngramConfig> ParseEngramConfig(const ModelConfig& config) {
   if (result.format != formats::RowFormat::kNvfp4) return result;
 
   if (config.Find("engram_quant_block_size") != nullptr) {
-    RETURN_IF_ERROR(GetIntInRange(config, "engram_quant_block_size",
-                                  formats::kNvfp4BlockSize,
-                                  formats::kNvfp4BlockSize)
+    RETURN_IF_ERROR(config
+                        .GetIntInRange("engram_quant_block_size",
+                                       formats::kNvfp4BlockSize,
+                                       formats::kNvfp4BlockSize)
                         .status());
   }
   result.quant_block_size = formats::kNvfp4BlockSize;

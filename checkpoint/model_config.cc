@@ -107,4 +107,37 @@ absl::StatusOr<bool> ModelConfig::GetBool(absl::string_view key) const {
   return value->get<bool>();
 }
 
+absl::StatusOr<int64_t> ModelConfig::GetIntInRange(absl::string_view key,
+                                                   int64_t min,
+                                                   int64_t max) const {
+  ASSIGN_OR_RETURN(const int64_t value, GetInt(key));
+  if (value < min || value > max) {
+    return KeyError(key,
+                    absl::StrCat(value, " is outside [", min, ", ", max, "]"));
+  }
+  return value;
+}
+
+absl::StatusOr<std::vector<int64_t>> ModelConfig::GetIntArray(
+    absl::string_view key, int64_t min, int64_t max) const {
+  const json* value = Find(key);
+  if (value == nullptr) return KeyError(key, "missing");
+  if (!value->is_array()) return KeyError(key, "not an array");
+  std::vector<int64_t> result;
+  result.reserve(value->size());
+  for (const json& element : *value) {
+    const std::optional<int64_t> v = JsonToInt64(element);
+    if (!v) {
+      return KeyError(
+          key, absl::StrCat("element ", result.size(), " is not an integer"));
+    }
+    if (*v < min || *v > max) {
+      return KeyError(key, absl::StrCat("element ", result.size(), " (", *v,
+                                        ") is outside [", min, ", ", max, "]"));
+    }
+    result.push_back(*v);
+  }
+  return result;
+}
+
 }  // namespace mneme::checkpoint

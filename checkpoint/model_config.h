@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -57,6 +58,16 @@ class ModelConfig {
   absl::StatusOr<double> GetDouble(absl::string_view key) const;  // Any number.
   absl::StatusOr<std::string> GetString(absl::string_view key) const;
   absl::StatusOr<bool> GetBool(absl::string_view key) const;
+  // An integer in [min, max]: GetInt's errors, or InvalidArgument
+  // "<v> is outside [min, max]".
+  absl::StatusOr<int64_t> GetIntInRange(absl::string_view key, int64_t min,
+                                        int64_t max) const;
+  // An array of integers, each in [min, max]: InvalidArgument if missing,
+  // not an array, or for the first element that is not an integer or lies
+  // outside the range (naming its index).
+  absl::StatusOr<std::vector<int64_t>> GetIntArray(absl::string_view key,
+                                                   int64_t min,
+                                                   int64_t max) const;
 
   // InvalidArgument "<file>: key '<path>': <what>".
   absl::Status KeyError(absl::string_view key, absl::string_view what) const;

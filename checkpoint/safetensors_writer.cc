@@ -200,10 +200,9 @@ absl::Status SafetensorsWriter::Append(absl::string_view name,
     if (state.written == length) std::vector<uint8_t>().swap(state.buffer);
     return absl::OkStatus();
   }
-  absl::Status status = Flush(index);
-  if (!status.ok()) return status;
-  status = PwriteFully(fd_.get(), layout_[index].offset + state.flushed, bytes,
-                       temp_path_);
+  RETURN_IF_ERROR(Flush(index));
+  absl::Status status = PwriteFully(
+      fd_.get(), layout_[index].offset + state.flushed, bytes, temp_path_);
   if (!status.ok()) return Fail(status);
   state.flushed += bytes.size();
   if (state.written == length) std::vector<uint8_t>().swap(state.buffer);

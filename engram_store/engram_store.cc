@@ -514,7 +514,7 @@ absl::Status EngramStore::ReadRows(size_t table, absl::Span<const int64_t> ids,
     local_fallbacks_.fetch_add(local_rows.size(), std::memory_order_relaxed);
     return ReadRows(table, ids, out, deadline, /*use_local=*/false);
   }
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(status);
   local_rows_.fetch_add(local_rows.size(), std::memory_order_relaxed);
   source_rows_.fetch_add(source_rows.size(), std::memory_order_relaxed);
   Inc(metrics_->rows_by_tier[kLocalTier],

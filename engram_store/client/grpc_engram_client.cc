@@ -108,7 +108,7 @@ absl::StatusOr<v1::LookupResponse> GrpcEngramClient::LookupStream(
     }
     return reader->Finish();
   });
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(s);
   return merged;
 }
 

@@ -1,6 +1,7 @@
 #include "checkpoint/model_config.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
@@ -60,6 +61,32 @@ TEST(ModelConfigTest, GetterErrorsNameKeyAndFile) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*config)->GetDouble("n").status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ModelConfigTest, RangedIntegersAndIntegerArrays) {
+  absl::StatusOr<std::unique_ptr<ModelConfig>> config = ModelConfig::Parse(
+      R"({"text_config": {"n": 7, "ids": [1, 2, 9], "bad": [1, "x"],
+                          "one": 3}})",
+      kFile);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(*(*config)->GetIntInRange("n", 0, 7), 7);
+  absl::StatusOr<int64_t> n = (*config)->GetIntInRange("n", 0, 6);
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(n.status().message(), HasSubstr("text_config.n"));
+  EXPECT_THAT(n.status().message(), HasSubstr("7 is outside [0, 6]"));
+
+  EXPECT_THAT(*(*config)->GetIntArray("ids", 0, 9),
+              ::testing::ElementsAre(1, 2, 9));
+  absl::StatusOr<std::vector<int64_t>> ids =
+      (*config)->GetIntArray("ids", 0, 8);
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ids.status().message(), HasSubstr("element 2 (9)"));
+  EXPECT_THAT((*config)->GetIntArray("bad", 0, 8).status().message(),
+              HasSubstr("element 1 is not an integer"));
+  EXPECT_THAT((*config)->GetIntArray("one", 0, 8).status().message(),
+              HasSubstr("not an array"));
+  EXPECT_THAT((*config)->GetIntArray("absent", 0, 8).status().message(),
+              HasSubstr("missing"));
 }
 
 TEST(ModelConfigTest, BadDocuments) {
