@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/host_port.h"
+#include "common/status_macros.h"
 
 ABSL_FLAG(std::string, workers, "",
           "HOST:PORT of every worker, comma-separated, in rank order.");
@@ -47,10 +48,8 @@ absl::StatusOr<TextFrontFlags> TextFrontFlagsFromFlags() {
   t.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
   const std::string listen = absl::GetFlag(FLAGS_http_listen);
   if (listen.empty() || listen == "none") return t;
-  absl::StatusOr<HostPort> address = ParseHostPort(listen, "--http_listen");
-  if (!address.ok()) return address.status();
   coordinator::HttpFrontOptions o;
-  o.listen = *address;
+  ASSIGN_OR_RETURN(o.listen, ParseHostPort(listen, "--http_listen"));
   o.model_name = absl::GetFlag(FLAGS_served_model_name);
   if (o.model_name.empty()) {
     return absl::InvalidArgumentError("--served_model_name must not be empty");
@@ -64,8 +63,9 @@ absl::StatusOr<TextFrontFlags> TextFrontFlagsFromFlags() {
   return t;
 }
 
-absl::StatusOr<coordinator::WorkerGroupOptions> WorkerGroupOptionsFromFlags() {
-  coordinator::WorkerGroupOptions o;
+absl::StatusOr<coordinator::GrpcWorkerGroupOptions>
+WorkerGroupOptionsFromFlags() {
+  coordinator::GrpcWorkerGroupOptions o;
   const std::string workers = absl::GetFlag(FLAGS_workers);
   if (workers.empty()) {
     return absl::InvalidArgumentError(
@@ -73,11 +73,9 @@ absl::StatusOr<coordinator::WorkerGroupOptions> WorkerGroupOptionsFromFlags() {
   }
   o.workers = absl::StrSplit(workers, ',');
   for (size_t r = 0; r < o.workers.size(); ++r) {
-    if (absl::StatusOr<HostPort> hp = ParseHostPort(
-            o.workers[r], absl::StrCat("--workers (rank ", r, ")"));
-        !hp.ok()) {
-      return hp.status();
-    }
+    RETURN_IF_ERROR(
+        ParseHostPort(o.workers[r], absl::StrCat("--workers (rank ", r, ")"))
+            .status());
   }
   o.step_timeout = absl::GetFlag(FLAGS_step_timeout);
   if (o.step_timeout <= absl::ZeroDuration()) {

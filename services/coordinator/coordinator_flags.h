@@ -6,8 +6,8 @@
 
 #include "absl/status/statusor.h"
 #include "services/coordinator/engine.h"
+#include "services/coordinator/grpc_worker_group.h"
 #include "services/coordinator/http_front.h"
-#include "services/coordinator/worker_group.h"
 
 namespace mneme {
 
@@ -15,9 +15,10 @@ namespace mneme {
 inline constexpr int kCoordinatorPort = 50171;
 inline constexpr int kCoordinatorMetricsPort = 50172;
 
-// WorkerGroupOptions from --workers=HOST:PORT,... (rank order; required)
-// and --step_timeout. InvalidArgument naming the flag.
-absl::StatusOr<coordinator::WorkerGroupOptions> WorkerGroupOptionsFromFlags();
+// GrpcWorkerGroupOptions from --workers=HOST:PORT,... (rank order;
+// required) and --step_timeout. InvalidArgument naming the flag.
+absl::StatusOr<coordinator::GrpcWorkerGroupOptions>
+WorkerGroupOptionsFromFlags();
 
 // EngineOptions from --max_num_batched_tokens, --max_num_seqs,
 // --long_prefill_token_threshold, --max_context_tokens (0 = the longest

@@ -5,14 +5,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
+#include "services/coordinator/request_validator.h"
 
 namespace mneme::coordinator {
 namespace {
 
 namespace v1 = worker::v1;
 
-constexpr size_t kMaxRequestIdBytes = 128;
 // Tokens of n-gram history a prefetch hint carries.
 constexpr int64_t kPrefetchContext = 3;
 
@@ -138,11 +139,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
            {"mneme:ready", "1 when every worker is ready.",
             [e] { return e->ready() ? 1.0 : 0.0; }},
        }) {
-    if (absl::Status s = metrics->AddCallbackGauge(
-            {.name = name, .help = help, .label_names = {}}, fn);
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(metrics->AddCallbackGauge(
+        {.name = name, .help = help, .label_names = {}}, fn));
   }
   engine->metrics_ = std::move(m);
   return engine;
@@ -182,6 +180,12 @@ bool Engine::ready() const {
   return ready_;
 }
 
+bool Engine::AwaitReady(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&ready_), timeout);
+  return ready_;
+}
+
 bool Engine::alive() const {
   absl::MutexLock lock(&mu_);
   // The loop comes round at least every poll interval or step timeout.
@@ -208,56 +212,6 @@ Loads Engine::loads() const {
   return l;
 }
 
-absl::Status Engine::ValidateLocked(const GenerateParams& p) const {
-  const int64_t vocab = info_->vocab_size;
-  if (p.request_id.size() > kMaxRequestIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request_id is ", p.request_id.size(),
-                     " bytes, more than ", kMaxRequestIdBytes));
-  }
-  if (p.prompt.empty()) {
-    return absl::InvalidArgumentError("the prompt (token_ids) is empty");
-  }
-  for (size_t i = 0; i < p.prompt.size(); ++i) {
-    if (p.prompt[i] < 0 || p.prompt[i] >= vocab) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token_ids[", i, "] = ", p.prompt[i],
-                       " is outside the vocabulary [0, ", vocab, ")"));
-    }
-  }
-  for (size_t i = 0; i < p.stop_token_ids.size(); ++i) {
-    if (p.stop_token_ids[i] < 0 || p.stop_token_ids[i] >= vocab) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stop_token_ids[", i, "] = ", p.stop_token_ids[i],
-                       " is outside the vocabulary [0, ", vocab, ")"));
-    }
-  }
-  if (p.max_new_tokens < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_new_tokens = ", p.max_new_tokens, " is negative"));
-  }
-  const int64_t total =
-      static_cast<int64_t>(p.prompt.size()) + p.max_new_tokens;
-  if (total > info_->max_context_tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prompt (", p.prompt.size(), " tokens) + max_new_tokens (",
-                     p.max_new_tokens, ") exceeds the maximum context of ",
-                     info_->max_context_tokens, " tokens"));
-  }
-  const v1::SamplingParams& s = p.sampling;
-  if (!(s.temperature() >= 0 && s.temperature() <= 1e4)) {
-    return absl::InvalidArgumentError("temperature must be in [0, 1e4]");
-  }
-  if (!(s.top_p() >= 0 && s.top_p() <= 1)) {
-    return absl::InvalidArgumentError("top_p must be in [0, 1]");
-  }
-  if (s.top_k() < 0) return absl::InvalidArgumentError("top_k must be >= 0");
-  if (!(s.min_p() >= 0 && s.min_p() <= 1)) {
-    return absl::InvalidArgumentError("min_p must be in [0, 1]");
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::string> Engine::Submit(GenerateParams params,
                                            std::shared_ptr<GenerateSink> sink) {
   absl::MutexLock lock(&mu_);
@@ -268,7 +222,8 @@ absl::StatusOr<std::string> Engine::Submit(GenerateParams params,
     return absl::UnavailableError(
         "the cluster is not ready: waiting for every worker");
   }
-  if (absl::Status st = ValidateLocked(params); !st.ok()) return st;
+  RETURN_IF_ERROR(
+      ValidateGenerateRequest(params, /*num_stop_strings=*/0, &*info_));
   const RequestId id = next_id_;
   std::string name =
       params.request_id.empty() ? absl::StrCat("req-", id) : params.request_id;
@@ -280,7 +235,7 @@ absl::StatusOr<std::string> Engine::Submit(GenerateParams params,
   request.id = id;
   request.num_prompt_tokens = static_cast<int64_t>(params.prompt.size());
   request.max_new_tokens = params.max_new_tokens;
-  if (absl::Status st = scheduler_->AddRequest(request); !st.ok()) return st;
+  RETURN_IF_ERROR(scheduler_->AddRequest(request));
   ++next_id_;
   auto live = std::make_unique<Live>();
   live->name = name;

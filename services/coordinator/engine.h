@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "common/metrics.h"
 #include "proto/worker/v1/worker.pb.h"
+#include "services/coordinator/generate_params.h"
 #include "services/coordinator/scheduler.h"
 #include "services/coordinator/worker_group.h"
 
@@ -28,23 +29,6 @@ enum class GenerateEnd {
   kStop = 0,    // eos or a stop token.
   kLength = 1,  // max_new_tokens.
   kAbort = 2,   // Aborted by the client (or its stream went away).
-};
-
-// One generation request, validated by Engine::Submit.
-struct GenerateParams {
-  // The client's id; empty = the engine assigns one. At most 128 bytes.
-  std::string request_id;
-  // >= 1 token ids in [0, vocab_size).
-  std::vector<int64_t> prompt;
-  // Sampling of every new token (its seed is the request's base: token i is
-  // drawn with seed + i, as `mneme run` does).
-  worker::v1::SamplingParams sampling;
-  // >= 0.
-  int64_t max_new_tokens = 16;
-  // Besides the model's eos token; each in [0, vocab_size).
-  std::vector<int64_t> stop_token_ids;
-  bool ignore_eos = false;
-  bool logprobs = false;
 };
 
 // Receives one request's events, in order, on the engine's thread. Must not
@@ -81,16 +65,6 @@ struct EngineOptions {
   absl::Duration idle_check_interval = absl::Seconds(1);
 };
 
-// What a client sees of the served model.
-struct ModelInfo {
-  std::string checkpoint;
-  int64_t vocab_size = 0;
-  int64_t eos_token_id = 0;
-  int64_t max_context_tokens = 0;
-  int tp_size = 0;
-  int dcp_size = 0;
-};
-
 struct Loads {
   int64_t running = 0;
   int64_t waiting = 0;
@@ -107,7 +81,8 @@ struct Loads {
 //
 // Call order: Create() -> Start() -> Submit()/Abort()* -> Stop() (or the
 // destructor): Stop finishes every live request with UNAVAILABLE.
-// Thread-safe. The worker group and metrics registry are borrowed.
+// Thread-safe. The worker group (any WorkerGroup: the gRPC one, or a fake
+// in tests) and the metrics registry are borrowed.
 class Engine {
  public:
   // InvalidArgument naming the option for bad options.
@@ -120,8 +95,10 @@ class Engine {
   void Stop();
 
   // Queues a request; returns its id. UNAVAILABLE while not ready;
-  // INVALID_ARGUMENT for bad params (nothing changes); ALREADY_EXISTS for
-  // the id of a live request; RESOURCE_EXHAUSTED at the admission limits.
+  // INVALID_ARGUMENT for params that ValidateGenerateRequest refuses
+  // against the served model, naming the field (nothing changes);
+  // ALREADY_EXISTS for the id of a live request; RESOURCE_EXHAUSTED at the
+  // admission limits.
   absl::StatusOr<std::string> Submit(GenerateParams params,
                                      std::shared_ptr<GenerateSink> sink);
   // Aborts a live request: its sink gets OnFinish(OK, kAbort). NotFound for
@@ -129,6 +106,8 @@ class Engine {
   absl::Status Abort(const std::string& request_id);
 
   bool ready() const;
+  // Waits up to `timeout` for ready(); returns ready().
+  bool AwaitReady(absl::Duration timeout) const;
   // Whether the step loop is alive (for the watchdog).
   bool alive() const;
   // FailedPrecondition before the group was first ready.
@@ -147,8 +126,6 @@ class Engine {
   // Finishes a live request (erasing it) with the given outcome.
   void Finish(RequestId id, const absl::Status& status, GenerateEnd end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ValidateLocked(const GenerateParams& params) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   worker::v1::StepRequest BuildStep(const StepPlan& plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyResults(const StepPlan& plan,

@@ -1,4 +1,4 @@
-#include "services/coordinator/worker_group.h"
+#include "services/coordinator/grpc_worker_group.h"
 
 #include <chrono>
 #include <utility>
@@ -9,6 +9,7 @@
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/host_port.h"
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 
 namespace mneme::coordinator {
@@ -22,8 +23,8 @@ std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Create(
-    const WorkerGroupOptions& options) {
+absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> GrpcWorkerGroup::Create(
+    const GrpcWorkerGroupOptions& options) {
   if (options.workers.empty()) {
     return absl::InvalidArgumentError("the worker list is empty");
   }
@@ -31,25 +32,21 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Create(
       options.control_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("worker timeouts must be positive");
   }
-  std::unique_ptr<WorkerGroup> group(new WorkerGroup(options));
+  std::unique_ptr<GrpcWorkerGroup> group(new GrpcWorkerGroup(options));
   for (size_t r = 0; r < options.workers.size(); ++r) {
     const std::string& address = options.workers[r];
-    if (absl::StatusOr<HostPort> hp =
-            ParseHostPort(address, absl::StrCat("worker ", r));
-        !hp.ok()) {
-      return hp.status();
-    }
+    RETURN_IF_ERROR(
+        ParseHostPort(address, absl::StrCat("worker ", r)).status());
     ClientChannelOptions channel_options;
     channel_options.tls = options.tls;
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-        CreateClientChannel(address, channel_options);
-    if (!channel.ok()) return channel.status();
-    group->stubs_.push_back(v1::Worker::NewStub(*channel));
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                     CreateClientChannel(address, channel_options));
+    group->stubs_.push_back(v1::Worker::NewStub(channel));
   }
   return group;
 }
 
-absl::StatusOr<v1::StepResponse> WorkerGroup::Step(
+absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Step(
     const v1::StepRequest& request) {
   const int n = size();
   std::vector<grpc::ClientContext> contexts(n);
@@ -91,7 +88,7 @@ absl::StatusOr<v1::StepResponse> WorkerGroup::Step(
   return std::move(responses[0]);
 }
 
-absl::StatusOr<std::vector<v1::GetInfoResponse>> WorkerGroup::Info() {
+absl::StatusOr<std::vector<v1::GetInfoResponse>> GrpcWorkerGroup::Info() {
   const int n = size();
   std::vector<grpc::ClientContext> contexts(n);
   std::vector<v1::GetInfoResponse> responses(n);

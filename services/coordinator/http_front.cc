@@ -1,7 +1,9 @@
 #include "services/coordinator/http_front.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -15,14 +17,13 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "services/coordinator/request_stream.h"
+#include "services/coordinator/request_validator.h"
 #include "services/coordinator/text_stream.h"
 
 namespace mneme::coordinator {
 namespace {
 
 using nlohmann::json;
-
-constexpr size_t kMaxStopStrings = 16;
 
 // An HTTP status with an OpenAI error body.
 struct HttpError {
@@ -35,6 +36,7 @@ struct HttpError {
 HttpError FromStatus(const absl::Status& st) {
   HttpError e;
   e.message = std::string(st.message());
+  e.param = InvalidFieldName(st);
   switch (st.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kAlreadyExists:
@@ -81,7 +83,9 @@ HttpError BadField(const std::string& field, const std::string& what) {
 }
 
 // Typed optional fields: nullopt when absent or null; an error when of the
-// wrong type or out of range.
+// wrong type (or, where a range is given, out of it). The limits of a
+// generation request are request_validator.h's, checked once the request is
+// built.
 struct Fields {
   const json& body;
   std::optional<HttpError> error;
@@ -91,21 +95,17 @@ struct Fields {
     if (it == body.end() || it->is_null()) return nullptr;
     return &*it;
   }
-  std::optional<double> Number(const char* name, double lo, double hi) {
+  std::optional<double> Number(const char* name) {
     const json* v = Get(name);
     if (v == nullptr || error) return std::nullopt;
     if (!v->is_number()) {
       error = BadField(name, "must be a number");
       return std::nullopt;
     }
-    const double d = v->get<double>();
-    if (!(d >= lo && d <= hi)) {
-      error = BadField(name, absl::StrCat("must be in [", lo, ", ", hi, "]"));
-      return std::nullopt;
-    }
-    return d;
+    return v->get<double>();
   }
-  std::optional<int64_t> Int(const char* name, int64_t lo, int64_t hi) {
+  std::optional<int64_t> Int(const char* name, int64_t lo = INT64_MIN,
+                             int64_t hi = INT64_MAX) {
     const json* v = Get(name);
     if (v == nullptr || error) return std::nullopt;
     if (!v->is_number_integer()) {
@@ -141,6 +141,8 @@ struct Job {
   std::string model;
   GenerateParams params;
   std::vector<std::string> stops;
+  // How the client spelled max_new_tokens.
+  std::string max_tokens_field = "max_tokens";
 };
 
 std::string NewId(const char* prefix) {
@@ -181,15 +183,14 @@ std::optional<HttpError> ParseCommon(const json& body,
   }
   job.model = model_name;
   const std::optional<int64_t> n = f.Int("n", 1, 1);
-  const std::optional<int64_t> max_tokens =
-      f.Int(job.chat && body.contains("max_completion_tokens")
-                ? "max_completion_tokens"
-                : "max_tokens",
-            1, int64_t{1} << 24);
-  const std::optional<double> temperature = f.Number("temperature", 0, 1e4);
-  const std::optional<double> top_p = f.Number("top_p", 0, 1);
-  const std::optional<int64_t> top_k = f.Int("top_k", -1, int64_t{1} << 24);
-  const std::optional<double> min_p = f.Number("min_p", 0, 1);
+  job.max_tokens_field = job.chat && body.contains("max_completion_tokens")
+                             ? "max_completion_tokens"
+                             : "max_tokens";
+  const std::optional<int64_t> max_tokens = f.Int(job.max_tokens_field.c_str());
+  const std::optional<double> temperature = f.Number("temperature");
+  const std::optional<double> top_p = f.Number("top_p");
+  const std::optional<int64_t> top_k = f.Int("top_k");
+  const std::optional<double> min_p = f.Number("min_p");
   const std::optional<int64_t> seed = f.Int("seed", 0, INT64_MAX);
   const std::optional<bool> stream = f.Bool("stream");
   const std::optional<bool> ignore_eos = f.Bool("ignore_eos");
@@ -224,11 +225,14 @@ std::optional<HttpError> ParseCommon(const json& body,
     }
   }
   GenerateParams& p = job.params;
-  p.max_new_tokens = max_tokens.value_or(16);
+  p.max_new_tokens = max_tokens.value_or(kDefaultMaxNewTokens);
   p.sampling.set_temperature(static_cast<float>(temperature.value_or(1.0)));
   p.sampling.set_top_p(static_cast<float>(top_p.value_or(1.0)));
-  p.sampling.set_top_k(
-      static_cast<int32_t>(std::max<int64_t>(0, top_k.value_or(0))));
+  // -1 (as in vLLM) and 0 both mean no top-k; the validator bounds the rest.
+  const int64_t k = top_k.value_or(0) == -1 ? 0 : top_k.value_or(0);
+  p.sampling.set_top_k(static_cast<int32_t>(
+      std::clamp<int64_t>(k, std::numeric_limits<int32_t>::min(),
+                          std::numeric_limits<int32_t>::max())));
   p.sampling.set_min_p(static_cast<float>(min_p.value_or(0)));
   p.sampling.set_seed(static_cast<uint64_t>(seed.value_or(0)));
   p.ignore_eos = ignore_eos.value_or(false);
@@ -236,15 +240,13 @@ std::optional<HttpError> ParseCommon(const json& body,
   if (const json* stop = f.Get("stop")) {
     if (stop->is_string()) {
       job.stops.push_back(stop->get<std::string>());
-    } else if (stop->is_array() && stop->size() <= kMaxStopStrings) {
+    } else if (stop->is_array()) {
       for (const json& s : *stop) {
         if (!s.is_string()) return BadField("stop", "must hold strings");
         job.stops.push_back(s.get<std::string>());
       }
     } else {
-      return BadField("stop", absl::StrCat("must be a string or a list of at "
-                                           "most ",
-                                           kMaxStopStrings, " strings"));
+      return BadField("stop", "must be a string or a list of strings");
     }
   }
   if (const json* ids = f.Get("stop_token_ids")) {
@@ -535,6 +537,16 @@ void HttpFront::Routes() {
     } else if (std::optional<HttpError> e =
                    ParsePrompt(body, **tokenizer, *job)) {
       return SendError(res, *e);
+    }
+    RequestFieldNames names;
+    names.prompt = chat ? "messages" : "prompt";
+    names.max_new_tokens = job->max_tokens_field;
+    const absl::StatusOr<ModelInfo> model = engine_->model_info();
+    if (absl::Status st =
+            ValidateGenerateRequest(job->params, job->stops.size(),
+                                    model.ok() ? &*model : nullptr, names);
+        !st.ok()) {
+      return SendError(res, FromStatus(st));
     }
     job->id = NewId(chat ? "chatcmpl" : "cmpl");
     job->created = absl::ToUnixSeconds(absl::Now());

@@ -15,11 +15,11 @@
 #include "services/common/systemd_notifier.h"
 #include "services/coordinator/coordinator_flags.h"
 #include "services/coordinator/engine.h"
+#include "services/coordinator/grpc_worker_group.h"
 #include "services/coordinator/http_front.h"
 #include "services/coordinator/readiness.h"
 #include "services/coordinator/serving_service.h"
 #include "services/coordinator/text_codec.h"
-#include "services/coordinator/worker_group.h"
 
 int main(int argc, char** argv) {
   mneme::InitDaemon(argc, argv,
@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
       mneme::ServerOptionsFromFlags(mneme::kCoordinatorPort,
                                     mneme::kCoordinatorMetricsPort);
   if (!server_options.ok()) mneme::ExitWithError(server_options.status());
-  absl::StatusOr<mneme::coordinator::WorkerGroupOptions> group_options =
+  absl::StatusOr<mneme::coordinator::GrpcWorkerGroupOptions> group_options =
       mneme::WorkerGroupOptionsFromFlags();
   if (!group_options.ok()) mneme::ExitWithError(group_options.status());
   absl::StatusOr<mneme::coordinator::EngineOptions> engine_options =
@@ -41,8 +41,8 @@ int main(int argc, char** argv) {
   if (!text_flags.ok()) mneme::ExitWithError(text_flags.status());
   mneme::ExitIfCheckConfig("mneme_coordinator");
 
-  absl::StatusOr<std::unique_ptr<mneme::coordinator::WorkerGroup>> workers =
-      mneme::coordinator::WorkerGroup::Create(*group_options);
+  absl::StatusOr<std::unique_ptr<mneme::coordinator::GrpcWorkerGroup>> workers =
+      mneme::coordinator::GrpcWorkerGroup::Create(*group_options);
   if (!workers.ok()) mneme::ExitWithError(workers.status());
   mneme::MetricsRegistry metrics;
   absl::StatusOr<std::unique_ptr<mneme::coordinator::Engine>> engine =

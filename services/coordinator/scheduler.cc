@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "services/coordinator/kv_block_pool.h"
 
@@ -34,7 +35,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
         Positive("max_context_tokens", options.max_context_tokens),
         Positive("max_queued_requests", options.max_queued_requests),
         Positive("max_queued_tokens", options.max_queued_tokens)}) {
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(s);
   }
   if (options.long_prefill_token_threshold < 0) {
     return absl::InvalidArgumentError(

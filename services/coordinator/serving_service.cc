@@ -9,15 +9,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "services/coordinator/request_validator.h"
 #include "services/coordinator/text_stream.h"
 
 namespace mneme::coordinator {
 namespace {
 
 namespace sv1 = serving::v1;
-
-constexpr int64_t kDefaultMaxNewTokens = 16;
-constexpr int kMaxStopStrings = 16;
 
 const grpc::Status kDraining(grpc::StatusCode::UNAVAILABLE,
                              "the coordinator is shutting down");
@@ -64,7 +63,7 @@ class GenerateReactor final
   void Start(const sv1::GenerateRequest& request) {
     sink_ = std::make_shared<StreamSink>(this);
     GenerateParams params = ParamsFromProto(request);
-    if (absl::Status st = TextPrompt(request, params); !st.ok()) {
+    if (absl::Status st = Validate(request, params); !st.ok()) {
       absl::MutexLock lock(&mu_);
       finishing_ = true;
       final_ = ToGrpcStatus(st);
@@ -90,10 +89,9 @@ class GenerateReactor final
       WriteNextLocked();
       return;
     }
-    // The first message names the request at once (for Abort).
-    sv1::GenerateResponse hello;
-    hello.set_request_id(id_);
-    queue_.push_back(std::move(hello));
+    // The first message names the request at once (for Abort), unless the
+    // engine's first tokens already did: every message carries the id.
+    if (!named_) NextMessageLocked();
     WriteNextLocked();
   }
 
@@ -102,11 +100,7 @@ class GenerateReactor final
             absl::Span<const float> logprobs) {
     absl::MutexLock lock(&mu_);
     if (finishing_) return true;
-    if (queue_.empty()) {
-      queue_.emplace_back();
-      queue_.back().set_request_id(id_);
-    }
-    sv1::GenerateResponse& m = queue_.back();
+    sv1::GenerateResponse& m = NextMessageLocked();
     m.mutable_token_ids()->Add(tokens.begin(), tokens.end());
     m.mutable_logprobs()->Add(logprobs.begin(), logprobs.end());
     if (text_ != nullptr) m.mutable_text()->append(text_->Add(tokens));
@@ -122,11 +116,7 @@ class GenerateReactor final
     if (!status.ok()) {
       final_ = ToGrpcStatus(status);
     } else {
-      if (queue_.empty()) {
-        queue_.emplace_back();
-        queue_.back().set_request_id(id_);
-      }
-      sv1::GenerateResponse& m = queue_.back();
+      sv1::GenerateResponse& m = NextMessageLocked();
       if (text_ != nullptr) m.mutable_text()->append(text_->Finish());
       m.set_finish_reason(ToProto(end));
       m.set_prompt_tokens(static_cast<int32_t>(prompt_tokens));
@@ -173,24 +163,30 @@ class GenerateReactor final
       return absl::InvalidArgumentError(
           "give the prompt as token_ids or as text, not both");
     }
-    if (request.stop_size() > kMaxStopStrings) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("at most ", kMaxStopStrings, " stop strings"));
-    }
     if (codec_ == nullptr) {
       return absl::FailedPreconditionError("this server has no tokenizer");
     }
-    absl::StatusOr<const text::Tokenizer*> tokenizer = codec_->tokenizer();
-    if (!tokenizer.ok()) return tokenizer.status();
-    absl::StatusOr<std::vector<int64_t>> ids =
-        (*tokenizer)->Encode(request.prompt(), text::AddSpecialTokens::kYes);
-    if (!ids.ok()) return ids.status();
-    params.prompt = *std::move(ids);
+    ASSIGN_OR_RETURN(const text::Tokenizer* tokenizer, codec_->tokenizer());
+    ASSIGN_OR_RETURN(
+        params.prompt,
+        tokenizer->Encode(request.prompt(), text::AddSpecialTokens::kYes));
     absl::MutexLock lock(&mu_);
     text_ = std::make_unique<TextStream>(
-        **tokenizer,
+        *tokenizer,
         std::vector<std::string>(request.stop().begin(), request.stop().end()));
     return absl::OkStatus();
+  }
+
+  // The request as the engine will run it (the text prompt tokenized),
+  // checked by the one validator both fronts share.
+  absl::Status Validate(const sv1::GenerateRequest& request,
+                        GenerateParams& params) {
+    RETURN_IF_ERROR(TextPrompt(request, params));
+    RequestFieldNames names;
+    if (!request.prompt().empty()) names.prompt = "prompt";
+    const absl::StatusOr<ModelInfo> model = engine_->model_info();
+    return ValidateGenerateRequest(params, request.stop_size(),
+                                   model.ok() ? &*model : nullptr, names);
   }
 
   void AbortRequest() {
@@ -202,6 +198,18 @@ class GenerateReactor final
     }
     // NotFound when it finished meanwhile: nothing to abort.
     (void)engine_->Abort(id);
+  }
+
+  // The message not yet written that new events go into (coalescing them
+  // while a write is in flight).
+  sv1::GenerateResponse& NextMessageLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (queue_.empty()) {
+      queue_.emplace_back();
+      queue_.back().set_request_id(id_);
+      named_ = true;
+    }
+    return queue_.back();
   }
 
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -231,6 +239,8 @@ class GenerateReactor final
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  // Whether a message (all carry the request id) was queued.
+  bool named_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status final_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<TextStream> text_ ABSL_GUARDED_BY(mu_);
 };

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace mneme::coordinator {
 
@@ -17,28 +18,26 @@ absl::Status TextCodec::LoadLocked() {
     }
     path = info->checkpoint + "/tokenizer.json";
   }
-  absl::StatusOr<std::unique_ptr<text::Tokenizer>> t =
-      text::Tokenizer::Create(path);
-  if (!t.ok()) return t.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> t,
+                   text::Tokenizer::Create(path));
   text::ChatTemplateOptions options;
   options.missing_special_tokens = text::MissingSpecialTokens::kRenderAsText;
-  absl::StatusOr<std::unique_ptr<text::DeepSeekV4ChatTemplate>> tmpl =
-      text::DeepSeekV4ChatTemplate::Create(**t, options);
-  if (!tmpl.ok()) return tmpl.status();
-  tokenizer_ = *std::move(t);
-  template_ = *std::move(tmpl);
+  ASSIGN_OR_RETURN(std::unique_ptr<text::DeepSeekV4ChatTemplate> tmpl,
+                   text::DeepSeekV4ChatTemplate::Create(*t, options));
+  tokenizer_ = std::move(t);
+  template_ = std::move(tmpl);
   return absl::OkStatus();
 }
 
 absl::StatusOr<const text::Tokenizer*> TextCodec::tokenizer() {
   absl::MutexLock lock(&mu_);
-  if (absl::Status st = LoadLocked(); !st.ok()) return st;
+  RETURN_IF_ERROR(LoadLocked());
   return tokenizer_.get();
 }
 
 absl::StatusOr<const text::DeepSeekV4ChatTemplate*> TextCodec::chat_template() {
   absl::MutexLock lock(&mu_);
-  if (absl::Status st = LoadLocked(); !st.ok()) return st;
+  RETURN_IF_ERROR(LoadLocked());
   return template_.get();
 }
 

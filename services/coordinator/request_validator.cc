@@ -1,0 +1,96 @@
+#include "services/coordinator/request_validator.h"
+
+#include <optional>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "common/status_macros.h"
+
+namespace mneme::coordinator {
+namespace {
+
+// The status payload that names the offending field.
+constexpr absl::string_view kFieldPayload = "type.mneme.dev/invalid_field";
+
+absl::Status InRange(absl::string_view field, double value, double lo,
+                     double hi) {
+  if (value >= lo && value <= hi) return absl::OkStatus();  // Not NaN.
+  return InvalidFieldError(
+      field, absl::StrCat("must be in [", lo, ", ", hi, "] (got ", value, ")"));
+}
+
+absl::Status IntInRange(absl::string_view field, int64_t value, int64_t lo,
+                        int64_t hi) {
+  if (value >= lo && value <= hi) return absl::OkStatus();
+  return InvalidFieldError(
+      field, absl::StrCat("must be in [", lo, ", ", hi, "] (got ", value, ")"));
+}
+
+absl::Status InVocabulary(absl::string_view field,
+                          absl::Span<const int64_t> ids, int64_t vocab) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      return InvalidFieldError(
+          field, absl::StrCat("has ", ids[i], " at index ", i,
+                              ", outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status InvalidFieldError(absl::string_view field,
+                               absl::string_view what) {
+  absl::Status st =
+      absl::InvalidArgumentError(absl::StrCat("'", field, "' ", what));
+  st.SetPayload(kFieldPayload, absl::Cord(field));
+  return st;
+}
+
+std::string InvalidFieldName(const absl::Status& status) {
+  const auto field = status.GetPayload(kFieldPayload);
+  return field.has_value() ? static_cast<std::string>(*field) : std::string();
+}
+
+absl::Status ValidateGenerateRequest(const GenerateParams& p,
+                                     size_t num_stop_strings,
+                                     const ModelInfo* model,
+                                     const RequestFieldNames& names) {
+  if (p.request_id.size() > kMaxRequestIdBytes) {
+    return InvalidFieldError(
+        names.request_id,
+        absl::StrCat("is ", p.request_id.size(), " bytes, more than ",
+                     kMaxRequestIdBytes));
+  }
+  if (p.prompt.empty()) return InvalidFieldError(names.prompt, "is empty");
+  RETURN_IF_ERROR(IntInRange(names.max_new_tokens, p.max_new_tokens,
+                             kMinNewTokens, kMaxNewTokens));
+  const worker::v1::SamplingParams& s = p.sampling;
+  RETURN_IF_ERROR(InRange("temperature", s.temperature(), 0, kMaxTemperature));
+  RETURN_IF_ERROR(InRange("top_p", s.top_p(), 0, 1));
+  RETURN_IF_ERROR(IntInRange("top_k", s.top_k(), 0, kMaxTopK));
+  RETURN_IF_ERROR(InRange("min_p", s.min_p(), 0, 1));
+  if (num_stop_strings > kMaxStopStrings) {
+    return InvalidFieldError(
+        names.stop, absl::StrCat("has ", num_stop_strings,
+                                 " strings, more than ", kMaxStopStrings));
+  }
+  if (model == nullptr) return absl::OkStatus();
+  RETURN_IF_ERROR(InVocabulary(names.prompt, p.prompt, model->vocab_size));
+  RETURN_IF_ERROR(
+      InVocabulary(names.stop_token_ids, p.stop_token_ids, model->vocab_size));
+  const int64_t total =
+      static_cast<int64_t>(p.prompt.size()) + p.max_new_tokens;
+  if (total > model->max_context_tokens) {
+    return InvalidFieldError(
+        names.prompt, absl::StrCat("(", p.prompt.size(), " tokens) + ",
+                                   names.max_new_tokens, " (", p.max_new_tokens,
+                                   ") exceeds the maximum context of ",
+                                   model->max_context_tokens, " tokens"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mneme::coordinator

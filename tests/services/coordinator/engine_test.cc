@@ -1,0 +1,479 @@
+// The coordinator's engine against a fake worker group: admission and
+// validation, streamed tokens, every stop condition, aborts, and worker
+// failures reaching the caller with the right status code.
+
+#include "services/coordinator/engine.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/metrics.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/coordinator/request_validator.h"
+#include "tests/services/coordinator/fake_worker_group.h"
+
+namespace mneme::coordinator {
+namespace {
+
+using ::mneme::coordinator::testing::FakeWorkerGroup;
+using ::mneme::coordinator::testing::FakeWorkerGroupOptions;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+constexpr absl::Duration kWait = absl::Seconds(30);
+
+// Records one request's events.
+class RecordingSink final : public GenerateSink {
+ public:
+  // Returns false from OnTokens once `stop_after` tokens came (0 = never).
+  explicit RecordingSink(int stop_after = 0) : stop_after_(stop_after) {}
+
+  bool OnTokens(absl::Span<const int64_t> tokens,
+                absl::Span<const float> logprobs) override {
+    absl::MutexLock lock(&mu_);
+    tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+    logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
+    return stop_after_ == 0 || static_cast<int>(tokens_.size()) < stop_after_;
+  }
+  void OnFinish(const absl::Status& status, GenerateEnd end,
+                int64_t prompt_tokens, int64_t completion_tokens) override {
+    absl::MutexLock lock(&mu_);
+    EXPECT_FALSE(finished_) << "OnFinish twice";
+    finished_ = true;
+    status_ = status;
+    end_ = end;
+    prompt_tokens_ = prompt_tokens;
+    completion_tokens_ = completion_tokens;
+  }
+
+  // Waits for OnFinish; false if it did not come in time.
+  bool AwaitFinish() {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&finished_), kWait);
+  }
+  bool AwaitTokens(int n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return static_cast<int>(tokens_.size()) >= n;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), kWait);
+  }
+  bool finished() {
+    absl::MutexLock lock(&mu_);
+    return finished_;
+  }
+  std::vector<int64_t> tokens() {
+    absl::MutexLock lock(&mu_);
+    return tokens_;
+  }
+  std::vector<float> logprobs() {
+    absl::MutexLock lock(&mu_);
+    return logprobs_;
+  }
+  absl::Status status() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+  GenerateEnd end() {
+    absl::MutexLock lock(&mu_);
+    return end_;
+  }
+  int64_t prompt_tokens() {
+    absl::MutexLock lock(&mu_);
+    return prompt_tokens_;
+  }
+  int64_t completion_tokens() {
+    absl::MutexLock lock(&mu_);
+    return completion_tokens_;
+  }
+
+ private:
+  const int stop_after_;
+  absl::Mutex mu_;
+  std::vector<int64_t> tokens_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> logprobs_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  GenerateEnd end_ ABSL_GUARDED_BY(mu_) = GenerateEnd::kLength;
+  int64_t prompt_tokens_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t completion_tokens_ ABSL_GUARDED_BY(mu_) = -1;
+};
+
+GenerateParams Params(std::vector<int64_t> prompt, int64_t max_new_tokens) {
+  GenerateParams p;
+  p.prompt = std::move(prompt);
+  p.max_new_tokens = max_new_tokens;
+  p.sampling.set_top_p(1);
+  return p;
+}
+
+// The fake's default tokens after a prompt of `prompt_length`.
+std::vector<int64_t> Expected(int prompt_length, int n) {
+  std::vector<int64_t> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(FakeWorkerGroup::DefaultToken(0, prompt_length + i));
+  }
+  return out;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(EngineOptions()); }
+
+  void Start(EngineOptions options, FakeWorkerGroupOptions fake = {}) {
+    engine_.reset();
+    workers_ = std::make_unique<FakeWorkerGroup>(fake);
+    metrics_ = std::make_unique<MetricsRegistry>();
+    options.ready_poll_interval = absl::Milliseconds(1);
+    options.scheduler.max_context_tokens = 256;
+    absl::StatusOr<std::unique_ptr<Engine>> engine =
+        Engine::Create(options, workers_.get(), metrics_.get());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *std::move(engine);
+    engine_->Start();
+    ASSERT_TRUE(engine_->AwaitReady(kWait));
+  }
+
+  // Submits and waits for the end.
+  std::shared_ptr<RecordingSink> Run(GenerateParams params) {
+    auto sink = std::make_shared<RecordingSink>();
+    absl::StatusOr<std::string> id = engine_->Submit(std::move(params), sink);
+    EXPECT_TRUE(id.ok()) << id.status();
+    if (id.ok()) {
+      EXPECT_TRUE(sink->AwaitFinish());
+    }
+    return sink;
+  }
+
+  void TearDown() override {
+    if (engine_ != nullptr) engine_->Stop();
+    if (workers_ != nullptr) workers_->Resume();
+  }
+
+  std::unique_ptr<FakeWorkerGroup> workers_;
+  std::unique_ptr<MetricsRegistry> metrics_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(EngineTest, ModelInfoComesFromTheWorkers) {
+  absl::StatusOr<ModelInfo> info = engine_->model_info();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->checkpoint, "/fake/checkpoint");
+  EXPECT_EQ(info->vocab_size, 1000);
+  EXPECT_EQ(info->eos_token_id, 1);
+  EXPECT_EQ(info->max_context_tokens, 256);
+  EXPECT_EQ(info->tp_size, 1);
+  EXPECT_EQ(info->dcp_size, 1);
+}
+
+TEST_F(EngineTest, StreamsTokensUntilMaxNewTokens) {
+  GenerateParams p = Params({5, 6, 7}, 4);
+  p.logprobs = true;
+  std::shared_ptr<RecordingSink> sink = Run(p);
+  EXPECT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_EQ(sink->end(), GenerateEnd::kLength);
+  EXPECT_EQ(sink->tokens(), Expected(3, 4));
+  EXPECT_THAT(sink->logprobs(), ElementsAre(-0.5f, -0.5f, -0.5f, -0.5f));
+  EXPECT_EQ(sink->prompt_tokens(), 3);
+  EXPECT_EQ(sink->completion_tokens(), 4);
+  // Every step sent the sequence its tokens so far: the prompt, then one
+  // token per decode.
+  const std::vector<worker::v1::StepRequest> steps = workers_->steps();
+  ASSERT_GE(steps.size(), 4u);
+  EXPECT_THAT(steps[0].chunks(0).token_ids(), ElementsAre(5, 6, 7));
+  EXPECT_EQ(steps[1].chunks(0).start_position(), 3);
+  EXPECT_THAT(steps[1].chunks(0).token_ids(), ElementsAre(Expected(3, 1)[0]));
+}
+
+TEST_F(EngineTest, LogprobsOnlyWhenAsked) {
+  std::shared_ptr<RecordingSink> sink = Run(Params({5, 6, 7}, 2));
+  EXPECT_EQ(sink->tokens().size(), 2u);
+  EXPECT_THAT(sink->logprobs(), IsEmpty());
+}
+
+TEST_F(EngineTest, StopsAtEosUnlessIgnored) {
+  // The third new token is eos.
+  workers_->SetTokenRule([](uint64_t, int64_t position) -> int64_t {
+    return position == 5 ? 1 : FakeWorkerGroup::DefaultToken(0, position);
+  });
+  std::shared_ptr<RecordingSink> sink = Run(Params({5, 6, 7}, 10));
+  EXPECT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_EQ(sink->end(), GenerateEnd::kStop);
+  EXPECT_THAT(sink->tokens(), ElementsAre(103, 104, 1));
+  EXPECT_EQ(sink->completion_tokens(), 3);
+
+  GenerateParams p = Params({5, 6, 7}, 4);
+  p.ignore_eos = true;
+  sink = Run(p);
+  EXPECT_EQ(sink->end(), GenerateEnd::kLength);
+  EXPECT_THAT(sink->tokens(), ElementsAre(103, 104, 1, 106));
+}
+
+TEST_F(EngineTest, StopsAtAStopToken) {
+  GenerateParams p = Params({5, 6, 7}, 10);
+  p.stop_token_ids = {104};
+  std::shared_ptr<RecordingSink> sink = Run(p);
+  EXPECT_EQ(sink->end(), GenerateEnd::kStop);
+  EXPECT_THAT(sink->tokens(), ElementsAre(103, 104));
+}
+
+TEST_F(EngineTest, StopsWhenTheSinkSaysSo) {
+  // A stop string in the text: the sink refuses more after two tokens.
+  auto sink = std::make_shared<RecordingSink>(/*stop_after=*/2);
+  ASSERT_TRUE(engine_->Submit(Params({5, 6, 7}, 10), sink).ok());
+  ASSERT_TRUE(sink->AwaitFinish());
+  EXPECT_TRUE(sink->status().ok());
+  EXPECT_EQ(sink->end(), GenerateEnd::kStop);
+  EXPECT_EQ(sink->tokens(), Expected(3, 2));
+}
+
+TEST_F(EngineTest, InvalidRequestsNameTheirField) {
+  struct Case {
+    GenerateParams params;
+    std::string field;
+  };
+  std::vector<Case> cases;
+  cases.push_back({Params({}, 4), "token_ids"});
+  cases.push_back({Params({5, 1000}, 4), "token_ids"});
+  cases.push_back({Params({5, -1}, 4), "token_ids"});
+  cases.push_back({Params({5}, 0), "max_new_tokens"});
+  cases.push_back({Params({5}, -3), "max_new_tokens"});
+  cases.push_back({Params(std::vector<int64_t>(250, 5), 10), "token_ids"});
+  cases.push_back({Params({5}, 4), "stop_token_ids"});
+  cases.back().params.stop_token_ids = {7, 5000};
+  cases.push_back({Params({5}, 4), "temperature"});
+  cases.back().params.sampling.set_temperature(-1);
+  cases.push_back({Params({5}, 4), "top_p"});
+  cases.back().params.sampling.set_top_p(1.5);
+  cases.push_back({Params({5}, 4), "top_k"});
+  cases.back().params.sampling.set_top_k(-2);
+  cases.push_back({Params({5}, 4), "min_p"});
+  cases.back().params.sampling.set_min_p(2);
+  cases.push_back({Params({5}, 4), "request_id"});
+  cases.back().params.request_id = std::string(kMaxRequestIdBytes + 1, 'x');
+  for (Case& c : cases) {
+    auto sink = std::make_shared<RecordingSink>();
+    absl::StatusOr<std::string> id = engine_->Submit(c.params, sink);
+    EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.field << ": " << id.status();
+    EXPECT_EQ(InvalidFieldName(id.status()), c.field) << id.status();
+    EXPECT_FALSE(sink->finished());
+  }
+  EXPECT_EQ(engine_->loads().waiting, 0);
+  EXPECT_EQ(engine_->loads().running, 0);
+  // Still serving.
+  EXPECT_EQ(Run(Params({5}, 1))->tokens().size(), 1u);
+}
+
+TEST_F(EngineTest, NotReadyIsUnavailable) {
+  engine_->Stop();
+  engine_.reset();
+  workers_->SetInfoStatus(absl::UnavailableError("worker 0 is starting"));
+  EngineOptions options;
+  options.ready_poll_interval = absl::Milliseconds(1);
+  options.scheduler.max_context_tokens = 256;
+  metrics_ = std::make_unique<MetricsRegistry>();
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(options, workers_.get(), metrics_.get());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  engine_ = *std::move(engine);
+  engine_->Start();
+  auto sink = std::make_shared<RecordingSink>();
+  EXPECT_EQ(engine_->Submit(Params({5}, 1), sink).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(engine_->model_info().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(engine_->ready());
+  workers_->SetInfoStatus(absl::OkStatus());
+  ASSERT_TRUE(engine_->AwaitReady(kWait));
+  EXPECT_EQ(Run(Params({5}, 2))->tokens(), Expected(1, 2));
+}
+
+TEST_F(EngineTest, DuplicateIdsAndAdmissionLimits) {
+  EngineOptions options;
+  options.scheduler.max_num_seqs = 1;
+  options.scheduler.max_queued_requests = 1;
+  Start(options);
+  workers_->Pause();
+  GenerateParams a = Params({5, 6}, 3);
+  a.request_id = "a";
+  auto sink_a = std::make_shared<RecordingSink>();
+  ASSERT_EQ(*engine_->Submit(a, sink_a), "a");
+  // "a" runs (its first step is in flight); "b" waits; "c" finds the queue
+  // full.
+  ASSERT_TRUE(workers_->AwaitPausedStep(kWait));
+  EXPECT_EQ(
+      engine_->Submit(a, std::make_shared<RecordingSink>()).status().code(),
+      absl::StatusCode::kAlreadyExists);
+  auto sink_b = std::make_shared<RecordingSink>();
+  absl::StatusOr<std::string> b = engine_->Submit(Params({8}, 2), sink_b);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(*b, "req-2");
+  EXPECT_EQ(engine_->Submit(Params({9}, 2), std::make_shared<RecordingSink>())
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(engine_->loads().running, 1);
+  EXPECT_EQ(engine_->loads().waiting, 1);
+  workers_->Resume();
+  ASSERT_TRUE(sink_a->AwaitFinish());
+  ASSERT_TRUE(sink_b->AwaitFinish());
+  EXPECT_EQ(sink_a->tokens(), Expected(2, 3));
+  EXPECT_EQ(sink_b->tokens(), Expected(1, 2));
+}
+
+TEST_F(EngineTest, AbortFinishesAtOnceAndReleasesTheSequence) {
+  workers_->Pause();
+  auto sink = std::make_shared<RecordingSink>();
+  absl::StatusOr<std::string> id =
+      engine_->Submit(Params({5, 6, 7}, 100), sink);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(workers_->AwaitPausedStep(kWait));
+  const uint64_t sequence = workers_->steps()[0].chunks(0).sequence_id();
+  ASSERT_TRUE(engine_->Abort(*id).ok());
+  // Finished while its step is still in flight.
+  ASSERT_TRUE(sink->finished());
+  EXPECT_TRUE(sink->status().ok());
+  EXPECT_EQ(sink->end(), GenerateEnd::kAbort);
+  EXPECT_THAT(sink->tokens(), IsEmpty());
+  EXPECT_EQ(sink->completion_tokens(), 0);
+  EXPECT_EQ(engine_->Abort(*id).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine_->Abort("nobody").code(), absl::StatusCode::kNotFound);
+  workers_->Resume();
+  // The next step tells the workers to forget it.
+  ASSERT_TRUE(workers_->AwaitSteps(2, kWait));
+  const std::vector<worker::v1::StepRequest> steps = workers_->steps();
+  EXPECT_THAT(steps[1].release_sequence_ids(), ElementsAre(sequence));
+  EXPECT_THAT(steps[1].chunks(), IsEmpty());
+  // Its late result went nowhere.
+  EXPECT_THAT(sink->tokens(), IsEmpty());
+}
+
+TEST_F(EngineTest, AbortWhileWaiting) {
+  EngineOptions options;
+  options.scheduler.max_num_seqs = 1;
+  Start(options);
+  workers_->Pause();
+  auto running = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Params({5}, 2), running).ok());
+  ASSERT_TRUE(workers_->AwaitPausedStep(kWait));
+  GenerateParams p = Params({6}, 2);
+  p.request_id = "queued";
+  auto queued = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(p, queued).ok());
+  ASSERT_TRUE(engine_->Abort("queued").ok());
+  EXPECT_TRUE(queued->finished());
+  EXPECT_EQ(queued->end(), GenerateEnd::kAbort);
+  EXPECT_EQ(engine_->loads().waiting, 0);
+  workers_->Resume();
+  ASSERT_TRUE(running->AwaitFinish());
+  EXPECT_EQ(running->tokens(), Expected(1, 2));
+  EXPECT_THAT(queued->tokens(), IsEmpty());
+}
+
+// A step that fails on the workers reaches the request as `want`.
+struct FailureCase {
+  absl::Status worker_error;
+  absl::StatusCode want;
+};
+
+class EngineFailureTest : public EngineTest,
+                          public ::testing::WithParamInterface<FailureCase> {};
+
+TEST_P(EngineFailureTest, WorkerFailureReachesTheCaller) {
+  const FailureCase& c = GetParam();
+  auto survivor = Run(Params({5}, 1));
+  ASSERT_EQ(survivor->tokens().size(), 1u);
+  // Its step, then the step that releases it: the failure hits the next.
+  ASSERT_TRUE(workers_->AwaitSteps(2, kWait));
+  workers_->FailNextSteps(c.worker_error);
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Params({5, 6, 7}, 4), sink).ok());
+  ASSERT_TRUE(sink->AwaitFinish());
+  EXPECT_EQ(sink->status().code(), c.want) << sink->status();
+  EXPECT_EQ(sink->end(), GenerateEnd::kAbort);
+  EXPECT_THAT(sink->tokens(), IsEmpty());
+  // Ready again once the workers answer (at once for a refused plan).
+  ASSERT_TRUE(engine_->AwaitReady(kWait));
+  EXPECT_EQ(Run(Params({5, 6, 7}, 2))->tokens(), Expected(3, 2));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Codes, EngineFailureTest,
+    ::testing::Values(
+        FailureCase{absl::UnavailableError("worker 1 (h:1): connection lost"),
+                    absl::StatusCode::kUnavailable},
+        FailureCase{absl::DeadlineExceededError("worker 0 (h:0): deadline"),
+                    absl::StatusCode::kUnavailable},
+        FailureCase{absl::ResourceExhaustedError("worker 0: KV cache full"),
+                    absl::StatusCode::kResourceExhausted},
+        FailureCase{absl::InvalidArgumentError("worker 0: bad plan"),
+                    absl::StatusCode::kInternal}));
+
+TEST_F(EngineTest, LostGroupMakesTheEngineNotReadyUntilTheWorkersAnswer) {
+  workers_->FailNextSteps(absl::UnavailableError("worker 0: gone"));
+  workers_->Pause();
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Params({5}, 4), sink).ok());
+  ASSERT_TRUE(workers_->AwaitPausedStep(kWait));
+  // The worker does not come back at once.
+  workers_->SetInfoStatus(absl::UnavailableError("worker 0 restarting"));
+  workers_->Resume();
+  ASSERT_TRUE(sink->AwaitFinish());
+  EXPECT_EQ(sink->status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(engine_->ready());
+  EXPECT_EQ(engine_->Submit(Params({5}, 1), std::make_shared<RecordingSink>())
+                .status()
+                .code(),
+            absl::StatusCode::kUnavailable);
+  workers_->SetInfoStatus(absl::OkStatus());
+  ASSERT_TRUE(engine_->AwaitReady(kWait));
+  EXPECT_EQ(Run(Params({5}, 1))->tokens(), Expected(1, 1));
+}
+
+TEST_F(EngineTest, StopFailsLiveRequestsWithUnavailable) {
+  workers_->Pause();
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Params({5}, 10), sink).ok());
+  ASSERT_TRUE(workers_->AwaitPausedStep(kWait));
+  // Stop while the step is in flight: the loop ends after it.
+  std::thread stopper([this] { engine_->Stop(); });
+  const absl::Time deadline = absl::Now() + kWait;
+  while (engine_->alive() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_FALSE(engine_->alive());
+  workers_->Resume();
+  stopper.join();
+  ASSERT_TRUE(sink->finished());
+  EXPECT_EQ(sink->status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(engine_->Submit(Params({5}, 1), std::make_shared<RecordingSink>())
+                .status()
+                .code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST(EngineCreateTest, RefusesBadOptions) {
+  FakeWorkerGroup workers;
+  MetricsRegistry metrics;
+  EXPECT_EQ(Engine::Create(EngineOptions(), nullptr, &metrics).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EngineOptions options;
+  options.ready_poll_interval = absl::ZeroDuration();
+  EXPECT_EQ(Engine::Create(options, &workers, &metrics).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options = EngineOptions();
+  options.max_prefetch_hints = -1;
+  EXPECT_EQ(Engine::Create(options, &workers, &metrics).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mneme::coordinator

@@ -1,0 +1,119 @@
+#include "tests/services/coordinator/fake_worker_group.h"
+
+#include <utility>
+
+namespace mneme::coordinator::testing {
+
+namespace v1 = worker::v1;
+
+FakeWorkerGroup::FakeWorkerGroup(FakeWorkerGroupOptions options)
+    : options_(std::move(options)), rule_(&FakeWorkerGroup::DefaultToken) {}
+
+int64_t FakeWorkerGroup::DefaultToken(uint64_t /*sequence_id*/,
+                                      int64_t position) {
+  return 100 + position % 800;
+}
+
+absl::StatusOr<v1::StepResponse> FakeWorkerGroup::Step(
+    const v1::StepRequest& request) {
+  absl::MutexLock lock(&mu_);
+  steps_.push_back(request);
+  ++waiting_;
+  mu_.Await(absl::Condition(
+      +[](bool* paused) { return !*paused; }, &paused_));
+  --waiting_;
+  if (!step_failures_.empty()) {
+    absl::Status st = std::move(step_failures_.front());
+    step_failures_.pop_front();
+    return st;
+  }
+  v1::StepResponse response;
+  response.set_step_id(request.step_id());
+  for (const v1::SequenceChunk& c : request.chunks()) {
+    v1::ChunkResult* r = response.add_results();
+    r->set_sequence_id(c.sequence_id());
+    if (c.output() == v1::OUTPUT_SAMPLE) {
+      r->set_token_id(
+          rule_(c.sequence_id(), c.start_position() + c.token_ids_size()));
+      r->set_logprob(-0.5f);
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::GetInfoResponse>> FakeWorkerGroup::Info() {
+  absl::MutexLock lock(&mu_);
+  ++info_calls_;
+  if (!info_status_.ok()) return info_status_;
+  std::vector<v1::GetInfoResponse> out(options_.size);
+  for (int r = 0; r < options_.size; ++r) {
+    v1::GetInfoResponse& i = out[r];
+    i.set_rank(r);
+    i.set_tp_size(options_.size);
+    i.set_backend("fake");
+    i.set_checkpoint_dir(options_.checkpoint_dir);
+    i.set_vocab_size(options_.vocab_size);
+    i.set_eos_token_id(options_.eos_token_id);
+    i.set_kv_block_rows(options_.kv_block_rows);
+    i.set_ready(true);
+    i.set_kv_bytes_total(options_.kv_bytes_total);
+    i.set_kv_fixed_bytes_per_sequence(options_.kv_fixed_bytes_per_sequence);
+    i.set_kv_bytes_per_token(options_.kv_bytes_per_token);
+    i.set_dcp_size(options_.dcp_size);
+    i.set_dcp_interleave(1);
+    i.set_sliding_window(options_.sliding_window);
+  }
+  return out;
+}
+
+void FakeWorkerGroup::SetTokenRule(TokenRule rule) {
+  absl::MutexLock lock(&mu_);
+  rule_ = std::move(rule);
+}
+
+void FakeWorkerGroup::FailNextSteps(absl::Status status, int count) {
+  absl::MutexLock lock(&mu_);
+  for (int i = 0; i < count; ++i) step_failures_.push_back(status);
+}
+
+void FakeWorkerGroup::SetInfoStatus(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  info_status_ = std::move(status);
+}
+
+void FakeWorkerGroup::Pause() {
+  absl::MutexLock lock(&mu_);
+  paused_ = true;
+}
+
+void FakeWorkerGroup::Resume() {
+  absl::MutexLock lock(&mu_);
+  paused_ = false;
+}
+
+bool FakeWorkerGroup::AwaitPausedStep(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto cond = [this]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return waiting_ > 0; };
+  return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
+}
+
+bool FakeWorkerGroup::AwaitSteps(int n, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto cond = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return static_cast<int>(steps_.size()) >= n;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
+}
+
+std::vector<v1::StepRequest> FakeWorkerGroup::steps() const {
+  absl::MutexLock lock(&mu_);
+  return steps_;
+}
+
+int FakeWorkerGroup::num_info_calls() const {
+  absl::MutexLock lock(&mu_);
+  return info_calls_;
+}
+
+}  // namespace mneme::coordinator::testing

@@ -1,0 +1,95 @@
+#ifndef MNEME_TESTS_SERVICES_COORDINATOR_FAKE_WORKER_GROUP_H_
+#define MNEME_TESTS_SERVICES_COORDINATOR_FAKE_WORKER_GROUP_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/worker/v1/worker.pb.h"
+#include "services/coordinator/worker_group.h"
+
+namespace mneme::coordinator::testing {
+
+struct FakeWorkerGroupOptions {
+  // Ranks. Default: 1.
+  int size = 1;
+  // What GetInfo reports on every rank.
+  // Default: "/fake/checkpoint".
+  std::string checkpoint_dir = "/fake/checkpoint";
+  // Default: 1000.
+  int64_t vocab_size = 1000;
+  // Default: 1.
+  int64_t eos_token_id = 1;
+  // KV cache of a rank. Default: 1 MiB at 16 bytes per token (65536
+  // tokens), 16-row blocks, no fixed bytes, no window, DCP 1.
+  int64_t kv_bytes_total = int64_t{1} << 20;
+  int64_t kv_bytes_per_token = 16;
+  int32_t kv_block_rows = 16;
+  int64_t kv_fixed_bytes_per_sequence = 0;
+  int32_t sliding_window = 0;
+  int32_t dcp_size = 1;
+};
+
+// A deterministic WorkerGroup for the coordinator's unit tests: no workers,
+// no network. Info() answers every rank from the options; Step() answers
+// every chunk that samples with a token from the token rule (by default
+// DefaultToken) and a logprob of -0.5, and records every request. Errors
+// can be injected into the next steps or into Info(), and steps can be held
+// (Pause) so that a test acts while a step is in flight. Thread-safe.
+class FakeWorkerGroup final : public WorkerGroup {
+ public:
+  // The token a chunk samples: a function of the sequence and the position
+  // of the new token.
+  using TokenRule =
+      std::function<int64_t(uint64_t sequence_id, int64_t position)>;
+
+  explicit FakeWorkerGroup(FakeWorkerGroupOptions options = {});
+
+  // 100 + position % 800: never the default eos token, always in the
+  // default vocabulary.
+  static int64_t DefaultToken(uint64_t sequence_id, int64_t position);
+
+  int size() const override { return options_.size; }
+  absl::StatusOr<worker::v1::StepResponse> Step(
+      const worker::v1::StepRequest& request) override;
+  absl::StatusOr<std::vector<worker::v1::GetInfoResponse>> Info() override;
+
+  void SetTokenRule(TokenRule rule);
+  // The next `count` steps fail with `status` (nothing is sampled).
+  void FailNextSteps(absl::Status status, int count = 1);
+  // Info() fails with `status` until called again with OK.
+  void SetInfoStatus(absl::Status status);
+  // While paused, Step() waits (after recording its request) until Resume().
+  void Pause();
+  void Resume();
+  // Waits up to `timeout` until a step waits in Pause; true if one does.
+  bool AwaitPausedStep(absl::Duration timeout);
+  // Waits up to `timeout` until `n` steps were received in all.
+  bool AwaitSteps(int n, absl::Duration timeout);
+
+  // Every request Step() received, in order.
+  std::vector<worker::v1::StepRequest> steps() const;
+  int num_info_calls() const;
+
+ private:
+  const FakeWorkerGroupOptions options_;
+  mutable absl::Mutex mu_;
+  TokenRule rule_ ABSL_GUARDED_BY(mu_);
+  std::deque<absl::Status> step_failures_ ABSL_GUARDED_BY(mu_);
+  absl::Status info_status_ ABSL_GUARDED_BY(mu_);
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  int info_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<worker::v1::StepRequest> steps_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mneme::coordinator::testing
+
+#endif  // MNEME_TESTS_SERVICES_COORDINATOR_FAKE_WORKER_GROUP_H_

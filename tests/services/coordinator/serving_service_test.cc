@@ -1,0 +1,293 @@
+// The public gRPC Serving API in process (127.0.0.1, any port) over an
+// engine with a fake worker group: validation errors are INVALID_ARGUMENT
+// naming the field, a streamed generation, text prompts, Abort, model info
+// and a worker failure reaching the stream.
+
+#include "services/coordinator/serving_service.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/grpc_channel.h"
+#include "common/inflight_gate.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/serving/v1/serving.grpc.pb.h"
+#include "services/common/server_runner.h"
+#include "tests/services/coordinator/test_engine.h"
+
+namespace mneme::coordinator {
+namespace {
+
+namespace sv1 = ::mneme::serving::v1;
+using ::mneme::coordinator::testing::TestEngine;
+using ::testing::Each;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+std::vector<int64_t> Expected(int prompt_length, int n) {
+  std::vector<int64_t> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back(TestEngine::Token(prompt_length + i));
+  return out;
+}
+
+sv1::GenerateRequest Request(std::vector<int64_t> prompt, int max_new) {
+  sv1::GenerateRequest r;
+  r.mutable_token_ids()->Add(prompt.begin(), prompt.end());
+  r.set_max_new_tokens(max_new);
+  r.mutable_sampling()->set_top_p(1);
+  return r;
+}
+
+struct Outcome {
+  grpc::Status status;
+  std::vector<sv1::GenerateResponse> messages;
+  std::vector<int64_t> tokens;
+  std::vector<float> logprobs;
+  std::string text;
+};
+
+class ServingServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Serve(/*with_codec=*/true); }
+
+  void Serve(bool with_codec) {
+    absl::StatusOr<std::unique_ptr<TestEngine>> t = TestEngine::Create();
+    ASSERT_TRUE(t.ok()) << t.status();
+    t_ = *std::move(t);
+    gate_ = std::make_unique<InflightGate>();
+    absl::StatusOr<std::unique_ptr<ServingService>> service =
+        ServingService::Create(t_->engine.get(), gate_.get(),
+                               with_codec ? t_->codec.get() : nullptr);
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = *std::move(service);
+    absl::StatusOr<std::unique_ptr<ServerRunner>> runner =
+        ServerRunner::Create(ServerOptions(), {service_.get()}, gate_.get());
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    runner_ = *std::move(runner);
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        CreateClientChannel(runner_->address().ToString(), {});
+    ASSERT_TRUE(channel.ok()) << channel.status();
+    stub_ = sv1::Serving::NewStub(*channel);
+  }
+
+  void TearDown() override {
+    if (runner_ != nullptr) runner_->Drain();
+    if (t_ != nullptr) t_->engine->Stop();
+  }
+
+  Outcome Generate(const sv1::GenerateRequest& request) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    std::unique_ptr<grpc::ClientReader<sv1::GenerateResponse>> reader =
+        stub_->Generate(&context, request);
+    Outcome o;
+    sv1::GenerateResponse m;
+    while (reader->Read(&m)) {
+      o.tokens.insert(o.tokens.end(), m.token_ids().begin(),
+                      m.token_ids().end());
+      o.logprobs.insert(o.logprobs.end(), m.logprobs().begin(),
+                        m.logprobs().end());
+      o.text += m.text();
+      o.messages.push_back(m);
+    }
+    o.status = reader->Finish();
+    return o;
+  }
+
+  std::unique_ptr<TestEngine> t_;
+  std::unique_ptr<InflightGate> gate_;
+  std::unique_ptr<ServingService> service_;
+  std::unique_ptr<ServerRunner> runner_;
+  std::unique_ptr<sv1::Serving::Stub> stub_;
+};
+
+TEST_F(ServingServiceTest, StreamsAGeneration) {
+  sv1::GenerateRequest r = Request({5, 6, 7}, 4);
+  r.set_request_id("mine");
+  r.set_ignore_eos(true);
+  r.set_logprobs(true);
+  const Outcome o = Generate(r);
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  ASSERT_GE(o.messages.size(), 1u);
+  // Every message names the request; only the last one finishes it.
+  for (const sv1::GenerateResponse& m : o.messages) {
+    EXPECT_EQ(m.request_id(), "mine");
+  }
+  EXPECT_EQ(o.tokens, Expected(3, 4));
+  EXPECT_EQ(o.logprobs.size(), 4u);
+  EXPECT_THAT(o.logprobs, Each(-0.5f));
+  const sv1::GenerateResponse& last = o.messages.back();
+  EXPECT_EQ(last.finish_reason(), sv1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(last.prompt_tokens(), 3);
+  EXPECT_EQ(last.completion_tokens(), 4);
+  for (size_t i = 0; i + 1 < o.messages.size(); ++i) {
+    EXPECT_EQ(o.messages[i].finish_reason(), sv1::FINISH_REASON_UNSPECIFIED);
+  }
+}
+
+TEST_F(ServingServiceTest, DefaultsAndStopTokens) {
+  // max_new_tokens 0 is the default (16); no logprobs unless asked.
+  sv1::GenerateRequest r = Request({5}, 0);
+  Outcome o = Generate(r);
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  EXPECT_EQ(o.tokens, Expected(1, 16));
+  EXPECT_THAT(o.logprobs, IsEmpty());
+  EXPECT_FALSE(o.messages.front().request_id().empty());
+
+  r = Request({5}, 10);
+  r.add_stop_token_ids(Expected(1, 2)[1]);
+  o = Generate(r);
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  EXPECT_EQ(o.tokens, Expected(1, 2));
+  EXPECT_EQ(o.messages.back().finish_reason(), sv1::FINISH_REASON_STOP);
+}
+
+TEST_F(ServingServiceTest, InvalidRequestsAreInvalidArgumentNamingTheField) {
+  struct Case {
+    sv1::GenerateRequest request;
+    std::string field;
+  };
+  std::vector<Case> cases;
+  cases.push_back({Request({}, 4), "'token_ids'"});
+  cases.push_back({Request({5}, -1), "'max_new_tokens'"});
+  cases.push_back({Request({5}, 4), "'stop_token_ids'"});
+  cases.back().request.add_stop_token_ids(1 << 30);
+  cases.push_back({Request(std::vector<int64_t>(300, 5), 4), "'token_ids'"});
+  cases.push_back({Request({5, 1 << 30}, 4), "'token_ids'"});
+  cases.push_back({Request({5}, 4), "'temperature'"});
+  cases.back().request.mutable_sampling()->set_temperature(2e4);
+  cases.push_back({Request({5}, 4), "'top_p'"});
+  cases.back().request.mutable_sampling()->set_top_p(1.5);
+  cases.push_back({Request({5}, 4), "'top_k'"});
+  cases.back().request.mutable_sampling()->set_top_k(-1);
+  cases.push_back({Request({5}, 4), "'min_p'"});
+  cases.back().request.mutable_sampling()->set_min_p(-0.5);
+  cases.push_back({Request({5}, 4), "'request_id'"});
+  cases.back().request.set_request_id(std::string(200, 'r'));
+  // Text-only fields.
+  cases.push_back({Request({5}, 4), "stop strings need a text prompt"});
+  cases.back().request.add_stop("x");
+  cases.push_back({Request({5}, 4), "not both"});
+  cases.back().request.set_prompt("hello");
+  cases.push_back({Request({}, 4), "'stop'"});
+  cases.back().request.set_prompt("hello");
+  for (int i = 0; i < 17; ++i) cases.back().request.add_stop("s");
+  cases.push_back({Request({}, 300), "'prompt'"});
+  cases.back().request.set_prompt("hello");
+  for (const Case& c : cases) {
+    const Outcome o = Generate(c.request);
+    EXPECT_EQ(o.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << c.field << ": " << o.status.error_message();
+    EXPECT_THAT(o.status.error_message(), HasSubstr(c.field));
+    EXPECT_THAT(o.tokens, IsEmpty());
+  }
+  EXPECT_TRUE(t_->workers->steps().empty());
+  EXPECT_TRUE(Generate(Request({5}, 1)).status.ok());
+}
+
+TEST_F(ServingServiceTest, TextPromptStreamsText) {
+  sv1::GenerateRequest r;
+  r.set_prompt("hello world");
+  r.set_max_new_tokens(6);
+  r.set_ignore_eos(true);
+  const Outcome o = Generate(r);
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  std::string all;
+  for (const sv1::GenerateResponse& m : o.messages) all += m.DebugString();
+  EXPECT_EQ(o.tokens.size(), 6u) << all;
+  EXPECT_EQ(o.messages.back().finish_reason(), sv1::FINISH_REASON_LENGTH)
+      << all;
+  // The prompt was tokenized: the workers saw its ids.
+  const std::vector<worker::v1::StepRequest> steps = t_->workers->steps();
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps[0].chunks(0).token_ids_size(),
+            o.messages.back().prompt_tokens());
+  // The streamed text is the decoding of the streamed tokens.
+  absl::StatusOr<const text::Tokenizer*> tokenizer = t_->codec->tokenizer();
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ(o.text,
+            (*tokenizer)->Decode(o.tokens, text::SkipSpecialTokens::kYes));
+}
+
+TEST_F(ServingServiceTest, TextPromptWithoutTokenizerIsFailedPrecondition) {
+  TearDown();
+  stub_.reset();
+  runner_.reset();
+  service_.reset();
+  gate_.reset();
+  t_.reset();
+  Serve(/*with_codec=*/false);
+  sv1::GenerateRequest r;
+  r.set_prompt("hello");
+  EXPECT_EQ(Generate(r).status.error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(ServingServiceTest, AbortModelInfoAndLoads) {
+  grpc::ClientContext abort_context;
+  sv1::AbortRequest abort;
+  abort.set_request_id("nobody");
+  sv1::AbortResponse abort_response;
+  EXPECT_EQ(stub_->Abort(&abort_context, abort, &abort_response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  grpc::ClientContext info_context;
+  sv1::GetModelInfoResponse info;
+  ASSERT_TRUE(
+      stub_->GetModelInfo(&info_context, sv1::GetModelInfoRequest(), &info)
+          .ok());
+  EXPECT_EQ(info.checkpoint(), "/fake/checkpoint");
+  EXPECT_EQ(info.vocab_size(), t_->engine->model_info()->vocab_size);
+  EXPECT_EQ(info.max_context_tokens(), 256);
+  EXPECT_EQ(info.tp_size(), 1);
+
+  grpc::ClientContext loads_context;
+  sv1::GetLoadsResponse loads;
+  ASSERT_TRUE(
+      stub_->GetLoads(&loads_context, sv1::GetLoadsRequest(), &loads).ok());
+  EXPECT_EQ(loads.running_requests(), 0);
+  EXPECT_EQ(loads.waiting_requests(), 0);
+}
+
+TEST_F(ServingServiceTest, AbortEndsTheStreamWithAbort) {
+  t_->workers->Pause();
+  sv1::GenerateRequest r = Request({5, 6}, 50);
+  r.set_request_id("long");
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  std::unique_ptr<grpc::ClientReader<sv1::GenerateResponse>> reader =
+      stub_->Generate(&context, r);
+  sv1::GenerateResponse hello;
+  ASSERT_TRUE(reader->Read(&hello));
+  EXPECT_EQ(hello.request_id(), "long");
+  ASSERT_TRUE(t_->workers->AwaitPausedStep(absl::Seconds(30)));
+  grpc::ClientContext abort_context;
+  sv1::AbortRequest abort;
+  abort.set_request_id("long");
+  sv1::AbortResponse abort_response;
+  ASSERT_TRUE(stub_->Abort(&abort_context, abort, &abort_response).ok());
+  t_->workers->Resume();
+  sv1::GenerateResponse m, last;
+  while (reader->Read(&m)) last = m;
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(last.finish_reason(), sv1::FINISH_REASON_ABORT);
+  EXPECT_EQ(last.completion_tokens(), 0);
+}
+
+TEST_F(ServingServiceTest, WorkerFailureEndsTheStreamUnavailable) {
+  t_->workers->FailNextSteps(absl::UnavailableError("worker 0 (h:0): gone"));
+  const Outcome o = Generate(Request({5, 6}, 4));
+  EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << o.status.error_message();
+  EXPECT_THAT(o.tokens, IsEmpty());
+}
+
+}  // namespace
+}  // namespace mneme::coordinator
