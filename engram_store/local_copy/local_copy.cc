@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engram_store/local_copy/range_checksum.h"
 
 namespace mneme::engram {
@@ -18,9 +19,8 @@ constexpr size_t kVerifyBufferBytes = 8u << 20;
 absl::StatusOr<LocalCopyManifest> ReadLocalCopyManifest(
     const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/", kLocalCopyManifestFileName);
-  absl::StatusOr<bool> dir_exists = PathExists(dir);
-  if (!dir_exists.ok()) return dir_exists.status();
-  if (!*dir_exists) {
+  ASSIGN_OR_RETURN(bool dir_exists, PathExists(dir));
+  if (!dir_exists) {
     return absl::NotFoundError(absl::StrCat("no local copy at '", dir,
                                             "': the directory does not exist"));
   }
@@ -38,46 +38,36 @@ absl::StatusOr<LocalCopyManifest> ReadLocalCopyManifest(
 absl::StatusOr<std::unique_ptr<LocalCopy>> LocalCopy::Open(
     const std::string& dir, const EngramCheckpoint& source,
     const LocalCopyTarget& target, const LocalCopyOpenOptions& options) {
-  if (absl::Status s = ValidateTarget(target); !s.ok()) return s;
-  absl::StatusOr<LocalCopyManifest> manifest = ReadLocalCopyManifest(dir);
-  if (!manifest.ok()) return manifest.status();
-  absl::StatusOr<SourceIdentity> identity = IdentifySource(source);
-  if (!identity.ok()) return identity.status();
+  RETURN_IF_ERROR(ValidateTarget(target));
+  ASSIGN_OR_RETURN(LocalCopyManifest manifest, ReadLocalCopyManifest(dir));
+  ASSIGN_OR_RETURN(SourceIdentity identity, IdentifySource(source));
   // The range size only changes how rows are split into entries, which the
   // comparison ignores.
-  absl::StatusOr<LocalCopyManifest> expected =
-      PlanLocalCopy(source, *identity, target, /*max_range_bytes=*/1ull << 40);
-  if (!expected.ok()) return expected.status();
-  if (absl::Status s = CheckManifestMatches(*manifest, *expected, dir);
-      !s.ok()) {
-    return s;
-  }
+  ASSIGN_OR_RETURN(
+      LocalCopyManifest expected,
+      PlanLocalCopy(source, identity, target, /*max_range_bytes=*/1ull << 40));
+  RETURN_IF_ERROR(CheckManifestMatches(manifest, expected, dir));
 
   auto copy = std::unique_ptr<LocalCopy>(new LocalCopy());
   copy->dir_ = dir;
-  copy->manifest_ = *std::move(manifest);
+  copy->manifest_ = std::move(manifest);
   copy->files_.reserve(copy->manifest_.layers.size());
   for (const LocalCopyLayer& layer : copy->manifest_.layers) {
     LayerFile file;
     file.layer = &layer;
     file.path = absl::StrCat(dir, "/", layer.data_file);
-    absl::StatusOr<ScopedFd> fd = OpenForRead(file.path);
-    if (!fd.ok()) return fd.status();
-    absl::StatusOr<uint64_t> size = FileSize(fd->get(), file.path);
-    if (!size.ok()) return size.status();
-    if (*size != layer.data_bytes()) {
+    ASSIGN_OR_RETURN(ScopedFd fd, OpenForRead(file.path));
+    ASSIGN_OR_RETURN(uint64_t size, FileSize(fd.get(), file.path));
+    if (size != layer.data_bytes()) {
       return absl::DataLossError(
-          absl::StrCat("local copy data file '", file.path, "' is ", *size,
+          absl::StrCat("local copy data file '", file.path, "' is ", size,
                        " bytes, the manifest says ", layer.data_bytes()));
     }
-    file.fd = *std::move(fd);
+    file.fd = std::move(fd);
     copy->files_.push_back(std::move(file));
   }
   if (options.verify_checksums) {
-    if (absl::Status s = copy->VerifyChecksums(options.verify_page_cache);
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(copy->VerifyChecksums(options.verify_page_cache));
   }
   return copy;
 }
@@ -145,12 +135,9 @@ absl::Status LocalCopy::ReadRawRows(int layer, absl::Span<const int64_t> ids,
           absl::StrCat("row ", ids[i], " of layer ", layer,
                        " is not in local copy '", dir_, "'"));
     }
-    if (absl::Status s =
-            PreadFully(file->fd.get(), *offset,
-                       out.subspan(i * row_bytes, row_bytes), file->path);
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(PreadFully(file->fd.get(), *offset,
+                               out.subspan(i * row_bytes, row_bytes),
+                               file->path));
   }
   return absl::OkStatus();
 }
@@ -160,12 +147,12 @@ absl::Status LocalCopy::VerifyChecksums(PageCachePolicy page_cache) const {
   for (const LayerFile& file : files_) {
     const uint64_t row_bytes = file.layer->row_bytes();
     for (const LocalCopyRange& range : file.layer->ranges) {
-      absl::StatusOr<uint32_t> crc =
+      ASSIGN_OR_RETURN(
+          uint32_t crc,
           Crc32cOfFileRange(file.fd.get(), range.offset,
                             static_cast<uint64_t>(range.count) * row_bytes,
-                            file.path, absl::MakeSpan(buffer), page_cache);
-      if (!crc.ok()) return crc.status();
-      if (*crc != range.crc32c) {
+                            file.path, absl::MakeSpan(buffer), page_cache));
+      if (crc != range.crc32c) {
         return absl::DataLossError(absl::StrCat(
             "local copy '", dir_, "': layer ", file.layer->layer, " rows [",
             range.first_row, ", ", range.end_row(), ") in '", file.path,

@@ -25,142 +25,28 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/file_io.h"
+#include "common/status_macros.h"
 #include "engram_store/local_copy/crc32c.h"
 #include "engram_store/local_copy/local_copy.h"
+#include "engram_store/local_copy/localize_journal.h"
 
 namespace mneme::engram {
 namespace {
 
-constexpr char kJournalMagic[] = "mneme-localize-journal 1 ";
-constexpr uint64_t kMaxJournalBytes = 256ull << 20;
+using localize_internal::AppendAll;
+using localize_internal::ErrnoError;
+using localize_internal::JournalContents;
+using localize_internal::JournalEntryLine;
+using localize_internal::KeyOf;
+using localize_internal::kJournalMagic;
+using localize_internal::MakeDirs;
+using localize_internal::RangeKey;
+using localize_internal::ReadJournal;
+using localize_internal::RemoveIfExists;
+using localize_internal::SyncDir;
+
 constexpr int kMaxThreads = 64;
 constexpr uint64_t kMaxChunkBytes = 1ull << 30;
-
-absl::Status ErrnoError(int error, absl::string_view what,
-                        absl::string_view path) {
-  return absl::ErrnoToStatus(error, absl::StrCat(what, " '", path, "'"));
-}
-
-// ---------------------------------------------------------------------------
-// Directory helpers.
-
-// mkdir -p: each prefix of `path` ending before a '/', then `path`.
-absl::Status MakeDirs(const std::string& path) {
-  for (size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
-    const std::string prefix =
-        slash == std::string::npos ? path : path.substr(0, slash);
-    if (!prefix.empty() && prefix.back() != '/' &&
-        ::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoError(errno, "cannot create directory", prefix);
-    }
-    if (slash == std::string::npos) break;
-  }
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    return ErrnoError(errno, "cannot stat", path);
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("out_dir '", path, "' is not a directory"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SyncDir(int dir_fd, absl::string_view path) {
-  if (::fsync(dir_fd) != 0 && errno != EINVAL) {
-    return ErrnoError(errno, "fsync of directory", path);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RemoveIfExists(const std::string& path) {
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return ErrnoError(errno, "cannot remove", path);
-  }
-  return absl::OkStatus();
-}
-
-// ---------------------------------------------------------------------------
-// The journal: a header line holding the plan (compact manifest JSON), then
-// one line per range done. Lines are appended whole; a torn last line (no
-// newline) is ignored, and every entry is re-verified before it is trusted.
-
-using RangeKey = std::tuple<int, int64_t, int64_t, uint64_t>;
-
-RangeKey KeyOf(int layer, const LocalCopyRange& range) {
-  return {layer, range.first_row, range.count, range.offset};
-}
-
-struct JournalContents {
-  // nullopt when the header cannot be parsed.
-  std::optional<LocalCopyManifest> plan;
-  // Completed ranges and their checksums; a later line wins.
-  std::map<RangeKey, uint32_t> entries;
-};
-
-std::string JournalEntryLine(int layer, const LocalCopyRange& range) {
-  return absl::StrFormat("range %d %d %d %d %08x\n", layer, range.first_row,
-                         range.count, range.offset, range.crc32c);
-}
-
-std::optional<std::pair<RangeKey, uint32_t>> ParseJournalEntry(
-    absl::string_view line) {
-  std::vector<absl::string_view> parts = absl::StrSplit(line, ' ');
-  if (parts.size() != 6 || parts[0] != "range" || parts[5].size() != 8) {
-    return std::nullopt;
-  }
-  int layer = 0;
-  int64_t first = 0;
-  int64_t count = 0;
-  uint64_t offset = 0;
-  uint32_t crc = 0;
-  if (!absl::SimpleAtoi(parts[1], &layer) ||
-      !absl::SimpleAtoi(parts[2], &first) ||
-      !absl::SimpleAtoi(parts[3], &count) ||
-      !absl::SimpleAtoi(parts[4], &offset) ||
-      !absl::SimpleHexAtoi(parts[5], &crc)) {
-    return std::nullopt;
-  }
-  return std::make_pair(RangeKey{layer, first, count, offset}, crc);
-}
-
-// nullopt when there is no journal.
-absl::StatusOr<std::optional<JournalContents>> ReadJournal(
-    const std::string& path) {
-  absl::StatusOr<std::string> text = ReadSmallFile(path, kMaxJournalBytes);
-  if (absl::IsNotFound(text.status())) return std::nullopt;
-  if (!text.ok()) return text.status();
-  JournalContents journal;
-  std::vector<absl::string_view> lines = absl::StrSplit(*text, '\n');
-  // The piece after the last newline is empty or a torn line.
-  lines.pop_back();
-  if (lines.empty() || !absl::StartsWith(lines[0], kJournalMagic)) {
-    return journal;
-  }
-  absl::string_view header = lines[0];
-  header.remove_prefix(std::strlen(kJournalMagic));
-  absl::StatusOr<LocalCopyManifest> plan = ParseManifest(header, path);
-  if (!plan.ok()) return journal;
-  journal.plan = *std::move(plan);
-  for (size_t i = 1; i < lines.size(); ++i) {
-    if (auto entry = ParseJournalEntry(lines[i])) {
-      journal.entries[entry->first] = entry->second;
-    }
-  }
-  return journal;
-}
-
-absl::Status AppendAll(int fd, absl::string_view data, absl::string_view path) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(errno, "cannot append to", path);
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
 
 // ---------------------------------------------------------------------------
 
@@ -168,7 +54,7 @@ absl::Status ValidateOptions(const LocalizeOptions& options) {
   if (options.out_dir.empty()) {
     return absl::InvalidArgumentError("out_dir is required");
   }
-  if (absl::Status s = ValidateTarget(options.target); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateTarget(options.target));
   if (options.threads < 1 || options.threads > kMaxThreads) {
     return absl::InvalidArgumentError(absl::StrCat(
         "threads must be in [1, ", kMaxThreads, "], got ", options.threads));
@@ -310,17 +196,14 @@ absl::Status LocalizeRun::ParallelFor(
 absl::Status LocalizeRun::OpenLayers(int data_flags) {
   layers_.clear();
   for (const LocalCopyLayer& layer : plan_.layers) {
-    absl::StatusOr<const checkpoint::EngramTableLocation*> table =
-        source_.Table(layer.layer);
-    if (!table.ok()) return table.status();
+    ASSIGN_OR_RETURN(const checkpoint::EngramTableLocation* table,
+                     source_.Table(layer.layer));
     LayerIo io;
-    io.table = *table;
-    absl::StatusOr<ScopedFd> weights = OpenForRead(io.table->shard_path);
-    if (!weights.ok()) return weights.status();
-    absl::StatusOr<ScopedFd> scales = OpenForRead(io.table->scale_shard_path);
-    if (!scales.ok()) return scales.status();
-    io.weights = *std::move(weights);
-    io.scales = *std::move(scales);
+    io.table = table;
+    ASSIGN_OR_RETURN(ScopedFd weights, OpenForRead(io.table->shard_path));
+    ASSIGN_OR_RETURN(ScopedFd scales, OpenForRead(io.table->scale_shard_path));
+    io.weights = std::move(weights);
+    io.scales = std::move(scales);
     // Advice only.
     (void)::posix_fadvise(io.weights.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
     (void)::posix_fadvise(io.scales.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
@@ -416,9 +299,8 @@ absl::Status LocalizeRun::Prepare(bool* complete) {
   if (have_manifest) {
     bool all_good = true;
     if (options_.verify) {
-      absl::StatusOr<bool> verified = VerifyExisting(*existing);
-      if (!verified.ok()) return verified.status();
-      all_good = *verified;
+      ASSIGN_OR_RETURN(bool verified, VerifyExisting(*existing));
+      all_good = verified;
     }
     if (all_good) {
       // The same copy, intact; a journal left by a crash after the manifest
@@ -427,11 +309,10 @@ absl::Status LocalizeRun::Prepare(bool* complete) {
       return RemoveIfExists(journal_path_);
     }
   } else {
-    absl::StatusOr<std::optional<JournalContents>> journal =
-        ReadJournal(journal_path_);
-    if (!journal.ok()) return journal.status();
-    if (journal->has_value() && (*journal)->plan.has_value()) {
-      const LocalCopyManifest& old_plan = *(*journal)->plan;
+    ASSIGN_OR_RETURN(std::optional<JournalContents> journal,
+                     ReadJournal(journal_path_));
+    if (journal.has_value() && journal->plan.has_value()) {
+      const LocalCopyManifest& old_plan = *journal->plan;
       if (!(old_plan.target == plan_.target) && !options_.force) {
         return absl::FailedPreconditionError(absl::StrCat(
             "'", options_.out_dir, "' holds an unfinished copy of ",
@@ -440,7 +321,7 @@ absl::Status LocalizeRun::Prepare(bool* complete) {
       }
       // A journal of another source is stale: its ranges are recopied.
       if (CheckManifestMatches(old_plan, plan_, options_.out_dir).ok()) {
-        for (const auto& [key, crc] : (*journal)->entries) {
+        for (const auto& [key, crc] : journal->entries) {
           const LocalCopyLayer* planned = plan_.FindLayer(std::get<0>(key));
           const LocalCopyLayer* old_layer =
               old_plan.FindLayer(std::get<0>(key));
@@ -475,9 +356,7 @@ absl::Status LocalizeRun::WriteJournal() {
                          .crc32c = candidate.crc32c};
     absl::StrAppend(&text, JournalEntryLine(std::get<0>(key), range));
   }
-  if (absl::Status s = WriteFileAtomically(journal_path_, text); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(WriteFileAtomically(journal_path_, text));
   int fd;
   do {
     fd = ::open(journal_path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
@@ -510,19 +389,13 @@ absl::StatusOr<uint32_t> LocalizeRun::CopyRange(const LayerIo& io,
     const size_t weight_bytes = static_cast<size_t>(n * w);
     const size_t scale_bytes = static_cast<size_t>(n * s);
     const size_t raw_bytes = static_cast<size_t>(n * row_bytes);
-    if (absl::Status st = PreadFully(
-            io.weights.get(), weight_offset,
-            absl::MakeSpan(buffers.weights.data(), weight_bytes), t.shard_path);
-        !st.ok()) {
-      return st;
-    }
-    if (absl::Status st =
-            PreadFully(io.scales.get(), scale_offset,
-                       absl::MakeSpan(buffers.scales.data(), scale_bytes),
-                       t.scale_shard_path);
-        !st.ok()) {
-      return st;
-    }
+    RETURN_IF_ERROR(PreadFully(
+        io.weights.get(), weight_offset,
+        absl::MakeSpan(buffers.weights.data(), weight_bytes), t.shard_path));
+    RETURN_IF_ERROR(
+        PreadFully(io.scales.get(), scale_offset,
+                   absl::MakeSpan(buffers.scales.data(), scale_bytes),
+                   t.scale_shard_path));
     MaybeReleasePages(io.weights.get(), weight_offset, weight_bytes,
                       options_.page_cache);
     MaybeReleasePages(io.scales.get(), scale_offset, scale_bytes,
@@ -534,13 +407,9 @@ absl::StatusOr<uint32_t> LocalizeRun::CopyRange(const LayerIo& io,
     }
     const absl::Span<const uint8_t> chunk(raw, raw_bytes);
     crc = ExtendCrc32c(crc, chunk);
-    if (absl::Status st =
-            PwriteFully(io.data.get(),
-                        range.offset + static_cast<uint64_t>(done) * row_bytes,
-                        chunk, io.data_path);
-        !st.ok()) {
-      return st;
-    }
+    RETURN_IF_ERROR(PwriteFully(
+        io.data.get(), range.offset + static_cast<uint64_t>(done) * row_bytes,
+        chunk, io.data_path));
     done += n;
   }
   const uint64_t bytes = static_cast<uint64_t>(range.count) * row_bytes;
@@ -549,15 +418,15 @@ absl::StatusOr<uint32_t> LocalizeRun::CopyRange(const LayerIo& io,
   }
   MaybeReleasePages(io.data.get(), range.offset, bytes, options_.page_cache);
   if (options_.verify) {
-    absl::StatusOr<uint32_t> written =
+    ASSIGN_OR_RETURN(
+        uint32_t written,
         Crc32cOfFileRange(io.data.get(), range.offset, bytes, io.data_path,
-                          absl::MakeSpan(buffers.raw), options_.page_cache);
-    if (!written.ok()) return written.status();
-    if (*written != crc) {
+                          absl::MakeSpan(buffers.raw), options_.page_cache));
+    if (written != crc) {
       return absl::DataLossError(absl::StrFormat(
           "layer %d rows [%d, %d) read back from '%s' differ from the source "
           "(CRC-32C %08x, source %08x)",
-          t.layer, range.first_row, range.end_row(), io.data_path, *written,
+          t.layer, range.first_row, range.end_row(), io.data_path, written,
           crc));
     }
   }
@@ -588,19 +457,15 @@ absl::Status LocalizeRun::DoRange(size_t layer_index, size_t range_index,
   if (reused) {
     range.crc32c = candidate->second.crc32c;
   } else {
-    absl::StatusOr<uint32_t> crc = CopyRange(io, range, buffers);
-    if (!crc.ok()) return crc.status();
-    range.crc32c = *crc;
+    ASSIGN_OR_RETURN(uint32_t crc, CopyRange(io, range, buffers));
+    range.crc32c = crc;
   }
 
   absl::MutexLock lock(&mu_);
   if (!reused) {
-    if (absl::Status s =
-            AppendAll(journal_fd_.get(), JournalEntryLine(layer.layer, range),
-                      journal_path_);
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(AppendAll(journal_fd_.get(),
+                              JournalEntryLine(layer.layer, range),
+                              journal_path_));
     ++ranges_copied_;
     progress_.bytes_copied += bytes;
   } else {
@@ -637,32 +502,23 @@ absl::Status LocalizeRun::Finish() {
     if (::fdatasync(io.data.get()) != 0) {
       return ErrnoError(errno, "fdatasync", io.data_path);
     }
-    if (absl::Status s = io.data.Close(io.data_path); !s.ok()) return s;
+    RETURN_IF_ERROR(io.data.Close(io.data_path));
   }
-  if (absl::Status s = SyncDir(dir_fd_.get(), options_.out_dir); !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<SourceIdentity> now = IdentifySource(source_);
-  if (!now.ok()) return now.status();
+  RETURN_IF_ERROR(SyncDir(dir_fd_.get(), options_.out_dir));
+  ASSIGN_OR_RETURN(SourceIdentity now, IdentifySource(source_));
   if (std::optional<std::string> diff =
-          DescribeSourceMismatch(identity_, *now)) {
+          DescribeSourceMismatch(identity_, now)) {
     return absl::AbortedError(absl::StrCat(
         "the checkpoint changed during the copy (", *diff, "); run again"));
   }
-  if (absl::Status s =
-          WriteFileAtomically(manifest_path_, ManifestToJson(plan_));
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = SyncDir(dir_fd_.get(), options_.out_dir); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = journal_fd_.Close(journal_path_); !s.ok()) return s;
+  RETURN_IF_ERROR(WriteFileAtomically(manifest_path_, ManifestToJson(plan_)));
+  RETURN_IF_ERROR(SyncDir(dir_fd_.get(), options_.out_dir));
+  RETURN_IF_ERROR(journal_fd_.Close(journal_path_));
   return RemoveIfExists(journal_path_);
 }
 
 absl::StatusOr<LocalizeSummary> LocalizeRun::Run() {
-  if (absl::Status s = MakeDirs(options_.out_dir); !s.ok()) return s;
+  RETURN_IF_ERROR(MakeDirs(options_.out_dir));
   struct stat out_st;
   struct stat source_st;
   if (::stat(options_.out_dir.c_str(), &out_st) != 0) {
@@ -694,21 +550,19 @@ absl::StatusOr<LocalizeSummary> LocalizeRun::Run() {
   journal_path_ =
       absl::StrCat(options_.out_dir, "/", kLocalCopyJournalFileName);
 
-  absl::StatusOr<SourceIdentity> identity = IdentifySource(source_);
-  if (!identity.ok()) return identity.status();
-  identity_ = *std::move(identity);
-  absl::StatusOr<LocalCopyManifest> plan = PlanLocalCopy(
-      source_, identity_, options_.target, options_.max_range_bytes);
-  if (!plan.ok()) return plan.status();
-  plan_ = *std::move(plan);
+  ASSIGN_OR_RETURN(SourceIdentity identity, IdentifySource(source_));
+  identity_ = std::move(identity);
+  ASSIGN_OR_RETURN(LocalCopyManifest plan,
+                   PlanLocalCopy(source_, identity_, options_.target,
+                                 options_.max_range_bytes));
+  plan_ = std::move(plan);
 
   bool complete = false;
-  if (absl::Status s = Prepare(&complete); !s.ok()) return s;
+  RETURN_IF_ERROR(Prepare(&complete));
   if (complete) {
-    absl::StatusOr<LocalCopyManifest> existing =
-        ReadLocalCopyManifest(options_.out_dir);
-    if (!existing.ok()) return existing.status();
-    LocalizeSummary summary = Summarize(*existing);
+    ASSIGN_OR_RETURN(LocalCopyManifest existing,
+                     ReadLocalCopyManifest(options_.out_dir));
+    LocalizeSummary summary = Summarize(existing);
     summary.ranges_reused = summary.ranges;
     summary.elapsed = absl::Now() - start_;
     summary.manifest_path = manifest_path_;
@@ -718,9 +572,9 @@ absl::StatusOr<LocalizeSummary> LocalizeRun::Run() {
   // From here the directory is an unfinished copy until the manifest is
   // written again. The journal goes first so that no verified range is
   // forgotten if this run stops early.
-  if (absl::Status s = WriteJournal(); !s.ok()) return s;
-  if (absl::Status s = RemoveIfExists(manifest_path_); !s.ok()) return s;
-  if (absl::Status s = OpenLayers(O_RDWR | O_CREAT); !s.ok()) return s;
+  RETURN_IF_ERROR(WriteJournal());
+  RETURN_IF_ERROR(RemoveIfExists(manifest_path_));
+  RETURN_IF_ERROR(OpenLayers(O_RDWR | O_CREAT));
   for (size_t l = 0; l < plan_.layers.size(); ++l) {
     const LocalCopyLayer& layer = plan_.layers[l];
     const LayerIo& io = layers_[l];
@@ -737,8 +591,8 @@ absl::StatusOr<LocalizeSummary> LocalizeRun::Run() {
       return ErrnoError(errno, "cannot size", io.data_path);
     }
   }
-  if (absl::Status s = CopyAll(); !s.ok()) return s;
-  if (absl::Status s = Finish(); !s.ok()) return s;
+  RETURN_IF_ERROR(CopyAll());
+  RETURN_IF_ERROR(Finish());
 
   // What was written must open as the store will open it.
   absl::StatusOr<std::unique_ptr<LocalCopy>> check =
@@ -763,7 +617,7 @@ absl::StatusOr<LocalizeSummary> LocalizeRun::Run() {
 
 absl::StatusOr<LocalizeSummary> Localize(const EngramCheckpoint& source,
                                          const LocalizeOptions& options) {
-  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateOptions(options));
   LocalizeRun run(source, options);
   return run.Run();
 }
@@ -772,11 +626,10 @@ absl::StatusOr<LocalizeSummary> Localize(const LocalizeOptions& options) {
   if (options.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError("checkpoint_dir is required");
   }
-  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
-  absl::StatusOr<std::unique_ptr<EngramCheckpoint>> source =
-      EngramCheckpoint::Open(options.checkpoint_dir);
-  if (!source.ok()) return source.status();
-  return Localize(**source, options);
+  RETURN_IF_ERROR(ValidateOptions(options));
+  ASSIGN_OR_RETURN(std::unique_ptr<EngramCheckpoint> source,
+                   EngramCheckpoint::Open(options.checkpoint_dir));
+  return Localize(*source, options);
 }
 
 }  // namespace mneme::engram

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "common/file_io.h"
+#include "common/status_macros.h"
 #include "engram_store/local_copy/crc32c.h"
 
 namespace mneme::engram {
@@ -22,11 +23,7 @@ absl::StatusOr<uint32_t> Crc32cOfFileRange(int fd, uint64_t offset,
   for (uint64_t done = 0; done < length;) {
     const size_t n =
         static_cast<size_t>(std::min<uint64_t>(buffer.size(), length - done));
-    if (absl::Status s =
-            PreadFully(fd, offset + done, buffer.subspan(0, n), path);
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(PreadFully(fd, offset + done, buffer.subspan(0, n), path));
     crc = ExtendCrc32c(crc, buffer.subspan(0, n));
     MaybeReleasePages(fd, offset + done, n, page_cache);
     done += n;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace mneme::cli {
 
@@ -110,10 +111,9 @@ absl::StatusOr<double> Args::GetDouble(const std::string& name, double fallback,
 
 absl::StatusOr<std::vector<int64_t>> Args::GetIntList(
     const std::string& name) const {
-  absl::StatusOr<std::string> text = Required(name);
-  if (!text.ok()) return text.status();
+  ASSIGN_OR_RETURN(std::string text, Required(name));
   std::vector<int64_t> values;
-  for (absl::string_view part : absl::StrSplit(*text, ',')) {
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
     int64_t value = 0;
     if (!absl::SimpleAtoi(part, &value)) {
       return absl::InvalidArgumentError(

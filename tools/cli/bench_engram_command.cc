@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "engram_store/engram_store.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/args.h"
@@ -53,39 +54,37 @@ absl::Status RunBenchEngram(const std::vector<std::string>& argv,
   if (argv.empty() || argv[0] != "engram") {
     return absl::InvalidArgumentError("usage: mneme bench engram ...");
   }
-  absl::StatusOr<Args> args =
+  ASSIGN_OR_RETURN(
+      Args args,
       Args::Parse(std::vector<std::string>(argv.begin() + 1, argv.end()),
                   {"checkpoint", "layer", "io", "threads", "tokens-per-step",
                    "steps", "ram-cache-bytes", "seed", "local-copy"},
-                  {"direct", "json"});
-  if (!args.ok()) return args.status();
+                  {"direct", "json"}));
   engram::EngramStoreOptions options;
-  absl::StatusOr<std::string> checkpoint = args->Required("checkpoint");
-  if (!checkpoint.ok()) return checkpoint.status();
-  options.checkpoint_dir = *checkpoint;
-  absl::StatusOr<std::string> io =
-      args->GetChoice("io", "pread", {"pread", "uring"});
-  if (!io.ok()) return io.status();
+  ASSIGN_OR_RETURN(std::string checkpoint, args.Required("checkpoint"));
+  options.checkpoint_dir = checkpoint;
+  ASSIGN_OR_RETURN(std::string io,
+                   args.GetChoice("io", "pread", {"pread", "uring"}));
   options.io_backend =
-      *io == "uring" ? engram::IoBackend::kUring : engram::IoBackend::kPread;
-  options.source_open_mode = args->Has("direct") ? engram::OpenMode::kDirect
-                                                 : engram::OpenMode::kBuffered;
-  absl::StatusOr<int64_t> threads = args->GetInt("threads", 16, 1, 1024);
+      io == "uring" ? engram::IoBackend::kUring : engram::IoBackend::kPread;
+  options.source_open_mode = args.Has("direct") ? engram::OpenMode::kDirect
+                                                : engram::OpenMode::kBuffered;
+  absl::StatusOr<int64_t> threads = args.GetInt("threads", 16, 1, 1024);
   absl::StatusOr<int64_t> tokens =
-      args->GetInt("tokens-per-step", 48, 1, 1 << 20);
-  absl::StatusOr<int64_t> steps = args->GetInt("steps", 100, 1, 1 << 24);
-  absl::StatusOr<int64_t> cache = args->GetInt(
-      "ram-cache-bytes", 0, 0, std::numeric_limits<int64_t>::max());
+      args.GetInt("tokens-per-step", 48, 1, 1 << 20);
+  absl::StatusOr<int64_t> steps = args.GetInt("steps", 100, 1, 1 << 24);
+  absl::StatusOr<int64_t> cache =
+      args.GetInt("ram-cache-bytes", 0, 0, std::numeric_limits<int64_t>::max());
   absl::StatusOr<int64_t> seed =
-      args->GetInt("seed", 1, 0, std::numeric_limits<int64_t>::max());
+      args.GetInt("seed", 1, 0, std::numeric_limits<int64_t>::max());
   absl::StatusOr<int64_t> layer =
-      args->GetInt("layer", -1, 0, std::numeric_limits<int>::max());
+      args.GetInt("layer", -1, 0, std::numeric_limits<int>::max());
   for (const absl::Status& s :
        {threads.status(), tokens.status(), steps.status(), cache.status(),
         seed.status(), layer.status()}) {
     if (!s.ok()) return s;
   }
-  if (!args->Has("layer")) {
+  if (!args.Has("layer")) {
     return absl::InvalidArgumentError("--layer is required");
   }
   options.io_threads = static_cast<int>(*threads);
@@ -93,16 +92,15 @@ absl::Status RunBenchEngram(const std::vector<std::string>& argv,
   options.prefetch_threads = 0;
   // A local copy made by `mneme localize --tp 1 --rank 0` (the whole table,
   // rows packed weight || scale: one page per row under O_DIRECT).
-  options.local_copy_dir = args->Get("local-copy", "");
+  options.local_copy_dir = args.Get("local-copy", "");
   options.local_open_mode = options.source_open_mode;
 
-  absl::StatusOr<std::unique_ptr<EngramStore>> store =
-      EngramStore::Create(options);
-  if (!store.ok()) return store.status();
-  const engram::NgramHasher& hasher = (*store)->checkpoint().hasher();
+  ASSIGN_OR_RETURN(std::unique_ptr<EngramStore> store,
+                   EngramStore::Create(options));
+  const engram::NgramHasher& hasher = store->checkpoint().hasher();
   const int layer_id = static_cast<int>(*layer);
   if (absl::StatusOr<const checkpoint::EngramTableLocation*> t =
-          (*store)->checkpoint().Table(layer_id);
+          store->checkpoint().Table(layer_id);
       !t.ok()) {
     return t.status();
   }
@@ -120,34 +118,31 @@ absl::Status RunBenchEngram(const std::vector<std::string>& argv,
     const absl::Time step_start = absl::Now();
     const size_t context =
         std::min<size_t>(history.size(), hasher.context_size());
-    absl::StatusOr<std::vector<int64_t>> ids = hasher.RowIds(
-        layer_id,
-        absl::MakeConstSpan(history.data() + history.size() - context, context),
-        step_tokens);
-    if (!ids.ok()) return ids.status();
-    output.resize(ids->size() * formats::kRowDim * sizeof(uint16_t));
-    if (absl::Status s = (*store)->Lookup(
-            layer_id, *ids, engram::RowEncoding::kBf16, absl::MakeSpan(output),
-            absl::Now() + absl::Seconds(60));
-        !s.ok()) {
-      return s;
-    }
+    ASSIGN_OR_RETURN(
+        std::vector<int64_t> ids,
+        hasher.RowIds(layer_id,
+                      absl::MakeConstSpan(
+                          history.data() + history.size() - context, context),
+                      step_tokens));
+    output.resize(ids.size() * formats::kRowDim * sizeof(uint16_t));
+    RETURN_IF_ERROR(store->Lookup(layer_id, ids, engram::RowEncoding::kBf16,
+                                  absl::MakeSpan(output),
+                                  absl::Now() + absl::Seconds(60)));
     step_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - step_start));
-    rows_total += ids->size();
+    rows_total += ids.size();
     history.insert(history.end(), step_tokens.begin(), step_tokens.end());
     if (history.size() > 64) history.erase(history.begin(), history.end() - 8);
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  const engram::EngramStoreStats stats = (*store)->GetStats();
+  const engram::EngramStoreStats stats = store->GetStats();
   const uint64_t raw_row_bytes =
-      formats::RowBytes((*store)->checkpoint().config().format);
+      formats::RowBytes(store->checkpoint().config().format);
   nlohmann::ordered_json result = {
       {"checkpoint", options.checkpoint_dir},
       {"layer", layer_id},
-      {"format",
-       formats::RowFormatName((*store)->checkpoint().config().format)},
-      {"io", *io},
-      {"direct", args->Has("direct")},
+      {"format", formats::RowFormatName(store->checkpoint().config().format)},
+      {"io", io},
+      {"direct", args.Has("direct")},
       {"threads", *threads},
       {"tokens_per_step", *tokens},
       {"steps", *steps},
@@ -167,7 +162,7 @@ absl::Status RunBenchEngram(const std::vector<std::string>& argv,
       {"step_p99_ms", Percentile(step_seconds, 99) * 1e3},
       {"step_max_ms", Percentile(step_seconds, 100) * 1e3},
   };
-  if (args->Has("json")) {
+  if (args.Has("json")) {
     out << result.dump() << "\n";
   } else {
     for (const auto& [key, value] : result.items()) {

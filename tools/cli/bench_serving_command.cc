@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/grpc_channel.h"
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "proto/serving/v1/serving.grpc.pb.h"
@@ -24,27 +26,25 @@ namespace sv1 = serving::v1;
 
 absl::Status RunBenchServing(const std::vector<std::string>& argv,
                              std::ostream& out) {
-  absl::StatusOr<Args> args =
+  ASSIGN_OR_RETURN(
+      Args args,
       Args::Parse(argv, {"server", "streams", "requests", "prompt-tokens",
-                         "max-new-tokens", "vocab-size", "seed"});
-  if (!args.ok()) return args.status();
-  absl::StatusOr<std::string> server = args->Required("server");
-  if (!server.ok()) return server.status();
-  absl::StatusOr<int64_t> streams = args->GetInt("streams", 4, 1, 4096);
-  absl::StatusOr<int64_t> requests = args->GetInt("requests", 16, 1, 1 << 24);
-  absl::StatusOr<int64_t> prompt =
-      args->GetInt("prompt-tokens", 64, 1, 1 << 20);
+                         "max-new-tokens", "vocab-size", "seed"}));
+  ASSIGN_OR_RETURN(std::string server, args.Required("server"));
+  absl::StatusOr<int64_t> streams = args.GetInt("streams", 4, 1, 4096);
+  absl::StatusOr<int64_t> requests = args.GetInt("requests", 16, 1, 1 << 24);
+  absl::StatusOr<int64_t> prompt = args.GetInt("prompt-tokens", 64, 1, 1 << 20);
   absl::StatusOr<int64_t> max_new =
-      args->GetInt("max-new-tokens", 32, 1, 1 << 20);
-  absl::StatusOr<int64_t> vocab = args->GetInt("vocab-size", 600, 4, 1 << 24);
-  absl::StatusOr<int64_t> seed = args->GetInt("seed", 0, 0, INT64_MAX);
+      args.GetInt("max-new-tokens", 32, 1, 1 << 20);
+  absl::StatusOr<int64_t> vocab = args.GetInt("vocab-size", 600, 4, 1 << 24);
+  absl::StatusOr<int64_t> seed = args.GetInt("seed", 0, 0, INT64_MAX);
   for (const absl::Status& st :
        {streams.status(), requests.status(), prompt.status(), max_new.status(),
         vocab.status(), seed.status()}) {
     if (!st.ok()) return st;
   }
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(*server, grpc::InsecureChannelCredentials());
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   CreateClientChannel(server, ClientChannelOptions()));
   std::unique_ptr<sv1::Serving::Stub> stub = sv1::Serving::NewStub(channel);
   std::atomic<int64_t> next{0}, errors{0}, output_tokens{0};
   absl::Mutex mu;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/host_port.h"
+#include "common/status_macros.h"
 #include "tools/cli/args.h"
 #include "tools/cluster/daemon_binaries.h"
 #include "tools/cluster/local_cluster.h"
@@ -91,9 +92,7 @@ absl::StatusOr<std::string> ResolveCheckpoint(const std::string& flag,
   synthetic::SyntheticCheckpointOptions options = synthetic::TinyModelOptions();
   options.out_dir = dir;
   out << "writing the tiny model to " << dir << "\n" << std::flush;
-  if (absl::Status s = synthetic::MakeSyntheticCheckpoint(options); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(synthetic::MakeSyntheticCheckpoint(options));
   return dir;
 }
 
@@ -137,30 +136,31 @@ class SignalWatcher {
 
 absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
                    std::ostream& err) {
-  absl::StatusOr<Args> args = Args::Parse(
-      argv, {"checkpoint", "tp", "dcp", "chunk-tokens", "workdir", "bin-dir",
-             "kv-cache-bytes", "max-num-seqs", "threads-per-worker", "listen",
-             "comm-timeout", "ready-timeout", "coordinator-flags"});
-  if (!args.ok()) return args.status();
-  if (!args->positionals().empty()) {
+  ASSIGN_OR_RETURN(
+      Args args,
+      Args::Parse(argv, {"checkpoint", "tp", "dcp", "chunk-tokens", "workdir",
+                         "bin-dir", "kv-cache-bytes", "max-num-seqs",
+                         "threads-per-worker", "listen", "comm-timeout",
+                         "ready-timeout", "coordinator-flags"}));
+  if (!args.positionals().empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unexpected argument '", args->positionals()[0], "'"));
+        absl::StrCat("unexpected argument '", args.positionals()[0], "'"));
   }
   cluster::LocalClusterOptions options;
-  absl::StatusOr<int64_t> tp = args->GetInt("tp", 1, 1, 64);
-  absl::StatusOr<int64_t> dcp = args->GetInt("dcp", 1, 1, 64);
+  absl::StatusOr<int64_t> tp = args.GetInt("tp", 1, 1, 64);
+  absl::StatusOr<int64_t> dcp = args.GetInt("dcp", 1, 1, 64);
   absl::StatusOr<int64_t> chunk =
-      args->GetInt("chunk-tokens", 8192, 1, int64_t{1} << 30);
+      args.GetInt("chunk-tokens", 8192, 1, int64_t{1} << 30);
   absl::StatusOr<int64_t> kv =
-      args->GetInt("kv-cache-bytes", int64_t{64} << 20, 1, int64_t{1} << 50);
+      args.GetInt("kv-cache-bytes", int64_t{64} << 20, 1, int64_t{1} << 50);
   absl::StatusOr<int64_t> seqs =
-      args->GetInt("max-num-seqs", 256, 1, int64_t{1} << 30);
+      args.GetInt("max-num-seqs", 256, 1, int64_t{1} << 30);
   absl::StatusOr<int64_t> threads =
-      args->GetInt("threads-per-worker", 1, 1, 1024);
+      args.GetInt("threads-per-worker", 1, 1, 1024);
   absl::StatusOr<absl::Duration> comm =
-      GetDuration(*args, "comm-timeout", absl::Seconds(30));
+      GetDuration(args, "comm-timeout", absl::Seconds(30));
   absl::StatusOr<absl::Duration> ready =
-      GetDuration(*args, "ready-timeout", absl::Seconds(120));
+      GetDuration(args, "ready-timeout", absl::Seconds(120));
   for (const absl::Status& s :
        {tp.status(), dcp.status(), chunk.status(), kv.status(), seqs.status(),
         threads.status(), comm.status(), ready.status()}) {
@@ -178,9 +178,9 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
   options.threads_per_worker = static_cast<int>(*threads);
   options.comm_timeout = *comm;
   options.ready_timeout = *ready;
-  options.coordinator_listen = args->Get("listen", "127.0.0.1:0");
+  options.coordinator_listen = args.Get("listen", "127.0.0.1:0");
   for (absl::string_view flag : absl::StrSplit(
-           args->Get("coordinator-flags", ""), ' ', absl::SkipEmpty())) {
+           args.Get("coordinator-flags", ""), ' ', absl::SkipEmpty())) {
     if (!absl::StartsWith(flag, "--")) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--coordinator-flags: '", flag, "' is not a --flag=value"));
@@ -193,16 +193,15 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
     return listen.status();
   }
 
-  absl::StatusOr<cluster::DaemonBinaries> binaries =
+  ASSIGN_OR_RETURN(
+      cluster::DaemonBinaries binaries,
       cluster::FindDaemonBinaries(
-          cluster::DefaultDaemonBinarySearch(args->Get("bin-dir", "")));
-  if (!binaries.ok()) return binaries.status();
-  options.binaries = *binaries;
+          cluster::DefaultDaemonBinarySearch(args.Get("bin-dir", ""))));
+  options.binaries = binaries;
 
-  absl::StatusOr<Workdir> workdir = MakeWorkdir(args->Get("workdir", ""));
-  if (!workdir.ok()) return workdir.status();
-  options.workdir = workdir->path;
-  out << "workdir " << workdir->path << "\n" << std::flush;
+  ASSIGN_OR_RETURN(Workdir workdir, MakeWorkdir(args.Get("workdir", "")));
+  options.workdir = workdir.path;
+  out << "workdir " << workdir.path << "\n" << std::flush;
 
   // Before any thread exists (writing the checkpoint starts some), so that
   // every later thread blocks them too and only the watcher takes them.
@@ -216,24 +215,23 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
   sigaction(SIGINT, &default_action, &old_int);
   sigaction(SIGTERM, &default_action, &old_term);
   absl::Status status = [&]() -> absl::Status {
-    absl::StatusOr<std::string> checkpoint =
-        ResolveCheckpoint(args->Get("checkpoint", ""), workdir->path, out);
-    if (!checkpoint.ok()) return checkpoint.status();
-    options.checkpoint_dir = *checkpoint;
-    out << "checkpoint " << *checkpoint << "\n" << std::flush;
+    ASSIGN_OR_RETURN(
+        std::string checkpoint,
+        ResolveCheckpoint(args.Get("checkpoint", ""), workdir.path, out));
+    options.checkpoint_dir = checkpoint;
+    out << "checkpoint " << checkpoint << "\n" << std::flush;
     options.on_event = [&out](absl::string_view line) {
       out << line << "\n" << std::flush;
     };
-    absl::StatusOr<std::unique_ptr<cluster::LocalCluster>> cluster =
-        cluster::LocalCluster::Create(options);
-    if (!cluster.ok()) return cluster.status();
-    SignalWatcher watcher(cluster->get());
-    absl::Status s = (*cluster)->Start();
+    ASSIGN_OR_RETURN(std::unique_ptr<cluster::LocalCluster> cluster,
+                     cluster::LocalCluster::Create(options));
+    SignalWatcher watcher(cluster.get());
+    absl::Status s = cluster->Start();
     if (s.ok()) {
-      out << "coordinator at " << (*cluster)->coordinator_address() << "\n"
-          << "http at " << (*cluster)->http_address() << "\n"
+      out << "coordinator at " << cluster->coordinator_address() << "\n"
+          << "http at " << cluster->http_address() << "\n"
           << std::flush;
-      s = (*cluster)->Run();
+      s = cluster->Run();
     }
     if (watcher.signal() != 0) {
       err << "received " << strsignal(watcher.signal())
@@ -241,7 +239,7 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
       // Stopping on request is a clean exit, even mid-startup.
       s = absl::OkStatus();
     }
-    (*cluster)->Stop();
+    cluster->Stop();
     return s;
   }();
   // A signal that came after the watcher stopped would kill the process
@@ -252,12 +250,12 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-  if (workdir->owned) {
+  if (workdir.owned) {
     if (status.ok()) {
       std::error_code ec;
-      std::filesystem::remove_all(workdir->path, ec);
+      std::filesystem::remove_all(workdir.path, ec);
     } else {
-      err << "logs kept in " << workdir->path << "\n";
+      err << "logs kept in " << workdir.path << "\n";
     }
   }
   return status;

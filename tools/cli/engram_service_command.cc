@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "engram_store/client/grpc_engram_client.h"
 #include "formats/bf16.h"
 #include "nlohmann/json.hpp"
@@ -27,13 +28,11 @@ const std::set<std::string> kConnectionFlags = {
 absl::StatusOr<std::unique_ptr<engram::GrpcEngramClient>> Connect(
     const Args& args) {
   engram::GrpcEngramClientOptions options;
-  absl::StatusOr<std::string> server = args.Required("server");
-  if (!server.ok()) return server.status();
-  options.target = *server;
-  absl::StatusOr<int64_t> timeout_ms =
-      args.GetInt("timeout-ms", 10000, 1, int64_t{1} << 31);
-  if (!timeout_ms.ok()) return timeout_ms.status();
-  options.timeout = absl::Milliseconds(*timeout_ms);
+  ASSIGN_OR_RETURN(std::string server, args.Required("server"));
+  options.target = server;
+  ASSIGN_OR_RETURN(int64_t timeout_ms,
+                   args.GetInt("timeout-ms", 10000, 1, int64_t{1} << 31));
+  options.timeout = absl::Milliseconds(timeout_ms);
   options.tls.ca_file = args.Get("tls-ca", "");
   options.tls.cert_file = args.Get("tls-cert", "");
   options.tls.key_file = args.Get("tls-key", "");
@@ -51,60 +50,52 @@ std::set<std::string> With(std::set<std::string> a,
 
 absl::Status RunEngramLookup(const std::vector<std::string>& argv,
                              std::ostream& out) {
-  absl::StatusOr<Args> args = Args::Parse(
-      argv,
-      With({"layer", "ids", "tokens", "context", "columns", "encoding"},
-           kConnectionFlags),
-      {"stream"});
-  if (!args.ok()) return args.status();
-  absl::StatusOr<int64_t> layer = args->GetInt("layer", -1, 0, 1 << 20);
-  if (!layer.ok()) return layer.status();
-  if (!args->Has("layer"))
+  ASSIGN_OR_RETURN(Args args,
+                   Args::Parse(argv,
+                               With({"layer", "ids", "tokens", "context",
+                                     "columns", "encoding"},
+                                    kConnectionFlags),
+                               {"stream"}));
+  ASSIGN_OR_RETURN(int64_t layer, args.GetInt("layer", -1, 0, 1 << 20));
+  if (!args.Has("layer"))
     return absl::InvalidArgumentError("--layer is required");
-  if (args->Has("ids") == args->Has("tokens")) {
+  if (args.Has("ids") == args.Has("tokens")) {
     return absl::InvalidArgumentError("give exactly one of --ids and --tokens");
   }
-  absl::StatusOr<std::string> encoding =
-      args->GetChoice("encoding", "bf16", {"bf16", "fp32"});
-  if (!encoding.ok()) return encoding.status();
+  ASSIGN_OR_RETURN(std::string encoding,
+                   args.GetChoice("encoding", "bf16", {"bf16", "fp32"}));
   engram::v1::LookupRequest request;
-  request.set_layer_id(static_cast<int32_t>(*layer));
-  request.set_encoding(*encoding == "fp32" ? engram::v1::ROW_ENCODING_FP32
-                                           : engram::v1::ROW_ENCODING_BF16);
-  if (args->Has("ids")) {
-    absl::StatusOr<std::vector<int64_t>> ids = args->GetIntList("ids");
-    if (!ids.ok()) return ids.status();
-    request.mutable_row_ids()->Assign(ids->begin(), ids->end());
+  request.set_layer_id(static_cast<int32_t>(layer));
+  request.set_encoding(encoding == "fp32" ? engram::v1::ROW_ENCODING_FP32
+                                          : engram::v1::ROW_ENCODING_BF16);
+  if (args.Has("ids")) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> ids, args.GetIntList("ids"));
+    request.mutable_row_ids()->Assign(ids.begin(), ids.end());
   } else {
-    absl::StatusOr<std::vector<int64_t>> tokens = args->GetIntList("tokens");
-    if (!tokens.ok()) return tokens.status();
-    request.mutable_token_ids()->Assign(tokens->begin(), tokens->end());
-    absl::StatusOr<int64_t> context =
-        args->GetInt("context", 0, 0, int64_t{1} << 30);
-    if (!context.ok()) return context.status();
-    request.set_context_token_count(static_cast<int32_t>(*context));
-    if (args->Has("columns")) {
-      absl::StatusOr<std::vector<int64_t>> columns =
-          args->GetIntList("columns");
-      if (!columns.ok()) return columns.status();
-      for (int64_t c : *columns) request.add_columns(static_cast<int32_t>(c));
+    ASSIGN_OR_RETURN(std::vector<int64_t> tokens, args.GetIntList("tokens"));
+    request.mutable_token_ids()->Assign(tokens.begin(), tokens.end());
+    ASSIGN_OR_RETURN(int64_t context,
+                     args.GetInt("context", 0, 0, int64_t{1} << 30));
+    request.set_context_token_count(static_cast<int32_t>(context));
+    if (args.Has("columns")) {
+      ASSIGN_OR_RETURN(std::vector<int64_t> columns,
+                       args.GetIntList("columns"));
+      for (int64_t c : columns) request.add_columns(static_cast<int32_t>(c));
     }
   }
-  absl::StatusOr<std::unique_ptr<engram::GrpcEngramClient>> client =
-      Connect(*args);
-  if (!client.ok()) return client.status();
-  absl::StatusOr<engram::v1::LookupResponse> response =
-      args->Has("stream") ? (*client)->LookupStream(request)
-                          : (*client)->Lookup(request);
-  if (!response.ok()) return response.status();
-  const std::string& rows = response->rows();
-  const size_t row_bytes = static_cast<size_t>(response->row_bytes());
-  const bool fp32 = response->encoding() == engram::v1::ROW_ENCODING_FP32;
+  ASSIGN_OR_RETURN(std::unique_ptr<engram::GrpcEngramClient> client,
+                   Connect(args));
+  ASSIGN_OR_RETURN(engram::v1::LookupResponse response,
+                   args.Has("stream") ? client->LookupStream(request)
+                                      : client->Lookup(request));
+  const std::string& rows = response.rows();
+  const size_t row_bytes = static_cast<size_t>(response.row_bytes());
+  const bool fp32 = response.encoding() == engram::v1::ROW_ENCODING_FP32;
   char buf[32];
-  for (int r = 0; r < response->row_ids_size(); ++r) {
-    std::string line = absl::StrCat(response->row_ids(r), ":");
+  for (int r = 0; r < response.row_ids_size(); ++r) {
+    std::string line = absl::StrCat(response.row_ids(r), ":");
     const char* row = rows.data() + r * row_bytes;
-    for (int i = 0; i < response->row_dim(); ++i) {
+    for (int i = 0; i < response.row_dim(); ++i) {
       float v = 0;
       if (fp32) {
         std::memcpy(&v, row + 4 * i, 4);
@@ -123,38 +114,30 @@ absl::Status RunEngramLookup(const std::vector<std::string>& argv,
 
 absl::Status RunBenchEngramService(const std::vector<std::string>& argv,
                                    std::ostream& out) {
-  absl::StatusOr<Args> args =
+  ASSIGN_OR_RETURN(
+      Args args,
       Args::Parse(argv, With({"layer", "streams", "duration-s",
                               "tokens-per-step", "vocab-size", "seed"},
-                             kConnectionFlags));
-  if (!args.ok()) return args.status();
-  absl::StatusOr<int64_t> layer = args->GetInt("layer", -1, 0, 1 << 20);
-  if (!layer.ok()) return layer.status();
-  if (!args->Has("layer"))
+                             kConnectionFlags)));
+  ASSIGN_OR_RETURN(int64_t layer, args.GetInt("layer", -1, 0, 1 << 20));
+  if (!args.Has("layer"))
     return absl::InvalidArgumentError("--layer is required");
-  absl::StatusOr<int64_t> streams = args->GetInt("streams", 64, 1, 4096);
-  if (!streams.ok()) return streams.status();
-  absl::StatusOr<int64_t> duration = args->GetInt("duration-s", 10, 1, 86400);
-  if (!duration.ok()) return duration.status();
-  absl::StatusOr<int64_t> per_step =
-      args->GetInt("tokens-per-step", 1, 1, 1 << 20);
-  if (!per_step.ok()) return per_step.status();
-  absl::StatusOr<int64_t> vocab =
-      args->GetInt("vocab-size", 1000, 1, int64_t{1} << 32);
-  if (!vocab.ok()) return vocab.status();
-  absl::StatusOr<int64_t> seed = args->GetInt("seed", 1, 0, int64_t{1} << 62);
-  if (!seed.ok()) return seed.status();
-  absl::StatusOr<std::unique_ptr<engram::GrpcEngramClient>> client =
-      Connect(*args);
-  if (!client.ok()) return client.status();
+  ASSIGN_OR_RETURN(int64_t streams, args.GetInt("streams", 64, 1, 4096));
+  ASSIGN_OR_RETURN(int64_t duration, args.GetInt("duration-s", 10, 1, 86400));
+  ASSIGN_OR_RETURN(int64_t per_step,
+                   args.GetInt("tokens-per-step", 1, 1, 1 << 20));
+  ASSIGN_OR_RETURN(int64_t vocab,
+                   args.GetInt("vocab-size", 1000, 1, int64_t{1} << 32));
+  ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed", 1, 0, int64_t{1} << 62));
+  ASSIGN_OR_RETURN(std::unique_ptr<engram::GrpcEngramClient> client,
+                   Connect(args));
   // Fail fast on a wrong address or layer.
-  absl::StatusOr<engram::v1::DescribeResponse> describe = (*client)->Describe();
-  if (!describe.ok()) return describe.status();
+  ASSIGN_OR_RETURN(engram::v1::DescribeResponse describe, client->Describe());
 
   // Zipf(1.1) over the vocabulary, as natural text is.
-  std::vector<double> cdf(*vocab);
+  std::vector<double> cdf(vocab);
   double total = 0;
-  for (int64_t i = 0; i < *vocab; ++i) {
+  for (int64_t i = 0; i < vocab; ++i) {
     total += 1.0 / std::pow(static_cast<double>(i + 1), 1.1);
     cdf[i] = total;
   }
@@ -163,11 +146,11 @@ absl::Status RunBenchEngramService(const std::vector<std::string>& argv,
   int64_t rows = 0, bytes = 0, calls = 0, errors = 0;
   absl::Status first_error;
   const absl::Time start = absl::Now();
-  const absl::Time end = start + absl::Seconds(*duration);
+  const absl::Time end = start + absl::Seconds(duration);
   std::vector<std::thread> threads;
-  for (int64_t s = 0; s < *streams; ++s) {
+  for (int64_t s = 0; s < streams; ++s) {
     threads.emplace_back([&, s] {
-      std::mt19937_64 rng(*seed * 1000003 + s);
+      std::mt19937_64 rng(seed * 1000003 + s);
       std::uniform_real_distribution<double> u(0, total);
       auto next = [&] {
         return static_cast<int64_t>(
@@ -179,17 +162,16 @@ absl::Status RunBenchEngramService(const std::vector<std::string>& argv,
       absl::Status local_error;
       while (absl::Now() < end) {
         engram::v1::LookupRequest request;
-        request.set_layer_id(static_cast<int32_t>(*layer));
+        request.set_layer_id(static_cast<int32_t>(layer));
         request.mutable_token_ids()->Assign(history.end() - 3, history.end());
         request.set_context_token_count(3);
-        for (int64_t t = 0; t < *per_step; ++t) {
+        for (int64_t t = 0; t < per_step; ++t) {
           history.push_back(next());
           request.add_token_ids(history.back());
         }
         history.erase(history.begin(), history.end() - 3);
         const absl::Time t0 = absl::Now();
-        absl::StatusOr<engram::v1::LookupResponse> r =
-            (*client)->Lookup(request);
+        absl::StatusOr<engram::v1::LookupResponse> r = client->Lookup(request);
         local.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
         if (r.ok()) {
           local_rows += r->row_ids_size();
@@ -211,10 +193,10 @@ absl::Status RunBenchEngramService(const std::vector<std::string>& argv,
   for (std::thread& t : threads) t.join();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   nlohmann::ordered_json result = {
-      {"server", args->Get("server", "")},
-      {"layer", *layer},
-      {"streams", *streams},
-      {"tokens_per_step", *per_step},
+      {"server", args.Get("server", "")},
+      {"layer", layer},
+      {"streams", streams},
+      {"tokens_per_step", per_step},
       {"seconds", seconds},
       {"calls", calls},
       {"errors", errors},

@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "proto/serving/v1/serving.grpc.pb.h"
@@ -36,39 +38,38 @@ const char* ReasonName(sv1::FinishReason r) {
 
 absl::Status RunGenerate(const std::vector<std::string>& argv,
                          std::ostream& out) {
-  absl::StatusOr<Args> args = Args::Parse(
-      argv,
-      WithSamplingFlags({"server", "tokens", "prompt", "stop", "max-new-tokens",
-                         "stop-tokens", "request-id", "timeout-s"}),
-      {"json", "ignore-eos"});
-  if (!args.ok()) return args.status();
-  absl::StatusOr<std::string> server = args->Required("server");
-  if (!server.ok()) return server.status();
-  if (args->Has("tokens") == args->Has("prompt")) {
+  ASSIGN_OR_RETURN(
+      Args args,
+      Args::Parse(argv,
+                  WithSamplingFlags({"server", "tokens", "prompt", "stop",
+                                     "max-new-tokens", "stop-tokens",
+                                     "request-id", "timeout-s"}),
+                  {"json", "ignore-eos"}));
+  ASSIGN_OR_RETURN(std::string server, args.Required("server"));
+  if (args.Has("tokens") == args.Has("prompt")) {
     return absl::InvalidArgumentError(
         "give the prompt as --tokens T0,T1,... or as --prompt TEXT");
   }
-  const bool text = args->Has("prompt");
+  const bool text = args.Has("prompt");
   std::vector<int64_t> tokens;
   if (!text) {
-    absl::StatusOr<std::vector<int64_t>> ids = args->GetIntList("tokens");
-    if (!ids.ok()) return ids.status();
-    tokens = *std::move(ids);
+    ASSIGN_OR_RETURN(std::vector<int64_t> ids, args.GetIntList("tokens"));
+    tokens = std::move(ids);
   }
   absl::StatusOr<int64_t> max_new =
-      args->GetInt("max-new-tokens", 16, 1, 1 << 24);
-  absl::StatusOr<int64_t> timeout = args->GetInt("timeout-s", 600, 1, 86400);
-  absl::StatusOr<gpu::SamplingParams> sampling = SamplingFromArgs(*args);
+      args.GetInt("max-new-tokens", 16, 1, 1 << 24);
+  absl::StatusOr<int64_t> timeout = args.GetInt("timeout-s", 600, 1, 86400);
+  absl::StatusOr<gpu::SamplingParams> sampling = SamplingFromArgs(args);
   for (const absl::Status& st :
        {max_new.status(), timeout.status(), sampling.status()}) {
     if (!st.ok()) return st;
   }
   sv1::GenerateRequest request;
-  request.set_request_id(args->Get("request-id", ""));
+  request.set_request_id(args.Get("request-id", ""));
   request.mutable_token_ids()->Add(tokens.begin(), tokens.end());
   if (text) {
-    request.set_prompt(args->Get("prompt", ""));
-    if (args->Has("stop")) request.add_stop(args->Get("stop", ""));
+    request.set_prompt(args.Get("prompt", ""));
+    if (args.Has("stop")) request.add_stop(args.Get("stop", ""));
   }
   request.set_max_new_tokens(static_cast<int32_t>(*max_new));
   sv1::SamplingParams* s = request.mutable_sampling();
@@ -77,23 +78,23 @@ absl::Status RunGenerate(const std::vector<std::string>& argv,
   s->set_top_k(sampling->top_k);
   s->set_min_p(sampling->min_p);
   s->set_seed(sampling->seed);
-  if (args->Has("stop-tokens")) {
-    absl::StatusOr<std::vector<int64_t>> stops =
-        args->GetIntList("stop-tokens");
-    if (!stops.ok()) return stops.status();
-    request.mutable_stop_token_ids()->Add(stops->begin(), stops->end());
+  if (args.Has("stop-tokens")) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> stops,
+                     args.GetIntList("stop-tokens"));
+    request.mutable_stop_token_ids()->Add(stops.begin(), stops.end());
   }
-  request.set_ignore_eos(args->Has("ignore-eos"));
+  request.set_ignore_eos(args.Has("ignore-eos"));
   request.set_logprobs(true);
 
-  std::unique_ptr<sv1::Serving::Stub> stub = sv1::Serving::NewStub(
-      grpc::CreateChannel(*server, grpc::InsecureChannelCredentials()));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   CreateClientChannel(server, ClientChannelOptions()));
+  std::unique_ptr<sv1::Serving::Stub> stub = sv1::Serving::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(
       absl::ToChronoTime(absl::Now() + absl::Seconds(*timeout)));
   std::unique_ptr<grpc::ClientReader<sv1::GenerateResponse>> reader =
       stub->Generate(&context, request);
-  const bool json = args->Has("json");
+  const bool json = args.Has("json");
   std::vector<int64_t> ids;
   std::string generated;
   std::vector<float> logprobs;
@@ -117,7 +118,7 @@ absl::Status RunGenerate(const std::vector<std::string>& argv,
   const grpc::Status status = reader->Finish();
   if (!status.ok()) {
     const absl::Status st = FromGrpcStatus(status);
-    return absl::Status(st.code(), absl::StrCat(*server, ": ", st.message()));
+    return absl::Status(st.code(), absl::StrCat(server, ": ", st.message()));
   }
   if (json) {
     nlohmann::ordered_json j = {

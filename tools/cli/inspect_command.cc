@@ -8,6 +8,7 @@
 #include "checkpoint/checkpoint_index.h"
 #include "checkpoint/dtype.h"
 #include "checkpoint/model_config.h"
+#include "common/status_macros.h"
 #include "engram_store/engram_checkpoint.h"
 #include "tools/cli/args.h"
 
@@ -39,26 +40,23 @@ std::string BaseName(const std::string& path) {
 
 absl::Status RunInspect(const std::vector<std::string>& argv,
                         std::ostream& out) {
-  absl::StatusOr<Args> args = Args::Parse(argv, {});
-  if (!args.ok()) return args.status();
-  if (args->positionals().size() != 1) {
+  ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {}));
+  if (args.positionals().size() != 1) {
     return absl::InvalidArgumentError("usage: mneme inspect DIR");
   }
-  const std::string& dir = args->positionals()[0];
-  absl::StatusOr<std::unique_ptr<checkpoint::ModelConfig>> model =
-      checkpoint::ModelConfig::Create(
-          absl::StrCat(dir, "/", checkpoint::kConfigFileName));
-  if (!model.ok()) return model.status();
-  absl::StatusOr<std::unique_ptr<engram::EngramCheckpoint>> checkpoint =
-      engram::EngramCheckpoint::Open(dir);
-  if (!checkpoint.ok()) return checkpoint.status();
-  const engram::EngramCheckpoint& c = **checkpoint;
+  const std::string& dir = args.positionals()[0];
+  ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::ModelConfig> model,
+                   checkpoint::ModelConfig::Create(
+                       absl::StrCat(dir, "/", checkpoint::kConfigFileName)));
+  ASSIGN_OR_RETURN(std::unique_ptr<engram::EngramCheckpoint> checkpoint,
+                   engram::EngramCheckpoint::Open(dir));
+  const engram::EngramCheckpoint& c = *checkpoint;
 
   out << "checkpoint " << dir << "\n";
   out << "model\n";
   for (const char* key : {"model_type", "vocab_size", "hidden_size",
                           "num_hidden_layers", "hc_mult"}) {
-    const nlohmann::json* value = (*model)->Find(key);
+    const nlohmann::json* value = model->Find(key);
     if (value != nullptr)
       out << absl::StrFormat("  %-20s %s\n", key, value->dump());
   }

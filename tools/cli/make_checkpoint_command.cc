@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "tools/cli/args.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
 
@@ -18,9 +19,8 @@ constexpr const char* kModelOnlyFlags[] = {"heads", "head-dim", "top-k",
 // An int flag in [min, max] into `field` (left as is when absent).
 absl::Status SetInt(const Args& args, const std::string& name, int64_t min,
                     int64_t max, int& field) {
-  absl::StatusOr<int64_t> value = args.GetInt(name, field, min, max);
-  if (!value.ok()) return value.status();
-  field = static_cast<int>(*value);
+  ASSIGN_OR_RETURN(int64_t value, args.GetInt(name, field, min, max));
+  field = static_cast<int>(value);
   return absl::OkStatus();
 }
 
@@ -29,10 +29,9 @@ absl::Status SetInt(const Args& args, const std::string& name, int64_t min,
 absl::Status SetIntList(const Args& args, const std::string& name, int64_t min,
                         int64_t max, std::vector<int>& field) {
   if (!args.Has(name)) return absl::OkStatus();
-  absl::StatusOr<std::vector<int64_t>> values = args.GetIntList(name);
-  if (!values.ok()) return values.status();
+  ASSIGN_OR_RETURN(std::vector<int64_t> values, args.GetIntList(name));
   field.clear();
-  for (int64_t v : *values) {
+  for (int64_t v : values) {
     if (v < min || v > max) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--", name, ": ", v, " out of range [", min, ", ", max, "]"));
@@ -46,29 +45,30 @@ absl::Status SetIntList(const Args& args, const std::string& name, int64_t min,
 
 absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
                                std::ostream& out) {
-  absl::StatusOr<Args> args = Args::Parse(
-      argv,
-      {"out", "engram-format", "seed", "engram-vocab-size", "threads", "wkv",
-       "expert-layers", "draft-stages", "experts", "hidden-size", "layers",
-       "engram-layers", "hc-mult", "moe-intermediate-size", "heads", "head-dim",
-       "top-k", "sliding-window", "compress-ratios"},
-      {"model"});
-  if (!args.ok()) return args.status();
-  if (!args->positionals().empty()) {
+  ASSIGN_OR_RETURN(
+      Args args,
+      Args::Parse(
+          argv,
+          {"out", "engram-format", "seed", "engram-vocab-size", "threads",
+           "wkv", "expert-layers", "draft-stages", "experts", "hidden-size",
+           "layers", "engram-layers", "hc-mult", "moe-intermediate-size",
+           "heads", "head-dim", "top-k", "sliding-window", "compress-ratios"},
+          {"model"}));
+  if (!args.positionals().empty()) {
     return absl::InvalidArgumentError(
         "make-checkpoint takes no positional arguments");
   }
-  const bool model = args->Has("model");
+  const bool model = args.Has("model");
   if (!model) {
     for (const char* flag : kModelOnlyFlags) {
-      if (args->Has(flag)) {
+      if (args.Has(flag)) {
         return absl::InvalidArgumentError(
             absl::StrCat("--", flag, " requires --model"));
       }
     }
   } else {
     for (const char* flag : {"expert-layers", "draft-stages"}) {
-      if (args->Has(flag)) {
+      if (args.Has(flag)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--", flag,
             " cannot be combined with --model (every layer has experts; "
@@ -79,40 +79,32 @@ absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
   synthetic::SyntheticCheckpointOptions options =
       model ? synthetic::TinyModelOptions()
             : synthetic::SyntheticCheckpointOptions{};
-  absl::StatusOr<std::string> out_dir = args->Required("out");
-  if (!out_dir.ok()) return out_dir.status();
-  options.out_dir = *out_dir;
-  absl::StatusOr<std::string> format =
-      args->GetChoice("engram-format", "fp8", {"fp8", "nvfp4"});
-  if (!format.ok()) return format.status();
+  ASSIGN_OR_RETURN(std::string out_dir, args.Required("out"));
+  options.out_dir = out_dir;
+  ASSIGN_OR_RETURN(std::string format,
+                   args.GetChoice("engram-format", "fp8", {"fp8", "nvfp4"}));
   options.engram_format =
-      *format == "fp8" ? formats::RowFormat::kFp8 : formats::RowFormat::kNvfp4;
-  absl::StatusOr<int64_t> seed =
-      args->GetInt("seed", 0, 0, std::numeric_limits<int64_t>::max());
-  if (!seed.ok()) return seed.status();
-  options.seed = static_cast<uint64_t>(*seed);
-  absl::StatusOr<int64_t> vocab =
-      args->GetInt("engram-vocab-size", options.engram_vocab_size, 100,
-                   (int64_t{1} << 31) - 1);
-  if (!vocab.ok()) return vocab.status();
-  options.engram_vocab_size = *vocab;
-  absl::StatusOr<int64_t> threads = args->GetInt("threads", 0, 0, 1024);
-  if (!threads.ok()) return threads.status();
-  options.threads = static_cast<int>(*threads);
+      format == "fp8" ? formats::RowFormat::kFp8 : formats::RowFormat::kNvfp4;
+  ASSIGN_OR_RETURN(
+      int64_t seed,
+      args.GetInt("seed", 0, 0, std::numeric_limits<int64_t>::max()));
+  options.seed = static_cast<uint64_t>(seed);
+  ASSIGN_OR_RETURN(int64_t vocab,
+                   args.GetInt("engram-vocab-size", options.engram_vocab_size,
+                               100, (int64_t{1} << 31) - 1));
+  options.engram_vocab_size = vocab;
+  ASSIGN_OR_RETURN(int64_t threads, args.GetInt("threads", 0, 0, 1024));
+  options.threads = static_cast<int>(threads);
 
-  absl::StatusOr<std::string> wkv =
-      args->GetChoice("wkv", "independent", {"independent", "correlated"});
-  if (!wkv.ok()) return wkv.status();
-  options.wkv_kind = *wkv == "correlated" ? synthetic::WkvKind::kCorrelated
-                                          : synthetic::WkvKind::kIndependent;
-  if (absl::Status s =
-          SetIntList(*args, "expert-layers", 0, 1024, options.expert_layer_ids);
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<int64_t> draft = args->GetInt("draft-stages", 0, 0, 8);
-  if (!draft.ok()) return draft.status();
-  options.draft_stages = static_cast<int>(*draft);
+  ASSIGN_OR_RETURN(
+      std::string wkv,
+      args.GetChoice("wkv", "independent", {"independent", "correlated"}));
+  options.wkv_kind = wkv == "correlated" ? synthetic::WkvKind::kCorrelated
+                                         : synthetic::WkvKind::kIndependent;
+  RETURN_IF_ERROR(
+      SetIntList(args, "expert-layers", 0, 1024, options.expert_layer_ids));
+  ASSIGN_OR_RETURN(int64_t draft, args.GetInt("draft-stages", 0, 0, 8));
+  options.draft_stages = static_cast<int>(draft);
   // Dimensions; the library validates how they fit together.
   for (const auto& [flag, field] :
        std::initializer_list<std::pair<const char*, int*>>{
@@ -125,16 +117,11 @@ absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
            {"head-dim", &options.head_dim},
            {"top-k", &options.num_experts_per_tok},
            {"sliding-window", &options.sliding_window}}) {
-    if (absl::Status s = SetInt(*args, flag, 1, 1 << 16, *field); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(SetInt(args, flag, 1, 1 << 16, *field));
   }
-  if (absl::Status s = SetIntList(*args, "engram-layers", 0, 1 << 16,
-                                  options.engram_layer_ids);
-      !s.ok()) {
-    return s;
-  }
-  if (model && args->Has("layers") && !args->Has("compress-ratios")) {
+  RETURN_IF_ERROR(
+      SetIntList(args, "engram-layers", 0, 1 << 16, options.engram_layer_ids));
+  if (model && args.Has("layers") && !args.Has("compress-ratios")) {
     // The preset's pattern 0, 1, 2, 4 repeated over the layers.
     constexpr int kRatios[] = {0, 1, 2, 4};
     options.compress_ratios.clear();
@@ -142,16 +129,11 @@ absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
       options.compress_ratios.push_back(kRatios[layer % 4]);
     }
   }
-  if (absl::Status s = SetIntList(*args, "compress-ratios", 0, 1 << 16,
-                                  options.compress_ratios);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(
+      SetIntList(args, "compress-ratios", 0, 1 << 16, options.compress_ratios));
 
   const absl::Time start = absl::Now();
-  if (absl::Status s = synthetic::MakeSyntheticCheckpoint(options); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(synthetic::MakeSyntheticCheckpoint(options));
   const std::string what =
       model ? absl::StrFormat(
                   "synthetic model (%d layers, hidden %d, %d heads, %d "
@@ -161,7 +143,7 @@ absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
                   options.num_experts_per_tok, options.hc_mult)
             : std::string("synthetic checkpoint");
   out << absl::StrFormat("wrote %s: %s, %s Engram tables, seed %d, %.1f s\n",
-                         options.out_dir, what, *format, options.seed,
+                         options.out_dir, what, format, options.seed,
                          absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
 }

@@ -8,10 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/json.h"
+#include "common/status_macros.h"
 #include "tools/cli/args.h"
 #include "tools/quant/blas.h"
 #include "tools/quant/engram_quantizer.h"
-#include "tools/quant/json_field.h"
 #include "tools/quant/progress_printer.h"
 
 namespace mneme::cli {
@@ -65,15 +66,13 @@ void PrintSummary(const nlohmann::json& report, std::ostream& out) {
   for (const nlohmann::json& t : *tables) {
     out << absl::StrFormat(
         "%-6d %-10s %12d %10.4g %12.6g %10.3f %10.3f %9d %8.1f\n",
-        quant::JsonField(t, "layer", 0),
-        quant::JsonField(t, "method", std::string()),
-        quant::JsonField(t, "rows", int64_t{0}),
-        quant::JsonField(t, "amax", 0.0),
-        quant::JsonField(t, "global_scale", 0.0),
-        100 * quant::JsonField(t, "relative_rms", 0.0),
-        100 * quant::JsonField(t, "wkv_relative_rms", 0.0),
-        quant::JsonField(t, "scale_underflows", int64_t{0}),
-        quant::JsonField(t, "seconds", 0.0));
+        JsonFieldOr(t, "layer", 0), JsonFieldOr(t, "method", std::string()),
+        JsonFieldOr(t, "rows", int64_t{0}), JsonFieldOr(t, "amax", 0.0),
+        JsonFieldOr(t, "global_scale", 0.0),
+        100 * JsonFieldOr(t, "relative_rms", 0.0),
+        100 * JsonFieldOr(t, "wkv_relative_rms", 0.0),
+        JsonFieldOr(t, "scale_underflows", int64_t{0}),
+        JsonFieldOr(t, "seconds", 0.0));
   }
 }
 
@@ -81,41 +80,36 @@ void PrintSummary(const nlohmann::json& report, std::ostream& out) {
 
 absl::Status RunQuantizeEngram(const std::vector<std::string>& argv,
                                std::ostream& out) {
-  absl::StatusOr<Args> args =
-      Args::Parse(argv,
-                  {"checkpoint", "out", "method", "rows-per-step", "threads",
-                   "wkv-error-rows"},
-                  {"verify"});
-  if (!args.ok()) return args.status();
-  if (!args->positionals().empty()) {
+  ASSIGN_OR_RETURN(Args args,
+                   Args::Parse(argv,
+                               {"checkpoint", "out", "method", "rows-per-step",
+                                "threads", "wkv-error-rows"},
+                               {"verify"}));
+  if (!args.positionals().empty()) {
     return absl::InvalidArgumentError(
         "quantize-engram takes no positional arguments");
   }
   quant::EngramQuantizeOptions options;
-  absl::StatusOr<std::string> checkpoint = args->Required("checkpoint");
-  if (!checkpoint.ok()) return checkpoint.status();
-  absl::StatusOr<std::string> out_dir = args->Required("out");
-  if (!out_dir.ok()) return out_dir.status();
-  options.checkpoint_dir = *checkpoint;
-  options.out_dir = *out_dir;
-  absl::StatusOr<std::string> method_name = args->GetChoice(
-      "method", "gptq-mse", {"gptq-mse", "gptq-amax", "rtn-mse", "rtn-amax"});
-  if (!method_name.ok()) return method_name.status();
-  options.method = *quant::ParseQuantMethod(*method_name);
-  absl::StatusOr<int64_t> rows =
-      args->GetInt("rows-per-step", options.rows_per_step, 1,
-                   std::numeric_limits<int64_t>::max() / 1024);
-  if (!rows.ok()) return rows.status();
-  options.rows_per_step = *rows;
-  absl::StatusOr<int64_t> threads = args->GetInt("threads", 0, 0, 4096);
-  if (!threads.ok()) return threads.status();
-  options.threads = static_cast<int>(*threads);
-  absl::StatusOr<int64_t> wkv_rows =
-      args->GetInt("wkv-error-rows", options.wkv_error_rows, 1,
-                   std::numeric_limits<int64_t>::max());
-  if (!wkv_rows.ok()) return wkv_rows.status();
-  options.wkv_error_rows = *wkv_rows;
-  const bool verify = args->Get("verify", "false") == "true";
+  ASSIGN_OR_RETURN(std::string checkpoint, args.Required("checkpoint"));
+  ASSIGN_OR_RETURN(std::string out_dir, args.Required("out"));
+  options.checkpoint_dir = checkpoint;
+  options.out_dir = out_dir;
+  ASSIGN_OR_RETURN(
+      std::string method_name,
+      args.GetChoice("method", "gptq-mse",
+                     {"gptq-mse", "gptq-amax", "rtn-mse", "rtn-amax"}));
+  options.method = *quant::ParseQuantMethod(method_name);
+  ASSIGN_OR_RETURN(int64_t rows,
+                   args.GetInt("rows-per-step", options.rows_per_step, 1,
+                               std::numeric_limits<int64_t>::max() / 1024));
+  options.rows_per_step = rows;
+  ASSIGN_OR_RETURN(int64_t threads, args.GetInt("threads", 0, 0, 4096));
+  options.threads = static_cast<int>(threads);
+  ASSIGN_OR_RETURN(int64_t wkv_rows,
+                   args.GetInt("wkv-error-rows", options.wkv_error_rows, 1,
+                               std::numeric_limits<int64_t>::max()));
+  options.wkv_error_rows = wkv_rows;
+  const bool verify = args.Get("verify", "false") == "true";
   options.verify =
       verify ? quant::VerifyOutput::kYes : quant::VerifyOutput::kNo;
 
@@ -127,31 +121,28 @@ absl::Status RunQuantizeEngram(const std::vector<std::string>& argv,
   std::error_code ec;
   if (verify &&
       std::filesystem::exists(
-          absl::StrCat(*out_dir, "/", quant::kEngramReportFileName), ec)) {
+          absl::StrCat(out_dir, "/", quant::kEngramReportFileName), ec)) {
     quant::EngramVerifyOptions v;
-    v.checkpoint_dir = *checkpoint;
-    v.out_dir = *out_dir;
+    v.checkpoint_dir = checkpoint;
+    v.out_dir = out_dir;
     v.rows_per_step = options.rows_per_step;
     v.threads = options.threads;
     v.progress = options.progress;
-    absl::StatusOr<nlohmann::json> verified = quant::VerifyEngramCheckpoint(v);
-    if (!verified.ok()) return verified.status();
+    ASSIGN_OR_RETURN(nlohmann::json verified, quant::VerifyEngramCheckpoint(v));
     out << absl::StrFormat("verified %s against %s: the report holds\n",
-                           *out_dir, *checkpoint);
-    PrintSummary(*verified, out);
+                           out_dir, checkpoint);
+    PrintSummary(verified, out);
     return absl::OkStatus();
   }
-  absl::StatusOr<quant::EngramQuantReport> report =
-      quant::QuantizeEngramCheckpoint(options);
-  if (!report.ok()) return report.status();
+  ASSIGN_OR_RETURN(quant::EngramQuantReport report,
+                   quant::QuantizeEngramCheckpoint(options));
   out << absl::StrFormat(
       "wrote %s: Engram tables NVFP4 (%s)%s%s, Engram shards %d -> %d bytes; "
       "report %s/%s\n",
-      *out_dir, report->method, report->resumed ? ", resumed" : "",
-      report->verify.has_value() ? ", verified" : "",
-      report->source_shard_bytes, report->output_shard_bytes, *out_dir,
-      quant::kEngramReportFileName);
-  PrintSummary(report->ToJson(), out);
+      out_dir, report.method, report.resumed ? ", resumed" : "",
+      report.verify.has_value() ? ", verified" : "", report.source_shard_bytes,
+      report.output_shard_bytes, out_dir, quant::kEngramReportFileName);
+  PrintSummary(report.ToJson(), out);
   return absl::OkStatus();
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "model/generate.h"
 #include "nlohmann/json.hpp"
 #include "services/worker/local_model.h"
@@ -63,26 +64,24 @@ absl::StatusOr<std::vector<float>> ScoreAll(
 }  // namespace
 
 absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
-  absl::StatusOr<Args> args =
+  ASSIGN_OR_RETURN(
+      Args args,
       Args::Parse(argv,
                   WithSamplingFlags({"checkpoint", "tokens", "max-new-tokens",
                                      "chunk-tokens", "threads"}),
-                  {"json", "ignore-eos"});
-  if (!args.ok()) return args.status();
-  absl::StatusOr<std::string> dir = args->Required("checkpoint");
-  if (!dir.ok()) return dir.status();
-  if (!args->Has("tokens")) {
+                  {"json", "ignore-eos"}));
+  ASSIGN_OR_RETURN(std::string dir, args.Required("checkpoint"));
+  if (!args.Has("tokens")) {
     return absl::InvalidArgumentError("--tokens is required");
   }
-  absl::StatusOr<std::vector<int64_t>> prompt = args->GetIntList("tokens");
-  if (!prompt.ok()) return prompt.status();
-  if (prompt->empty()) return absl::InvalidArgumentError("--tokens is empty");
+  ASSIGN_OR_RETURN(std::vector<int64_t> prompt, args.GetIntList("tokens"));
+  if (prompt.empty()) return absl::InvalidArgumentError("--tokens is empty");
   model::GenerateOptions options;
   absl::StatusOr<int64_t> max_new =
-      args->GetInt("max-new-tokens", 16, 0, 1 << 20);
-  absl::StatusOr<int64_t> chunk = args->GetInt("chunk-tokens", 0, 0, 1 << 20);
-  absl::StatusOr<int64_t> threads = args->GetInt("threads", 0, 0, 1024);
-  absl::StatusOr<gpu::SamplingParams> sampling = SamplingFromArgs(*args);
+      args.GetInt("max-new-tokens", 16, 0, 1 << 20);
+  absl::StatusOr<int64_t> chunk = args.GetInt("chunk-tokens", 0, 0, 1 << 20);
+  absl::StatusOr<int64_t> threads = args.GetInt("threads", 0, 0, 1024);
+  absl::StatusOr<gpu::SamplingParams> sampling = SamplingFromArgs(args);
   for (const absl::Status& st : {max_new.status(), chunk.status(),
                                  threads.status(), sampling.status()}) {
     if (!st.ok()) return st;
@@ -90,72 +89,67 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
   options.max_new_tokens = *max_new;
   options.sampling = *sampling;
   options.prefill_chunk_tokens = *chunk;
-  options.stop_at_eos = !args->Has("ignore-eos");
+  options.stop_at_eos = !args.Has("ignore-eos");
 
-  absl::StatusOr<std::unique_ptr<LocalModel>> local =
-      OpenModel(*dir, static_cast<int>(*threads));
-  if (!local.ok()) return local.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<LocalModel> local,
+                   OpenModel(dir, static_cast<int>(*threads)));
   const absl::Time start = absl::Now();
-  absl::StatusOr<model::GenerateResult> result =
-      model::Generate((*local)->model(), (*local)->backend(), *prompt, options);
-  if (!result.ok()) return result.status();
+  ASSIGN_OR_RETURN(
+      model::GenerateResult result,
+      model::Generate(local->model(), local->backend(), prompt, options));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  if (args->Has("json")) {
+  if (args.Has("json")) {
     nlohmann::ordered_json j = {
-        {"token_ids", result->token_ids},
-        {"finish_reason", result->finish_reason},
-        {"logprobs", result->logprobs},
-        {"prompt_tokens", prompt->size()},
+        {"token_ids", result.token_ids},
+        {"finish_reason", result.finish_reason},
+        {"logprobs", result.logprobs},
+        {"prompt_tokens", prompt.size()},
         {"seconds", seconds},
     };
     out << j.dump() << "\n";
   } else {
-    out << "token_ids: " << absl::StrJoin(result->token_ids, ",") << "\n"
-        << "finish_reason: " << result->finish_reason << "\n";
+    out << "token_ids: " << absl::StrJoin(result.token_ids, ",") << "\n"
+        << "finish_reason: " << result.finish_reason << "\n";
   }
   return absl::OkStatus();
 }
 
 absl::Status RunScore(const std::vector<std::string>& argv, std::ostream& out) {
-  absl::StatusOr<Args> args =
+  ASSIGN_OR_RETURN(
+      Args args,
       Args::Parse(argv,
                   {"checkpoint", "reference", "prompts", "sequences",
                    "prompt-tokens", "completion-tokens", "seed", "threads"},
-                  {"json"});
-  if (!args.ok()) return args.status();
-  absl::StatusOr<std::string> dir = args->Required("checkpoint");
-  if (!dir.ok()) return dir.status();
-  absl::StatusOr<std::string> ref_dir = args->Required("reference");
-  if (!ref_dir.ok()) return ref_dir.status();
-  absl::StatusOr<int64_t> sequences = args->GetInt("sequences", 8, 1, 100000);
+                  {"json"}));
+  ASSIGN_OR_RETURN(std::string dir, args.Required("checkpoint"));
+  ASSIGN_OR_RETURN(std::string ref_dir, args.Required("reference"));
+  absl::StatusOr<int64_t> sequences = args.GetInt("sequences", 8, 1, 100000);
   absl::StatusOr<int64_t> prompt_tokens =
-      args->GetInt("prompt-tokens", 32, 1, 1 << 20);
+      args.GetInt("prompt-tokens", 32, 1, 1 << 20);
   absl::StatusOr<int64_t> completion =
-      args->GetInt("completion-tokens", 32, 1, 1 << 20);
-  absl::StatusOr<int64_t> seed = args->GetInt("seed", 0, 0, INT64_MAX);
-  absl::StatusOr<int64_t> threads = args->GetInt("threads", 0, 0, 1024);
+      args.GetInt("completion-tokens", 32, 1, 1 << 20);
+  absl::StatusOr<int64_t> seed = args.GetInt("seed", 0, 0, INT64_MAX);
+  absl::StatusOr<int64_t> threads = args.GetInt("threads", 0, 0, 1024);
   for (const absl::Status& st :
        {sequences.status(), prompt_tokens.status(), completion.status(),
         seed.status(), threads.status()}) {
     if (!st.ok()) return st;
   }
-  absl::StatusOr<std::unique_ptr<LocalModel>> cand =
-      OpenModel(*dir, static_cast<int>(*threads));
-  if (!cand.ok()) return cand.status();
-  absl::StatusOr<std::unique_ptr<LocalModel>> ref =
-      OpenModel(*ref_dir, static_cast<int>(*threads));
-  if (!ref.ok()) return ref.status();
-  const int64_t vocab = (*ref)->model().dims().vocab_size;
-  if ((*cand)->model().dims().vocab_size != vocab) {
+  ASSIGN_OR_RETURN(std::unique_ptr<LocalModel> cand,
+                   OpenModel(dir, static_cast<int>(*threads)));
+  ASSIGN_OR_RETURN(std::unique_ptr<LocalModel> ref,
+                   OpenModel(ref_dir, static_cast<int>(*threads)));
+  const int64_t vocab = ref->model().dims().vocab_size;
+  if (cand->model().dims().vocab_size != vocab) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the checkpoints have different vocabularies (",
-        (*cand)->model().dims().vocab_size, " vs ", vocab, " tokens)"));
+        cand->model().dims().vocab_size, " vs ", vocab, " tokens)"));
   }
 
   // Prompts.
   std::vector<std::vector<int64_t>> prompts;
-  if (args->Has("prompts")) {
-    const std::string path = args->Get("prompts", "");
+  if (args.Has("prompts")) {
+    const std::string path = args.Get("prompts", "");
     std::ifstream in(path);
     if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
     std::string line;
@@ -196,21 +190,19 @@ absl::Status RunScore(const std::vector<std::string>& argv, std::ostream& out) {
     model::GenerateOptions gen;
     gen.max_new_tokens = *completion;
     gen.stop_at_eos = false;
-    absl::StatusOr<model::GenerateResult> completed =
-        model::Generate((*ref)->model(), (*ref)->backend(), prompt, gen);
-    if (!completed.ok()) return completed.status();
+    ASSIGN_OR_RETURN(
+        model::GenerateResult completed,
+        model::Generate(ref->model(), ref->backend(), prompt, gen));
     std::vector<int64_t> seq = prompt;
-    seq.insert(seq.end(), completed->token_ids.begin(),
-               completed->token_ids.end());
+    seq.insert(seq.end(), completed.token_ids.begin(),
+               completed.token_ids.end());
     // The last token is never an input whose prediction is scored.
     const std::vector<int64_t> inputs(seq.begin(), seq.end() - 1);
-    absl::StatusOr<std::vector<float>> lc = ScoreAll((*cand)->model(), inputs);
-    if (!lc.ok()) return lc.status();
-    absl::StatusOr<std::vector<float>> lr = ScoreAll((*ref)->model(), inputs);
-    if (!lr.ok()) return lr.status();
+    ASSIGN_OR_RETURN(std::vector<float> lc, ScoreAll(cand->model(), inputs));
+    ASSIGN_OR_RETURN(std::vector<float> lr, ScoreAll(ref->model(), inputs));
     for (size_t pos = prompt.size() - 1; pos < inputs.size(); ++pos) {
-      const std::vector<double> a = LogSoftmax(lc->data() + pos * vocab, vocab);
-      const std::vector<double> b = LogSoftmax(lr->data() + pos * vocab, vocab);
+      const std::vector<double> a = LogSoftmax(lc.data() + pos * vocab, vocab);
+      const std::vector<double> b = LogSoftmax(lr.data() + pos * vocab, vocab);
       const int64_t target = seq[pos + 1];
       sum_cand += a[target];
       sum_ref += b[target];
@@ -227,8 +219,8 @@ absl::Status RunScore(const std::vector<std::string>& argv, std::ostream& out) {
   for (double k : kls) kl_mean += k;
   kl_mean /= std::max<int64_t>(positions, 1);
   nlohmann::ordered_json j = {
-      {"checkpoint", *dir},
-      {"reference", *ref_dir},
+      {"checkpoint", dir},
+      {"reference", ref_dir},
       {"sequences", prompts.size()},
       {"scored_tokens", positions},
       {"mean_logprob", sum_cand / std::max<int64_t>(positions, 1)},
@@ -240,7 +232,7 @@ absl::Status RunScore(const std::vector<std::string>& argv, std::ostream& out) {
       {"kl_p99", Percentile(kls, 99)},
       {"kl_max", kls.empty() ? 0.0 : *std::max_element(kls.begin(), kls.end())},
   };
-  if (args->Has("json")) {
+  if (args.Has("json")) {
     out << j.dump() << "\n";
   } else {
     for (auto it = j.begin(); it != j.end(); ++it) {

@@ -11,7 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/grpc_channel.h"
 #include "common/host_port.h"
+#include "common/status_macros.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 
 namespace mneme::cluster {
@@ -155,7 +157,7 @@ absl::Status LocalCluster::StartOnce() {
                  absl::StrCat("--ram_cache_bytes=", int64_t{64} << 20),
                  drain};
   store_.listen = kAnyLocalPort;
-  if (absl::Status s = SpawnAndWait(store_, deadline); !s.ok()) return s;
+  RETURN_IF_ERROR(SpawnAndWait(store_, deadline));
 
   workers_.resize(options_.tp_size);
   for (int r = 0; r < options_.tp_size; ++r) {
@@ -164,7 +166,7 @@ absl::Status LocalCluster::StartOnce() {
     w.log_path = absl::StrCat(options_.workdir, "/worker", r, ".log");
     w.argv = WorkerArgv(r);
     w.listen = kAnyLocalPort;
-    if (absl::Status s = SpawnAndWait(w, deadline); !s.ok()) return s;
+    RETURN_IF_ERROR(SpawnAndWait(w, deadline));
   }
   workers_started_ = absl::Now();
 
@@ -185,7 +187,7 @@ absl::Status LocalCluster::StartOnce() {
   coordinator_.argv.push_back(Flag("http_listen", kAnyLocalPort));
   coordinator_.listen = options_.coordinator_listen;
   coordinator_.metrics_listen = kAnyLocalPort;
-  if (absl::Status s = SpawnAndWait(coordinator_, deadline); !s.ok()) return s;
+  RETURN_IF_ERROR(SpawnAndWait(coordinator_, deadline));
   // The HTTP front is announced after the gRPC address; a restart keeps
   // its port.
   while (true) {
@@ -250,7 +252,7 @@ absl::Status LocalCluster::SpawnAndWait(Daemon& d, absl::Time deadline) {
   if (cancelled_.HasBeenNotified()) {
     return absl::CancelledError("cancelled while starting the cluster");
   }
-  if (absl::Status s = Spawn(d); !s.ok()) return s;
+  RETURN_IF_ERROR(Spawn(d));
   while (true) {
     if (std::optional<std::string> address =
             d.process->FindLine(kListeningPrefix);
@@ -304,8 +306,10 @@ LocalCluster::Daemon* LocalCluster::FirstExited() {
 }
 
 absl::Status LocalCluster::WaitUntilServing(absl::Time deadline) {
-  std::unique_ptr<Health::Stub> health = Health::NewStub(grpc::CreateChannel(
-      coordinator_.listen, grpc::InsecureChannelCredentials()));
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<grpc::Channel> channel,
+      CreateClientChannel(coordinator_.listen, ClientChannelOptions()));
+  std::unique_ptr<Health::Stub> health = Health::NewStub(channel);
   std::string last = "no answer yet";
   while (true) {
     if (const Daemon* d = FirstExited(); d != nullptr) {

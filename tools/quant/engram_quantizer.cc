@@ -21,6 +21,7 @@
 #include "checkpoint/model_config.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/file_io.h"
+#include "common/json.h"
 #include "common/status_macros.h"
 #include "engram_store/engram_checkpoint.h"
 #include "engram_store/hashing/hash_layout.h"
@@ -30,7 +31,6 @@
 #include "formats/row_format.h"
 #include "tools/quant/blas.h"
 #include "tools/quant/engram_source.h"
-#include "tools/quant/json_field.h"
 #include "tools/quant/output_dir.h"
 #include "tools/quant/parallel.h"
 #include "tools/quant/shard_file_writer.h"
@@ -397,7 +397,7 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
       shard_state = {{"copied", false}};
       RETURN_IF_ERROR(dir.SaveState(state));
     }
-    if (!JsonField(shard_state, "copied", false)) {
+    if (!JsonFieldOr(shard_state, "copied", false)) {
       for (const checkpoint::TensorInfo& info : reader->tensors()) {
         if (replaced.count(info.name) != 0) continue;
         RETURN_IF_ERROR(writer->CopyTensor(*reader, info.name, info.name));
@@ -416,7 +416,7 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
     nlohmann::json& ts = state["tables"][LayerKey(t.layer)];
     if (!ts.is_object()) ts = nlohmann::json::object();
     const absl::Time table_start = absl::Now();
-    const double seconds_before = JsonField(ts, "seconds", 0.0);
+    const double seconds_before = JsonFieldOr(ts, "seconds", 0.0);
     auto save = [&]() {
       ts["seconds"] =
           seconds_before + absl::ToDoubleSeconds(absl::Now() - table_start);
@@ -436,8 +436,8 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
     table.method = method;
     table.shard = t.weight_shard;
     table.rows = t.rows;
-    table.amax = JsonField(ts, "amax", 0.0f);
-    table.global_scale = JsonField(ts, "global_scale", 0.0f);
+    table.amax = JsonFieldOr(ts, "amax", 0.0f);
+    table.global_scale = JsonFieldOr(ts, "global_scale", 0.0f);
     if (!(table.global_scale > 0.0f)) {
       return absl::DataLossError(
           absl::StrCat("the journal of '", dir.path(),
@@ -447,7 +447,7 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
     table.wkv_sample_stride = WkvStride(t.rows, o.wkv_error_rows);
     table.sums = EngramErrorSums::FromJson(ts["sums"]);
     global_scales[t.layer] = table.global_scale;
-    int64_t rows_done = JsonField(ts, "rows_done", int64_t{0});
+    int64_t rows_done = JsonFieldOr(ts, "rows_done", int64_t{0});
 
     if (rows_done < t.rows) {
       ASSIGN_OR_RETURN(std::vector<ColumnFactor> factors,
@@ -508,7 +508,7 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
              .seconds = absl::ToDoubleSeconds(absl::Now() - pass_start)}));
       }
     }
-    table.seconds = JsonField(ts, "seconds", 0.0);
+    table.seconds = JsonFieldOr(ts, "seconds", 0.0);
     report.tables.push_back(std::move(table));
   }
 
@@ -542,8 +542,8 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
       std::string config,
       QuantizedConfigText(o.checkpoint_dir, method, global_scales));
   RETURN_IF_ERROR(dir.WriteFile(checkpoint::kConfigFileName, config));
-  RETURN_IF_ERROR(
-      dir.WriteFile(kEngramReportFileName, JsonText(report.ToJson())));
+  RETURN_IF_ERROR(dir.WriteFile(kEngramReportFileName,
+                                JsonDump(report.ToJson(), 2) + "\n"));
   RETURN_IF_ERROR(dir.LinkSourceFiles(written));
 
   if (o.verify == VerifyOutput::kYes) {
@@ -554,8 +554,8 @@ absl::StatusOr<EngramQuantReport> QuantizeEngramCheckpoint(
                                              .threads = o.threads,
                                              .progress = o.progress}));
     report.verify = verified;
-    RETURN_IF_ERROR(
-        dir.WriteFile(kEngramReportFileName, JsonText(report.ToJson())));
+    RETURN_IF_ERROR(dir.WriteFile(kEngramReportFileName,
+                                  JsonDump(report.ToJson(), 2) + "\n"));
   }
   RETURN_IF_ERROR(dir.Commit());
   return report;

@@ -1,9 +1,9 @@
 #include <cmath>
 
+#include "common/json.h"
 #include "nlohmann/json.hpp"
 #include "tools/quant/engram_quantizer.h"
 #include "tools/quant/engram_source.h"
-#include "tools/quant/json_field.h"
 
 namespace mneme::quant {
 
@@ -36,15 +36,16 @@ nlohmann::json EngramErrorSums::ToJson() const {
 EngramErrorSums EngramErrorSums::FromJson(const nlohmann::json& json) {
   EngramErrorSums s;
   if (!json.is_object()) return s;
-  s.rows = JsonField(json, "rows", int64_t{0});
-  s.blocks = JsonField(json, "blocks", int64_t{0});
-  s.error_squares = JsonField(json, "error_squares", 0.0);
-  s.reference_squares = JsonField(json, "reference_squares", 0.0);
-  s.wkv_rows = JsonField(json, "wkv_rows", int64_t{0});
-  s.wkv_error_squares = JsonField(json, "wkv_error_squares", 0.0);
-  s.wkv_reference_squares = JsonField(json, "wkv_reference_squares", 0.0);
-  s.scale_underflows = JsonField(json, "scale_underflows", int64_t{0});
-  s.smaller_scale_blocks = JsonField(json, "smaller_scale_blocks", int64_t{0});
+  s.rows = JsonFieldOr(json, "rows", int64_t{0});
+  s.blocks = JsonFieldOr(json, "blocks", int64_t{0});
+  s.error_squares = JsonFieldOr(json, "error_squares", 0.0);
+  s.reference_squares = JsonFieldOr(json, "reference_squares", 0.0);
+  s.wkv_rows = JsonFieldOr(json, "wkv_rows", int64_t{0});
+  s.wkv_error_squares = JsonFieldOr(json, "wkv_error_squares", 0.0);
+  s.wkv_reference_squares = JsonFieldOr(json, "wkv_reference_squares", 0.0);
+  s.scale_underflows = JsonFieldOr(json, "scale_underflows", int64_t{0});
+  s.smaller_scale_blocks =
+      JsonFieldOr(json, "smaller_scale_blocks", int64_t{0});
   return s;
 }
 

@@ -21,6 +21,7 @@
 #include "checkpoint/model_config.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/file_io.h"
+#include "common/json.h"
 #include "common/status_macros.h"
 #include "engram_store/engram_checkpoint.h"
 #include "engram_store/hashing/hash_layout.h"
@@ -30,7 +31,6 @@
 #include "formats/row_encode.h"
 #include "formats/row_format.h"
 #include "tools/quant/blas.h"
-#include "tools/quant/json_field.h"
 #include "tools/quant/output_dir.h"
 #include "tools/quant/parallel.h"
 #include "tools/quant/shard_file_writer.h"
@@ -146,11 +146,8 @@ absl::Status Notify(const EngramProgressCallback& progress,
 absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text,
                    mneme::ReadSmallFile(path, uint64_t{64} << 20));
-  nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
-  if (json.is_discarded()) {
-    return absl::DataLossError(absl::StrCat("'", path, "' is not valid JSON"));
-  }
-  return json;
+  return ParseJsonDocument(text, absl::StrCat("'", path, "'"),
+                           {.reject_duplicate_keys = false});
 }
 
 double RelativeRoot(double error, double reference) {

@@ -19,6 +19,7 @@
 #include "checkpoint/model_config.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/file_io.h"
+#include "common/json.h"
 #include "common/status_macros.h"
 #include "engram_store/engram_checkpoint.h"
 #include "engram_store/hashing/hash_layout.h"
@@ -29,7 +30,6 @@
 #include "tools/quant/blas.h"
 #include "tools/quant/engram_quantizer.h"
 #include "tools/quant/engram_source.h"
-#include "tools/quant/json_field.h"
 #include "tools/quant/output_dir.h"
 #include "tools/quant/parallel.h"
 #include "tools/quant/shard_file_writer.h"
@@ -123,7 +123,7 @@ absl::StatusOr<nlohmann::json> VerifyEngramCheckpoint(
   for (size_t ti = 0; ti < source.tables.size(); ++ti) {
     const TableJob& t = source.tables[ti];
     const nlohmann::json& reported = tables[ti];
-    if (JsonField(reported, "layer", -1) != t.layer) {
+    if (JsonFieldOr(reported, "layer", -1) != t.layer) {
       return absl::DataLossError(
           absl::StrCat("verify: report table ", ti, " is not layer ", t.layer));
     }
@@ -138,7 +138,8 @@ absl::StatusOr<nlohmann::json> VerifyEngramCheckpoint(
                                                output->config().NumColumns()));
     ASSIGN_OR_RETURN(std::vector<std::vector<double>> hessians,
                      ComputeWkvHessians(wkv, o.threads));
-    const int64_t stride = JsonField(reported, "wkv_sample_stride", int64_t{1});
+    const int64_t stride =
+        JsonFieldOr(reported, "wkv_sample_stride", int64_t{1});
     if (stride < 1) {
       return absl::DataLossError("verify: wkv_sample_stride must be >= 1");
     }
@@ -226,23 +227,23 @@ absl::StatusOr<nlohmann::json> VerifyEngramCheckpoint(
     const double wkv_rms = RelativeRoot(total.sums.wkv_error_squares,
                                         total.sums.wkv_reference_squares);
     // Checks against the report.
-    if (JsonField(reported, "rows", int64_t{-1}) != t.rows) {
-      return Mismatch(t.layer, "rows", JsonField(reported, "rows", -1.0),
+    if (JsonFieldOr(reported, "rows", int64_t{-1}) != t.rows) {
+      return Mismatch(t.layer, "rows", JsonFieldOr(reported, "rows", -1.0),
                       static_cast<double>(t.rows));
     }
-    const float reported_amax = JsonField(reported, "amax", -1.0f);
+    const float reported_amax = JsonFieldOr(reported, "amax", -1.0f);
     if (reported_amax != total.amax) {
       return Mismatch(t.layer, "amax", reported_amax, total.amax);
     }
-    if (JsonField(reported, "global_scale", -1.0f) != gs ||
+    if (JsonFieldOr(reported, "global_scale", -1.0f) != gs ||
         gs != formats::Nvfp4GlobalScale(total.amax)) {
       return Mismatch(t.layer, "global_scale",
-                      JsonField(reported, "global_scale", -1.0), gs);
+                      JsonFieldOr(reported, "global_scale", -1.0), gs);
     }
     for (auto [name, value, tolerance] :
          {std::make_tuple("relative_rms", rms, kVerifyRawTolerance),
           std::make_tuple("wkv_relative_rms", wkv_rms, kVerifyWkvTolerance)}) {
-      const double want = JsonField(reported, name, -1.0);
+      const double want = JsonFieldOr(reported, name, -1.0);
       if (!(std::fabs(want - value) <=
             tolerance * std::max(std::fabs(value), 1e-12))) {
         return Mismatch(t.layer, name, want, value);
@@ -251,7 +252,7 @@ absl::StatusOr<nlohmann::json> VerifyEngramCheckpoint(
     for (auto [name, value] :
          {std::make_pair("scale_underflows", total.sums.scale_underflows),
           std::make_pair("wkv_rows", total.sums.wkv_rows)}) {
-      const int64_t want = JsonField(reported, name, int64_t{-1});
+      const int64_t want = JsonFieldOr(reported, name, int64_t{-1});
       if (want != value) {
         return Mismatch(t.layer, name, static_cast<double>(want),
                         static_cast<double>(value));

@@ -19,8 +19,8 @@
 #include "checkpoint/model_config.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/file_io.h"
+#include "common/json.h"
 #include "common/status_macros.h"
-#include "tools/quant/json_field.h"
 #include "tools/quant/mxfp4_cast.h"
 #include "tools/quant/output_dir.h"
 #include "tools/quant/parallel.h"
@@ -98,10 +98,10 @@ nlohmann::json StatsJson(const CastStats& s) {
 
 CastStats StatsFromJson(const nlohmann::json& j) {
   CastStats s;
-  s.blocks = JsonField(j, "blocks", int64_t{0});
-  s.castable_blocks = JsonField(j, "castable_blocks", int64_t{0});
-  s.lossless_blocks = JsonField(j, "lossless_blocks", int64_t{0});
-  s.max_abs_error = JsonField(j, "max_abs_error", 0.0);
+  s.blocks = JsonFieldOr(j, "blocks", int64_t{0});
+  s.castable_blocks = JsonFieldOr(j, "castable_blocks", int64_t{0});
+  s.lossless_blocks = JsonFieldOr(j, "lossless_blocks", int64_t{0});
+  s.max_abs_error = JsonFieldOr(j, "max_abs_error", 0.0);
   return s;
 }
 
@@ -203,7 +203,7 @@ absl::StatusOr<int64_t> ApplyCalibration(const std::string& path,
                                          std::vector<ExpertWeight>& weights) {
   absl::StatusOr<std::string> text = mneme::ReadSmallFile(path, 256u << 20);
   if (!text.ok()) return text.status();
-  const nlohmann::json json = nlohmann::json::parse(*text, nullptr, false);
+  const nlohmann::json json = ParseJson(*text).value;
   if (!json.is_object() || !json.contains("input_scale") ||
       !json["input_scale"].is_object()) {
     return absl::InvalidArgumentError(
@@ -414,7 +414,7 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
   for (const auto& [shard, shard_weights] : by_shard) {
     written.insert(shard);
     nlohmann::json& shard_state = state["shards"][shard];
-    if (JsonField(shard_state, "done", false)) {
+    if (JsonFieldOr(shard_state, "done", false)) {
       done += static_cast<int64_t>(shard_weights.size());
       continue;
     }
@@ -489,9 +489,9 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
   }
   ASSIGN_OR_RETURN(std::string config, CastConfigText(o.checkpoint_dir));
   RETURN_IF_ERROR(dir.WriteFile(checkpoint::kConfigFileName, config));
-  RETURN_IF_ERROR(
-      dir.WriteFile(kHfQuantConfigFileName,
-                    JsonText(HfQuantConfig(weights, o.input_scales))));
+  RETURN_IF_ERROR(dir.WriteFile(
+      kHfQuantConfigFileName,
+      JsonDump(HfQuantConfig(weights, o.input_scales), 2) + "\n"));
 
   std::map<std::string, CastStats> layers;
   std::map<std::string, std::set<std::string>> experts;
@@ -545,7 +545,8 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
       {"layers", layer_reports},
       {"lossy_blocks", lossy},
   };
-  RETURN_IF_ERROR(dir.WriteFile(kExpertReportFileName, JsonText(report)));
+  RETURN_IF_ERROR(
+      dir.WriteFile(kExpertReportFileName, JsonDump(report, 2) + "\n"));
   RETURN_IF_ERROR(dir.LinkSourceFiles(written));
   RETURN_IF_ERROR(dir.Commit());
   return report;

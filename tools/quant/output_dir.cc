@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
+#include "common/json.h"
 #include "common/status_macros.h"
 
 namespace mneme::quant {
@@ -135,8 +136,7 @@ absl::StatusOr<std::unique_ptr<PartialOutputDir>> PartialOutputDir::Open(
     absl::StatusOr<std::string> text =
         mneme::ReadSmallFile(journal_path, kMaxJournalBytes);
     const nlohmann::json journal =
-        text.ok() ? nlohmann::json::parse(*text, nullptr, false)
-                  : nlohmann::json();
+        text.ok() ? ParseJson(*text).value : nlohmann::json();
     if (!text.ok() || !journal.is_object()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "'", dir->path_,

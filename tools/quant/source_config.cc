@@ -4,8 +4,8 @@
 #include "checkpoint/checkpoint_index.h"
 #include "checkpoint/model_config.h"
 #include "common/file_io.h"
+#include "common/json.h"
 #include "common/status_macros.h"
-#include "tools/quant/json_field.h"
 
 namespace mneme::quant {
 
@@ -30,7 +30,7 @@ absl::StatusOr<std::string> RewriteSourceConfig(
     section = &*text_config;
   }
   edit(*section);
-  return JsonText(config);
+  return JsonDump(config, 2) + "\n";
 }
 
 }  // namespace mneme::quant

@@ -11,7 +11,7 @@
 
 namespace mneme::engram::testing {
 
-std::string MakeCheckpoint(RowFormat format, uint64_t seed) {
+std::string MakeCheckpoint(formats::RowFormat format, uint64_t seed) {
   synthetic::SyntheticCheckpointOptions options;
   options.out_dir = ::mneme::testing::MakeTempDir("ckpt") + "/checkpoint";
   options.engram_format = format;
@@ -23,9 +23,9 @@ std::string MakeCheckpoint(RowFormat format, uint64_t seed) {
   return options.out_dir;
 }
 
-const std::string& SharedCheckpointDir(RowFormat format) {
+const std::string& SharedCheckpointDir(formats::RowFormat format) {
   static absl::Mutex mu(absl::kConstInit);
-  static auto* dirs = new std::map<RowFormat, std::string>();
+  static auto* dirs = new std::map<formats::RowFormat, std::string>();
   absl::MutexLock lock(&mu);
   auto it = dirs->find(format);
   if (it == dirs->end()) {

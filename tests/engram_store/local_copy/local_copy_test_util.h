@@ -16,10 +16,10 @@ namespace mneme::engram::testing {
 // A small synthetic checkpoint (tools/synthetic, engram_vocab_size 300:
 // ~7,200 rows per table, layers 1 and 3) of `format`, written once per test
 // process under $TEST_TMPDIR and shared; tests must not modify it.
-const std::string& SharedCheckpointDir(RowFormat format);
+const std::string& SharedCheckpointDir(formats::RowFormat format);
 
 // A fresh synthetic checkpoint of `format` (for tests that change it).
-std::string MakeCheckpoint(RowFormat format, uint64_t seed = 3);
+std::string MakeCheckpoint(formats::RowFormat format, uint64_t seed = 3);
 
 // Opens `dir`; fails the test (and returns nullptr) if it cannot.
 std::unique_ptr<EngramCheckpoint> OpenCheckpoint(const std::string& dir);
