@@ -71,7 +71,7 @@ void FakeWorkerGroup::SetTokenRule(TokenRule rule) {
   rule_ = std::move(rule);
 }
 
-void FakeWorkerGroup::FailNextSteps(absl::Status status, int count) {
+void FakeWorkerGroup::FailNextSteps(const absl::Status& status, int count) {
   absl::MutexLock lock(&mu_);
   for (int i = 0; i < count; ++i) step_failures_.push_back(status);
 }

@@ -63,7 +63,7 @@ class FakeWorkerGroup final : public WorkerGroup {
 
   void SetTokenRule(TokenRule rule);
   // The next `count` steps fail with `status` (nothing is sampled).
-  void FailNextSteps(absl::Status status, int count = 1);
+  void FailNextSteps(const absl::Status& status, int count = 1);
   // Info() fails with `status` until called again with OK.
   void SetInfoStatus(absl::Status status);
   // While paused, Step() waits (after recording its request) until Resume().
