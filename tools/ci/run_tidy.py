@@ -121,14 +121,24 @@ class Cache:
         key = self._key(entry, cached.get("deps", []))
         return cached["output"] if key and key == cached.get("key") else None
 
-    def put(self, entry, output):
+    def snapshot(self, entry):
+        """(deps, key) of the file as it is now: taken before clang-tidy
+        reads it, so that a file edited during the run is not cached."""
         if not self.directory:
-            return
+            return None
         deps = dependencies(entry)
         if deps is None:
-            return
+            return None
         key = self._key(entry, deps)
-        if key is None:
+        return (deps, key) if key else None
+
+    def put(self, entry, snapshot, output):
+        """Caches `output` if the file and its headers are still as they
+        were at `snapshot` (nobody edited them while clang-tidy ran)."""
+        if not self.directory or snapshot is None:
+            return
+        deps, key = snapshot
+        if self._key(entry, deps) != key:
             return
         tmp = self._path(entry) + ".tmp"
         with open(tmp, "w") as f:
@@ -205,8 +215,9 @@ def main(argv):
             outputs[e["file"]] = cached
 
     def work(entry):
+        snapshot = cache.snapshot(entry)
         output = run_one(args.db_dir, entry)
-        cache.put(entry, output)
+        cache.put(entry, snapshot, output)
         return entry["file"], output
 
     with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
