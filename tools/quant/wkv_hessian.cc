@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/dtype.h"
+#include "checkpoint/safetensors_header.h"
 #include "common/status_macros.h"
 #include "formats/block_formats.h"
 #include "formats/row_format.h"
@@ -21,9 +22,8 @@ constexpr int64_t kWkvBlock = 32;
 // Rows dequantized per band (a multiple of kWkvBlock).
 constexpr int64_t kBandRows = 256;
 
-std::string Describe(const checkpoint::TensorLocation& t) {
-  return absl::StrCat("safetensors file '", t.shard->path(), "', tensor ",
-                      checkpoint::QuoteTensorName(t.info->name));
+std::string Describe(const std::string& name) {
+  return absl::StrCat("tensor ", checkpoint::QuoteTensorName(name));
 }
 
 }  // namespace
@@ -36,32 +36,32 @@ std::string WkvScaleTensorName(int layer) {
   return absl::StrCat("layers.", layer, ".engram.wkv.scale");
 }
 
-absl::StatusOr<WkvTensors> LocateWkv(
-    const checkpoint::ShardedCheckpoint& checkpoint, int layer,
-    int num_columns) {
+absl::StatusOr<WkvTensors> LocateWkv(const checkpoint::TensorSource& source,
+                                     int layer, int num_columns) {
   WkvTensors wkv;
   wkv.layer = layer;
-  ASSIGN_OR_RETURN(checkpoint::TensorLocation weight,
-                   checkpoint.Find(WkvWeightTensorName(layer)));
-  ASSIGN_OR_RETURN(checkpoint::TensorLocation scale,
-                   checkpoint.Find(WkvScaleTensorName(layer)));
-  wkv.weight = weight;
-  wkv.scale = scale;
-  if (weight.info->dtype != DType::kF8E4M3) {
+  wkv.source = &source;
+  wkv.weight_name = WkvWeightTensorName(layer);
+  wkv.scale_name = WkvScaleTensorName(layer);
+  ASSIGN_OR_RETURN(const checkpoint::TensorSpec weight,
+                   source.GetTensorSpec(wkv.weight_name));
+  ASSIGN_OR_RETURN(const checkpoint::TensorSpec scale,
+                   source.GetTensorSpec(wkv.scale_name));
+  if (weight.dtype != DType::kF8E4M3) {
     return absl::InvalidArgumentError(absl::StrCat(
-        Describe(weight), ": is ", DTypeName(weight.info->dtype),
+        Describe(wkv.weight_name), ": is ", DTypeName(weight.dtype),
         "; the quantizer reads wkv only as F8_E4M3 with F8_E8M0 32x32 scales"));
   }
-  if (scale.info->dtype != DType::kF8E8M0) {
+  if (scale.dtype != DType::kF8E8M0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(Describe(scale), ": is ", DTypeName(scale.info->dtype),
+        absl::StrCat(Describe(wkv.scale_name), ": is ", DTypeName(scale.dtype),
                      ", expected F8_E8M0 (one scale per 32x32 block)"));
   }
-  const std::vector<int64_t>& ws = weight.info->shape;
+  const std::vector<int64_t>& ws = weight.shape;
   const int64_t in_dim = int64_t{num_columns} * formats::kRowDim;
   if (ws.size() != 2 || ws[0] < 1 || ws[1] != in_dim) {
     return absl::DataLossError(absl::StrCat(
-        Describe(weight), ": shape [", absl::StrJoin(ws, ", "),
+        Describe(wkv.weight_name), ": shape [", absl::StrJoin(ws, ", "),
         "] does not match ", num_columns, " hash columns of 256 (expected [",
         "out, ", in_dim, "])"));
   }
@@ -69,9 +69,9 @@ absl::StatusOr<WkvTensors> LocateWkv(
   wkv.in_dim = in_dim;
   const std::vector<int64_t> want_scale = {
       (wkv.out_dim + kWkvBlock - 1) / kWkvBlock, in_dim / kWkvBlock};
-  if (scale.info->shape != want_scale) {
+  if (scale.shape != want_scale) {
     return absl::DataLossError(absl::StrCat(
-        Describe(scale), ": shape [", absl::StrJoin(scale.info->shape, ", "),
+        Describe(wkv.scale_name), ": shape [", absl::StrJoin(scale.shape, ", "),
         "] does not match wkv.weight [", wkv.out_dim, ", ", in_dim,
         "] in 32x32 blocks (expected [", absl::StrJoin(want_scale, ", "),
         "])"));
@@ -96,10 +96,10 @@ absl::StatusOr<std::vector<std::vector<double>>> ComputeWkvHessians(
     const int64_t scale_rows = (rows + kWkvBlock - 1) / kWkvBlock;
     codes.resize(rows * wkv.in_dim);
     scales.resize(scale_rows * scale_cols);
-    RETURN_IF_ERROR(wkv.weight.shard->ReadTensorRange(
-        wkv.weight.info->name, first * wkv.in_dim, absl::MakeSpan(codes)));
-    RETURN_IF_ERROR(wkv.scale.shard->ReadTensorRange(
-        wkv.scale.info->name, (first / kWkvBlock) * scale_cols,
+    RETURN_IF_ERROR(wkv.source->ReadTensorByteRange(
+        wkv.weight_name, first * wkv.in_dim, absl::MakeSpan(codes)));
+    RETURN_IF_ERROR(wkv.source->ReadTensorByteRange(
+        wkv.scale_name, (first / kWkvBlock) * scale_cols,
         absl::MakeSpan(scales)));
     // The first NaN element in row-major order: a NaN code, or the first
     // element of the first block with a NaN scale.
@@ -113,7 +113,7 @@ absl::StatusOr<std::vector<std::vector<double>>> ComputeWkvHessians(
     }
     if (nan >= 0) {
       return absl::DataLossError(absl::StrCat(
-          Describe(wkv.weight), ": NaN at row ", first + nan / wkv.in_dim,
+          Describe(wkv.weight_name), ": NaN at row ", first + nan / wkv.in_dim,
           ", column ", nan % wkv.in_dim));
     }
     band_f32.resize(rows * wkv.in_dim);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "checkpoint/sharded_checkpoint.h"
+#include "checkpoint/tensor_source.h"
 
 namespace mneme::quant {
 
@@ -19,11 +19,13 @@ namespace mneme::quant {
 std::string WkvWeightTensorName(int layer);
 std::string WkvScaleTensorName(int layer);
 
-// A layer's wkv tensors, checked. Pointers are owned by the checkpoint.
+// A layer's wkv tensors, checked.
 struct WkvTensors {
   int layer = 0;
-  checkpoint::TensorLocation weight;
-  checkpoint::TensorLocation scale;
+  // Where they are read from; not owned (outlives this struct).
+  const checkpoint::TensorSource* source = nullptr;
+  std::string weight_name;
+  std::string scale_name;
   // wkv.weight is [out_dim, in_dim]; in_dim = 256 x columns.
   int64_t out_dim = 0;
   int64_t in_dim = 0;
@@ -35,16 +37,15 @@ struct WkvTensors {
 // supported); DataLoss (naming tensor and shapes) if wkv.weight is not
 // [out, 256 x num_columns] with out >= 1 or wkv.scale is not
 // [ceil(out / 32), 8 x num_columns].
-absl::StatusOr<WkvTensors> LocateWkv(
-    const checkpoint::ShardedCheckpoint& checkpoint, int layer,
-    int num_columns);
+absl::StatusOr<WkvTensors> LocateWkv(const checkpoint::TensorSource& source,
+                                     int layer, int num_columns);
 
 // Dequantizes wkv (fp32 values e4m3 x 2^(e - 127)) in bands of rows and
 // accumulates every column's H_c = W_c^T W_c in double precision (BLAS
 // dsyrk, columns spread over `threads` threads, 0 = all cores). Returns
 // in_dim / 256 matrices of 256 x 256 doubles, row-major, symmetric.
 // DataLoss for a NaN code or scale (naming the tensor and the row) or a
-// shard that became shorter.
+// file that became shorter.
 absl::StatusOr<std::vector<std::vector<double>>> ComputeWkvHessians(
     const WkvTensors& wkv, int threads);
 
