@@ -41,18 +41,10 @@ import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
-FLOORS = {
-    "common": 1,
-    "formats": 2,
-    "checkpoint": 3,
-    "text": 3,
-    "engram_store": 4,
-    "gpu": 4,
-    "model": 5,
-    "services": 6,
-    "tools": 7,
-}
-SERVICE_DAEMONS = ("engram", "worker", "coordinator")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The floors are defined once, by the layering check.
+from check_layering import FLOORS  # noqa: E402
+from check_layering import SERVICE_DAEMONS  # noqa: E402
 PUBLIC = "//visibility:public"
 
 

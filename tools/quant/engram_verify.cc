@@ -39,7 +39,6 @@
 namespace mneme::quant {
 namespace {
 
-using engram_internal::Fp8RowsAmax;
 using engram_internal::kBlocksPerRow;
 using engram_internal::kFp8Scale;
 using engram_internal::kFp8Weight;
@@ -47,9 +46,6 @@ using engram_internal::kN;
 using engram_internal::kNvScale;
 using engram_internal::kNvWeight;
 using engram_internal::kScanTaskRows;
-using engram_internal::kTaskRows;
-using engram_internal::LayerKey;
-using engram_internal::NanError;
 using engram_internal::Notify;
 using engram_internal::OpenSource;
 using engram_internal::ReadJsonFile;
