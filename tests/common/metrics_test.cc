@@ -434,6 +434,7 @@ TEST(MetricsRegistryTest, ConcurrentUpdatesLookupsAndExportsAreExact) {
     }
   });
   std::vector<std::thread> workers;
+  workers.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     workers.emplace_back([&, t] {
       for (int i = 0; i < kIterations; ++i) {

@@ -243,8 +243,8 @@ TEST(RowDecodeTest, WrongSizesAreInvalidArgument) {
     SCOPED_TRACE(RowFormatName(format));
     const RowDecodeOptions options{.format = format};
     const size_t row_bytes = RowBytes(format);
-    std::vector<float> out(2 * kRowDim);
-    std::vector<uint16_t> out_bf16(2 * kRowDim);
+    std::vector<float> out(size_t{2} * kRowDim);
+    std::vector<uint16_t> out_bf16(size_t{2} * kRowDim);
     // Not a whole number of rows.
     std::vector<uint8_t> partial(2 * row_bytes - 1);
     EXPECT_EQ(DecodeRowsF32(options, partial, absl::MakeSpan(out)).code(),
@@ -255,7 +255,7 @@ TEST(RowDecodeTest, WrongSizesAreInvalidArgument) {
                             absl::MakeSpan(out).subspan(0, 2 * kRowDim - 1))
                   .code(),
               absl::StatusCode::kInvalidArgument);
-    std::vector<uint16_t> big(3 * kRowDim);
+    std::vector<uint16_t> big(size_t{3} * kRowDim);
     EXPECT_EQ(DecodeRowsBf16(options, rows, absl::MakeSpan(big)).code(),
               absl::StatusCode::kInvalidArgument);
     EXPECT_TRUE(DecodeRowsBf16(options, rows, absl::MakeSpan(out_bf16)).ok());

@@ -2,9 +2,9 @@
 // (gcc) build, and checks that each seed is accepted or rejected as its name
 // says (valid_* parse, bad_* are DataLoss).
 #include <dirent.h>
-#include <stdlib.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>

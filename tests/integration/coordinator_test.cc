@@ -265,6 +265,7 @@ TEST(CoordinatorTest, ConcurrentRequestsWithPreemptionMatchSequentialRuns) {
   }
   std::vector<Outcome> outcomes(kRequests);
   std::vector<std::thread> threads;
+  threads.reserve(kRequests);
   for (int i = 0; i < kRequests; ++i) {
     threads.emplace_back([&, i] {
       sv1::GenerateRequest req = Request(prompts[i], max_new[i]);

@@ -56,7 +56,7 @@ const std::string& TinyCheckpoint() {
 // A copy of the tiny model whose config.json is edited by `edit`.
 std::string EditedCopy(const std::string& name,
                        void (*edit)(nlohmann::json& text_config)) {
-  const std::string dir = TempDir(name);
+  std::string dir = TempDir(name);
   fs::remove_all(dir);
   fs::copy(TinyCheckpoint(), dir, fs::copy_options::recursive);
   nlohmann::json config;
@@ -359,22 +359,23 @@ TEST(WeightLoaderTest, UnalignedSlicesEqualTheDequantizedRows) {
   EXPECT_EQ((*rows)->format(), gpu::WeightFormat::kFp8Block);
   // x = unit vectors pick columns: Linear(e_j) = column j of W.
   gpu::Backend& b = **backend;
-  auto x = b.Allocate(64 * 64);
-  auto xs = b.Allocate(16 * 16);
+  auto x = b.Allocate(int64_t{64} * 64);
+  auto xs = b.Allocate(int64_t{16} * 16);
   ASSERT_TRUE(x.ok() && xs.ok());
-  std::vector<float> eye(64 * 64, 0), eye16(16 * 16, 0);
+  std::vector<float> eye(size_t{64} * 64, 0), eye16(size_t{16} * 16, 0);
   for (int i = 0; i < 64; ++i) eye[i * 64 + i] = 1;
   for (int i = 0; i < 16; ++i) eye16[i * 16 + i] = 1;
   b.CopyFromHost(eye, (*x)->data());
   b.CopyFromHost(eye16, (*xs)->data());
-  auto y = b.Allocate(64 * 256);
-  auto ys = b.Allocate(16 * 256);
-  auto yr = b.Allocate(64 * 64);
+  auto y = b.Allocate(int64_t{64} * 256);
+  auto ys = b.Allocate(int64_t{16} * 256);
+  auto yr = b.Allocate(int64_t{64} * 64);
   ASSERT_TRUE(y.ok() && ys.ok() && yr.ok());
   b.Linear((*x)->view(64, 64), **full, (*y)->view(64, 256));
   b.Linear((*xs)->view(16, 16), **part, (*ys)->view(16, 256));
   b.Linear((*x)->view(64, 64), **rows, (*yr)->view(64, 64));
-  std::vector<float> hy(64 * 256), hys(16 * 256), hyr(64 * 64);
+  std::vector<float> hy(size_t{64} * 256), hys(size_t{16} * 256),
+      hyr(size_t{64} * 64);
   b.CopyToHost((*y)->data(), absl::MakeSpan(hy));
   b.CopyToHost((*ys)->data(), absl::MakeSpan(hys));
   b.CopyToHost((*yr)->data(), absl::MakeSpan(hyr));

@@ -1,7 +1,6 @@
 #include "tests/testing/subprocess.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -9,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -40,7 +40,7 @@ std::string ReadAll(const std::string& path) {
 
 std::string MakeTempDir(const std::string& name) {
   static std::atomic<int> counter{0};
-  const std::string path =
+  std::string path =
       absl::StrCat(TempRoot(), "/", name, ".", getpid(), ".", counter++);
   mkdir(path.c_str(), 0755);
   return path;
@@ -68,12 +68,16 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
   }
   for (const auto& [k, v] : env) merged[k] = v;
   std::vector<std::string> env_strings;
-  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  env_strings.reserve(merged.size());
+  for (const auto& [k, v] : merged)
+    env_strings.push_back(absl::StrCat(k, "=", v));
   std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
   std::vector<std::string> args = argv;
   std::vector<char*> argvp;
+  argvp.reserve(args.size() + 1);
   for (std::string& s : args) argvp.push_back(s.data());
   argvp.push_back(nullptr);
 

@@ -254,6 +254,7 @@ TEST(TokenizerTest, ConcurrentEncodesAgreeWithSequentialOnes) {
   const nlohmann::json expected =
       nlohmann::json::parse(ReadTestdata("deepseek_style.expected.json"));
   std::vector<std::thread> threads;
+  threads.reserve(4);
   std::vector<int> mismatches(4, 0);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {

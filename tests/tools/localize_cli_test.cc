@@ -142,7 +142,7 @@ TEST_F(LocalizeCliTest, RefusesAnotherRanksCopyUnlessForced) {
   EXPECT_THAT(refused.err, HasSubstr("--force"));
 
   std::vector<std::string> forced = rank1;
-  forced.push_back("--force");
+  forced.emplace_back("--force");
   const Result r = Mneme(forced);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("tp 2, rank 1, contiguous split"));

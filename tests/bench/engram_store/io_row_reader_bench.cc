@@ -184,9 +184,9 @@ void BM_RandomRows(benchmark::State& state, Engine engine, OpenMode mode) {
       ->ArgNames({"rows", "gap"})                      \
       ->Args({48, 4096})                               \
       ->Args({1152, 4096})                             \
-      ->Args({8192 * 24, 0})                           \
-      ->Args({8192 * 24, 1024})                        \
-      ->Args({8192 * 24, 4096})                        \
+      ->Args({int64_t{8192} * 24, 0})                  \
+      ->Args({int64_t{8192} * 24, 1024})               \
+      ->Args({int64_t{8192} * 24, 4096})               \
       ->UseRealTime()                                  \
       ->Unit(benchmark::kMicrosecond)
 

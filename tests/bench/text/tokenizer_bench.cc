@@ -38,7 +38,7 @@ std::string MixedText() {
       "Emoji 🙂👍🏽🚀 and numbers 3.14159 2026-01-15 1,000,000. ",
   };
   std::string text;
-  for (int i = 0; text.size() < 64 * 1024; ++i) text += parts[i % 4];
+  for (int i = 0; text.size() < size_t{64} * 1024; ++i) text += parts[i % 4];
   return text;
 }
 

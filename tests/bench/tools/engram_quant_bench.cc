@@ -15,6 +15,7 @@
 // synthetic sources (~0.5 GB) are made once under $TMPDIR/mneme-quant-bench
 // and reused by later runs; delete that directory to remake them.
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -58,7 +59,7 @@ const std::vector<float>& Rows() {
 const ColumnFactor& Factor() {
   static const ColumnFactor* factor = [] {
     constexpr int kOut = 25600;
-    std::vector<double> h(kN * kN, 0.0);
+    std::vector<double> h(static_cast<size_t>(kN) * kN, 0.0);
     uint64_t s = 7;
     auto uniform = [&] {
       s = s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -84,7 +85,7 @@ const ColumnFactor& Factor() {
   return *factor;
 }
 
-void BM_QuantizeRows(benchmark::State& state, std::string method_name) {
+void BM_QuantizeRows(benchmark::State& state, const std::string& method_name) {
   const QuantMethod method = *ParseQuantMethod(method_name);
   const std::vector<float>& rows = Rows();
   const int64_t n = static_cast<int64_t>(rows.size()) / kN;
@@ -93,9 +94,9 @@ void BM_QuantizeRows(benchmark::State& state, std::string method_name) {
   const GptqOptions options{
       .global_scale = gs, .scale = method.scale, .batch_columns = 32};
   std::vector<uint8_t> weights(n * 128), scales(n * 16);
-  std::vector<float> work(kN * kGptqChunkRows);
-  std::vector<uint8_t> codes(kGptqChunkRows * kN),
-      chunk_scales(kGptqChunkRows * 16);
+  std::vector<float> work(static_cast<size_t>(kN) * kGptqChunkRows);
+  std::vector<uint8_t> codes(static_cast<size_t>(kGptqChunkRows) * kN),
+      chunk_scales(static_cast<size_t>(kGptqChunkRows) * 16);
   for (auto _ : state) {
     if (method.feedback == ErrorFeedback::kNone) {
       for (int64_t r = 0; r < n; ++r) {
@@ -113,7 +114,8 @@ void BM_QuantizeRows(benchmark::State& state, std::string method_name) {
         GptqQuantizeChunk(factor, options, work.data(), codes.data(),
                           chunk_scales.data());
         for (int r = 0; r < R; ++r) {
-          PackCodes(codes.data() + r * kN, weights.data() + (first + r) * 128);
+          PackCodes(codes.data() + static_cast<std::ptrdiff_t>(r) * kN,
+                    weights.data() + (first + r) * 128);
         }
       }
     }
@@ -158,7 +160,8 @@ const std::string& Source(synthetic::WkvKind kind) {
   return sources->emplace(kind, dir).first->second;
 }
 
-void BM_QuantizeCheckpoint(benchmark::State& state, std::string method_name,
+void BM_QuantizeCheckpoint(benchmark::State& state,
+                           const std::string& method_name,
                            synthetic::WkvKind kind) {
   const std::string& source = Source(kind);
   EngramQuantizeOptions o;
@@ -169,7 +172,11 @@ void BM_QuantizeCheckpoint(benchmark::State& state, std::string method_name,
   double rms = 0, wkv = 0, rows = 0, seconds = 0;
   int run = 0;
   for (auto _ : state) {
-    o.out_dir = source + "-out-" + method_name + "-" + std::to_string(run++);
+    o.out_dir = source;
+    o.out_dir.append("-out-")
+        .append(method_name)
+        .append("-")
+        .append(std::to_string(run++));
     fs::remove_all(o.out_dir);
     absl::StatusOr<EngramQuantReport> report = QuantizeEngramCheckpoint(o);
     if (!report.ok()) {

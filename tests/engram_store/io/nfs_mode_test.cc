@@ -30,7 +30,7 @@ using ::mneme::engram::testing::SpanBatch;
 using ::mneme::engram::testing::TempPath;
 using ::mneme::engram::testing::WriteRandomFile;
 
-constexpr uint64_t kFileSize = 8 * 1024 * 1024;
+constexpr uint64_t kFileSize = uint64_t{8} * 1024 * 1024;
 
 class NfsModeTest : public ::testing::TestWithParam<ReaderKind> {
  protected:

@@ -245,7 +245,7 @@ TEST(PreadPoolReaderInlineTest, OnlySmallBufferedBatchesRunInline) {
 
   auto read = [&](const RowFile* file, int spans) {
     SpanBatch batch;
-    for (int i = 0; i < spans; ++i) batch.Add(file, 1000 * i, 264);
+    for (int i = 0; i < spans; ++i) batch.Add(file, uint64_t{1000} * i, 264);
     batch.Finish();
     EXPECT_TRUE(reader->Read(batch.spans(), absl::InfiniteFuture()).ok());
     EXPECT_EQ(batch.Verify(), "");

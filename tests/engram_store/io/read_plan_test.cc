@@ -43,7 +43,7 @@ class ReadPlanTest : public ::testing::Test {
   std::string path_;
   std::unique_ptr<RowFile> buffered_;
   std::unique_ptr<RowFile> direct_;
-  std::vector<uint8_t> dest_ = std::vector<uint8_t>(512 * 64);
+  std::vector<uint8_t> dest_ = std::vector<uint8_t>(size_t{512} * 64);
 };
 
 TEST_F(ReadPlanTest, EmptySpansAreDropped) {
@@ -107,9 +107,11 @@ TEST_F(ReadPlanTest, TouchingSpansShareAnExtentSplitIntoOps) {
   CoalesceOptions options;
   options.max_read_bytes = 8192;
   std::vector<ReadSpan> spans;
-  std::vector<uint8_t> out(64 * 264);
+  spans.reserve(64);
+  std::vector<uint8_t> out(size_t{64} * 264);
   for (int i = 0; i < 64; ++i) {
-    spans.push_back({buffered_.get(), 100 + 264u * i, 264, &out[264 * i]});
+    spans.push_back(
+        {buffered_.get(), 100 + 264u * i, 264, &out[size_t{264} * i]});
   }
   const ReadPlan plan = Plan(spans, options);
   ASSERT_EQ(plan.extents.size(), 1u);

@@ -147,6 +147,7 @@ TEST_P(RowReaderTest, EngramRowsPackedWeightThenScale) {
     const uint64_t scale_base = header + rows * layout.weight_bytes;
     std::mt19937_64 rng(layout.weight_bytes);
     std::vector<uint64_t> ids;
+    ids.reserve(440);
     for (int i = 0; i < 400; ++i) ids.push_back(rng() % rows);
     for (uint64_t r = 100; r < 140; ++r) ids.push_back(r);  // Neighbours.
     ids.push_back(0);
@@ -203,6 +204,7 @@ TEST_P(RowReaderTest, SpansOfSeveralFilesInOneBatch) {
 
 TEST_P(RowReaderTest, ConcurrentCallers) {
   std::vector<std::thread> threads;
+  threads.reserve(4);
   std::vector<std::string> results(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {

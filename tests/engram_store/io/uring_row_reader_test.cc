@@ -29,7 +29,8 @@ using ::testing::HasSubstr;
 
 constexpr uint64_t kFileSize = 2 * 1024 * 1024 + 333;
 
-// Creates a reader, or skips the test where io_uring is not allowed.
+// Creates a reader, or skips the test where io_uring is not allowed. `var`
+// names the variable it declares, so it cannot be parenthesized.
 #define CREATE_OR_SKIP(var, options)                               \
   absl::StatusOr<std::unique_ptr<UringRowReader>> var##_or =       \
       UringRowReader::Create(options);                             \
@@ -37,7 +38,7 @@ constexpr uint64_t kFileSize = 2 * 1024 * 1024 + 333;
     GTEST_SKIP() << "io_uring unavailable: " << var##_or.status(); \
   }                                                                \
   ASSERT_TRUE(var##_or.ok()) << var##_or.status();                 \
-  std::unique_ptr<UringRowReader> var = *std::move(var##_or)
+  auto var = *std::move(var##_or)  // NOLINT(bugprone-macro-parentheses)
 
 class UringRowReaderTest : public ::testing::TestWithParam<OpenMode> {
  protected:
@@ -103,6 +104,7 @@ TEST_P(UringRowReaderTest, OneRingManyCallersNoThreadGrowth) {
   std::vector<std::string> errors(4);
   {
     std::vector<std::thread> callers;
+    callers.reserve(4);
     for (int t = 0; t < 4; ++t) {
       callers.emplace_back([&, t] {
         for (int round = 0; round < 10; ++round) {

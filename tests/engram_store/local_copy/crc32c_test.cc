@@ -63,7 +63,7 @@ TEST(Crc32cTest, ExtendEqualsTheChecksumOfTheConcatenation) {
 }
 
 TEST(Crc32cTest, DetectsASingleBitFlip) {
-  std::vector<uint8_t> data(264 * 100, 0x5A);
+  std::vector<uint8_t> data(size_t{264} * 100, 0x5A);
   const uint32_t before = Crc32c(data);
   for (size_t i : {0ul, 1000ul, data.size() - 1}) {
     for (int bit = 0; bit < 8; ++bit) {

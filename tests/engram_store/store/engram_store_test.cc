@@ -270,7 +270,7 @@ INSTANTIATE_TEST_SUITE_P(
 class EngramStoreFaultTest : public ::testing::Test {
  protected:
   absl::StatusOr<std::unique_ptr<EngramStore>> Open(
-      EngramStoreOptions o, FaultInjectingRowReader** faults) {
+      const EngramStoreOptions& o, FaultInjectingRowReader** faults) {
     PreadPoolReaderOptions pool;
     pool.threads = 2;
     absl::StatusOr<std::unique_ptr<PreadPoolReader>> inner =
@@ -358,7 +358,8 @@ TEST(EngramStorePrefetchTest, PrefetchedRowsAreServedFromRam) {
   auto store = EngramStore::Create(o);
   ASSERT_TRUE(store.ok()) << store.status();
   std::vector<int64_t> ids;
-  for (int i = 0; i < 500; ++i) ids.push_back(i * 37);
+  ids.reserve(500);
+  for (int i = 0; i < 500; ++i) ids.push_back(int64_t{i} * 37);
   EXPECT_EQ((*store)->Prefetch(3, ids), 500);
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   // Rows land in the RAM cache after they are read.

@@ -142,16 +142,16 @@ TEST_P(AttentionTest, AttentionMatchesReference) {
 TEST_P(AttentionTest, AttentionWithNoVisibleKeyGivesZerosAndMinusInf) {
   const std::vector<KeyRanges> ranges = {KeyRanges{{3, 0}, {3, 0}},
                                          KeyRanges{}};
-  Mat q = Upload(Random(2 * 2 * 8), 2, 16);
-  Mat kv = Upload(Random(6 * 8), 6, 8);
+  Mat q = Upload(Random(int64_t{2} * 2 * 8), 2, 16);
+  Mat kv = Upload(Random(int64_t{6} * 8), 6, 8);
   Mat sink = Upload({0.5f, -0.5f}, 1, 2);
   for (const float* s : {static_cast<const float*>(nullptr),
                          static_cast<const float*>(sink.data())}) {
-    Mat out = Upload(std::vector<float>(2 * 16, 9.0f), 2, 16);
+    Mat out = Upload(std::vector<float>(size_t{2} * 16, 9.0f), 2, 16);
     Mat lse = Zeros(2, 2);
     backend_->Attention(q.view, kv.view, 2, ranges, 0.3f, s, out.view,
                         lse.view);
-    EXPECT_EQ(Download(out), std::vector<float>(2 * 16, 0.0f));
+    EXPECT_EQ(Download(out), std::vector<float>(size_t{2} * 16, 0.0f));
     EXPECT_EQ(Download(lse),
               std::vector<float>(4, -std::numeric_limits<float>::infinity()));
   }

@@ -39,7 +39,7 @@ TEST_P(HcEngramTest, HcPreMatchesReferenceAndSinkhornNormalises) {
           SCOPED_TRACE(testing::Message() << "hc " << hc << " D " << d << " T "
                                           << tokens << " iters " << iters);
           const int64_t width = hc * d;
-          const int64_t num_mix = (2 + hc) * hc;
+          const int64_t num_mix = static_cast<int64_t>(2 + hc) * hc;
           const std::vector<float> xs = Random(tokens * width, -2, 2);
           const std::vector<float> fn = Random(num_mix * width, -0.2f, 0.2f);
           const std::vector<float> base = Random(num_mix);
@@ -89,7 +89,7 @@ TEST_P(HcEngramTest, HcPreMatchesReferenceAndSinkhornNormalises) {
           Mat xsm = Upload(xs, tokens, width);
           Mat basem = Upload(base, 1, num_mix), scalem = Upload(scale, 1, 3);
           Mat x = Zeros(tokens, d), post = Zeros(tokens, hc),
-              comb = Zeros(tokens, hc * hc);
+              comb = Zeros(tokens, static_cast<int64_t>(hc) * hc);
           backend_->HcPre(xsm.view, *fnw, basem.data(), scalem.data(), hc,
                           iters, eps, x.view, post.view, comb.view);
           ExpectAllNear(Download(x), ref_x, 1e-5);
@@ -104,8 +104,10 @@ TEST_P(HcEngramTest, HcPreMatchesReferenceAndSinkhornNormalises) {
               for (int i = 0; i < hc; ++i) {
                 double row = 0, col = 0;
                 for (int j = 0; j < hc; ++j) {
-                  row += got_comb[t * hc * hc + i * hc + j];
-                  col += got_comb[t * hc * hc + j * hc + i];
+                  row +=
+                      got_comb[t * hc * hc + static_cast<int64_t>(i) * hc + j];
+                  col +=
+                      got_comb[t * hc * hc + static_cast<int64_t>(j) * hc + i];
                 }
                 EXPECT_NEAR(row, 1.0, 1e-3);
                 EXPECT_NEAR(col, 1.0, 1e-5);
@@ -132,15 +134,18 @@ TEST_P(HcEngramTest, HcPostMatchesReference) {
           for (int64_t i = 0; i < d; ++i) {
             double v = double{post[t * hc + j]} * a[t * d + i];
             for (int src = 0; src < hc; ++src) {
-              v += double{comb[t * hc * hc + src * hc + j]} *
-                   xs[t * width + src * d + i];
+              v +=
+                  double{
+                      comb[t * hc * hc + static_cast<int64_t>(src) * hc + j]} *
+                  xs[t * width + src * d + i];
             }
             ref[t * width + j * d + i] = v;
           }
         }
       }
       Mat am = Upload(a, tokens, d), pm = Upload(post, tokens, hc),
-          cm = Upload(comb, tokens, hc * hc), xm = Upload(xs, tokens, width);
+          cm = Upload(comb, tokens, static_cast<int64_t>(hc) * hc),
+          xm = Upload(xs, tokens, width);
       backend_->HcPost(am.view, pm.view, cm.view, hc, xm.view);
       ExpectAllNear(Download(xm), ref, 1e-5);
     }

@@ -39,8 +39,8 @@ TEST_P(MoeTest, MoeRouteBreaksTiesByLowerExpertId) {
   Mat logits = Upload({0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f,  // all equal
                        1.0f, 2.0f, 0.0f, 2.0f, 2.0f, -1.0f},
                       2, 6);
-  std::vector<int32_t> ids(2 * top_k);
-  std::vector<float> weights(2 * top_k);
+  std::vector<int32_t> ids(size_t{2} * top_k);
+  std::vector<float> weights(size_t{2} * top_k);
   backend_->MoeRoute(logits.view, nullptr, top_k, 1.5f, absl::MakeSpan(ids),
                      absl::MakeSpan(weights));
   EXPECT_EQ(ids, (std::vector<int32_t>{0, 1, 2, 1, 3, 4}));

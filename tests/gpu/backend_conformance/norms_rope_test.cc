@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -77,7 +78,7 @@ TEST_P(NormsRopeTest, RopeMatchesReferenceAndInverts) {
     SCOPED_TRACE(testing::Message() << c.tokens << " " << c.heads << " "
                                     << c.head_dim << " " << c.rope_dim);
     const float theta = 10000.0f;
-    const int64_t cols = c.heads * c.head_dim;
+    const int64_t cols = static_cast<int64_t>(c.heads) * c.head_dim;
     const std::vector<float> x = Random(c.tokens * cols);
     std::vector<int32_t> positions(c.tokens);
     std::uniform_int_distribution<int32_t> pos(0, 100000);
@@ -89,8 +90,8 @@ TEST_P(NormsRopeTest, RopeMatchesReferenceAndInverts) {
         for (int i = 0; i < c.rope_dim / 2; ++i) {
           const double angle =
               positions[t] * std::pow(double{theta}, -2.0 * i / c.rope_dim);
-          const int64_t at =
-              t * cols + h * c.head_dim + c.head_dim - c.rope_dim + 2 * i;
+          const int64_t at = t * cols + static_cast<int64_t>(h) * c.head_dim +
+                             c.head_dim - c.rope_dim + int64_t{2} * i;
           const double a = x[at], b = x[at + 1];
           ref[at] = a * std::cos(angle) - b * std::sin(angle);
           ref[at + 1] = a * std::sin(angle) + b * std::cos(angle);
@@ -108,7 +109,8 @@ TEST_P(NormsRopeTest, RopeMatchesReferenceAndInverts) {
 }
 
 TEST_P(NormsRopeTest, AddAndRowCopies) {
-  const std::vector<float> a = Random(5 * 9), b = Random(5 * 9);
+  const std::vector<float> a = Random(int64_t{5} * 9),
+                           b = Random(int64_t{5} * 9);
   Mat am = Upload(a, 5, 9), bm = Upload(b, 5, 9), ym = Zeros(5, 9);
   backend_->Add(am.view, bm.view, ym.view);
   std::vector<double> sum(a.size());
@@ -132,14 +134,14 @@ TEST_P(NormsRopeTest, AddAndRowCopies) {
   for (int i = 0; i < 3; ++i) {
     for (int c = 0; c < 9; ++c) EXPECT_EQ(g[i * 9 + c], b[rows[i] * 9 + c]);
   }
-  const std::vector<float> src = Random(2 * 9);
+  const std::vector<float> src = Random(int64_t{2} * 9);
   Mat srcm = Upload(src, 2, 9);
   Mat target = Upload(b, 5, 9);
   const std::vector<int32_t> to = {3, 1};
   backend_->ScatterRows(srcm.view, to, target.view);
   std::vector<float> expected = b;
-  std::copy_n(src.begin(), 9, expected.begin() + 3 * 9);
-  std::copy_n(src.begin() + 9, 9, expected.begin() + 1 * 9);
+  std::copy_n(src.begin(), 9, expected.begin() + std::ptrdiff_t{3} * 9);
+  std::copy_n(src.begin() + 9, 9, expected.begin() + std::ptrdiff_t{1} * 9);
   EXPECT_EQ(Download(target), expected);
 }
 
@@ -149,7 +151,7 @@ TEST_P(NormsRopeTest, EmbeddingZerosIdsOutsideTheShard) {
     std::unique_ptr<Weight> table = MustUpload(e.host());
     ASSERT_NE(table, nullptr);
     const std::vector<int32_t> ids = {10, 14, 9, 15, -3, 12};
-    Mat y = Upload(std::vector<float>(6 * 12, 7.0f), 6, 12);
+    Mat y = Upload(std::vector<float>(size_t{6} * 12, 7.0f), 6, 12);
     backend_->Embedding(ids, /*first_id=*/10, *table, y.view);
     const std::vector<float> got = Download(y);
     for (size_t t = 0; t < ids.size(); ++t) {

@@ -64,6 +64,7 @@ class SampleTest : public BackendConformanceTest {
 
   static std::vector<float> LogsOf(const std::vector<double>& p) {
     std::vector<float> l;
+    l.reserve(p.size());
     for (double v : p) l.push_back(static_cast<float>(std::log(v)));
     return l;
   }

@@ -26,7 +26,7 @@ absl::Status Compare(absl::string_view what, int64_t count,
 }  // namespace
 
 float TestValue(int rank, int64_t i) {
-  return static_cast<float>(i % 4093 + 10 * rank + 1);
+  return static_cast<float>(i % 4093 + int64_t{10} * rank + 1);
 }
 
 absl::Status RunCollectiveChecks(Communicator& comm,

@@ -49,6 +49,7 @@ std::vector<std::unique_ptr<GlooCommunicator>> MakeGroup(RendezvousStore& store,
                                                          int size) {
   std::vector<std::unique_ptr<GlooCommunicator>> comms(size);
   std::vector<std::thread> threads;
+  threads.reserve(size);
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       auto comm = GlooCommunicator::Create(Options(r, size), store);
@@ -65,6 +66,7 @@ std::vector<absl::Status> OnEveryRank(
     int size, const std::function<absl::Status(int)>& body) {
   std::vector<absl::Status> statuses(size);
   std::vector<std::thread> threads;
+  threads.reserve(size);
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] { statuses[r] = body(r); });
   }
@@ -151,6 +153,7 @@ TEST(GlooCommunicatorTest, SilentPeerGivesDeadlineExceededAndBreaksIt) {
   auto store = MakeStore();
   std::vector<std::unique_ptr<GlooCommunicator>> comms(2);
   std::vector<std::thread> threads;
+  threads.reserve(2);
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       auto comm = GlooCommunicator::Create(

@@ -1,8 +1,7 @@
 // GlooCommunicator ranks as separate processes (gloo_peer) meeting through
 // a real Rendezvous gRPC server on 127.0.0.1:0 in this test, and a peer
 // that is killed while the survivor (this process) still uses the group.
-#include <signal.h>
-
+#include <csignal>
 #include <memory>
 #include <string>
 #include <thread>

@@ -223,9 +223,11 @@ TEST(InMemoryRendezvousStoreTest, ManyThreadsMeet) {
   auto store = MakeStore();
   constexpr int kThreads = 8;
   std::vector<std::string> keys;
+  keys.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) keys.push_back(absl::StrCat("rank/", t));
   std::vector<absl::StatusOr<std::vector<std::string>>> results(kThreads);
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       ASSERT_TRUE(store->Set(keys[t], absl::StrCat("addr-", t)).ok());

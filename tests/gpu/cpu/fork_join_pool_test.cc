@@ -56,6 +56,7 @@ TEST_P(ForkJoinPoolTest, ConcurrentCallersAreSerialised) {
   ForkJoinPool pool(GetParam());
   std::atomic<int64_t> sum{0};
   std::vector<std::thread> callers;
+  callers.reserve(3);
   for (int c = 0; c < 3; ++c) {
     callers.emplace_back([&] {
       for (int round = 0; round < 50; ++round) {

@@ -52,7 +52,7 @@ grpc::Status CallEcho(const std::shared_ptr<grpc::Channel>& channel,
   request.set_text(text);
   request.set_delay_ms(delay_ms);
   EchoResponse response;
-  const grpc::Status status =
+  grpc::Status status =
       Echo::NewStub(channel)->Echo(&context, request, &response);
   if (echoed != nullptr) *echoed = response.text();
   return status;

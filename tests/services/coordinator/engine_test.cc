@@ -117,6 +117,7 @@ GenerateParams Params(std::vector<int64_t> prompt, int64_t max_new_tokens) {
 // The fake's default tokens after a prompt of `prompt_length`.
 std::vector<int64_t> Expected(int prompt_length, int n) {
   std::vector<int64_t> out;
+  out.reserve(n);
   for (int i = 0; i < n; ++i) {
     out.push_back(FakeWorkerGroup::DefaultToken(0, prompt_length + i));
   }
@@ -127,7 +128,7 @@ class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(EngineOptions()); }
 
-  void Start(EngineOptions options, FakeWorkerGroupOptions fake = {}) {
+  void Start(EngineOptions options, const FakeWorkerGroupOptions& fake = {}) {
     engine_.reset();
     workers_ = std::make_unique<FakeWorkerGroup>(fake);
     metrics_ = std::make_unique<MetricsRegistry>();

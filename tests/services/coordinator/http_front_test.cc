@@ -29,6 +29,7 @@ using ::testing::StartsWith;
 
 std::vector<int64_t> Expected(int prompt_length, int n) {
   std::vector<int64_t> out;
+  out.reserve(n);
   for (int i = 0; i < n; ++i)
     out.push_back(TestEngine::Token(prompt_length + i));
   return out;
@@ -65,7 +66,7 @@ class HttpFrontTest : public ::testing::Test {
   Reply Post(const std::string& path, const std::string& body) {
     httplib::Client client("127.0.0.1", front_->port());
     client.set_read_timeout(30, 0);
-    httplib::Result res = client.Post(path.c_str(), body, "application/json");
+    httplib::Result res = client.Post(path, body, "application/json");
     Reply r;
     EXPECT_TRUE(res) << "no response from " << path;
     if (!res) return r;
@@ -89,7 +90,7 @@ class HttpFrontTest : public ::testing::Test {
                : "";
   }
 
-  static json Completion(json fields) {
+  static json Completion(const json& fields) {
     json body = {{"model", "mneme"}, {"temperature", 0}, {"ignore_eos", true}};
     body.update(fields);
     return body;

@@ -77,7 +77,7 @@ TEST(KvBlockPoolTest, DefaultsNeedOnlyBytesPerToken) {
   EXPECT_EQ(pool->block_size_tokens(), 16);
   EXPECT_EQ(pool->sliding_window_tokens(), 128);
   EXPECT_EQ(pool->block_bytes(), 16 * 1024);
-  EXPECT_EQ(pool->blocks_per_rank(), (int64_t{6} << 30) / (16 * 1024));
+  EXPECT_EQ(pool->blocks_per_rank(), (int64_t{6} << 30) / (int64_t{16} * 1024));
 }
 
 TEST(KvBlockPoolTest, CapacityRoundsDownToWholeBlocks) {

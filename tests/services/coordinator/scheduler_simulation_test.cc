@@ -51,7 +51,7 @@ SimOutcome Simulate(uint64_t seed) {
   o.max_queued_requests = 32;
   o.kv_pool.bytes_per_token = 1;
   o.kv_pool.block_size_tokens = 4;
-  o.kv_pool.bytes_per_rank = 80 * 4;
+  o.kv_pool.bytes_per_rank = int64_t{80} * 4;
   o.kv_pool.dcp_size = 2;
   o.kv_pool.dcp_interleave = 2;
   o.kv_pool.sliding_window_tokens = 8;

@@ -592,7 +592,7 @@ TEST(SchedulerTest, BlocksFollowDcpOwnershipOnEveryRank) {
       o.max_context_tokens = 400;
       o.kv_pool.bytes_per_token = 1;
       o.kv_pool.block_size_tokens = 4;
-      o.kv_pool.bytes_per_rank = 4 * 1000;
+      o.kv_pool.bytes_per_rank = int64_t{4} * 1000;
       o.kv_pool.dcp_size = n;
       o.kv_pool.dcp_interleave = interleave;
       o.kv_pool.sliding_window_tokens = 8;

@@ -32,6 +32,7 @@ using ::testing::IsEmpty;
 
 std::vector<int64_t> Expected(int prompt_length, int n) {
   std::vector<int64_t> out;
+  out.reserve(n);
   for (int i = 0; i < n; ++i)
     out.push_back(TestEngine::Token(prompt_length + i));
   return out;

@@ -25,8 +25,8 @@ struct MakeResult {
 MakeResult Make(std::vector<std::string> argv) {
   std::ostringstream out;
   // Small Engram tables keep the tests quick; they do not affect the rest.
-  argv.push_back("--engram-vocab-size=100");
-  argv.push_back("--threads=2");
+  argv.emplace_back("--engram-vocab-size=100");
+  argv.emplace_back("--threads=2");
   MakeResult run;
   run.status = RunMakeCheckpoint(argv, out);
   run.out = out.str();

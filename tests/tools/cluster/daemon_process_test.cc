@@ -4,11 +4,11 @@
 
 #include "tools/cluster/daemon_process.h"
 
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <fstream>
 #include <optional>
 #include <string>

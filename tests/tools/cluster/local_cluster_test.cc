@@ -8,11 +8,11 @@
 #include "tools/cluster/local_cluster.h"
 
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
 #include <sys/stat.h>
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -81,7 +81,7 @@ std::string ReadFile(const std::string& path) {
 
 std::string WriteScript(const std::string& dir, const std::string& name,
                         const std::string& text) {
-  const std::string path = dir + "/" + name;
+  std::string path = dir + "/" + name;
   std::ofstream(path) << text;
   chmod(path.c_str(), 0755);
   return path;

@@ -37,6 +37,7 @@ Group& GroupOf(int size) {
   group.store = *InMemoryRendezvousStore::Create({});
   group.comms.resize(size);
   std::vector<std::thread> threads;
+  threads.reserve(size);
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&group, r, size] {
       GlooCommunicatorOptions options;
