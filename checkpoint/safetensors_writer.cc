@@ -8,6 +8,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
 #include "common/status_macros.h"
@@ -16,57 +17,57 @@
 namespace mneme::checkpoint {
 namespace {
 
-absl::Status DeclError(absl::string_view path, absl::string_view tensor,
+absl::Status DeclError(absl::string_view context, absl::string_view tensor,
                        absl::string_view what) {
   return absl::InvalidArgumentError(
-      absl::StrCat("safetensors writer for '", path, "', tensor ",
-                   QuoteTensorName(tensor), ": ", what));
+      absl::StrCat(context, ", tensor ", QuoteTensorName(tensor), ": ", what));
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
-    const std::string& path, std::vector<TensorDecl> tensors,
-    const SafetensorsWriterOptions& options) {
+absl::StatusOr<EncodedSafetensorsHeader> EncodeSafetensorsHeader(
+    std::vector<TensorDecl> tensors,
+    const std::map<std::string, std::string>& metadata,
+    absl::string_view context) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!options.metadata.empty()) {
-    nlohmann::ordered_json metadata = nlohmann::ordered_json::object();
-    for (const auto& [key, value] : options.metadata) {
+  if (!metadata.empty()) {
+    nlohmann::ordered_json entries = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : metadata) {
       if (!IsValidUtf8(key) || !IsValidUtf8(value)) {
         return absl::InvalidArgumentError(
-            absl::StrCat("safetensors writer for '", path, "': metadata entry ",
-                         QuoteTensorName(key), " is not valid UTF-8"));
+            absl::StrCat(context, ": metadata entry ", QuoteTensorName(key),
+                         " is not valid UTF-8"));
       }
-      metadata[key] = value;
+      entries[key] = value;
     }
-    header["__metadata__"] = std::move(metadata);
+    header["__metadata__"] = std::move(entries);
   }
 
-  std::vector<TensorInfo> layout;
-  layout.reserve(tensors.size());
-  std::map<std::string, size_t, std::less<>> index_by_name;
+  EncodedSafetensorsHeader encoded;
+  encoded.layout.reserve(tensors.size());
+  absl::flat_hash_set<std::string> names;
   uint64_t data_bytes = 0;
   for (TensorDecl& decl : tensors) {
-    if (decl.name.empty()) return DeclError(path, decl.name, "empty name");
+    if (decl.name.empty()) return DeclError(context, decl.name, "empty name");
     if (decl.name == "__metadata__") {
-      return DeclError(path, decl.name, "reserved name");
+      return DeclError(context, decl.name, "reserved name");
     }
     if (!IsValidUtf8(decl.name)) {
-      return DeclError(path, decl.name, "name is not valid UTF-8");
+      return DeclError(context, decl.name, "name is not valid UTF-8");
     }
-    if (!index_by_name.emplace(decl.name, layout.size()).second) {
-      return DeclError(path, decl.name, "declared twice");
+    if (!names.insert(decl.name).second) {
+      return DeclError(context, decl.name, "declared twice");
     }
     uint64_t bytes = DTypeSize(decl.dtype);
     for (int64_t d : decl.shape) {
-      if (d < 0) return DeclError(path, decl.name, "negative dimension");
+      if (d < 0) return DeclError(context, decl.name, "negative dimension");
       if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
-        return DeclError(path, decl.name, "size overflows 64 bits");
+        return DeclError(context, decl.name, "size overflows 64 bits");
       }
     }
     uint64_t end;
     if (__builtin_add_overflow(data_bytes, bytes, &end)) {
-      return DeclError(path, decl.name, "file size overflows 64 bits");
+      return DeclError(context, decl.name, "file size overflows 64 bits");
     }
     header[decl.name] = {
         {"dtype", std::string(DTypeName(decl.dtype))},
@@ -79,48 +80,67 @@ absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
     info.shape = std::move(decl.shape);
     info.offset = data_bytes;  // Made absolute below.
     info.byte_length = bytes;
-    layout.push_back(std::move(info));
+    encoded.layout.push_back(std::move(info));
     data_bytes = end;
   }
 
+  // Every string was checked to be valid UTF-8 above, so dump() cannot
+  // throw.
   std::string header_json = header.dump();
   header_json.append((8 - header_json.size() % 8) % 8, ' ');
   const uint64_t data_offset = kSafetensorsLengthBytes + header_json.size();
   if (data_bytes >
       static_cast<uint64_t>(std::numeric_limits<off_t>::max()) - data_offset) {
     return absl::InvalidArgumentError(
-        absl::StrCat("safetensors writer for '", path, "': ", data_bytes,
+        absl::StrCat(context, ": ", data_bytes,
                      " bytes of tensors exceed the largest file size"));
   }
-  for (TensorInfo& info : layout) info.offset += data_offset;
+  for (TensorInfo& info : encoded.layout) info.offset += data_offset;
+  encoded.prefix.assign(kSafetensorsLengthBytes, '\0');
+  for (size_t i = 0; i < kSafetensorsLengthBytes; ++i) {
+    encoded.prefix[i] =
+        static_cast<char>((header_json.size() >> (8 * i)) & 0xFF);
+  }
+  encoded.prefix += header_json;
+  encoded.data_bytes = data_bytes;
+  return encoded;
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
+    const std::string& path, std::vector<TensorDecl> tensors,
+    const SafetensorsWriterOptions& options) {
+  ASSIGN_OR_RETURN(EncodedSafetensorsHeader encoded,
+                   EncodeSafetensorsHeader(
+                       std::move(tensors), options.metadata,
+                       absl::StrCat("safetensors writer for '", path, "'")));
+  std::map<std::string, size_t, std::less<>> index_by_name;
+  for (size_t i = 0; i < encoded.layout.size(); ++i) {
+    index_by_name.emplace(encoded.layout[i].name, i);
+  }
+  const uint64_t file_size = encoded.prefix.size() + encoded.data_bytes;
 
   std::string temp_path;
   ASSIGN_OR_RETURN(ScopedFd fd, CreateTempFileNextTo(path, &temp_path));
-  std::string prefix(kSafetensorsLengthBytes, '\0');
-  for (size_t i = 0; i < kSafetensorsLengthBytes; ++i) {
-    prefix[i] = static_cast<char>((header_json.size() >> (8 * i)) & 0xFF);
-  }
-  prefix += header_json;
   absl::Status status;
-  if (::ftruncate(fd.get(), static_cast<off_t>(data_offset + data_bytes)) !=
-      0) {
+  if (::ftruncate(fd.get(), static_cast<off_t>(file_size)) != 0) {
     status = absl::ErrnoToStatus(errno,
                                  absl::StrCat("cannot size '", temp_path, "'"));
   }
   if (status.ok()) {
-    status = PwriteFully(
-        fd.get(), 0,
-        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(prefix.data()),
-                            prefix.size()),
-        temp_path);
+    status =
+        PwriteFully(fd.get(), 0,
+                    absl::MakeConstSpan(
+                        reinterpret_cast<const uint8_t*>(encoded.prefix.data()),
+                        encoded.prefix.size()),
+                    temp_path);
   }
   if (!status.ok()) {
     ::unlink(temp_path.c_str());
     return status;
   }
   auto writer = std::unique_ptr<SafetensorsWriter>(new SafetensorsWriter(
-      path, std::move(temp_path), std::move(fd), std::move(layout), data_bytes,
-      options.buffer_bytes));
+      path, std::move(temp_path), std::move(fd), std::move(encoded.layout),
+      encoded.data_bytes, options.buffer_bytes));
   writer->index_by_name_ = std::move(index_by_name);
   return writer;
 }

@@ -26,6 +26,35 @@ struct TensorDecl {
   std::vector<int64_t> shape;
 };
 
+// Everything before the data region of a safetensors file whose tensors are
+// laid out contiguously in declaration order, as EncodeSafetensorsHeader()
+// builds it.
+struct EncodedSafetensorsHeader {
+  // The 8-byte little-endian length N followed by the N bytes of the JSON
+  // header, padded with spaces to a multiple of 8 bytes (as the reference
+  // implementation does).
+  std::string prefix;
+  // Each tensor with its absolute offset in the file, in declaration order.
+  std::vector<TensorInfo> layout;
+  // Sum of the tensors' byte lengths.
+  uint64_t data_bytes = 0;
+};
+
+// The one safetensors header encoder: SafetensorsWriter and the tools that
+// write shards in place use it, so every file Mneme writes has the same
+// header bytes for the same declarations. The JSON holds "__metadata__"
+// first (only when `metadata` is non-empty), then the tensors in declaration
+// order, compact (no whitespace). InvalidArgument for an empty or duplicate
+// name, the name "__metadata__", a negative dimension, a size that overflows
+// 64 bits or the largest file size, or a name or metadata string that is not
+// valid UTF-8; messages start with `context`, which names the file (e.g.
+// "safetensors writer for 'dir/m.safetensors'"), followed by ", tensor
+// 'name': <what>" or ": <what>".
+absl::StatusOr<EncodedSafetensorsHeader> EncodeSafetensorsHeader(
+    std::vector<TensorDecl> tensors,
+    const std::map<std::string, std::string>& metadata,
+    absl::string_view context);
+
 struct SafetensorsWriterOptions {
   // The header's "__metadata__" map. Default: empty (no "__metadata__" key).
   std::map<std::string, std::string> metadata;

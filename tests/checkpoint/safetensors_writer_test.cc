@@ -110,14 +110,17 @@ TEST(SafetensorsWriterTest, InterleavedSmallChunksLandInPlace) {
                                  {"s", DType::kF8E8M0, {kRows, 8}}},
                                 options);
   ASSERT_TRUE(writer.ok()) << writer.status();
-  const std::vector<uint8_t> w = PatternBytes(kRows * 256, 1);
-  const std::vector<uint8_t> s = PatternBytes(kRows * 8, 2);
+  const std::vector<uint8_t> w = PatternBytes(size_t{kRows} * 256, 1);
+  const std::vector<uint8_t> s = PatternBytes(size_t{kRows} * 8, 2);
   for (int r = 0; r < kRows; ++r) {
     ASSERT_TRUE((*writer)
-                    ->Append("w", absl::MakeConstSpan(w).subspan(r * 256, 256))
+                    ->Append("w", absl::MakeConstSpan(w).subspan(
+                                      static_cast<size_t>(r) * 256, 256))
                     .ok());
-    ASSERT_TRUE(
-        (*writer)->Append("s", absl::MakeConstSpan(s).subspan(r * 8, 8)).ok());
+    ASSERT_TRUE((*writer)
+                    ->Append("s", absl::MakeConstSpan(s).subspan(
+                                      static_cast<size_t>(r) * 8, 8))
+                    .ok());
   }
   ASSERT_TRUE((*writer)->Finish().ok());
   absl::StatusOr<std::unique_ptr<SafetensorsReader>> reader =
@@ -243,6 +246,36 @@ TEST(SafetensorsWriterTest, RejectsBadDeclarations) {
   EXPECT_EQ(SafetensorsWriter::Create(path, {}, options).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(FileExists(path));
+}
+
+TEST(EncodeSafetensorsHeaderTest, EncodesExactBytesAndLayout) {
+  absl::StatusOr<EncodedSafetensorsHeader> encoded = EncodeSafetensorsHeader(
+      {{"b", DType::kU8, {3}}, {"a", DType::kBf16, {2, 2}}}, {{"format", "pt"}},
+      "test");
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  const std::string json =
+      R"({"__metadata__":{"format":"pt"},)"
+      R"("b":{"dtype":"U8","shape":[3],"data_offsets":[0,3]},)"
+      R"("a":{"dtype":"BF16","shape":[2,2],"data_offsets":[3,11]}})";
+  const std::string padded = json + std::string((8 - json.size() % 8) % 8, ' ');
+  ASSERT_EQ(encoded->prefix.size(), kSafetensorsLengthBytes + padded.size());
+  EXPECT_EQ(encoded->prefix.substr(kSafetensorsLengthBytes), padded);
+  EXPECT_EQ(static_cast<uint8_t>(encoded->prefix[0]), padded.size());
+  EXPECT_EQ(encoded->prefix.substr(1, kSafetensorsLengthBytes - 1),
+            std::string(kSafetensorsLengthBytes - 1, '\0'));
+  EXPECT_EQ(encoded->data_bytes, 11u);
+  ASSERT_EQ(encoded->layout.size(), 2u);
+  EXPECT_EQ(encoded->layout[0].name, "b");
+  EXPECT_EQ(encoded->layout[0].offset, encoded->prefix.size());
+  EXPECT_EQ(encoded->layout[1].name, "a");
+  EXPECT_EQ(encoded->layout[1].offset, encoded->prefix.size() + 3);
+  EXPECT_EQ(encoded->layout[1].byte_length, 8u);
+
+  absl::StatusOr<EncodedSafetensorsHeader> bad = EncodeSafetensorsHeader(
+      {{"x", DType::kU8, {-1}}}, {}, "shard 'out/x.safetensors'");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("shard 'out/x.safetensors', tensor 'x'"));
 }
 
 TEST(SafetensorsWriterTest, MissingDirectoryIsNotFound) {

@@ -7,9 +7,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
-#include "checkpoint/dtype.h"
 #include "common/status_macros.h"
-#include "nlohmann/json.hpp"
 
 namespace mneme::quant {
 namespace {
@@ -28,53 +26,13 @@ absl::Status ErrnoError(int error, absl::string_view what,
 absl::StatusOr<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(
     const std::string& path, std::vector<checkpoint::TensorDecl> tensors,
     const std::map<std::string, std::string>& metadata, ShardOpenMode mode) {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) {
-    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-    for (const auto& [key, value] : metadata) meta[key] = value;
-    header["__metadata__"] = std::move(meta);
-  }
-  std::vector<checkpoint::TensorInfo> layout;
-  uint64_t data_bytes = 0;
-  for (checkpoint::TensorDecl& decl : tensors) {
-    if (decl.name.empty() || decl.name == "__metadata__" ||
-        header.contains(decl.name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shard '", path, "': bad or repeated tensor name ",
-                       checkpoint::QuoteTensorName(decl.name)));
-    }
-    uint64_t bytes = checkpoint::DTypeSize(decl.dtype);
-    for (int64_t d : decl.shape) {
-      if (d < 0 ||
-          __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "shard '", path, "', tensor ",
-            checkpoint::QuoteTensorName(decl.name), ": bad shape"));
-      }
-    }
-    header[decl.name] = {
-        {"dtype", std::string(checkpoint::DTypeName(decl.dtype))},
-        {"shape", decl.shape},
-        {"data_offsets", {data_bytes, data_bytes + bytes}},
-    };
-    checkpoint::TensorInfo info;
-    info.name = std::move(decl.name);
-    info.dtype = decl.dtype;
-    info.shape = std::move(decl.shape);
-    info.offset = data_bytes;
-    info.byte_length = bytes;
-    layout.push_back(std::move(info));
-    data_bytes += bytes;
-  }
-  std::string json = header.dump(
-      -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-  json.append((8 - json.size() % 8) % 8, ' ');
-  std::string prefix(checkpoint::kSafetensorsLengthBytes, '\0');
-  for (size_t i = 0; i < checkpoint::kSafetensorsLengthBytes; ++i) {
-    prefix[i] = static_cast<char>((json.size() >> (8 * i)) & 0xFF);
-  }
-  prefix += json;
-  for (checkpoint::TensorInfo& info : layout) info.offset += prefix.size();
+  ASSIGN_OR_RETURN(
+      checkpoint::EncodedSafetensorsHeader encoded,
+      checkpoint::EncodeSafetensorsHeader(std::move(tensors), metadata,
+                                          absl::StrCat("shard '", path, "'")));
+  const std::string& prefix = encoded.prefix;
+  std::vector<checkpoint::TensorInfo>& layout = encoded.layout;
+  const uint64_t data_bytes = encoded.data_bytes;
   const uint64_t file_size = prefix.size() + data_bytes;
 
   if (mode == ShardOpenMode::kReopen) {

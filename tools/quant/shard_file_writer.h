@@ -35,8 +35,9 @@ enum class ShardOpenMode {
 // file is written under its final name, so it belongs in a directory that
 // is itself renamed into place when complete (output_dir.h).
 //
-// Layout: tensors contiguous in declaration order after a JSON header padded
-// with spaces to a multiple of 8 bytes (as SafetensorsWriter does). kCreate
+// Layout: tensors contiguous in declaration order after the header that
+// checkpoint::EncodeSafetensorsHeader() builds (the same bytes
+// SafetensorsWriter writes for the same declarations). kCreate
 // reserves the whole file up front (fallocate where the filesystem supports
 // it, so a full disk fails at once; else a sparse ftruncate).
 //
@@ -44,7 +45,8 @@ enum class ShardOpenMode {
 // ranges; Sync() and Close() must not overlap them.
 class ShardFileWriter {
  public:
-  // InvalidArgument for bad declarations (as SafetensorsWriter); DataLoss
+  // InvalidArgument for bad declarations (EncodeSafetensorsHeader's checks,
+  // messages starting "shard '<path>'"); DataLoss
   // with kReopen if the existing file's header or size differ from the
   // declarations; errno-derived codes for I/O failures (ResourceExhausted
   // for a full disk).
