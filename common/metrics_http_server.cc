@@ -95,7 +95,7 @@ absl::Status ValidateOptions(const MetricsHttpServerOptions& options) {
     return absl::InvalidArgumentError(
         "MetricsHttpServerOptions.host must not be empty");
   }
-  for (absl::Status status :
+  for (const absl::Status& status :
        {CheckRange("port", options.port, 0, 65535),
         CheckRange("num_threads", options.num_threads, 1, 64),
         CheckRange("max_queued_connections", options.max_queued_connections, 1,

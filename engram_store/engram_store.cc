@@ -407,6 +407,7 @@ absl::Status EngramStore::FetchUnique(size_t table,
     RowCache* cache = tiers[tier];
     if (cache == nullptr) continue;
     std::vector<int64_t> miss_ids;
+    miss_ids.reserve(missing.size());
     for (size_t i : missing) miss_ids.push_back(ids[i]);
     std::vector<uint8_t> rows(miss_ids.size() * row_bytes);
     std::vector<bool> hits;
@@ -434,6 +435,7 @@ absl::Status EngramStore::FetchUnique(size_t table,
 
   if (!missing.empty()) {
     std::vector<int64_t> miss_ids;
+    miss_ids.reserve(missing.size());
     for (size_t i : missing) miss_ids.push_back(ids[i]);
     std::vector<uint8_t> rows(miss_ids.size() * row_bytes);
     if (absl::Status s = ReadRows(table, miss_ids, absl::MakeSpan(rows),

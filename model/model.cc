@@ -261,7 +261,7 @@ absl::StatusOr<std::vector<SequenceState*>> Model::Admit(
       int64_t have_entries = 0;
       if (is_new[i]) {
         needed += CeilDiv(dims_.sliding_window, br);
-        if (r > 0) needed += CeilDiv(2 * r, br);
+        if (r > 0) needed += CeilDiv(int64_t{2} * r, br);
       } else {
         have_entries = static_cast<int64_t>(
             sequences_.at(c.sequence_id)->layers[l].entries.size());
@@ -312,8 +312,8 @@ absl::StatusOr<std::vector<SequenceState*>> Model::Admit(
         st.Update(kv_cache_->Allocate(
             static_cast<int>(CeilDiv(dims_.sliding_window, br)), ls.window));
         if (r > 0) {
-          st.Update(kv_cache_->Allocate(static_cast<int>(CeilDiv(2 * r, br)),
-                                        ls.partial));
+          st.Update(kv_cache_->Allocate(
+              static_cast<int>(CeilDiv(int64_t{2} * r, br)), ls.partial));
         }
       }
       if (r > 0) {
@@ -413,7 +413,8 @@ int64_t Model::KvFixedBlocksPerSequence() const {
     blocks += CeilDiv(dims_.sliding_window, br);
     // The compressor's partial block, plus rounding of the entry blocks.
     if (r > 0)
-      blocks += CeilDiv(2 * r, br) + 1 + CeilDiv(options_.dcp_interleave, br);
+      blocks += CeilDiv(int64_t{2} * r, br) + 1 +
+                CeilDiv(options_.dcp_interleave, br);
   }
   return blocks;
 }

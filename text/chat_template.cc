@@ -39,13 +39,13 @@ DeepSeekV4ChatTemplate::Create(const Tokenizer& tokenizer,
     tokens.bos = std::string(*bos);
   } else {
     tokens.bos = kDeepSeekBos;
-    missing.push_back("a BOS token");
+    missing.emplace_back("a BOS token");
   }
   if (const std::optional<absl::string_view> eos = tokenizer.eos_token()) {
     tokens.eos = std::string(*eos);
   } else {
     tokens.eos = kDeepSeekEos;
-    missing.push_back("an EOS token");
+    missing.emplace_back("an EOS token");
   }
   for (const std::string* token : {&tokens.user, &tokens.assistant,
                                    &tokens.think_begin, &tokens.think_end}) {

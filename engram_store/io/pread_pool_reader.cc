@@ -298,7 +298,7 @@ absl::Status PreadPoolReader::Read(absl::Span<const ReadSpan> spans,
             this),
         deadline);
     if (!room) {
-      const absl::Status status = absl::DeadlineExceededError(
+      absl::Status status = absl::DeadlineExceededError(
           "row read: the I/O queue stayed full until the deadline");
       counters_.CountResult(status);
       return status;

@@ -200,6 +200,9 @@ int64_t InMemoryRendezvousStore::StartGet(std::vector<std::string> keys,
       deadlines_.insert({deadline, id});
       waiters_.emplace(id, std::move(w));
       timer_wake_ = true;
+      // The waiter owns `done` now: it runs when the get completes, times out
+      // or is cancelled.
+      return id;
     }
   }
   if (now.has_value()) done(*std::move(now));

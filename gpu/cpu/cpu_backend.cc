@@ -191,7 +191,7 @@ void CpuBackend::Rope(MatrixView x, int head_dim, int rope_dim, float theta,
   }
   const double sign = direction == RopeDirection::kInverse ? -1.0 : 1.0;
   pool_.ParallelFor(
-      x.rows, Grain(heads * rope_dim * 2 + half * 20),
+      x.rows, Grain(heads * rope_dim * 2 + int64_t{half} * 20),
       [&](int64_t begin, int64_t end) {
         std::vector<float> cosines(half), sines(half);
         for (int64_t t = begin; t < end; ++t) {
@@ -203,7 +203,7 @@ void CpuBackend::Rope(MatrixView x, int head_dim, int rope_dim, float theta,
           }
           for (int64_t h = 0; h < heads; ++h) {
             float* v = x.data + t * x.cols + h * head_dim + head_dim - rope_dim;
-            for (int i = 0; i < half; ++i) {
+            for (int64_t i = 0; i < half; ++i) {
               const float a = v[2 * i];
               const float b = v[2 * i + 1];
               v[2 * i] = a * cosines[i] - b * sines[i];

@@ -89,7 +89,7 @@ class CpuBackend : public Backend {
       const HostWeight& weight) override;
 
   void Linear(ConstMatrixView x, const Weight& w, MatrixView y,
-              Accumulate accumulate = Accumulate::kNo) override;
+              Accumulate accumulate) override;
   void RmsNorm(ConstMatrixView x, const float* weight, float eps,
                MatrixView y) override;
   void Rope(MatrixView x, int head_dim, int rope_dim, float theta,

@@ -38,7 +38,7 @@ void CpuBackend::HcPre(ConstMatrixView x_stream, const Weight& fn,
   const int64_t tokens = x_stream.rows;
   const int64_t d = x.cols;
   const int64_t width = hc * d;
-  const int64_t num_mix = (2 + hc) * hc;
+  const int64_t num_mix = int64_t{2 + hc} * hc;
   CHECK_EQ(x_stream.cols, width);
   CHECK_EQ(x.rows, tokens);
   CHECK_EQ(weight.rows(), num_mix);
@@ -73,7 +73,9 @@ void CpuBackend::HcPre(ConstMatrixView x_stream, const Weight& fn,
         // The first row normalisation cancels a per-row shift: taking each
         // row's maximum out keeps exp from overflowing.
         for (int i = 0; i < hc; ++i) {
-          const float row_max = *std::max_element(c + i * hc, c + (i + 1) * hc);
+          const float row_max =
+              *std::max_element(c + static_cast<ptrdiff_t>(i) * hc,
+                                c + static_cast<ptrdiff_t>(i + 1) * hc);
           for (int j = 0; j < hc; ++j) c[i * hc + j] -= row_max;
         }
       }
@@ -107,7 +109,7 @@ void CpuBackend::HcPost(ConstMatrixView a, ConstMatrixView post,
   CHECK_EQ(comb.rows, tokens);
   CHECK_EQ(comb.cols, hc * hc);
   pool_.ParallelFor(
-      tokens, Grain(2 * hc * width), [&](int64_t begin, int64_t end) {
+      tokens, Grain(int64_t{2} * hc * width), [&](int64_t begin, int64_t end) {
         std::vector<float> old(width);
         for (int64_t t = begin; t < end; ++t) {
           float* stream = x_stream.data + t * width;

@@ -15,7 +15,6 @@
 namespace mneme::gpu {
 namespace {
 
-namespace k = cpu_kernels;
 using cpu_backend_internal::Grain;
 
 // log(sum_i exp(row[i])) in double.

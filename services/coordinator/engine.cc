@@ -82,7 +82,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   };
   auto counter = [&](const char* name, const char* help,
                      std::vector<std::string> labels,
-                     std::vector<std::vector<absl::string_view>> values)
+                     const std::vector<std::vector<absl::string_view>>& values)
       -> std::vector<Counter*> {
     std::vector<Counter*> out;
     absl::StatusOr<CounterFamily*> f = metrics->AddCounter(

@@ -29,7 +29,7 @@ absl::Status Positive(const char* field, int64_t value) {
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
     const SchedulerOptions& options) {
-  for (absl::Status s :
+  for (const absl::Status& s :
        {Positive("max_num_batched_tokens", options.max_num_batched_tokens),
         Positive("max_num_seqs", options.max_num_seqs),
         Positive("max_context_tokens", options.max_context_tokens),

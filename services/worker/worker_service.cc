@@ -110,9 +110,12 @@ absl::Status WorkerService::RegisterMetrics() {
            {"mneme_worker_sequences", "Sequences with state on this rank.",
             &raw->sequences},
        }) {
+    // A named copy: clang before 16 cannot capture a structured binding in a
+    // lambda (C++20 allows it).
+    std::atomic<int64_t>* const gauge = value;
     RETURN_IF_ERROR(r->AddCallbackGauge(
         {.name = name, .help = help, .label_names = {}},
-        [value] { return static_cast<double>(value->load()); }));
+        [gauge] { return static_cast<double>(gauge->load()); }));
   }
   metrics_ = std::move(m);
   return absl::OkStatus();

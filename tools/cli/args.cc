@@ -50,6 +50,7 @@ absl::StatusOr<Args> Args::Parse(const std::vector<std::string>& argv,
       }
     } else {
       std::vector<std::string> known;
+      known.reserve(value_flags.size() + bool_flags.size());
       for (const std::string& f : value_flags) known.push_back("--" + f);
       for (const std::string& f : bool_flags) known.push_back("--" + f);
       return absl::InvalidArgumentError(absl::StrCat(

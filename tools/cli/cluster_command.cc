@@ -1,10 +1,9 @@
 #include "tools/cli/cluster_command.h"
 
-#include <signal.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>

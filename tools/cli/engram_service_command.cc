@@ -95,7 +95,7 @@ absl::Status RunEngramLookup(const std::vector<std::string>& argv,
   for (int r = 0; r < response.row_ids_size(); ++r) {
     std::string line = absl::StrCat(response.row_ids(r), ":");
     const char* row = rows.data() + r * row_bytes;
-    for (int i = 0; i < response.row_dim(); ++i) {
+    for (int64_t i = 0; i < response.row_dim(); ++i) {
       float v = 0;
       if (fp32) {
         std::memcpy(&v, row + 4 * i, 4);

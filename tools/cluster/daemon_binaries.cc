@@ -86,7 +86,7 @@ absl::StatusOr<DaemonBinaries> FindDaemonBinaries(
     tried.push_back(
         absl::StrCat(layout.where, ": no ", absl::StrJoin(missing, ", no ")));
   }
-  if (tried.empty()) tried.push_back("no place to look");
+  if (tried.empty()) tried.emplace_back("no place to look");
   return absl::NotFoundError(
       absl::StrCat("cannot find the daemon binaries (", kEngramStore, ", ",
                    kWorker, ", ", kCoordinator,

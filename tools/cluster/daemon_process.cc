@@ -1,13 +1,13 @@
 #include "tools/cluster/daemon_process.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -100,6 +100,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
   // async-signal-safe calls.
   std::vector<std::string> args = options.argv;
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   const pid_t parent = getpid();

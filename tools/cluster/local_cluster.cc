@@ -1,11 +1,11 @@
 #include "tools/cluster/local_cluster.h"
 
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <utility>
 
 #include "absl/strings/str_cat.h"

@@ -193,10 +193,10 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
     const std::string shard = ShardName(t, num_shards);
     for (const checkpoint::TensorDecl& d : decls)
       index.weight_map[d.name] = shard;
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<checkpoint::SafetensorsWriter> writer,
-        checkpoint::SafetensorsWriter::Create(
-            partial + "/" + shard, decls, {.metadata = {{"format", "pt"}}}));
+    ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::SafetensorsWriter> writer,
+                     checkpoint::SafetensorsWriter::Create(
+                         absl::StrCat(partial, "/", shard), decls,
+                         {.metadata = {{"format", "pt"}}}));
     RETURN_IF_ERROR(WriteTable(o, layer, t, rows, global_scale, *writer));
     RETURN_IF_ERROR(o.wkv_kind == WkvKind::kCorrelated
                         ? WriteCorrelatedWkv(o, layer, wkv_out, *writer)
@@ -230,10 +230,10 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
         ShardName(num_tables + static_cast<int>(i), num_shards);
     for (const checkpoint::TensorDecl& d : decls)
       index.weight_map[d.name] = shard;
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<checkpoint::SafetensorsWriter> writer,
-        checkpoint::SafetensorsWriter::Create(
-            partial + "/" + shard, decls, {.metadata = {{"format", "pt"}}}));
+    ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::SafetensorsWriter> writer,
+                     checkpoint::SafetensorsWriter::Create(
+                         absl::StrCat(partial, "/", shard), decls,
+                         {.metadata = {{"format", "pt"}}}));
     for (const auto& [prefix, seed_layer] : expert_shards[i]) {
       RETURN_IF_ERROR(WriteExperts(o, prefix, seed_layer,
                                    kEngramOnlyExpertExponents, *writer));

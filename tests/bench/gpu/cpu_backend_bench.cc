@@ -91,7 +91,8 @@ void BM_Linear(benchmark::State& state, WeightFormat format) {
   std::unique_ptr<Buffer> x = RandomBuffer(*backend, tokens * kIn, rng);
   std::unique_ptr<Buffer> y = ValueOrDie(backend->Allocate(tokens * kOut));
   for (auto _ : state) {
-    backend->Linear(x->view(tokens, kIn), *w, y->view(tokens, kOut));
+    backend->Linear(x->view(tokens, kIn), *w, y->view(tokens, kOut),
+                    Backend::Accumulate::kNo);
     benchmark::DoNotOptimize(y->data());
     benchmark::ClobberMemory();
   }
