@@ -1,8 +1,8 @@
 #include "tests/checkpoint/checkpoint_test_util.h"
 
-#include <stdlib.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"

@@ -56,7 +56,7 @@ std::vector<TensorDecl> TableDecls(int layer, int64_t rows,
 std::string MakeCheckpoint(
     formats::RowFormat format,
     void (*edit)(std::vector<TensorDecl>&) = [](std::vector<TensorDecl>&) {}) {
-  const std::string dir = MakeTempDir();
+  std::string dir = MakeTempDir();
   WritePatternFile(dir + "/" + kShard1, TableDecls(1, kRows1, format), 100);
   std::vector<TensorDecl> decls14 = TableDecls(14, kRows14, format);
   edit(decls14);

@@ -1,7 +1,7 @@
 // Cross-checks the reader and the writer against an independent Python
 // implementation of the format (safetensors_interop.py).
-#include <stdlib.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>

@@ -23,7 +23,7 @@ constexpr char kShard2[] = "model-00002-of-00002.safetensors";
 
 // Two shards: a, b in shard 1; c (and d, not indexed) in shard 2.
 std::string MakeShardedDir() {
-  const std::string dir = MakeTempDir();
+  std::string dir = MakeTempDir();
   WritePatternFile(dir + "/" + kShard1,
                    {{"a", DType::kF32, {2}}, {"b", DType::kU8, {3}}}, 10);
   WritePatternFile(dir + "/" + kShard2,

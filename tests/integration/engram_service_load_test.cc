@@ -5,10 +5,9 @@
 // the calls in flight. Rows, bad requests and TLS are in
 // engram_service_test.cc.
 
-#include <signal.h>
-
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>

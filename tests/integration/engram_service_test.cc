@@ -197,7 +197,7 @@ TEST_P(EngramServiceTest, PythonClientRowsMatchDirectDecoding) {
       std::vector<std::string> args = {
           "--server=" + d.address, absl::StrCat("--layer=", table.layer),
           "--tokens=" + Join(tokens), "--context=3", "--out=" + out};
-      if (std::string(stream) == "--stream") args.push_back(stream);
+      if (std::string(stream) == "--stream") args.emplace_back(stream);
       const std::string json = RunPython(args);
       EXPECT_NE(
           json.find("\"row_ids\": [" +

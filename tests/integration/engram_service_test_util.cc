@@ -111,6 +111,7 @@ std::vector<int64_t> RandomIds(int64_t rows, int n, uint64_t seed) {
 std::vector<int64_t> RandomTokens(int64_t vocab, int n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int64_t> tokens;
+  tokens.reserve(n);
   for (int i = 0; i < n; ++i) tokens.push_back(rng() % vocab);
   return tokens;
 }
@@ -130,6 +131,7 @@ void RunLoad(const std::string& address, int threads, int layer, int64_t vocab,
              std::atomic<bool>& stop, LoadResult& result,
              std::atomic<int64_t>& calls) {
   std::vector<std::thread> workers;
+  workers.reserve(threads);
   for (int i = 0; i < threads; ++i) {
     workers.emplace_back([&, i] {
       std::unique_ptr<GrpcEngramClient> client = Client(address, 1);

@@ -167,6 +167,7 @@ int Main() {
     std::vector<RankResult> ranks(config.tp);
     const Clock::time_point t0 = Clock::now();
     std::vector<std::thread> threads;
+    threads.reserve(config.tp);
     for (int r = 0; r < config.tp; ++r) {
       threads.emplace_back(
           [&, r] { RunRank(config, r, shared, rendezvous->get(), ranks[r]); });

@@ -1,7 +1,5 @@
 #include "tests/bench/worker/forward_bench_util.h"
 
-#include <stdlib.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -38,7 +36,8 @@ namespace {
 std::vector<int64_t> Prompt(int length, uint64_t salt) {
   std::vector<int64_t> p(length);
   for (int i = 0; i < length; ++i) {
-    p[i] = 3 + static_cast<int64_t>((i * 37 + salt * 101) % 600);
+    p[i] = 3 + static_cast<int64_t>(
+                   (static_cast<uint64_t>(i) * 37 + salt * 101) % 600);
   }
   return p;
 }
