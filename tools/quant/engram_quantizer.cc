@@ -154,9 +154,9 @@ absl::Status RunTask(const Pass2Context& ctx, int64_t step_first,
     }
   } else {
     constexpr int R = kGptqChunkRows;
-    std::vector<float> work(kN * R);
-    std::vector<uint8_t> codes(R * kN);
-    std::vector<uint8_t> scales(R * kBlocksPerRow);
+    std::vector<float> work(size_t{kN} * R);
+    std::vector<uint8_t> codes(size_t{R} * kN);
+    std::vector<uint8_t> scales(size_t{R} * kBlocksPerRow);
     const ColumnFactor& factor = (*ctx.factors)[task.column];
     for (int64_t sub = 0; sub < k; sub += R) {
       const int64_t m = std::min<int64_t>(R, k - sub);

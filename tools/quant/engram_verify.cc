@@ -187,7 +187,7 @@ absl::StatusOr<nlohmann::json> VerifyEngramCheckpoint(
               for (int b = 0; b < kBlocksPerRow; ++b) {
                 bool nonzero = false;
                 for (int j = 0; j < kBlock; ++j) {
-                  nonzero |= x[r * kN + b * kBlock + j] != 0.0f;
+                  nonzero |= x[r * kN + int64_t{b} * kBlock + j] != 0.0f;
                 }
                 const float step_value =
                     formats::E4m3ToFloat(nv_s[(a + r) * kNvScale + b]) * gs;

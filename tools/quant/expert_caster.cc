@@ -431,9 +431,11 @@ absl::StatusOr<nlohmann::json> CastExpertsCheckpoint(
       RETURN_IF_ERROR(writer->CopyTensor(reader, info.name, info.name));
     }
     std::vector<WeightResult> results(shard_weights.size());
+    // Named, since clang before 16 cannot capture a structured binding.
+    const std::vector<const ExpertWeight*>& to_cast = shard_weights;
     absl::Status status = ParallelFor(
-        o.threads, static_cast<int64_t>(shard_weights.size()), [&](int64_t i) {
-          return CastWeight(*shard_weights[i], *writer,
+        o.threads, static_cast<int64_t>(to_cast.size()), [&](int64_t i) {
+          return CastWeight(*to_cast[i], *writer,
                             static_cast<size_t>(o.max_listed_lossy_blocks),
                             &results[i]);
         });

@@ -117,8 +117,8 @@ void GptqQuantizeChunk(const ColumnFactor& factor, const GptqOptions& options,
         }
       }
       const float d = u[i * kN + i];
-      float* __restrict e = errors.data() + (i - b0) * R;
-      const float* __restrict x = work + i * R;
+      float* __restrict e = errors.data() + int64_t{i - b0} * R;
+      const float* __restrict x = work + int64_t{i} * R;
       for (int r = 0; r < R; ++r) {
         const uint8_t code = Nvfp4Code(x[r], step[r]);
         codes[r * kN + i] = code;
@@ -127,7 +127,7 @@ void GptqQuantizeChunk(const ColumnFactor& factor, const GptqOptions& options,
       // Feed the error into the rest of the batch right away.
       for (int j = i + 1; j < b1; ++j) {
         const float uij = u[i * kN + j];
-        float* __restrict xj = work + j * R;
+        float* __restrict xj = work + int64_t{j} * R;
         for (int r = 0; r < R; ++r) xj[r] -= uij * e[r];
       }
     }
@@ -135,8 +135,8 @@ void GptqQuantizeChunk(const ColumnFactor& factor, const GptqOptions& options,
     // work[b1:, :] -= U[b0:b1, b1:]^T errors.
     if (b1 < kN) {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kN - b1, R, batch,
-                  -1.0f, u + b0 * kN + b1, kN, errors.data(), R, 1.0f,
-                  work + b1 * R, R);
+                  -1.0f, u + int64_t{b0} * kN + b1, kN, errors.data(), R, 1.0f,
+                  work + int64_t{b1} * R, R);
     }
   }
 }

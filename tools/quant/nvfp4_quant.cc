@@ -74,15 +74,15 @@ uint8_t ChooseBlockScale(const float* values, float global_scale,
 void QuantizeRowRtn(const float* values, float global_scale, ScaleChoice choice,
                     uint8_t* weights, uint8_t* scales, RowQuantStats* stats) {
   for (int block = 0; block < formats::kRowDim / kBlock; ++block) {
-    const float* x = values + block * kBlock;
+    const float* x = values + int64_t{block} * kBlock;
     bool smaller = false;
     const uint8_t scale = ChooseBlockScale(x, global_scale, choice, &smaller);
     scales[block] = scale;
     if (stats != nullptr && smaller) ++stats->smaller_scale_blocks;
     const float step = E4m3ToFloat(scale) * global_scale;
-    uint8_t* packed = weights + block * (kBlock / 2);
+    uint8_t* packed = weights + int64_t{block} * (kBlock / 2);
     for (int j = 0; j < kBlock / 2; ++j) {
-      const uint8_t even = Nvfp4Code(x[2 * j], step);
+      const uint8_t even = Nvfp4Code(x[int64_t{2} * j], step);
       const uint8_t odd = Nvfp4Code(x[2 * j + 1], step);
       packed[j] = formats::PackE2m1Pair(even, odd);
     }

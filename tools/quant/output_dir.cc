@@ -32,13 +32,13 @@ absl::Status ErrorCodeStatus(const std::error_code& ec, absl::string_view what,
   return absl::ErrnoToStatus(ec.value(), absl::StrCat(what, " '", path, "'"));
 }
 
-// Whether `inner` is `outer` or lies below it (both normalized absolute).
-bool IsWithin(const fs::path& inner, const fs::path& outer) {
-  auto o = outer.begin();
-  auto i = inner.begin();
-  for (; o != outer.end(); ++o, ++i) {
+// Whether `path` is `root` or lies below it (both normalized absolute).
+bool IsWithin(const fs::path& path, const fs::path& root) {
+  auto o = root.begin();
+  auto i = path.begin();
+  for (; o != root.end(); ++o, ++i) {
     if (o->empty()) continue;  // Trailing separator.
-    if (i == inner.end() || *i != *o) return false;
+    if (i == path.end() || *i != *o) return false;
   }
   return true;
 }
@@ -108,7 +108,7 @@ nlohmann::json SourceFingerprint(const std::string& source_dir) {
   nlohmann::json files = nlohmann::json::array();
   for (const std::string& name : names) {
     struct stat st;
-    if (::stat((source_dir + "/" + name).c_str(), &st) != 0 ||
+    if (::stat(absl::StrCat(source_dir, "/", name).c_str(), &st) != 0 ||
         !S_ISREG(st.st_mode)) {
       continue;
     }

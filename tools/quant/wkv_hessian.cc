@@ -92,9 +92,9 @@ absl::StatusOr<std::vector<std::vector<double>>> ComputeWkvHessians(
   std::vector<float> band_f32;
   std::vector<double> band;
   for (int64_t first = 0; first < wkv.out_dim; first += kBandRows) {
-    const int64_t rows = std::min(kBandRows, wkv.out_dim - first);
-    const int64_t scale_rows = (rows + kWkvBlock - 1) / kWkvBlock;
-    codes.resize(rows * wkv.in_dim);
+    const int64_t band_height = std::min(kBandRows, wkv.out_dim - first);
+    const int64_t scale_rows = (band_height + kWkvBlock - 1) / kWkvBlock;
+    codes.resize(band_height * wkv.in_dim);
     scales.resize(scale_rows * scale_cols);
     RETURN_IF_ERROR(wkv.source->ReadTensorByteRange(
         wkv.weight_name, first * wkv.in_dim, absl::MakeSpan(codes)));
@@ -103,7 +103,7 @@ absl::StatusOr<std::vector<std::vector<double>>> ComputeWkvHessians(
         absl::MakeSpan(scales)));
     // The first NaN element in row-major order: a NaN code, or the first
     // element of the first block with a NaN scale.
-    int64_t nan = formats::FindE4m3Nan(codes.data(), rows * wkv.in_dim);
+    int64_t nan = formats::FindE4m3Nan(codes.data(), band_height * wkv.in_dim);
     if (const int64_t s =
             formats::FindUe8m0Nan(scales.data(), scale_rows * scale_cols);
         s >= 0) {
@@ -116,14 +116,14 @@ absl::StatusOr<std::vector<std::vector<double>>> ComputeWkvHessians(
           Describe(wkv.weight_name), ": NaN at row ", first + nan / wkv.in_dim,
           ", column ", nan % wkv.in_dim));
     }
-    band_f32.resize(rows * wkv.in_dim);
+    band_f32.resize(band_height * wkv.in_dim);
     formats::DequantizeFp8BlockRows(codes.data(), scales.data(), wkv.in_dim,
-                                    kWkvBlock, kWkvBlock, 0, rows,
+                                    kWkvBlock, kWkvBlock, 0, band_height,
                                     band_f32.data());
     band.assign(band_f32.begin(), band_f32.end());
     absl::Status status = ParallelFor(threads, columns, [&](int64_t c) {
       cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, kN,
-                  static_cast<int>(rows), 1.0, band.data() + c * kN,
+                  static_cast<int>(band_height), 1.0, band.data() + c * kN,
                   static_cast<int>(wkv.in_dim), 1.0, hessians[c].data(), kN);
       return absl::OkStatus();
     });

@@ -129,9 +129,10 @@ std::vector<std::vector<double>> NaiveWkvHessians(const std::string& dir,
   const std::string prefix = "layers." + std::to_string(layer) + ".engram.wkv.";
   const std::vector<uint8_t> codes = TensorBytes(dir, prefix + "weight");
   const std::vector<uint8_t> scales = TensorBytes(dir, prefix + "scale");
-  const int64_t in = 24 * 256;
+  const int64_t in = int64_t{24} * 256;
   const int64_t out = static_cast<int64_t>(codes.size()) / in;
-  std::vector<std::vector<double>> h(24, std::vector<double>(256 * 256, 0.0));
+  std::vector<std::vector<double>> h(
+      24, std::vector<double>(size_t{256} * 256, 0.0));
   std::vector<double> row(in);
   for (int64_t o = 0; o < out; ++o) {
     for (int64_t c = 0; c < in; ++c) {
@@ -139,7 +140,7 @@ std::vector<std::vector<double>> NaiveWkvHessians(const std::string& dir,
                formats::Ue8m0ToFloat(scales[(o / 32) * (in / 32) + c / 32]);
     }
     for (int col = 0; col < 24; ++col) {
-      const double* w = row.data() + col * 256;
+      const double* w = row.data() + int64_t{col} * 256;
       for (int i = 0; i < 256; ++i) {
         for (int j = i; j < 256; ++j) h[col][i * 256 + j] += w[i] * w[j];
       }

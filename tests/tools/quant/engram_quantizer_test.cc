@@ -446,7 +446,8 @@ TEST(EngramQuantizerUnderflowTest, CountsBlocksWhoseScaleUnderflows) {
       ASSERT_TRUE((*d)->ReadRawRows(1, {row}, absl::MakeSpan(raw)).ok());
       for (int b = 0; b < 16; ++b) {
         bool nonzero = false;
-        for (int i = 0; i < 16; ++i) nonzero |= x[row * 256 + b * 16 + i] != 0;
+        for (int i = 0; i < 16; ++i)
+          nonzero |= x[row * 256 + int64_t{b} * 16 + i] != 0;
         want += nonzero && formats::E4m3ToFloat(raw[128 + b]) * gs == 0.0f;
       }
     }

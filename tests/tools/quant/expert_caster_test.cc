@@ -61,7 +61,7 @@ std::string WriteCalibration(const std::string& dir,
     if (i != skip) scales[bases[i]] = 0.01 * (i + 1);
   }
   scales["layers.9.ffn.experts.0.w1"] = 1.0;  // Unused entry.
-  const std::string path = dir + "/calibration.json";
+  std::string path = dir + "/calibration.json";
   std::ofstream(path) << nlohmann::json{{"input_scale", scales}}.dump();
   return path;
 }

@@ -48,7 +48,7 @@ std::vector<double> MakeW(int out, bool correlated, uint64_t seed) {
 }
 
 std::vector<double> Hessian(const std::vector<double>& w, int out) {
-  std::vector<double> h(kN * kN, 0.0);
+  std::vector<double> h(size_t{kN} * kN, 0.0);
   for (int o = 0; o < out; ++o) {
     for (int i = 0; i < kN; ++i) {
       for (int j = 0; j < kN; ++j)
@@ -90,8 +90,8 @@ Quantized RunGptq(const ColumnFactor& factor, const std::vector<float>& rows,
   q.codes.resize(n * kN);
   q.scales.resize(n * 16);
   q.values.resize(n * kN);
-  std::vector<float> work(kN * R);
-  std::vector<uint8_t> codes(R * kN), scales(R * 16);
+  std::vector<float> work(size_t{kN} * R);
+  std::vector<uint8_t> codes(size_t{R} * kN), scales(size_t{R} * 16);
   for (int64_t first = 0; first < n; first += R) {
     const int64_t m = std::min<int64_t>(R, n - first);
     for (int i = 0; i < kN; ++i) {
@@ -170,7 +170,7 @@ TEST(MakeColumnFactorTest, UpperFactorOfTheInverseDampedHessian) {
                     static_cast<float>(h[i * kN + (kN - 1 - i)]));
   }
   // (U^T U) (H + damp I) = I.
-  std::vector<double> hinv(kN * kN, 0.0);
+  std::vector<double> hinv(size_t{kN} * kN, 0.0);
   for (int i = 0; i < kN; ++i) {
     for (int j = 0; j < kN; ++j) {
       double s = 0;
@@ -195,7 +195,7 @@ TEST(MakeColumnFactorTest, UpperFactorOfTheInverseDampedHessian) {
 
 TEST(MakeColumnFactorTest, ZeroHessianGivesTheIdentity) {
   absl::StatusOr<ColumnFactor> f =
-      MakeColumnFactor(std::vector<double>(kN * kN, 0.0));
+      MakeColumnFactor(std::vector<double>(size_t{kN} * kN, 0.0));
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->damp, 1.0);
   for (int i = 0; i < kN; ++i) {
@@ -208,7 +208,7 @@ TEST(MakeColumnFactorTest, ZeroHessianGivesTheIdentity) {
 TEST(MakeColumnFactorTest, RejectsBadInput) {
   EXPECT_EQ(MakeColumnFactor(std::vector<double>(10, 0.0)).status().code(),
             absl::StatusCode::kInvalidArgument);
-  std::vector<double> h(kN * kN, 0.0);
+  std::vector<double> h(size_t{kN} * kN, 0.0);
   for (int i = 0; i < kN; ++i) h[i * kN + i] = 1.0;
   h[5 * kN + 5] = NAN;
   EXPECT_EQ(MakeColumnFactor(h).status().code(),
@@ -223,7 +223,7 @@ TEST(MakeColumnFactorTest, RejectsBadInput) {
 
 TEST(GptqTest, DiagonalHessianIsExactlyRtn) {
   // Off-diagonal feedback is zero, so every code equals round-to-nearest.
-  std::vector<double> h(kN * kN, 0.0);
+  std::vector<double> h(size_t{kN} * kN, 0.0);
   for (int i = 0; i < kN; ++i) h[i * kN + i] = 3.0;
   absl::StatusOr<ColumnFactor> f = MakeColumnFactor(h);
   ASSERT_TRUE(f.ok());

@@ -100,7 +100,7 @@ TEST(QuantizeRowRtnTest, AmaxIsBitIdenticalToEncodeNvfp4Row) {
   const std::vector<float> rows = Fp8Rows(1, 0, 400);
   const float gs = formats::Nvfp4GlobalScale(11.0f);
   for (int r = 0; r < 400; ++r) {
-    const float* x = rows.data() + r * 256;
+    const float* x = rows.data() + int64_t{r} * 256;
     uint8_t w1[128], s1[16], w2[128], s2[16];
     QuantizeRowRtn(x, gs, ScaleChoice::kAmax, w1, s1);
     ASSERT_TRUE(formats::EncodeNvfp4Row(absl::MakeConstSpan(x, 256), gs,
@@ -179,7 +179,7 @@ TEST(QuantizeRowRtnTest, MseNeverWorsePerBlockThanAmax) {
   const float gs = formats::Nvfp4GlobalScale(11.0f);
   RowQuantStats stats;
   for (int r = 0; r < 200; ++r) {
-    const float* x = rows.data() + r * 256;
+    const float* x = rows.data() + int64_t{r} * 256;
     uint8_t wa[128], sa[16], wm[128], sm[16];
     QuantizeRowRtn(x, gs, ScaleChoice::kAmax, wa, sa);
     QuantizeRowRtn(x, gs, ScaleChoice::kMse, wm, sm, &stats);

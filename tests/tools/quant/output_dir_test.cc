@@ -18,7 +18,7 @@ using testing::ReadFile;
 
 // A source directory with files, a subdirectory and a symbolic link.
 std::string MakeTree() {
-  const std::string dir = mneme::testing::MakeTempDir("tree") + "/src";
+  std::string dir = mneme::testing::MakeTempDir("tree") + "/src";
   fs::create_directories(dir + "/sub");
   std::ofstream(dir + "/config.json") << "{}";
   std::ofstream(dir + "/keep.txt") << "keep";
