@@ -155,6 +155,18 @@ const TensorInfo* SafetensorsHeader::Find(absl::string_view name) const {
   return &*it;
 }
 
+std::vector<const TensorInfo*> SafetensorsHeader::TensorsInFileOrder() const {
+  std::vector<const TensorInfo*> ordered;
+  ordered.reserve(tensors.size());
+  for (const TensorInfo& t : tensors) ordered.push_back(&t);
+  std::sort(ordered.begin(), ordered.end(),
+            [](const TensorInfo* a, const TensorInfo* b) {
+              return a->offset != b->offset ? a->offset < b->offset
+                                            : a->name < b->name;
+            });
+  return ordered;
+}
+
 std::string QuoteTensorName(absl::string_view name) {
   if (name.size() > kMaxQuotedNameBytes) {
     return absl::StrCat("'",

@@ -68,6 +68,11 @@ struct SafetensorsHeader {
 
   // The tensor called `name`, or nullptr.
   const TensorInfo* Find(absl::string_view name) const;
+
+  // Every tensor in the order its bytes appear in the file (by offset, then
+  // by name for empty tensors that share one): the order a rewrite of the
+  // file keeps. Pointers into `tensors`.
+  std::vector<const TensorInfo*> TensorsInFileOrder() const;
 };
 
 struct SafetensorsParseOptions {

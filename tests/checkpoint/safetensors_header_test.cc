@@ -1,6 +1,7 @@
 #include "checkpoint/safetensors_header.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
@@ -69,6 +70,23 @@ TEST(SafetensorsHeaderTest, EmptyTensorInsideAnotherIsNotAnOverlap) {
                   R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})",
                   8);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
+}
+
+TEST(SafetensorsHeaderTest, TensorsInFileOrderSortsByOffsetThenName) {
+  // Names sort a, b, c, d; bytes lie c [0,4), then a and d (empty) at 4,
+  // then b [8,10).
+  absl::StatusOr<SafetensorsHeader> parsed =
+      ParseHeader(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[4,8]},)"
+                  R"("b":{"dtype":"U8","shape":[2],"data_offsets":[8,10]},)"
+                  R"("c":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                  R"("d":{"dtype":"U8","shape":[0],"data_offsets":[4,4]}})",
+                  10);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::vector<std::string> order;
+  for (const TensorInfo* t : parsed->TensorsInFileOrder()) {
+    order.push_back(t->name);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"c", "a", "d", "b"}));
 }
 
 TEST(SafetensorsHeaderTest, IgnoresUnknownTensorFields) {

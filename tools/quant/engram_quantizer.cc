@@ -268,17 +268,9 @@ absl::StatusOr<std::string> QuantizedConfigText(
 std::vector<checkpoint::TensorDecl> RewrittenShardDecls(
     const checkpoint::SafetensorsReader& shard,
     const std::map<std::string, checkpoint::TensorDecl>& replaced) {
-  std::vector<const checkpoint::TensorInfo*> infos;
-  for (const checkpoint::TensorInfo& info : shard.tensors())
-    infos.push_back(&info);
-  std::sort(
-      infos.begin(), infos.end(),
-      [](const checkpoint::TensorInfo* x, const checkpoint::TensorInfo* y) {
-        return x->offset < y->offset ||
-               (x->offset == y->offset && x->name < y->name);
-      });
   std::vector<checkpoint::TensorDecl> decls;
-  for (const checkpoint::TensorInfo* info : infos) {
+  for (const checkpoint::TensorInfo* info :
+       shard.header().TensorsInFileOrder()) {
     auto it = replaced.find(info->name);
     decls.push_back(
         it != replaced.end()

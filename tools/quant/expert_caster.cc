@@ -293,17 +293,9 @@ std::vector<checkpoint::TensorDecl> ShardDecls(
     const checkpoint::SafetensorsReader& reader,
     const std::map<std::string, const ExpertWeight*>& by_weight,
     const std::set<std::string>& dropped) {
-  std::vector<const checkpoint::TensorInfo*> infos;
-  for (const checkpoint::TensorInfo& info : reader.tensors())
-    infos.push_back(&info);
-  std::sort(
-      infos.begin(), infos.end(),
-      [](const checkpoint::TensorInfo* a, const checkpoint::TensorInfo* b) {
-        return a->offset < b->offset ||
-               (a->offset == b->offset && a->name < b->name);
-      });
   std::vector<checkpoint::TensorDecl> decls;
-  for (const checkpoint::TensorInfo* info : infos) {
+  for (const checkpoint::TensorInfo* info :
+       reader.header().TensorsInFileOrder()) {
     if (dropped.count(info->name) != 0) continue;
     auto it = by_weight.find(info->name);
     if (it == by_weight.end()) {
