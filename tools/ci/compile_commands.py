@@ -64,15 +64,24 @@ def pkg_config_cflags(modules):
 
 
 def cuda_include_dir():
-    """The CUDA toolkit's include directory, or None when none is installed."""
-    nvcc = shutil.which("nvcc") or (
-        "/usr/local/cuda/bin/nvcc"
-        if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
-    if not nvcc:
-        return None
-    include = os.path.join(os.path.dirname(os.path.dirname(
-        os.path.realpath(nvcc))), "include")
-    return include if os.path.isdir(include) else None
+    """The CUDA toolkit's include directory, or None when none is installed.
+
+    Looks where third_party/build_defs/cuda_configure.bzl looks ($CUDA_PATH,
+    $CUDA_HOME, /usr/local/cuda), then beside the nvcc on PATH; a directory
+    counts only when it holds cuda_runtime.h (an nvcc on PATH may be a wrapper
+    script in /usr/local/bin, whose sibling include/ is not the toolkit's).
+    """
+    roots = [os.environ[v] for v in ("CUDA_PATH", "CUDA_HOME")
+             if os.environ.get(v)]
+    roots.append("/usr/local/cuda")
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    for root in roots:
+        include = os.path.join(root, "include")
+        if os.path.isfile(os.path.join(include, "cuda_runtime.h")):
+            return include
+    return None
 
 
 def tracked_cc_files(root):
