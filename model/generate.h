@@ -3,13 +3,40 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "gpu/backend.h"
 #include "model/model.h"
 
 namespace mneme::model {
+
+// Most alternatives a log-probability request may ask for per position
+// (OpenAI's top_logprobs limit).
+inline constexpr int kMaxTopLogprobs = 20;
+
+// The next-token distribution at one position, as log-probabilities: the
+// log_softmax of the position's fp32 logits (the unmodified model
+// distribution: no temperature, no filtering).
+struct PositionLogprobs {
+  // log p(target) for the target given to RowLogprobs; NaN without one.
+  float target_logprob = 0;
+  // The most likely tokens, most likely first (equal logits: lower id
+  // first), and their log-probabilities; top_ids[0] is the argmax.
+  std::vector<int64_t> top_ids;
+  std::vector<float> top_logprobs;
+};
+
+// Log-probabilities of one row of logits [vocab]: log p(target) (target -1:
+// none, NaN) and the `top_n` most likely tokens. The log-sum-exp is
+// accumulated in double and every value is logit - lse rounded to float, so
+// the target's value equals its entry in the top list. InvalidArgument for
+// an empty row, a target outside [-1, vocab) or top_n outside [0,
+// kMaxTopLogprobs].
+absl::StatusOr<PositionLogprobs> RowLogprobs(absl::Span<const float> logits,
+                                             int64_t target, int top_n);
 
 struct GenerateOptions {
   // Tokens to generate at most; >= 0. Default: 16.
@@ -25,24 +52,42 @@ struct GenerateOptions {
   int64_t prefill_chunk_tokens = 0;
   // The sequence id used on the model (released at the end). Default: 1.
   uint64_t sequence_id = 1;
+  // -1: off. N in [0, kMaxTopLogprobs]: compute the prompt's
+  // log-probabilities (GenerateResult::prompt_logprobs) with the top N
+  // tokens at each position; the prompt is then prefilled even when
+  // max_new_tokens is 0. Default: -1.
+  int prompt_logprobs = -1;
+  // The top N tokens of each new token's distribution, in [0,
+  // kMaxTopLogprobs] (GenerateResult::top_logprobs). Default: 0.
+  int top_logprobs = 0;
 };
 
 struct GenerateResult {
   std::vector<int64_t> token_ids;  // Generated tokens only.
   std::vector<float> logprobs;     // Of each generated token.
   std::string finish_reason;       // "stop" (eos) or "length".
+  // With prompt_logprobs >= 0: one entry per prompt token. Entry i >= 1 is
+  // the distribution at position i - 1 with target prompt[i] (log p(prompt[i]
+  // | prompt[<i]) and the top N); entry 0 has no logprob (NaN) and no top.
+  std::vector<PositionLogprobs> prompt_logprobs;
+  // With top_logprobs > 0: per generated token, the distribution it was
+  // drawn from (target: the token).
+  std::vector<PositionLogprobs> top_logprobs;
 };
 
 // Generates a continuation of `prompt` (>= 1 token) on `model` (any TP size,
 // when every rank runs the same call). The sequence is released when done
-// or on error. Errors of Model::Step.
+// or on error. InvalidArgument for an empty prompt, max_new_tokens < 0 or
+// a logprob count out of range; errors of Model::Step. With top_logprobs >
+// 0 the new tokens' logprobs come from RowLogprobs (as their top entries)
+// rather than from the backend's sampler.
 absl::StatusOr<GenerateResult> Generate(Model& model, gpu::Backend& backend,
                                         const std::vector<int64_t>& prompt,
                                         const GenerateOptions& options);
 
 // Draws one token from host logits [vocab] with `params`: {token, logprob}.
 absl::StatusOr<std::pair<int64_t, float>> SampleToken(
-    gpu::Backend& backend, const std::vector<float>& logits,
+    gpu::Backend& backend, absl::Span<const float> logits,
     const gpu::SamplingParams& params);
 
 }  // namespace mneme::model

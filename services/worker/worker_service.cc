@@ -39,6 +39,47 @@ absl::Status CheckSampling(const v1::SamplingParams& p, int index) {
   return absl::OkStatus();
 }
 
+absl::Status CheckLogprobs(const v1::SequenceChunk& c, int index,
+                           int64_t vocab) {
+  if (c.top_logprobs() < 0 || c.top_logprobs() > model::kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", index, ": top_logprobs=", c.top_logprobs(),
+                     " must be in [0, ", model::kMaxTopLogprobs, "]"));
+  }
+  if (c.has_next_token_id() &&
+      (c.next_token_id() < -1 || c.next_token_id() >= vocab)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", index, ": next_token_id=", c.next_token_id(),
+                     " must be -1 or in the vocabulary [0, ", vocab, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// Fills result.positions from the chunk's logits [n, vocab]: position p's
+// target is the token after it.
+absl::Status AddPositionLogprobs(const v1::SequenceChunk& c,
+                                 absl::Span<const float> rows, int64_t vocab,
+                                 v1::ChunkResult& result) {
+  const int n = c.token_ids_size();
+  for (int p = 0; p < n; ++p) {
+    const int64_t target = p + 1 < n               ? c.token_ids(p + 1)
+                           : c.has_next_token_id() ? c.next_token_id()
+                                                   : -1;
+    ASSIGN_OR_RETURN(
+        model::PositionLogprobs lp,
+        model::RowLogprobs(
+            rows.subspan(static_cast<size_t>(p) * static_cast<size_t>(vocab),
+                         static_cast<size_t>(vocab)),
+            target, c.top_logprobs()));
+    v1::PositionLogprobs* out = result.add_positions();
+    out->set_target_logprob(lp.target_logprob);
+    out->mutable_top_ids()->Add(lp.top_ids.begin(), lp.top_ids.end());
+    out->mutable_top_logprobs()->Add(lp.top_logprobs.begin(),
+                                     lp.top_logprobs.end());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // Counters updated by the step thread; gauges read the atomics (never the
@@ -256,6 +297,7 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
     model->Prefetch(hints);
   }
   model::StepInput input;
+  const int64_t vocab = model->dims().vocab_size;
   int64_t logits_values = 0;
   for (int i = 0; i < request.chunks_size(); ++i) {
     const v1::SequenceChunk& c = request.chunks(i);
@@ -271,24 +313,34 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
       case v1::OUTPUT_SAMPLE:
       case v1::OUTPUT_LOGITS_LAST:
         chunk.logits = model::SequenceChunk::Logits::kLast;
-        logits_values +=
-            c.output() == v1::OUTPUT_LOGITS_LAST ? model->dims().vocab_size : 0;
+        logits_values += c.output() == v1::OUTPUT_LOGITS_LAST ? vocab : 0;
         break;
       case v1::OUTPUT_LOGITS_ALL:
         chunk.logits = model::SequenceChunk::Logits::kAll;
-        logits_values += model->dims().vocab_size * c.token_ids_size();
+        logits_values += vocab * c.token_ids_size();
         break;
       default:
         return absl::InvalidArgumentError(absl::StrCat(
             "chunk ", i, ": unknown output ", static_cast<int>(c.output())));
     }
     RETURN_IF_ERROR(CheckSampling(c.sampling(), i));
+    RETURN_IF_ERROR(CheckLogprobs(c, i, vocab));
+    if (c.output() == v1::OUTPUT_SAMPLE) {
+      logits_values += 2 * int64_t{c.top_logprobs()};
+    }
+    if (c.prompt_logprobs()) {
+      // Every row on the host; the response carries only log-probabilities.
+      chunk.logits = model::SequenceChunk::Logits::kAll;
+      logits_values +=
+          int64_t{c.token_ids_size()} * (1 + 2 * int64_t{c.top_logprobs()});
+    }
     input.chunks.push_back(std::move(chunk));
   }
   if (logits_values > options_.max_response_logits) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the step asks for ", logits_values, " logits, more than the ",
-        options_.max_response_logits, " a response may carry"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the step asks for ", logits_values,
+                     " logits and log-probability values, more than the ",
+                     options_.max_response_logits, " a response may carry"));
   }
   const absl::Time start = absl::Now();
   const absl::Duration comm_before =
@@ -308,16 +360,41 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
     const v1::SequenceChunk& c = request.chunks(i);
     v1::ChunkResult* result = response.add_results();
     result->set_sequence_id(c.sequence_id());
+    const std::vector<float>& rows = out->logits[i];
+    if (rows.size() < static_cast<size_t>(vocab)) {
+      if (c.output() == v1::OUTPUT_SAMPLE || c.prompt_logprobs() ||
+          c.output() == v1::OUTPUT_LOGITS_LAST ||
+          c.output() == v1::OUTPUT_LOGITS_ALL) {
+        return absl::InternalError(absl::StrCat(
+            "chunk ", i, ": the model returned ", rows.size(), " logits"));
+      }
+      continue;
+    }
+    // The chunk's last position: the only row, or the last of all of them.
+    const absl::Span<const float> last = absl::MakeConstSpan(rows).subspan(
+        rows.size() - static_cast<size_t>(vocab));
     if (c.output() == v1::OUTPUT_SAMPLE) {
-      ASSIGN_OR_RETURN(const auto token,
-                       model::SampleToken(*backend, out->logits[i],
-                                          FromProto(c.sampling())));
+      ASSIGN_OR_RETURN(
+          const auto token,
+          model::SampleToken(*backend, last, FromProto(c.sampling())));
       result->set_token_id(token.first);
       result->set_logprob(token.second);
-    } else if (c.output() == v1::OUTPUT_LOGITS_LAST ||
-               c.output() == v1::OUTPUT_LOGITS_ALL) {
-      result->mutable_logits()->Add(out->logits[i].begin(),
-                                    out->logits[i].end());
+      if (c.top_logprobs() > 0) {
+        ASSIGN_OR_RETURN(
+            model::PositionLogprobs lp,
+            model::RowLogprobs(last, token.first, c.top_logprobs()));
+        result->set_logprob(lp.target_logprob);
+        result->mutable_top_ids()->Add(lp.top_ids.begin(), lp.top_ids.end());
+        result->mutable_top_logprobs()->Add(lp.top_logprobs.begin(),
+                                            lp.top_logprobs.end());
+      }
+    } else if (c.output() == v1::OUTPUT_LOGITS_LAST) {
+      result->mutable_logits()->Add(last.begin(), last.end());
+    } else if (c.output() == v1::OUTPUT_LOGITS_ALL) {
+      result->mutable_logits()->Add(rows.begin(), rows.end());
+    }
+    if (c.prompt_logprobs()) {
+      RETURN_IF_ERROR(AddPositionLogprobs(c, rows, vocab, *result));
     }
   }
   response.set_compute_micros(absl::ToInt64Microseconds(absl::Now() - start));

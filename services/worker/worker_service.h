@@ -23,8 +23,9 @@ struct WorkerServiceOptions {
   // Steps waiting to run; more are refused with RESOURCE_EXHAUSTED.
   // Default: 64.
   int max_queued_steps = 64;
-  // Most logits values one response may carry (OUTPUT_LOGITS_*).
-  // Default: 16,777,216 (64 MiB).
+  // Most values one response may carry: logits (OUTPUT_LOGITS_*) plus
+  // log-probability values (1 + 2 N per prompt_logprobs position, 2 N per
+  // sampled top list, N = top_logprobs). Default: 16,777,216 (64 MiB).
   int64_t max_response_logits = int64_t{1} << 24;
   // Called once, on the step thread, when a step breaks the group (a peer
   // lost, a collective timed out): the daemon exits so that its supervisor

@@ -61,15 +61,35 @@ absl::StatusOr<std::vector<float>> ScoreAll(
   return std::move(out->logits[0]);
 }
 
+// {"token_id": id, "logprob": x|null[, "top_logprobs": [{"token_id",
+// "logprob"}...]]}: one position's entry of the JSON output.
+nlohmann::ordered_json PositionJson(int64_t token_id,
+                                    const model::PositionLogprobs& lp,
+                                    bool with_top) {
+  nlohmann::ordered_json j = {{"token_id", token_id}};
+  j["logprob"] = std::isnan(lp.target_logprob)
+                     ? nlohmann::ordered_json(nullptr)
+                     : nlohmann::ordered_json(lp.target_logprob);
+  if (with_top) {
+    nlohmann::ordered_json top = nlohmann::ordered_json::array();
+    for (size_t k = 0; k < lp.top_ids.size(); ++k) {
+      top.push_back(
+          {{"token_id", lp.top_ids[k]}, {"logprob", lp.top_logprobs[k]}});
+    }
+    j["top_logprobs"] = std::move(top);
+  }
+  return j;
+}
+
 }  // namespace
 
 absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
-  ASSIGN_OR_RETURN(
-      Args args,
-      Args::Parse(argv,
-                  WithSamplingFlags({"checkpoint", "tokens", "max-new-tokens",
-                                     "chunk-tokens", "threads"}),
-                  {"json", "ignore-eos"}));
+  ASSIGN_OR_RETURN(Args args,
+                   Args::Parse(argv,
+                               WithSamplingFlags(
+                                   {"checkpoint", "tokens", "max-new-tokens",
+                                    "chunk-tokens", "threads", "top-logprobs"}),
+                               {"json", "ignore-eos", "prompt-logprobs"}));
   ASSIGN_OR_RETURN(std::string dir, args.Required("checkpoint"));
   if (!args.Has("tokens")) {
     return absl::InvalidArgumentError("--tokens is required");
@@ -81,11 +101,17 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
       args.GetInt("max-new-tokens", 16, 0, 1 << 20);
   absl::StatusOr<int64_t> chunk = args.GetInt("chunk-tokens", 0, 0, 1 << 20);
   absl::StatusOr<int64_t> threads = args.GetInt("threads", 0, 0, 1024);
+  absl::StatusOr<int64_t> top =
+      args.GetInt("top-logprobs", 0, 0, model::kMaxTopLogprobs);
   absl::StatusOr<gpu::SamplingParams> sampling = SamplingFromArgs(args);
-  for (const absl::Status& st : {max_new.status(), chunk.status(),
-                                 threads.status(), sampling.status()}) {
+  for (const absl::Status& st :
+       {max_new.status(), chunk.status(), threads.status(), top.status(),
+        sampling.status()}) {
     if (!st.ok()) return st;
   }
+  const bool prompt_logprobs = args.Has("prompt-logprobs");
+  options.prompt_logprobs = prompt_logprobs ? static_cast<int>(*top) : -1;
+  options.top_logprobs = static_cast<int>(*top);
   options.max_new_tokens = *max_new;
   options.sampling = *sampling;
   options.prefill_chunk_tokens = *chunk;
@@ -106,10 +132,35 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
         {"prompt_tokens", prompt.size()},
         {"seconds", seconds},
     };
+    if (*top > 0) {
+      nlohmann::ordered_json tops = nlohmann::ordered_json::array();
+      for (size_t i = 0; i < result.top_logprobs.size(); ++i) {
+        tops.push_back(
+            PositionJson(result.token_ids[i], result.top_logprobs[i], true));
+      }
+      j["top_logprobs"] = std::move(tops);
+    }
+    if (prompt_logprobs) {
+      nlohmann::ordered_json positions = nlohmann::ordered_json::array();
+      for (size_t i = 0; i < result.prompt_logprobs.size(); ++i) {
+        positions.push_back(PositionJson(prompt[i], result.prompt_logprobs[i],
+                                         *top > 0 && i > 0));
+      }
+      j["prompt_logprobs"] = std::move(positions);
+    }
     out << j.dump() << "\n";
   } else {
     out << "token_ids: " << absl::StrJoin(result.token_ids, ",") << "\n"
         << "finish_reason: " << result.finish_reason << "\n";
+    if (prompt_logprobs) {
+      std::vector<std::string> values;
+      for (const model::PositionLogprobs& lp : result.prompt_logprobs) {
+        values.push_back(std::isnan(lp.target_logprob)
+                             ? "null"
+                             : absl::StrCat(lp.target_logprob));
+      }
+      out << "prompt_logprobs: " << absl::StrJoin(values, ",") << "\n";
+    }
   }
   return absl::OkStatus();
 }

@@ -12,12 +12,22 @@ namespace mneme::cli {
 // mneme run --checkpoint DIR --tokens T0,T1,... [--max-new-tokens N]
 //     [--temperature X] [--top-p X] [--top-k N] [--min-p X] [--seed N]
 //     [--chunk-tokens N] [--ignore-eos] [--threads N] [--json]
+//     [--prompt-logprobs] [--top-logprobs N]
 // Generates a continuation of the prompt with the whole model in this
 // process (TP 1, CPU backend): the reference run distributed runs are
 // checked against. With --json prints one object (public contract):
 //   {"token_ids": [...], "finish_reason": "stop"|"length",
 //    "logprobs": [...], "prompt_tokens": N, "seconds": S}
 // otherwise `token_ids: a,b,c` and `finish_reason: ...` lines.
+// --prompt-logprobs adds "prompt_logprobs": one entry per prompt token,
+//   {"token_id": id, "logprob": log p(token | tokens before it)}, the
+//   first with "logprob": null (text output: a `prompt_logprobs:` line),
+//   computed as the workers do (model::RowLogprobs over the fp32 logits,
+//   prefilled in --chunk-tokens chunks); with --max-new-tokens 0 only the
+//   prompt runs. --top-logprobs N (0..20, default 0) adds to each entry but
+//   the first "top_logprobs": [{"token_id", "logprob"} x N], most likely
+//   first, and a top-level "top_logprobs" with one such entry per new
+//   token (whose "logprob" then comes from the same computation).
 absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out);
 
 // mneme score --checkpoint A --reference B [--prompts FILE | --sequences N

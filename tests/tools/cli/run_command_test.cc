@@ -4,7 +4,10 @@
 
 #include "tools/cli/run_command.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -13,7 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/model.h"
 #include "nlohmann/json.hpp"
+#include "services/worker/local_model.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
 
 namespace mneme::cli {
@@ -58,6 +63,108 @@ TEST(RunCommandTest, JsonContractAndChunkedPrefill) {
                "--chunk-tokens=4", "--threads=1", "--json"});
   ASSERT_TRUE(chunked.ok()) << chunked.status();
   EXPECT_EQ((*chunked)["token_ids"], (*whole)["token_ids"]);
+}
+
+// log_softmax of every position of `tokens` in one chunk, in double, from
+// the model's logits (independent of the command's code).
+std::vector<std::vector<double>> ReferenceLogSoftmax(
+    const std::string& dir, const std::vector<int64_t>& tokens) {
+  worker::LocalModelOptions o;
+  o.checkpoint_dir = dir;
+  o.threads = 1;
+  absl::StatusOr<std::unique_ptr<worker::LocalModel>> local =
+      worker::LocalModel::Create(o);
+  EXPECT_TRUE(local.ok()) << local.status();
+  if (!local.ok()) return {};
+  model::StepInput in;
+  model::SequenceChunk c;
+  c.sequence_id = 1;
+  c.tokens = tokens;
+  c.logits = model::SequenceChunk::Logits::kAll;
+  in.chunks.push_back(c);
+  absl::StatusOr<model::StepOutput> out = (*local)->model().Step(in);
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (!out.ok()) return {};
+  const int64_t v = (*local)->model().dims().vocab_size;
+  std::vector<std::vector<double>> rows;
+  for (size_t p = 0; p < tokens.size(); ++p) {
+    const float* row = out->logits[0].data() + p * v;
+    const double max = *std::max_element(row, row + v);
+    double sum = 0;
+    for (int64_t i = 0; i < v; ++i) sum += std::exp(row[i] - max);
+    std::vector<double> lp(v);
+    for (int64_t i = 0; i < v; ++i) lp[i] = row[i] - max - std::log(sum);
+    rows.push_back(std::move(lp));
+  }
+  return rows;
+}
+
+TEST(RunCommandTest, PromptLogprobs) {
+  const std::vector<int64_t> prompt = {5,  9,  200, 31, 7,  7,  7,  400, 12, 13,
+                                       14, 15, 16,  17, 18, 19, 20, 21,  22};
+  const std::string ckpt = "--checkpoint=" + Checkpoint(1);
+  absl::StatusOr<nlohmann::json> whole =
+      Json(RunRun,
+           {ckpt, absl::StrCat("--tokens=", kPrompt), "--max-new-tokens=2",
+            "--prompt-logprobs", "--top-logprobs=3", "--threads=1", "--json"});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const nlohmann::json& pl = (*whole)["prompt_logprobs"];
+  ASSERT_EQ(pl.size(), prompt.size());
+  EXPECT_EQ(pl[0]["token_id"], prompt[0]);
+  EXPECT_TRUE(pl[0]["logprob"].is_null());
+  EXPECT_FALSE(pl[0].contains("top_logprobs"));
+  const std::vector<std::vector<double>> ref =
+      ReferenceLogSoftmax(Checkpoint(1), prompt);
+  ASSERT_EQ(ref.size(), prompt.size());
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("prompt token ", i));
+    EXPECT_EQ(pl[i]["token_id"], prompt[i]);
+    const std::vector<double>& row = ref[i - 1];
+    EXPECT_NEAR(pl[i]["logprob"].get<double>(), row[prompt[i]], 1e-4);
+    const nlohmann::json& top = pl[i]["top_logprobs"];
+    ASSERT_EQ(top.size(), 3u);
+    EXPECT_EQ(top[0]["token_id"].get<int64_t>(),
+              std::max_element(row.begin(), row.end()) - row.begin());
+    for (const auto& t : top) {
+      EXPECT_NEAR(t["logprob"].get<double>(), row[t["token_id"].get<int64_t>()],
+                  1e-4);
+      if (t["token_id"] == prompt[i]) {
+        EXPECT_EQ(t["logprob"], pl[i]["logprob"]);
+      }
+    }
+  }
+  // The greedy new tokens are their distributions' argmax, with the same
+  // value in "logprobs" and in their top entry.
+  const nlohmann::json& tops = (*whole)["top_logprobs"];
+  ASSERT_EQ(tops.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(tops[i]["token_id"], (*whole)["token_ids"][i]);
+    EXPECT_EQ(tops[i]["top_logprobs"][0]["token_id"], (*whole)["token_ids"][i]);
+    EXPECT_EQ(tops[i]["top_logprobs"][0]["logprob"], (*whole)["logprobs"][i]);
+  }
+  // Chunked prefill: the same numbers up to the model's chunking tolerance;
+  // --max-new-tokens 0 runs the prompt only.
+  absl::StatusOr<nlohmann::json> chunked =
+      Json(RunRun,
+           {ckpt, absl::StrCat("--tokens=", kPrompt), "--max-new-tokens=0",
+            "--chunk-tokens=4", "--prompt-logprobs", "--threads=1", "--json"});
+  ASSERT_TRUE(chunked.ok()) << chunked.status();
+  EXPECT_TRUE((*chunked)["token_ids"].empty());
+  EXPECT_FALSE(chunked->contains("top_logprobs"));
+  const nlohmann::json& cl = (*chunked)["prompt_logprobs"];
+  ASSERT_EQ(cl.size(), prompt.size());
+  EXPECT_TRUE(cl[0]["logprob"].is_null());
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    EXPECT_NEAR(cl[i]["logprob"].get<double>(), pl[i]["logprob"].get<double>(),
+                1e-3);
+    EXPECT_FALSE(cl[i].contains("top_logprobs"));
+  }
+  std::ostringstream out;
+  EXPECT_THAT(
+      RunRun({ckpt, "--tokens=1,2", "--prompt-logprobs", "--top-logprobs=21"},
+             out)
+          .message(),
+      HasSubstr("--top-logprobs"));
 }
 
 TEST(RunCommandTest, SeededSamplingIsReproducible) {

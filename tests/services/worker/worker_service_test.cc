@@ -1,0 +1,287 @@
+// The Worker gRPC service in process (127.0.0.1, any port) over the tiny
+// synthetic model: prompt log-probabilities and the sampled token's top
+// alternatives equal a log_softmax of the OUTPUT_LOGITS_ALL logits of the
+// same tokens, within a chunk and across a chunk split, and the bounds of
+// the new fields are INVALID_ARGUMENT.
+
+#include "services/worker/worker_service.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_channel.h"
+#include "common/inflight_gate.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/worker/v1/worker.grpc.pb.h"
+#include "services/common/server_runner.h"
+#include "services/worker/local_model.h"
+#include "tools/synthetic/synthetic_checkpoint.h"
+
+namespace mneme::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string& TinyCheckpoint() {
+  static const std::string* dir = [] {
+    auto* d = new std::string(absl::StrCat(getenv("TEST_TMPDIR"), "/tiny"));
+    synthetic::SyntheticCheckpointOptions o = synthetic::TinyModelOptions();
+    o.out_dir = *d;
+    o.seed = 5;
+    const absl::Status st = synthetic::MakeSyntheticCheckpoint(o);
+    EXPECT_TRUE(st.ok()) << st;
+    return d;
+  }();
+  return *dir;
+}
+
+// log_softmax of one row, in double (independent of the service's code).
+std::vector<double> LogSoftmax(const float* row, int64_t n) {
+  double max = row[0];
+  for (int64_t i = 1; i < n; ++i) max = std::max<double>(max, row[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(row[i] - max);
+  std::vector<double> out(n);
+  for (int64_t i = 0; i < n; ++i) out[i] = row[i] - max - std::log(sum);
+  return out;
+}
+
+// The n most likely ids of a row, most likely first.
+std::vector<int64_t> TopIds(const std::vector<double>& lp, int n) {
+  std::vector<int64_t> ids(lp.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&](int64_t a, int64_t b) { return lp[a] > lp[b]; });
+  ids.resize(n);
+  return ids;
+}
+
+v1::SequenceChunk Chunk(uint64_t id, const std::vector<int64_t>& tokens,
+                        int64_t begin, int64_t end, v1::Output output) {
+  v1::SequenceChunk c;
+  c.set_sequence_id(id);
+  c.mutable_token_ids()->Add(tokens.begin() + begin, tokens.begin() + end);
+  c.set_start_position(begin);
+  c.set_output(output);
+  return c;
+}
+
+class WorkerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Serve(WorkerServiceOptions()); }
+
+  void Serve(const WorkerServiceOptions& options) {
+    runner_.reset();  // Drains and closes the old gate.
+    service_.reset();
+    gate_ = std::make_unique<InflightGate>();
+    if (local_ == nullptr) {
+      LocalModelOptions lo;
+      lo.checkpoint_dir = TinyCheckpoint();
+      lo.threads = 1;
+      lo.model.kv_cache.budget_bytes = 16 << 20;
+      absl::StatusOr<std::unique_ptr<LocalModel>> local =
+          LocalModel::Create(lo);
+      ASSERT_TRUE(local.ok()) << local.status();
+      local_ = *std::move(local);
+    }
+    absl::StatusOr<std::unique_ptr<WorkerService>> service =
+        WorkerService::Create(options, gate_.get());
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = *std::move(service);
+    service_->Attach(&local_->model(), &local_->backend(), nullptr);
+    absl::StatusOr<std::unique_ptr<ServerRunner>> runner =
+        ServerRunner::Create(ServerOptions(), {service_.get()}, gate_.get());
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    runner_ = *std::move(runner);
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        CreateClientChannel(runner_->address().ToString(), {});
+    ASSERT_TRUE(channel.ok()) << channel.status();
+    stub_ = v1::Worker::NewStub(*channel);
+  }
+
+  grpc::Status Step(const v1::StepRequest& request,
+                    v1::StepResponse& response) {
+    grpc::ClientContext context;
+    return stub_->Step(&context, request, &response);
+  }
+
+  int64_t vocab() const { return local_->model().dims().vocab_size; }
+
+  std::unique_ptr<LocalModel> local_;
+  std::unique_ptr<InflightGate> gate_;
+  std::unique_ptr<WorkerService> service_;
+  std::unique_ptr<ServerRunner> runner_;
+  std::unique_ptr<v1::Worker::Stub> stub_;
+};
+
+const std::vector<int64_t> kTokens = {5,   9,  200, 31, 7,  7,
+                                      400, 12, 13,  14, 15, 16};
+
+TEST_F(WorkerServiceTest, PromptLogprobsAreLogSoftmaxOfTheLogits) {
+  const int64_t n = static_cast<int64_t>(kTokens.size());
+  const int64_t v = vocab();
+  constexpr int kTop = 4;
+  // Sequence 1: the reference logits of every position. Sequence 2: the
+  // same tokens in one chunk with prompt logprobs. Sequence 3: in two
+  // chunks, the second sampling greedily.
+  v1::StepRequest r1;
+  r1.set_step_id(1);
+  *r1.add_chunks() = Chunk(1, kTokens, 0, n, v1::OUTPUT_LOGITS_ALL);
+  v1::SequenceChunk* whole = r1.add_chunks();
+  *whole = Chunk(2, kTokens, 0, n, v1::OUTPUT_NONE);
+  whole->set_prompt_logprobs(true);
+  whole->set_top_logprobs(kTop);
+  const int64_t split = 5;
+  v1::SequenceChunk* first = r1.add_chunks();
+  *first = Chunk(3, kTokens, 0, split, v1::OUTPUT_NONE);
+  first->set_prompt_logprobs(true);
+  first->set_top_logprobs(kTop);
+  first->set_next_token_id(kTokens[split]);
+  v1::StepResponse s1;
+  ASSERT_TRUE(Step(r1, s1).ok());
+  ASSERT_EQ(s1.results_size(), 3);
+  const v1::ChunkResult& logits = s1.results(0);
+  ASSERT_EQ(logits.logits_size(), n * v);
+  EXPECT_EQ(s1.results(1).logits_size(), 0);  // Never the logits.
+
+  v1::StepRequest r2;
+  r2.set_step_id(2);
+  v1::SequenceChunk* second = r2.add_chunks();
+  *second = Chunk(3, kTokens, split, n, v1::OUTPUT_SAMPLE);
+  second->set_prompt_logprobs(true);
+  second->set_top_logprobs(kTop);
+  v1::StepResponse s2;
+  ASSERT_TRUE(Step(r2, s2).ok());
+  ASSERT_EQ(s2.results_size(), 1);
+
+  std::vector<v1::PositionLogprobs> split_positions(
+      s1.results(2).positions().begin(), s1.results(2).positions().end());
+  ASSERT_EQ(split_positions.size(), static_cast<size_t>(split));
+  split_positions.insert(split_positions.end(),
+                         s2.results(0).positions().begin(),
+                         s2.results(0).positions().end());
+  const auto& one_chunk = s1.results(1).positions();
+  ASSERT_EQ(one_chunk.size(), n);
+  ASSERT_EQ(split_positions.size(), static_cast<size_t>(n));
+  for (int64_t p = 0; p < n; ++p) {
+    SCOPED_TRACE(absl::StrCat("position ", p));
+    const std::vector<double> ref =
+        LogSoftmax(logits.logits().data() + p * v, v);
+    const std::vector<int64_t> top = TopIds(ref, kTop);
+    const v1::PositionLogprobs* const both[] = {
+        &one_chunk.Get(static_cast<int>(p)), &split_positions[p]};
+    for (const v1::PositionLogprobs* lp : both) {
+      // Same chunk as the logits: equal up to rounding; across the split:
+      // up to the model's chunking tolerance.
+      const double tol = lp == &split_positions[p] ? 1e-3 : 1e-4;
+      if (p + 1 < n) {
+        EXPECT_NEAR(lp->target_logprob(), ref[kTokens[p + 1]], tol);
+      } else {
+        EXPECT_TRUE(std::isnan(lp->target_logprob()));
+      }
+      ASSERT_EQ(lp->top_ids_size(), kTop);
+      ASSERT_EQ(lp->top_logprobs_size(), kTop);
+      EXPECT_EQ(lp->top_ids(0), top[0]);
+      for (int k = 0; k < kTop; ++k) {
+        EXPECT_NEAR(lp->top_logprobs(k), ref[lp->top_ids(k)], tol);
+        if (k > 0) {
+          EXPECT_LE(lp->top_logprobs(k), lp->top_logprobs(k - 1));
+        }
+      }
+    }
+  }
+  // The greedy sample is the last position's argmax; its logprob is the
+  // identical float of its top entry, which the prompt positions repeat.
+  const v1::ChunkResult& sampled = s2.results(0);
+  const v1::PositionLogprobs& last = split_positions.back();
+  EXPECT_EQ(sampled.token_id(), last.top_ids(0));
+  ASSERT_EQ(sampled.top_ids_size(), kTop);
+  EXPECT_EQ(sampled.top_ids(0), sampled.token_id());
+  EXPECT_EQ(sampled.logprob(), sampled.top_logprobs(0));
+  EXPECT_EQ(sampled.top_logprobs(0), last.top_logprobs(0));
+  // Within one chunk the target value is the same float as its top entry.
+  for (int64_t p = 0; p + 1 < n; ++p) {
+    const v1::PositionLogprobs& lp = one_chunk.Get(static_cast<int>(p));
+    for (int k = 0; k < kTop; ++k) {
+      if (lp.top_ids(k) == kTokens[p + 1]) {
+        EXPECT_EQ(lp.target_logprob(), lp.top_logprobs(k));
+      }
+    }
+  }
+}
+
+TEST_F(WorkerServiceTest, TopLogprobsZeroReturnsTargetsOnly) {
+  v1::StepRequest r;
+  v1::SequenceChunk* c = r.add_chunks();
+  *c = Chunk(7, kTokens, 0, 4, v1::OUTPUT_SAMPLE);
+  c->set_prompt_logprobs(true);
+  c->set_next_token_id(-1);
+  v1::StepResponse s;
+  ASSERT_TRUE(Step(r, s).ok());
+  ASSERT_EQ(s.results(0).positions_size(), 4);
+  for (const v1::PositionLogprobs& lp : s.results(0).positions()) {
+    EXPECT_EQ(lp.top_ids_size(), 0);
+  }
+  EXPECT_LT(s.results(0).positions(0).target_logprob(), 0);
+  EXPECT_TRUE(std::isnan(s.results(0).positions(3).target_logprob()));
+  EXPECT_EQ(s.results(0).top_ids_size(), 0);
+}
+
+TEST_F(WorkerServiceTest, BadLogprobFieldsAreInvalidArgument) {
+  auto refused = [&](const v1::SequenceChunk& c, const std::string& what) {
+    v1::StepRequest r;
+    *r.add_chunks() = c;
+    v1::StepResponse s;
+    const grpc::Status st = Step(r, s);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what;
+    EXPECT_THAT(st.error_message(), HasSubstr(what));
+  };
+  v1::SequenceChunk c = Chunk(9, kTokens, 0, 4, v1::OUTPUT_SAMPLE);
+  c.set_top_logprobs(21);
+  refused(c, "top_logprobs");
+  c.set_top_logprobs(-1);
+  refused(c, "top_logprobs");
+  c.set_top_logprobs(0);
+  c.set_prompt_logprobs(true);
+  c.set_next_token_id(vocab());
+  refused(c, "next_token_id");
+  c.set_next_token_id(-2);
+  refused(c, "next_token_id");
+  // Nothing ran: the sequence is still new.
+  c.set_next_token_id(-1);
+  v1::StepRequest ok;
+  *ok.add_chunks() = c;
+  v1::StepResponse s;
+  EXPECT_TRUE(Step(ok, s).ok());
+}
+
+TEST_F(WorkerServiceTest, ResponseLimitCountsLogprobValues) {
+  WorkerServiceOptions o;
+  // 12 positions x (1 + 2 x 20) values do not fit; 12 x (1 + 2 x 2) do.
+  o.max_response_logits = 100;
+  Serve(o);
+  v1::StepRequest r;
+  v1::SequenceChunk* c = r.add_chunks();
+  *c = Chunk(11, kTokens, 0, static_cast<int64_t>(kTokens.size()),
+             v1::OUTPUT_NONE);
+  c->set_prompt_logprobs(true);
+  c->set_top_logprobs(20);
+  v1::StepResponse s;
+  const grpc::Status st = Step(r, s);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("more than the 100"));
+  c->set_top_logprobs(2);
+  s.Clear();
+  EXPECT_TRUE(Step(r, s).ok());
+  EXPECT_EQ(s.results(0).positions_size(), static_cast<int>(kTokens.size()));
+}
+
+}  // namespace
+}  // namespace mneme::worker
