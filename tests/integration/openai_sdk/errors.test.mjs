@@ -1,0 +1,61 @@
+// Errors as the SDK sees them: the right APIError subclass and status, and
+// the OpenAI error body ({"error": {"message", "type", "param", "code"}}).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { client, greedy, OpenAI, rejection } from './client.mjs';
+
+// Checks that `err` is the SDK's error for HTTP `status` in OpenAI's format.
+function assertApiError(err, ErrorClass, status, param) {
+  assert.ok(err instanceof ErrorClass, `${err?.constructor?.name}: ${err?.message}`);
+  assert.ok(err instanceof OpenAI.APIError);
+  assert.equal(err.status, status);
+  assert.equal(typeof err.error?.message, 'string', JSON.stringify(err.error));
+  assert.ok(err.error.message.length > 0);
+  assert.equal(err.type, 'invalid_request_error');
+  if (param !== undefined) assert.equal(err.param, param);
+}
+
+const messages = [{ role: 'user', content: 'Hi' }];
+
+// The front answers an unknown model with 400 and param "model".
+test('an unknown model: BadRequestError naming the model', async () => {
+  for (const create of [
+    () => client.chat.completions.create(greedy({ model: 'gpt-4', messages, max_tokens: 1 })),
+    () => client.completions.create(greedy({ model: 'gpt-4', prompt: 'x', max_tokens: 1 })),
+    () => client.chat.completions.create(
+      greedy({ model: 'gpt-4', messages, max_tokens: 1, stream: true })),
+  ]) {
+    const err = await rejection(create());
+    assertApiError(err, OpenAI.BadRequestError, 400, 'model');
+    assert.match(err.message, /gpt-4/);
+  }
+});
+
+test('invalid fields: BadRequestError naming the field', async () => {
+  const cases = [
+    [{ prompt: 'x', max_tokens: 'three' }, 'max_tokens'],
+    [{ prompt: 'x', max_tokens: 1, temperature: -1 }, 'temperature'],
+    [{ prompt: 'x', max_tokens: 1, stop: [1] }, 'stop'],
+    [{ prompt: [1, 'two'], max_tokens: 1 }, 'prompt'],
+  ];
+  for (const [fields, param] of cases) {
+    const err = await rejection(client.completions.create(greedy(fields)));
+    assertApiError(err, OpenAI.BadRequestError, 400, param);
+  }
+  const err = await rejection(client.chat.completions.create(
+    greedy({ messages: [{ role: 'robot', content: 'x' }], max_tokens: 1 })));
+  assertApiError(err, OpenAI.BadRequestError, 400, 'messages[0].role');
+});
+
+test('an unknown path: NotFoundError', async () => {
+  const err = await rejection(client.get('/nothing'));
+  assert.ok(err instanceof OpenAI.NotFoundError, `${err?.constructor?.name}: ${err?.message}`);
+  assert.equal(err.status, 404);
+  assert.match(err.error.message, /no route/);
+});
+
+test('the server still answers after the errors', async () => {
+  const reply = await client.completions.create(greedy({ prompt: 'ok', max_tokens: 1 }));
+  assert.equal(reply.usage.completion_tokens, 1);
+});
