@@ -61,7 +61,8 @@ fi
 
 # The tests' npm packages. The stamp is the hash of package.json and the lock
 # (tests/integration/openai_sdk/openai_sdk_test.sh checks it too).
-node_dir="${MNEME_NODE_DIR:-${HOME:?}/.cache/mneme/node}"
+home="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
+node_dir="${MNEME_NODE_DIR:-${home:?}/.cache/mneme/node}"
 lock_hash=$(cat tools/node/package.json tools/node/package-lock.json | sha256sum | cut -d' ' -f1)
 if [ -d "$node_dir/node_modules" ] &&
    [ "$(cat "$node_dir/lock.sha256" 2>/dev/null)" = "$lock_hash" ]; then
