@@ -40,11 +40,19 @@ echo "node $(node --version), npm packages from $node_dir"
 workdir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/openai_sdk.XXXXXX")
 "$mneme" cluster up --tp 2 --workdir "$workdir/cluster" >"$workdir/up.out" 2>&1 &
 up_pid=$!
+# SIGINT stops the cluster; after 60 s it is killed.
 stop_cluster() {
+  kill -0 "$up_pid" 2>/dev/null || return 0
+  kill -INT "$up_pid"
+  for _ in $(seq 1 300); do
+    kill -0 "$up_pid" 2>/dev/null || break
+    sleep 0.2
+  done
   if kill -0 "$up_pid" 2>/dev/null; then
-    kill -INT "$up_pid"
-    wait "$up_pid"
+    echo "openai_sdk_test: the cluster did not stop within 60 s; killing it" >&2
+    kill -KILL "$up_pid"
   fi
+  wait "$up_pid" 2>/dev/null
 }
 trap stop_cluster EXIT
 
