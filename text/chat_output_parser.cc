@@ -256,8 +256,10 @@ bool ParseParamHeader(absl::string_view s, std::string* name, bool* is_string) {
   constexpr absl::string_view kName = "name=\"";
   if (!absl::StartsWith(s, kName)) return false;
   s.remove_prefix(kName.size());
+  // Any name, even empty or with spaces (DeepSeek's stream parser accepts
+  // them), as long as it has no quote.
   const size_t q = s.find('"');
-  if (q == 0 || q == absl::string_view::npos) return false;
+  if (q == absl::string_view::npos) return false;
   *name = std::string(s.substr(0, q));
   s.remove_prefix(q + 1);
   if (skip_space() == 0) return false;

@@ -482,6 +482,41 @@ TEST(ChatOutputParserTest, HeldBackTextIsBounded) {
   EXPECT_GE(sent + 64, piece.size() * 1000);
 }
 
+// Parameter names with spaces, an attribute-like text or nothing at all, with
+// the output split before every character (as deepseek-recipe's stream test).
+TEST(ChatOutputParserTest, UnusualParameterNamesAtEveryCharacterSplit) {
+  const nlohmann::json expected = nlohmann::json::parse(
+      R"({"shipping address": "Paris\n日本", " string= mode ": {"enabled": true},
+          "count": 2, "": "empty key"})");
+  for (const DsmlDialect dialect : {DsmlDialect::kV4, DsmlDialect::kV41}) {
+    const Dialect t = Tags(dialect);
+    const std::string text = absl::StrCat(
+        t.block_start, "\n",
+        Invoke(t, "submit",
+               absl::StrCat(
+                   Param(t, "shipping address", true, "Paris\n日本"),
+                   Param(t, " string= mode ", false, R"({"enabled":true})"),
+                   Param(t, "count", false, "2"),
+                   Param(t, "", true, "empty key"))),
+        t.block_end);
+    const ChatOutputParserOptions options = Options(false, dialect);
+    for (size_t i = 0; i <= text.size(); ++i) {
+      // Character boundaries only.
+      if (i < text.size() &&
+          (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) {
+        continue;
+      }
+      SCOPED_TRACE(i);
+      const Streamed s = Stream({text.substr(0, i), text.substr(i)}, options);
+      ASSERT_THAT(s.calls, SizeIs(1));
+      EXPECT_EQ(s.calls[0].name, "submit");
+      EXPECT_EQ(Json(s.calls[0].arguments), expected) << s.calls[0].arguments;
+      EXPECT_TRUE(s.content.empty()) << s.content;
+      EXPECT_TRUE(s.saw_tool_calls);
+    }
+  }
+}
+
 // Every split of each text into two and three pieces at any byte gives the
 // same result as parsing it whole.
 TEST(ChatOutputParserTest, EverySplitPointMatchesWholeParse) {
@@ -606,6 +641,61 @@ TEST(ChatOutputParserTest, RandomSplitsMatchGeneratedCalls) {
         ADD_FAILURE() << "text: " << text;
         return;
       }
+    }
+  }
+}
+
+// Random sequences of tag pieces and text, malformed or not: streaming in
+// random pieces gives what the whole parse gives, arguments are always JSON
+// objects, and nothing crashes.
+TEST(ChatOutputParserTest, RandomMarkupStreamsLikeTheWholeParse) {
+  std::mt19937_64 rng(777);
+  for (int round = 0; round < 2000; ++round) {
+    const DsmlDialect dialect =
+        rng() % 2 ? DsmlDialect::kV4 : DsmlDialect::kV41;
+    const Dialect t = Tags(dialect);
+    const std::vector<std::string> atoms = {t.block_start,
+                                            t.block_end,
+                                            t.invoke,
+                                            t.invoke_end,
+                                            t.param,
+                                            t.param_end,
+                                            " name=\"a\" string=\"true\">",
+                                            " name=\"b\" string=\"false\">",
+                                            "f\">",
+                                            "\"",
+                                            ">",
+                                            "<",
+                                            "\n",
+                                            "\n\n",
+                                            " ",
+                                            "x",
+                                            "1",
+                                            "[2]",
+                                            "é",
+                                            "</think>",
+                                            "<think>",
+                                            "{"};
+    std::string text;
+    const size_t n = rng() % 24;
+    for (size_t i = 0; i < n; ++i) text += atoms[rng() % atoms.size()];
+    ChatOutputParserOptions options = Options(rng() % 2 == 0, dialect);
+    options.max_tool_calls = 1 + rng() % 3;
+    options.max_parameters = 1 + rng() % 3;
+    options.max_tag_bytes = 4 + rng() % 40;
+    options.max_value_bytes = 1 + rng() % 8;
+    const ParsedChatOutput whole = ParseChatOutput(text, options);
+    std::vector<std::string> pieces;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      const size_t len = 1 + rng() % 6;
+      pieces.push_back(text.substr(pos, len));
+      pos += len;
+    }
+    ExpectSame(Stream(pieces, options), whole);
+    if (::testing::Test::HasFailure()) {
+      ADD_FAILURE() << "text: " << text;
+      return;
     }
   }
 }
