@@ -5,21 +5,24 @@ import { test } from 'node:test';
 
 import { client, greedy, OpenAI, rejection } from './client.mjs';
 
-// Checks that `err` is the SDK's error for HTTP `status` in OpenAI's format.
-function assertApiError(err, ErrorClass, status, param) {
+// Checks that `err` is the SDK's error for HTTP `status` in OpenAI's format,
+// of error type `type` and about request field `param` (when given).
+function assertApiError(err, ErrorClass, status, { type, param } = {}) {
   assert.ok(err instanceof ErrorClass, `${err?.constructor?.name}: ${err?.message}`);
   assert.ok(err instanceof OpenAI.APIError);
   assert.equal(err.status, status);
   assert.equal(typeof err.error?.message, 'string', JSON.stringify(err.error));
   assert.ok(err.error.message.length > 0);
-  assert.equal(err.type, 'invalid_request_error');
+  assert.equal(typeof err.type, 'string', JSON.stringify(err.error));
+  if (type !== undefined) assert.equal(err.type, type);
   if (param !== undefined) assert.equal(err.param, param);
 }
 
 const messages = [{ role: 'user', content: 'Hi' }];
 
-// The front answers an unknown model with 400 and param "model".
-test('an unknown model: BadRequestError naming the model', async () => {
+// An unknown model is a 404 (NotFoundError) for OpenAI and vLLM; the front
+// has answered 400 (BadRequestError). Either, about the field "model".
+test('an unknown model: NotFoundError or BadRequestError naming the model', async () => {
   for (const create of [
     () => client.chat.completions.create(greedy({ model: 'gpt-4', messages, max_tokens: 1 })),
     () => client.completions.create(greedy({ model: 'gpt-4', prompt: 'x', max_tokens: 1 })),
@@ -27,7 +30,12 @@ test('an unknown model: BadRequestError naming the model', async () => {
       greedy({ model: 'gpt-4', messages, max_tokens: 1, stream: true })),
   ]) {
     const err = await rejection(create());
-    assertApiError(err, OpenAI.BadRequestError, 400, 'model');
+    if (err?.status === 404) {
+      assertApiError(err, OpenAI.NotFoundError, 404, { param: 'model' });
+    } else {
+      assertApiError(err, OpenAI.BadRequestError, 400,
+        { type: 'invalid_request_error', param: 'model' });
+    }
     assert.match(err.message, /gpt-4/);
   }
 });
@@ -41,11 +49,12 @@ test('invalid fields: BadRequestError naming the field', async () => {
   ];
   for (const [fields, param] of cases) {
     const err = await rejection(client.completions.create(greedy(fields)));
-    assertApiError(err, OpenAI.BadRequestError, 400, param);
+    assertApiError(err, OpenAI.BadRequestError, 400, { type: 'invalid_request_error', param });
   }
   const err = await rejection(client.chat.completions.create(
     greedy({ messages: [{ role: 'robot', content: 'x' }], max_tokens: 1 })));
-  assertApiError(err, OpenAI.BadRequestError, 400, 'messages[0].role');
+  assertApiError(err, OpenAI.BadRequestError, 400,
+    { type: 'invalid_request_error', param: 'messages[0].role' });
 });
 
 test('an unknown path: NotFoundError', async () => {
