@@ -17,6 +17,31 @@ namespace v1 = worker::v1;
 // Tokens of n-gram history a prefetch hint carries.
 constexpr int64_t kPrefetchContext = 3;
 
+// The prompt positions of chunk `s` whose log-probabilities `have` entries
+// do not yet cover: [first, last). Position p gives entry p + 1, so the
+// prompt's last position gives none. Chunks come in stream order (a
+// recompute starts again at 0), so `first` is never before the chunk.
+std::pair<int64_t, int64_t> MissingPromptPositions(int64_t have,
+                                                   int64_t prompt_tokens,
+                                                   const ScheduledSequence& s) {
+  const int64_t first = have - 1;
+  const int64_t last =
+      std::min(s.start_position + s.num_tokens, prompt_tokens - 1);
+  if (have < 1 || first < s.start_position || first >= last) return {0, 0};
+  return {first, last};
+}
+
+// The first n entries of a top list from the workers.
+TopLogprobs TopFromProto(const google::protobuf::RepeatedField<int64_t>& ids,
+                         const google::protobuf::RepeatedField<float>& values,
+                         int n) {
+  TopLogprobs top;
+  const int k = std::min({n, ids.size(), values.size()});
+  top.token_ids.assign(ids.begin(), ids.begin() + k);
+  top.logprobs.assign(values.begin(), values.begin() + k);
+  return top;
+}
+
 std::vector<double> LatencyBuckets() {
   return {0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
           1,     2,     5,    10,   20,   50,  100};
@@ -36,6 +61,10 @@ struct Engine::Live {
   absl::Time arrival;
   bool scheduled = false;
   absl::Time last_token;
+  // With params.prompt_logprobs >= 0: the prompt's entries gathered so far
+  // (entry 0 from the start), until they are handed to the sink.
+  std::vector<TokenLogprobs> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
 };
 
 struct Engine::Metrics {
@@ -243,6 +272,12 @@ absl::StatusOr<std::string> Engine::Submit(GenerateParams params,
   live->prompt_tokens = request.num_prompt_tokens;
   live->stops.insert(params.stop_token_ids.begin(),
                      params.stop_token_ids.end());
+  if (params.prompt_logprobs >= 0) {
+    live->prompt_logprobs.reserve(params.prompt.size());
+    TokenLogprobs first;
+    first.token_id = params.prompt.front();
+    live->prompt_logprobs.push_back(std::move(first));
+  }
   if (!params.ignore_eos) live->stops.insert(info_->eos_token_id);
   live->params = std::move(params);
   live->params.prompt.clear();  // Kept once, in tokens.
@@ -396,12 +431,29 @@ v1::StepRequest Engine::BuildStep(const StepPlan& plan) {
         l.tokens.begin() + s.start_position,
         l.tokens.begin() + s.start_position + s.num_tokens);
     c->set_start_position(s.start_position);
+    int top = 0;
+    if (!l.prompt_logprobs_sent && l.params.prompt_logprobs >= 0) {
+      const auto [first, last] = MissingPromptPositions(
+          static_cast<int64_t>(l.prompt_logprobs.size()), l.prompt_tokens, s);
+      if (first < last) {
+        c->set_prompt_logprobs(true);
+        top = l.params.prompt_logprobs;
+        const int64_t next = s.start_position + s.num_tokens;
+        if (next < static_cast<int64_t>(l.tokens.size())) {
+          c->set_next_token_id(l.tokens[next]);
+        }
+      }
+    }
     if (s.output == ChunkOutput::kSample) {
       c->set_output(v1::OUTPUT_SAMPLE);
       *c->mutable_sampling() = l.params.sampling;
       c->mutable_sampling()->set_seed(l.params.sampling.seed() +
                                       static_cast<uint64_t>(l.generated));
-    } else {
+      if (l.params.logprobs) top = std::max(top, l.params.top_logprobs);
+    }
+    // One N serves both lists; each is cut to its own N on the way back.
+    c->set_top_logprobs(top);
+    if (s.output != ChunkOutput::kSample) {
       c->set_output(v1::OUTPUT_NONE);
       // The rest of the prompt comes in later steps: stage its rows now.
       const int64_t next = s.start_position + s.num_tokens;
@@ -438,10 +490,18 @@ void Engine::ApplyResults(const StepPlan& plan,
     auto it = live_.find(s.id);
     if (it == live_.end()) continue;  // Aborted while the step ran.
     Live& l = *it->second;
+    const v1::ChunkResult& cr = response.results(static_cast<int>(i));
+    if (absl::Status st = TakePromptLogprobs(l, s, cr); !st.ok()) {
+      // This request only: it leaves the step's results.
+      LOG(ERROR) << "request " << l.name << ": " << st;
+      (void)scheduler_->Abort(s.id);  // It is running: found.
+      to_release_.push_back(s.id);
+      Finish(s.id, st, GenerateEnd::kAbort);
+      continue;
+    }
     SequenceResult r;
     r.id = s.id;
     if (s.output == ChunkOutput::kSample) {
-      const v1::ChunkResult& cr = response.results(static_cast<int>(i));
       const int64_t token = cr.token_id();
       const float logprob = cr.logprob();
       l.tokens.push_back(token);
@@ -457,6 +517,11 @@ void Engine::ApplyResults(const StepPlan& plan,
       metrics_->generation_tokens->Increment();
       const int64_t t[1] = {token};
       const float lp[1] = {logprob};
+      if (l.params.logprobs && l.params.top_logprobs > 0) {
+        const TopLogprobs top[1] = {TopFromProto(
+            cr.top_ids(), cr.top_logprobs(), l.params.top_logprobs)};
+        l.sink->OnTopLogprobs(top);
+      }
       if (!l.sink->OnTokens(t, l.params.logprobs ? absl::Span<const float>(lp)
                                                  : absl::Span<const float>())) {
         r.stopped = true;
@@ -478,6 +543,39 @@ void Engine::ApplyResults(const StepPlan& plan,
            f.reason == FinishReason::kStop ? GenerateEnd::kStop
                                            : GenerateEnd::kLength);
   }
+}
+
+absl::Status Engine::TakePromptLogprobs(Live& l, const ScheduledSequence& s,
+                                        const v1::ChunkResult& result) {
+  if (l.prompt_logprobs_sent || l.params.prompt_logprobs < 0) {
+    return absl::OkStatus();
+  }
+  const auto [first, last] = MissingPromptPositions(
+      static_cast<int64_t>(l.prompt_logprobs.size()), l.prompt_tokens, s);
+  if (first < last) {
+    if (result.positions_size() != s.num_tokens) {
+      return absl::InternalError(
+          absl::StrCat("the workers returned ", result.positions_size(),
+                       " prompt log-probabilities for a chunk of ",
+                       s.num_tokens, " tokens"));
+    }
+    for (int64_t p = first; p < last; ++p) {
+      const v1::PositionLogprobs& lp =
+          result.positions(static_cast<int>(p - s.start_position));
+      TokenLogprobs entry;
+      entry.token_id = l.tokens[p + 1];
+      entry.logprob = lp.target_logprob();
+      entry.top = TopFromProto(lp.top_ids(), lp.top_logprobs(),
+                               l.params.prompt_logprobs);
+      l.prompt_logprobs.push_back(std::move(entry));
+    }
+  }
+  if (static_cast<int64_t>(l.prompt_logprobs.size()) == l.prompt_tokens) {
+    l.sink->OnPromptLogprobs(l.prompt_logprobs);
+    l.prompt_logprobs_sent = true;
+    std::vector<TokenLogprobs>().swap(l.prompt_logprobs);
+  }
+  return absl::OkStatus();
 }
 
 void Engine::FailStep(const StepPlan& plan, const absl::Status& status) {

@@ -32,12 +32,27 @@ enum class GenerateEnd {
 };
 
 // Receives one request's events, in order, on the engine's thread. Must not
-// block (a gRPC stream queues them). OnFinish is the last call.
+// block (a gRPC stream queues them). The order of calls:
+//   [OnPromptLogprobs] ([OnTopLogprobs] OnTokens)* OnFinish
+// OnPromptLogprobs comes once, when the prompt has been computed, before
+// the first OnTokens (never for a request that fails or is aborted
+// before); OnTopLogprobs, when asked for, right before each OnTokens, for
+// the same tokens. OnFinish is the last call. A request that is preempted
+// and recomputed gets no event twice.
 class GenerateSink {
  public:
   virtual ~GenerateSink() = default;
+  // With GenerateParams::prompt_logprobs >= 0: one entry per prompt token,
+  // in prompt order; entry 0 has no logprob (nullopt) and no top.
+  virtual void OnPromptLogprobs(absl::Span<const TokenLogprobs> /*positions*/) {
+  }
+  // With GenerateParams::top_logprobs > 0: per token of the next OnTokens,
+  // its distribution's top_logprobs most likely tokens.
+  virtual void OnTopLogprobs(absl::Span<const TopLogprobs> /*per_token*/) {}
   // Returns false to end the request here (a stop string in its text):
-  // it then finishes as kStop, with these tokens as its last.
+  // it then finishes as kStop, with these tokens as its last. `logprobs`
+  // (with GenerateParams::logprobs, else empty): log p of each token under
+  // the unmodified model distribution.
   virtual bool OnTokens(absl::Span<const int64_t> tokens,
                         absl::Span<const float> logprobs) = 0;
   // `status` is OK for kStop / kLength / kAbort; UNAVAILABLE when the
@@ -130,6 +145,12 @@ class Engine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyResults(const StepPlan& plan,
                     const worker::v1::StepResponse& response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a chunk's prompt log-probabilities into its request (and hands
+  // them to the sink once the prompt is complete). InternalError for a
+  // result that does not match the chunk.
+  absl::Status TakePromptLogprobs(Live& live, const ScheduledSequence& s,
+                                  const worker::v1::ChunkResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailStep(const StepPlan& plan, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

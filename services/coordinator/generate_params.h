@@ -2,6 +2,7 @@
 #define MNEME_SERVICES_COORDINATOR_GENERATE_PARAMS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,34 @@ struct GenerateParams {
   // Besides the model's eos token.
   std::vector<int64_t> stop_token_ids;
   bool ignore_eos = false;
+  // Each new token's log-probability (GenerateSink::OnTokens).
   bool logprobs = false;
+  // N in [0, 20]: each new token's N most likely alternatives
+  // (GenerateSink::OnTopLogprobs); > 0 needs logprobs. Default: 0.
+  int top_logprobs = 0;
+  // -1: off. N in [0, 20]: every prompt token's log-probability given the
+  // tokens before it and the N most likely tokens at its position
+  // (GenerateSink::OnPromptLogprobs). Default: -1.
+  int prompt_logprobs = -1;
+};
+
+// The most likely tokens at one position, most likely first (equal logits:
+// lower id first), with their log-probabilities (log_softmax of the model's
+// fp32 logits, unmodified by temperature or filtering).
+struct TopLogprobs {
+  std::vector<int64_t> token_ids;
+  std::vector<float> logprobs;
+};
+
+// One prompt token with its log-probability.
+struct TokenLogprobs {
+  int64_t token_id = 0;
+  // log p(token | the prompt tokens before it); nullopt for the first
+  // prompt token, which has no context.
+  std::optional<float> logprob;
+  // The prompt_logprobs most likely tokens at this token's position (the
+  // distribution `logprob` is taken from); empty for the first token.
+  TopLogprobs top;
 };
 
 // What a client sees of the served model.

@@ -72,6 +72,17 @@ absl::Status ValidateGenerateRequest(const GenerateParams& p,
   RETURN_IF_ERROR(InRange("top_p", s.top_p(), 0, 1));
   RETURN_IF_ERROR(IntInRange("top_k", s.top_k(), 0, kMaxTopK));
   RETURN_IF_ERROR(InRange("min_p", s.min_p(), 0, 1));
+  RETURN_IF_ERROR(
+      IntInRange(names.top_logprobs, p.top_logprobs, 0, kMaxTopLogprobs));
+  if (p.top_logprobs > 0 && !p.logprobs) {
+    return InvalidFieldError(
+        names.top_logprobs,
+        absl::StrCat("needs '", names.logprobs, "' to be set"));
+  }
+  if (p.prompt_logprobs != -1) {
+    RETURN_IF_ERROR(IntInRange(names.prompt_logprobs, p.prompt_logprobs, 0,
+                               kMaxTopLogprobs));
+  }
   if (num_stop_strings > kMaxStopStrings) {
     return InvalidFieldError(
         names.stop, absl::StrCat("has ", num_stop_strings,

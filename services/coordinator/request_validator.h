@@ -22,6 +22,9 @@ inline constexpr int64_t kMinNewTokens = 1;
 inline constexpr int64_t kMaxNewTokens = int64_t{1} << 24;
 inline constexpr double kMaxTemperature = 1e4;
 inline constexpr int64_t kMaxTopK = int64_t{1} << 24;
+// Alternatives per position for top_logprobs and prompt_logprobs (OpenAI's
+// and vLLM's limit).
+inline constexpr int kMaxTopLogprobs = 20;
 
 // How a front spells the fields it validates, so that an error names the
 // field the client sent. Defaults: the Serving API's (proto) names.
@@ -31,10 +34,15 @@ struct RequestFieldNames {
   std::string max_new_tokens = "max_new_tokens";
   std::string stop_token_ids = "stop_token_ids";
   std::string stop = "stop";
+  std::string logprobs = "logprobs";
+  std::string top_logprobs = "top_logprobs";
+  std::string prompt_logprobs = "prompt_logprobs";
 };
 
 // Checks `params` (and the number of stop strings, which the fronts apply to
-// the text) against the limits above and, when `model` is not null, against
+// the text) against the limits above (top_logprobs in [0, 20] and > 0 only
+// with logprobs; prompt_logprobs -1 or in [0, 20]) and, when `model` is not
+// null, against
 // the served model: every token id in [0, vocab_size), prompt +
 // max_new_tokens within max_context_tokens. OK, or INVALID_ARGUMENT whose
 // message starts with the field in quotes and which carries the field's

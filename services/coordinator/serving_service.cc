@@ -4,6 +4,7 @@
 #include <deque>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -33,6 +34,11 @@ sv1::FinishReason ToProto(GenerateEnd end) {
   return sv1::FINISH_REASON_UNSPECIFIED;
 }
 
+void ToProto(const TopLogprobs& top, sv1::TopLogprobs& out) {
+  out.mutable_token_ids()->Add(top.token_ids.begin(), top.token_ids.end());
+  out.mutable_logprobs()->Add(top.logprobs.begin(), top.logprobs.end());
+}
+
 class GenerateReactor;
 
 // What the engine holds of a stream: forwards events to the reactor until
@@ -40,6 +46,8 @@ class GenerateReactor;
 class StreamSink final : public GenerateSink {
  public:
   explicit StreamSink(GenerateReactor* reactor) : reactor_(reactor) {}
+  void OnPromptLogprobs(absl::Span<const TokenLogprobs> positions) override;
+  void OnTopLogprobs(absl::Span<const TopLogprobs> per_token) override;
   bool OnTokens(absl::Span<const int64_t> tokens,
                 absl::Span<const float> logprobs) override;
   void OnFinish(const absl::Status& status, GenerateEnd end,
@@ -95,6 +103,25 @@ class GenerateReactor final
     WriteNextLocked();
   }
 
+  void PushPromptLogprobs(absl::Span<const TokenLogprobs> positions) {
+    absl::MutexLock lock(&mu_);
+    if (finishing_) return;
+    sv1::GenerateResponse& m = NextMessageLocked();
+    for (const TokenLogprobs& t : positions) {
+      sv1::PromptTokenLogprob* p = m.add_prompt_logprobs();
+      p->set_token_id(t.token_id);
+      if (t.logprob.has_value()) p->set_logprob(*t.logprob);
+      ToProto(t.top, *p->mutable_top());
+    }
+    WriteNextLocked();
+  }
+
+  // Held until the tokens they belong to (a write may start in between).
+  void PushTopLogprobs(absl::Span<const TopLogprobs> per_token) {
+    absl::MutexLock lock(&mu_);
+    pending_top_.insert(pending_top_.end(), per_token.begin(), per_token.end());
+  }
+
   // False once a stop string ended the text.
   bool Push(absl::Span<const int64_t> tokens,
             absl::Span<const float> logprobs) {
@@ -103,6 +130,10 @@ class GenerateReactor final
     sv1::GenerateResponse& m = NextMessageLocked();
     m.mutable_token_ids()->Add(tokens.begin(), tokens.end());
     m.mutable_logprobs()->Add(logprobs.begin(), logprobs.end());
+    for (const TopLogprobs& top : pending_top_) {
+      ToProto(top, *m.add_top_logprobs());
+    }
+    pending_top_.clear();
     if (text_ != nullptr) m.mutable_text()->append(text_->Add(tokens));
     WriteNextLocked();
     return text_ == nullptr || !text_->stopped();
@@ -243,7 +274,18 @@ class GenerateReactor final
   bool named_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status final_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<TextStream> text_ ABSL_GUARDED_BY(mu_);
+  std::vector<TopLogprobs> pending_top_ ABSL_GUARDED_BY(mu_);
 };
+
+void StreamSink::OnPromptLogprobs(absl::Span<const TokenLogprobs> positions) {
+  absl::MutexLock lock(&mu_);
+  if (reactor_ != nullptr) reactor_->PushPromptLogprobs(positions);
+}
+
+void StreamSink::OnTopLogprobs(absl::Span<const TopLogprobs> per_token) {
+  absl::MutexLock lock(&mu_);
+  if (reactor_ != nullptr) reactor_->PushTopLogprobs(per_token);
+}
 
 bool StreamSink::OnTokens(absl::Span<const int64_t> tokens,
                           absl::Span<const float> logprobs) {
@@ -285,6 +327,9 @@ GenerateParams ParamsFromProto(const sv1::GenerateRequest& request) {
                           request.stop_token_ids().end());
   p.ignore_eos = request.ignore_eos();
   p.logprobs = request.logprobs();
+  p.top_logprobs = request.top_logprobs();
+  p.prompt_logprobs =
+      request.has_prompt_logprobs() ? request.prompt_logprobs() : -1;
   return p;
 }
 

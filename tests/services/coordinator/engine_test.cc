@@ -1,15 +1,19 @@
 // The coordinator's engine against a fake worker group: admission and
-// validation, streamed tokens, every stop condition, aborts, and worker
-// failures reaching the caller with the right status code.
+// validation, streamed tokens, every stop condition, aborts, worker
+// failures reaching the caller with the right status code, and prompt and
+// top log-probabilities (order, chunks, preemption).
 
 #include "services/coordinator/engine.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -459,6 +463,230 @@ TEST_F(EngineTest, StopFailsLiveRequestsWithUnavailable) {
                 .status()
                 .code(),
             absl::StatusCode::kUnavailable);
+}
+
+// Records the order of a request's events ("prompt", "top", "tokens",
+// "finish") and its log-probabilities.
+class LogprobSink final : public GenerateSink {
+ public:
+  void OnPromptLogprobs(absl::Span<const TokenLogprobs> positions) override {
+    absl::MutexLock lock(&mu_);
+    events_.emplace_back("prompt");
+    prompt_.assign(positions.begin(), positions.end());
+  }
+  void OnTopLogprobs(absl::Span<const TopLogprobs> per_token) override {
+    absl::MutexLock lock(&mu_);
+    events_.emplace_back("top");
+    tops_.insert(tops_.end(), per_token.begin(), per_token.end());
+  }
+  bool OnTokens(absl::Span<const int64_t> tokens,
+                absl::Span<const float> logprobs) override {
+    absl::MutexLock lock(&mu_);
+    events_.emplace_back("tokens");
+    tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+    logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
+    return true;
+  }
+  void OnFinish(const absl::Status& status, GenerateEnd /*end*/,
+                int64_t /*prompt_tokens*/,
+                int64_t /*completion_tokens*/) override {
+    absl::MutexLock lock(&mu_);
+    events_.emplace_back("finish");
+    status_ = status;
+    finished_ = true;
+  }
+  bool AwaitFinish() {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&finished_), kWait);
+  }
+  std::vector<std::string> events() {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+  std::vector<TokenLogprobs> prompt() {
+    absl::MutexLock lock(&mu_);
+    return prompt_;
+  }
+  std::vector<TopLogprobs> tops() {
+    absl::MutexLock lock(&mu_);
+    return tops_;
+  }
+  std::vector<int64_t> tokens() {
+    absl::MutexLock lock(&mu_);
+    return tokens_;
+  }
+  std::vector<float> logprobs() {
+    absl::MutexLock lock(&mu_);
+    return logprobs_;
+  }
+  absl::Status status() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
+  std::vector<TokenLogprobs> prompt_ ABSL_GUARDED_BY(mu_);
+  std::vector<TopLogprobs> tops_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> tokens_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> logprobs_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// The steps the fake received that ran chunks (not only releases).
+std::vector<worker::v1::StepRequest> ChunkSteps(const FakeWorkerGroup& w) {
+  std::vector<worker::v1::StepRequest> out;
+  for (worker::v1::StepRequest& s : w.steps()) {
+    if (s.chunks_size() > 0) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<int64_t> Range(int64_t first, int64_t n) {
+  std::vector<int64_t> out(n);
+  for (int64_t i = 0; i < n; ++i) out[i] = first + i;
+  return out;
+}
+
+// The prompt entries the fake's values give: entry i >= 1 from position
+// i - 1, top N of FakeTopId(k) at PromptLogprob - k.
+void ExpectPromptLogprobs(const std::vector<TokenLogprobs>& got,
+                          const std::vector<int64_t>& prompt, int n) {
+  ASSERT_EQ(got.size(), prompt.size());
+  EXPECT_EQ(got[0].token_id, prompt[0]);
+  EXPECT_FALSE(got[0].logprob.has_value());
+  EXPECT_THAT(got[0].top.token_ids, IsEmpty());
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("prompt entry ", i));
+    EXPECT_EQ(got[i].token_id, prompt[i]);
+    ASSERT_TRUE(got[i].logprob.has_value());
+    const float lp =
+        FakeWorkerGroup::PromptLogprob(static_cast<int64_t>(i) - 1);
+    EXPECT_EQ(*got[i].logprob, lp);  // Never NaN: the next token was known.
+    ASSERT_EQ(got[i].top.token_ids.size(), static_cast<size_t>(n));
+    ASSERT_EQ(got[i].top.logprobs.size(), static_cast<size_t>(n));
+    for (int k = 0; k < n; ++k) {
+      EXPECT_EQ(got[i].top.token_ids[k], FakeWorkerGroup::FakeTopId(k));
+      EXPECT_EQ(got[i].top.logprobs[k], lp - static_cast<float>(k));
+    }
+  }
+}
+
+TEST_F(EngineTest, PromptAndTopLogprobsInOrderAcrossChunks) {
+  EngineOptions o;
+  o.scheduler.long_prefill_token_threshold = 4;
+  Start(o);
+  const std::vector<int64_t> prompt = Range(20, 11);
+  GenerateParams p = Params(prompt, 3);
+  p.logprobs = true;
+  p.top_logprobs = 3;
+  p.prompt_logprobs = 2;
+  auto sink = std::make_shared<LogprobSink>();
+  ASSERT_TRUE(engine_->Submit(p, sink).ok());
+  ASSERT_TRUE(sink->AwaitFinish());
+  EXPECT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_THAT(sink->events(), ElementsAre("prompt", "top", "tokens", "top",
+                                          "tokens", "top", "tokens", "finish"));
+  ExpectPromptLogprobs(sink->prompt(), prompt, 2);
+  EXPECT_EQ(sink->tokens(), Expected(11, 3));
+  EXPECT_THAT(sink->logprobs(), ElementsAre(-0.5f, -0.5f, -0.5f));
+  const std::vector<TopLogprobs> tops = sink->tops();
+  ASSERT_EQ(tops.size(), 3u);
+  for (size_t i = 0; i < tops.size(); ++i) {
+    EXPECT_THAT(tops[i].token_ids,
+                ElementsAre(Expected(11, 3)[i], FakeWorkerGroup::FakeTopId(1),
+                            FakeWorkerGroup::FakeTopId(2)));
+    EXPECT_THAT(tops[i].logprobs, ElementsAre(-0.5f, -1.5f, -2.5f));
+  }
+  // Prefill chunks of 4, 4 and 3 tokens ask for prompt logprobs with the
+  // next chunk's first token; the decodes only for the sampled top 3.
+  const std::vector<worker::v1::StepRequest> steps = ChunkSteps(*workers_);
+  ASSERT_EQ(steps.size(), 5u);
+  const worker::v1::SequenceChunk& c0 = steps[0].chunks(0);
+  const worker::v1::SequenceChunk& c1 = steps[1].chunks(0);
+  const worker::v1::SequenceChunk& c2 = steps[2].chunks(0);
+  EXPECT_TRUE(c0.prompt_logprobs() && c1.prompt_logprobs() &&
+              c2.prompt_logprobs());
+  EXPECT_EQ(c0.next_token_id(), prompt[4]);
+  EXPECT_EQ(c1.next_token_id(), prompt[8]);
+  EXPECT_FALSE(c2.has_next_token_id());
+  EXPECT_EQ(c0.top_logprobs(), 2);
+  EXPECT_EQ(c2.top_logprobs(), 3);  // The larger of the two N.
+  EXPECT_EQ(c2.output(), worker::v1::OUTPUT_SAMPLE);
+  for (size_t i = 3; i < steps.size(); ++i) {
+    EXPECT_FALSE(steps[i].chunks(0).prompt_logprobs());
+    EXPECT_EQ(steps[i].chunks(0).top_logprobs(), 3);
+  }
+}
+
+TEST_F(EngineTest, LogprobEventsOnlyWhenAsked) {
+  auto plain = std::make_shared<LogprobSink>();
+  GenerateParams p = Params({5, 6, 7}, 2);
+  p.logprobs = true;  // Logprobs without alternatives.
+  ASSERT_TRUE(engine_->Submit(p, plain).ok());
+  ASSERT_TRUE(plain->AwaitFinish());
+  EXPECT_THAT(plain->events(), ElementsAre("tokens", "tokens", "finish"));
+  for (const worker::v1::StepRequest& s : ChunkSteps(*workers_)) {
+    EXPECT_FALSE(s.chunks(0).prompt_logprobs());
+    EXPECT_EQ(s.chunks(0).top_logprobs(), 0);
+  }
+  // A one-token prompt: its only entry has no logprob, and the workers are
+  // not asked for any.
+  auto one = std::make_shared<LogprobSink>();
+  p = Params({9}, 1);
+  p.prompt_logprobs = 5;
+  ASSERT_TRUE(engine_->Submit(p, one).ok());
+  ASSERT_TRUE(one->AwaitFinish());
+  EXPECT_THAT(one->events(), ElementsAre("prompt", "tokens", "finish"));
+  ExpectPromptLogprobs(one->prompt(), {9}, 5);
+  EXPECT_FALSE(ChunkSteps(*workers_).back().chunks(0).prompt_logprobs());
+}
+
+TEST_F(EngineTest, PromptLogprobsOnceThroughPreemptions) {
+  // 20 blocks of 16 tokens; prefills of 16 tokens a step. A (200 + 50)
+  // outgrows the pool while B (150 + 40) prefills: B is preempted mid-
+  // prefill (and later in its decode) and recomputed from position 0.
+  EngineOptions o;
+  o.scheduler.long_prefill_token_threshold = 16;
+  FakeWorkerGroupOptions fake;
+  fake.kv_bytes_total = int64_t{20} * 16 * 16;
+  Start(o, fake);
+  const std::vector<int64_t> prompt_a = Range(200, 200);
+  const std::vector<int64_t> prompt_b = Range(500, 150);
+  auto a = std::make_shared<LogprobSink>();
+  auto b = std::make_shared<LogprobSink>();
+  GenerateParams pa = Params(prompt_a, 50);
+  pa.prompt_logprobs = 1;
+  GenerateParams pb = Params(prompt_b, 40);
+  pb.prompt_logprobs = 0;
+  absl::StatusOr<std::string> ida = engine_->Submit(pa, a);
+  absl::StatusOr<std::string> idb = engine_->Submit(pb, b);
+  ASSERT_TRUE(ida.ok() && idb.ok());
+  ASSERT_TRUE(a->AwaitFinish());
+  ASSERT_TRUE(b->AwaitFinish());
+  ASSERT_GT(engine_->loads().preemptions, 0);
+  EXPECT_TRUE(a->status().ok()) << a->status();
+  EXPECT_TRUE(b->status().ok()) << b->status();
+  // B restarted from position 0 at least once.
+  int b_starts = 0;
+  for (const worker::v1::StepRequest& s : workers_->steps()) {
+    for (const worker::v1::SequenceChunk& c : s.chunks()) {
+      if (c.start_position() == 0 && c.token_ids(0) == prompt_b[0]) ++b_starts;
+    }
+  }
+  EXPECT_GE(b_starts, 2);
+  for (const auto& [sink, prompt, n] :
+       {std::make_tuple(a, prompt_a, 1), std::make_tuple(b, prompt_b, 0)}) {
+    const std::vector<std::string> events = sink->events();
+    EXPECT_EQ(std::count(events.begin(), events.end(), "prompt"), 1);
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events.front(), "prompt");
+    ExpectPromptLogprobs(sink->prompt(), prompt, n);
+    EXPECT_EQ(sink->tokens(), Expected(static_cast<int>(prompt.size()),
+                                       prompt == prompt_a ? 50 : 40));
+  }
 }
 
 TEST(EngineCreateTest, RefusesBadOptions) {

@@ -1,5 +1,6 @@
 #include "tests/services/coordinator/fake_worker_group.h"
 
+#include <limits>
 #include <utility>
 
 namespace mneme::coordinator::testing {
@@ -33,9 +34,28 @@ absl::StatusOr<v1::StepResponse> FakeWorkerGroup::Step(
     v1::ChunkResult* r = response.add_results();
     r->set_sequence_id(c.sequence_id());
     if (c.output() == v1::OUTPUT_SAMPLE) {
-      r->set_token_id(
-          rule_(c.sequence_id(), c.start_position() + c.token_ids_size()));
+      const int64_t token =
+          rule_(c.sequence_id(), c.start_position() + c.token_ids_size());
+      r->set_token_id(token);
       r->set_logprob(-0.5f);
+      for (int k = 0; k < c.top_logprobs(); ++k) {
+        r->add_top_ids(k == 0 ? token : FakeTopId(k));
+        r->add_top_logprobs(-0.5f - static_cast<float>(k));
+      }
+    }
+    if (c.prompt_logprobs()) {
+      for (int j = 0; j < c.token_ids_size(); ++j) {
+        const bool known = j + 1 < c.token_ids_size() ||
+                           (c.has_next_token_id() && c.next_token_id() >= 0);
+        const float lp = PromptLogprob(c.start_position() + j);
+        v1::PositionLogprobs* p = r->add_positions();
+        p->set_target_logprob(known ? lp
+                                    : std::numeric_limits<float>::quiet_NaN());
+        for (int k = 0; k < c.top_logprobs(); ++k) {
+          p->add_top_ids(FakeTopId(k));
+          p->add_top_logprobs(lp - static_cast<float>(k));
+        }
+      }
     }
   }
   return response;

@@ -40,7 +40,11 @@ struct FakeWorkerGroupOptions {
 // A deterministic WorkerGroup for the coordinator's unit tests: no workers,
 // no network. Info() answers every rank from the options; Step() answers
 // every chunk that samples with a token from the token rule (by default
-// DefaultToken) and a logprob of -0.5, and records every request. Errors
+// DefaultToken) and a logprob of -0.5 (with top_logprobs N: the token at
+// -0.5, then FakeTopId(k) at -0.5 - k), and every chunk with
+// prompt_logprobs with one PositionLogprobs per token (PromptLogprob of the
+// position, NaN when the following token is unknown; FakeTopId(k) at
+// PromptLogprob - k), and records every request. Errors
 // can be injected into the next steps or into Info(), and steps can be held
 // (Pause) so that a test acts while a step is in flight. Thread-safe.
 class FakeWorkerGroup final : public WorkerGroup {
@@ -55,6 +59,14 @@ class FakeWorkerGroup final : public WorkerGroup {
   // 100 + position % 800: never the default eos token, always in the
   // default vocabulary.
   static int64_t DefaultToken(uint64_t sequence_id, int64_t position);
+  // The fake log-probability of the token after stream position `position`
+  // (exact in float for positions below 2^18).
+  static float PromptLogprob(int64_t position) {
+    return -static_cast<float>(position + 1) / 64;
+  }
+  // The k-th alternative of a fake top list (k >= 1; entry 0 of a sampled
+  // list is the sampled token).
+  static int64_t FakeTopId(int k) { return 10 + k; }
 
   int size() const override { return options_.size; }
   absl::StatusOr<worker::v1::StepResponse> Step(

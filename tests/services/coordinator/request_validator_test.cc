@@ -119,5 +119,48 @@ TEST(RequestValidatorTest, RefusesEachField) {
   EXPECT_EQ(InvalidFieldName(absl::InvalidArgumentError("plain")), "");
 }
 
+TEST(RequestValidatorTest, LogprobCountsAreBounded) {
+  const ModelInfo model = Model();
+  GenerateParams p = Valid();
+  EXPECT_EQ(p.top_logprobs, 0);
+  EXPECT_EQ(p.prompt_logprobs, -1);
+  p.logprobs = true;
+  p.top_logprobs = kMaxTopLogprobs;
+  p.prompt_logprobs = kMaxTopLogprobs;
+  EXPECT_TRUE(ValidateGenerateRequest(p, 0, &model).ok());
+  p.top_logprobs = 0;
+  p.prompt_logprobs = 0;
+  EXPECT_TRUE(ValidateGenerateRequest(p, 0, &model).ok());
+
+  auto refused = [&](const GenerateParams& q, const std::string& field,
+                     const std::string& what) {
+    const absl::Status st = ValidateGenerateRequest(q, 0, &model);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_EQ(InvalidFieldName(st), field);
+    EXPECT_THAT(std::string(st.message()), HasSubstr(what));
+  };
+  GenerateParams q = p;
+  q.top_logprobs = kMaxTopLogprobs + 1;
+  refused(q, "top_logprobs", "must be in [0, 20]");
+  q.top_logprobs = -1;
+  refused(q, "top_logprobs", "must be in [0, 20]");
+  q = p;
+  q.logprobs = false;
+  q.top_logprobs = 1;
+  refused(q, "top_logprobs", "needs 'logprobs'");
+  q = p;
+  q.prompt_logprobs = kMaxTopLogprobs + 1;
+  refused(q, "prompt_logprobs", "must be in [0, 20]");
+  q.prompt_logprobs = -2;
+  refused(q, "prompt_logprobs", "must be in [0, 20]");
+  // The HTTP front's spelling.
+  RequestFieldNames http;
+  http.top_logprobs = "logprobs";
+  q = p;
+  q.top_logprobs = 21;
+  EXPECT_EQ(InvalidFieldName(ValidateGenerateRequest(q, 0, &model, http)),
+            "logprobs");
+}
+
 }  // namespace
 }  // namespace mneme::coordinator

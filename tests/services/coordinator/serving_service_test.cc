@@ -182,6 +182,13 @@ TEST_F(ServingServiceTest, InvalidRequestsAreInvalidArgumentNamingTheField) {
   for (int i = 0; i < 17; ++i) cases.back().request.add_stop("s");
   cases.push_back({Request({}, 300), "'prompt'"});
   cases.back().request.set_prompt("hello");
+  cases.push_back({Request({5}, 4), "'top_logprobs'"});
+  cases.back().request.set_logprobs(true);
+  cases.back().request.set_top_logprobs(21);
+  cases.push_back({Request({5}, 4), "'top_logprobs' needs 'logprobs'"});
+  cases.back().request.set_top_logprobs(2);
+  cases.push_back({Request({5}, 4), "'prompt_logprobs'"});
+  cases.back().request.set_prompt_logprobs(21);
   for (const Case& c : cases) {
     const Outcome o = Generate(c.request);
     EXPECT_EQ(o.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
@@ -191,6 +198,58 @@ TEST_F(ServingServiceTest, InvalidRequestsAreInvalidArgumentNamingTheField) {
   }
   EXPECT_TRUE(t_->workers->steps().empty());
   EXPECT_TRUE(Generate(Request({5}, 1)).status.ok());
+}
+
+TEST_F(ServingServiceTest, PromptAndTopLogprobs) {
+  sv1::GenerateRequest r = Request({5, 6, 7, 8}, 3);
+  r.set_ignore_eos(true);
+  r.set_logprobs(true);
+  r.set_top_logprobs(2);
+  r.set_prompt_logprobs(1);
+  const Outcome o = Generate(r);
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  ASSERT_EQ(o.tokens, Expected(4, 3));
+  // The prompt's entries come in one message, before or with the first
+  // token; each token's top list in the message that carries it.
+  std::vector<sv1::PromptTokenLogprob> prompt;
+  std::vector<sv1::TopLogprobs> tops;
+  size_t tokens_before_prompt = 0;
+  for (const sv1::GenerateResponse& m : o.messages) {
+    if (m.prompt_logprobs_size() > 0) {
+      EXPECT_TRUE(prompt.empty()) << "prompt logprobs twice";
+      prompt.assign(m.prompt_logprobs().begin(), m.prompt_logprobs().end());
+      tokens_before_prompt = tops.size();
+    }
+    EXPECT_EQ(m.top_logprobs_size(), m.token_ids_size());
+    tops.insert(tops.end(), m.top_logprobs().begin(), m.top_logprobs().end());
+  }
+  EXPECT_EQ(tokens_before_prompt, 0u);
+  ASSERT_EQ(prompt.size(), 4u);
+  EXPECT_EQ(prompt[0].token_id(), 5);
+  EXPECT_FALSE(prompt[0].has_logprob());
+  EXPECT_EQ(prompt[0].top().token_ids_size(), 0);
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_EQ(prompt[i].token_id(), 5 + i);
+    ASSERT_TRUE(prompt[i].has_logprob());
+    EXPECT_EQ(prompt[i].logprob(),
+              testing::FakeWorkerGroup::PromptLogprob(i - 1));
+    EXPECT_THAT(prompt[i].top().token_ids(),
+                ::testing::ElementsAre(testing::FakeWorkerGroup::FakeTopId(0)));
+  }
+  ASSERT_EQ(tops.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_THAT(tops[i].token_ids(),
+                ::testing::ElementsAre(o.tokens[i],
+                                       testing::FakeWorkerGroup::FakeTopId(1)));
+    EXPECT_THAT(tops[i].logprobs(), ::testing::ElementsAre(-0.5f, -1.5f));
+  }
+  // Without them: none.
+  const Outcome plain = Generate(Request({5, 6}, 2));
+  ASSERT_TRUE(plain.status.ok());
+  for (const sv1::GenerateResponse& m : plain.messages) {
+    EXPECT_EQ(m.prompt_logprobs_size(), 0);
+    EXPECT_EQ(m.top_logprobs_size(), 0);
+  }
 }
 
 TEST_F(ServingServiceTest, TextPromptStreamsText) {
