@@ -24,14 +24,22 @@ constexpr char kEos[] = "<｜end▁of▁sentence｜>";
 constexpr char kUser[] = "<｜User｜>";
 constexpr char kAssistant[] = "<｜Assistant｜>";
 
+ChatMessage Message(ChatRole role, std::string content) {
+  ChatMessage m;
+  m.role = role;
+  m.content = std::move(content);
+  return m;
+}
 ChatMessage System(std::string content) {
-  return {ChatRole::kSystem, std::move(content), ""};
+  return Message(ChatRole::kSystem, std::move(content));
 }
 ChatMessage User(std::string content) {
-  return {ChatRole::kUser, std::move(content), ""};
+  return Message(ChatRole::kUser, std::move(content));
 }
 ChatMessage Assistant(std::string content, std::string reasoning = "") {
-  return {ChatRole::kAssistant, std::move(content), std::move(reasoning)};
+  ChatMessage m = Message(ChatRole::kAssistant, std::move(content));
+  m.reasoning_content = std::move(reasoning);
+  return m;
 }
 
 ChatRenderOptions Thinking() {
@@ -137,9 +145,10 @@ TEST_F(ChatTemplateTest, SystemMessagesAnywhereAndNoBos) {
 TEST_F(ChatTemplateTest, RejectsBadConversations) {
   EXPECT_EQ(chat_->Render({}, ChatRenderOptions()).status().code(),
             absl::StatusCode::kInvalidArgument);
+  ChatMessage user = User("Q");
+  user.reasoning_content = "why";
   const absl::Status reasoning_on_user =
-      chat_->Render({{ChatRole::kUser, "Q", "why"}}, ChatRenderOptions())
-          .status();
+      chat_->Render({user}, ChatRenderOptions()).status();
   EXPECT_EQ(reasoning_on_user.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(reasoning_on_user.message(), HasSubstr("reasoning_content"));
   ChatRenderOptions options;
