@@ -692,7 +692,8 @@ absl::StatusOr<std::string> DeepSeekV4ChatTemplate::Render(
       call_order.clear();
       for (size_t j = 0; j < turn.tool_call_ids.size(); ++j) {
         if (!turn.tool_call_ids[j].empty()) {
-          call_order.emplace(turn.tool_call_ids[j], j);
+          // A repeated id ranks where it last appears, as in the reference.
+          call_order[turn.tool_call_ids[j]] = j;
         }
       }
     } else if (turn.role == ChatRole::kUser && !call_order.empty()) {
