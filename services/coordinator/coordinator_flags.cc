@@ -10,6 +10,8 @@
 #include "absl/time/time.h"
 #include "common/host_port.h"
 #include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "services/coordinator/openai_request.h"
 
 ABSL_FLAG(std::string, workers, "",
           "HOST:PORT of every worker, comma-separated, in rank order.");
@@ -38,6 +40,10 @@ ABSL_FLAG(std::string, served_model_name, "mneme",
           "The model name HTTP clients send and /v1/models lists.");
 ABSL_FLAG(int, http_threads, 64,
           "Threads of the HTTP API (bounds its concurrent requests).");
+ABSL_FLAG(std::string, default_chat_template_kwargs, "",
+          "JSON object of chat-template kwargs every chat request starts "
+          "from, e.g. '{\"thinking\": true, \"reasoning_effort\": "
+          "\"high\"}'; a request's own override them.");
 ABSL_FLAG(std::string, tokenizer, "",
           "tokenizer.json for the text APIs; empty = the served checkpoint's.");
 
@@ -58,6 +64,21 @@ absl::StatusOr<TextFrontFlags> TextFrontFlagsFromFlags() {
   if (o.threads < 1 || o.threads > 4096) {
     return absl::InvalidArgumentError(
         absl::StrCat("--http_threads=", o.threads, " must be in [1, 4096]"));
+  }
+  o.default_chat_template_kwargs =
+      absl::GetFlag(FLAGS_default_chat_template_kwargs);
+  if (!o.default_chat_template_kwargs.empty()) {
+    const nlohmann::json kwargs = nlohmann::json::parse(
+        o.default_chat_template_kwargs, nullptr, /*allow_exceptions=*/false);
+    if (kwargs.is_discarded()) {
+      return absl::InvalidArgumentError(
+          "--default_chat_template_kwargs is not valid JSON");
+    }
+    if (absl::Status st = coordinator::CheckDefaultChatTemplateKwargs(kwargs);
+        !st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--default_chat_template_kwargs: ", st.message()));
+    }
   }
   t.http = o;
   return t;

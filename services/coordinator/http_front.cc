@@ -13,137 +13,42 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "common/version.h"
 #include "glog/logging.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "services/coordinator/openai_choice.h"
+#include "services/coordinator/openai_request.h"
 #include "services/coordinator/request_stream.h"
 #include "services/coordinator/request_validator.h"
-#include "services/coordinator/text_stream.h"
 
 namespace mneme::coordinator {
 namespace {
 
 using nlohmann::json;
 
-// An HTTP status with an OpenAI error body.
-struct HttpError {
-  int status = 400;
-  std::string message;
-  std::string type = "invalid_request_error";
-  std::string param;
-};
-
-HttpError FromStatus(const absl::Status& st) {
-  HttpError e;
-  e.message = std::string(st.message());
-  e.param = InvalidFieldName(st);
-  switch (st.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kOutOfRange:
-      e.status = 400;
-      break;
-    case absl::StatusCode::kResourceExhausted:
-      e.status = 429;
-      e.type = "rate_limit_error";
-      break;
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kFailedPrecondition:
-      e.status = 503;
-      e.type = "service_unavailable";
-      break;
-    case absl::StatusCode::kNotFound:
-      e.status = 404;
-      break;
-    default:
-      e.status = 500;
-      e.type = "internal_error";
-  }
-  return e;
-}
-
-json ErrorBody(const HttpError& e) {
-  return json{{"error",
-               {{"message", e.message},
-                {"type", e.type},
-                {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-                {"code", e.status}}}};
-}
-
 void SendError(httplib::Response& res, const HttpError& e) {
   res.status = e.status;
-  res.set_content(ErrorBody(e).dump(), "application/json");
+  res.set_content(HttpErrorBody(e).dump(), "application/json");
 }
 
-HttpError BadField(const std::string& field, const std::string& what) {
-  HttpError e;
-  e.message = absl::StrCat("'", field, "' ", what);
-  e.param = field;
-  return e;
+void SendJson(httplib::Response& res, const json& body) {
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace),
+                  "application/json");
 }
 
-// Typed optional fields: nullopt when absent or null; an error when of the
-// wrong type (or, where a range is given, out of it). The limits of a
-// generation request are request_validator.h's, checked once the request is
-// built.
-struct Fields {
-  const json& body;
-  std::optional<HttpError> error;
-
-  const json* Get(const char* name) {
-    auto it = body.find(name);
-    if (it == body.end() || it->is_null()) return nullptr;
-    return &*it;
+// The body as a JSON object, or the error to send.
+std::optional<HttpError> ParseBody(const httplib::Request& req, json& body) {
+  body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    HttpError e;
+    e.message = body.is_discarded() ? "the body is not valid JSON"
+                                    : "the body must be a JSON object";
+    return e;
   }
-  std::optional<double> Number(const char* name) {
-    const json* v = Get(name);
-    if (v == nullptr || error) return std::nullopt;
-    if (!v->is_number()) {
-      error = BadField(name, "must be a number");
-      return std::nullopt;
-    }
-    return v->get<double>();
-  }
-  std::optional<int64_t> Int(const char* name, int64_t lo = INT64_MIN,
-                             int64_t hi = INT64_MAX) {
-    const json* v = Get(name);
-    if (v == nullptr || error) return std::nullopt;
-    if (!v->is_number_integer()) {
-      error = BadField(name, "must be an integer");
-      return std::nullopt;
-    }
-    const int64_t i = v->get<int64_t>();
-    if (i < lo || i > hi) {
-      error = BadField(name, absl::StrCat("must be in [", lo, ", ", hi, "]"));
-      return std::nullopt;
-    }
-    return i;
-  }
-  std::optional<bool> Bool(const char* name) {
-    const json* v = Get(name);
-    if (v == nullptr || error) return std::nullopt;
-    if (!v->is_boolean()) {
-      error = BadField(name, "must be true or false");
-      return std::nullopt;
-    }
-    return v->get<bool>();
-  }
-};
-
-// What the handlers share of one request.
-struct Job {
-  bool chat = false;
-  bool stream = false;
-  bool include_usage = false;
-  bool want_logprobs = false;
-  std::string id;
-  int64_t created = 0;
-  std::string model;
-  GenerateParams params;
-  std::vector<std::string> stops;
-  // How the client spelled max_new_tokens.
-  std::string max_tokens_field = "max_tokens";
-};
+  return std::nullopt;
+}
 
 std::string NewId(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
@@ -152,277 +57,99 @@ std::string NewId(const char* prefix) {
                          counter.fetch_add(1) & 0xffff);
 }
 
-const char* FinishName(GenerateEnd end, bool stopped_on_text) {
-  if (stopped_on_text) return "stop";
-  switch (end) {
-    case GenerateEnd::kStop:
-      return "stop";
-    case GenerateEnd::kLength:
-      return "length";
-    case GenerateEnd::kAbort:
-      return "abort";
-  }
-  return "stop";
-}
-
-// Reads the request fields both endpoints share into `job`.
-std::optional<HttpError> ParseCommon(const json& body,
-                                     const std::string& model_name, Job& job) {
-  Fields f{body, std::nullopt};
-  const json* model = f.Get("model");
-  if (model == nullptr || !model->is_string()) {
-    return BadField("model", "is required (a string)");
-  }
-  if (model->get<std::string>() != model_name) {
-    HttpError e = BadField(
-        "model", absl::StrCat("'", model->get<std::string>(),
-                              "' is not served here (this server serves '",
-                              model_name, "')"));
-    e.type = "invalid_request_error";
-    return e;
-  }
-  job.model = model_name;
-  const std::optional<int64_t> n = f.Int("n", 1, 1);
-  job.max_tokens_field = job.chat && body.contains("max_completion_tokens")
-                             ? "max_completion_tokens"
-                             : "max_tokens";
-  const std::optional<int64_t> max_tokens = f.Int(job.max_tokens_field.c_str());
-  const std::optional<double> temperature = f.Number("temperature");
-  const std::optional<double> top_p = f.Number("top_p");
-  const std::optional<int64_t> top_k = f.Int("top_k");
-  const std::optional<double> min_p = f.Number("min_p");
-  const std::optional<int64_t> seed = f.Int("seed", 0, INT64_MAX);
-  const std::optional<bool> stream = f.Bool("stream");
-  const std::optional<bool> ignore_eos = f.Bool("ignore_eos");
-  if (f.error) return f.error;
-  (void)n;  // Only 1 is accepted.
-  if (const json* echo = f.Get("echo");
-      echo != nullptr && !(echo->is_boolean() && !echo->get<bool>())) {
-    return BadField("echo", "is not supported");
-  }
-  job.stream = stream.value_or(false);
-  if (const json* so = f.Get("stream_options")) {
-    if (!so->is_object())
-      return BadField("stream_options", "must be an object");
-    auto it = so->find("include_usage");
-    if (it != so->end() && !it->is_null()) {
-      if (!it->is_boolean()) {
-        return BadField("stream_options.include_usage", "must be a boolean");
-      }
-      job.include_usage = it->get<bool>();
-    }
-  }
-  if (const json* lp = f.Get("logprobs")) {
-    if (job.chat) {
-      if (!lp->is_boolean()) return BadField("logprobs", "must be a boolean");
-      job.want_logprobs = lp->get<bool>();
-    } else {
-      if (!lp->is_number_integer() || lp->get<int64_t>() < 0 ||
-          lp->get<int64_t>() > 1) {
-        return BadField("logprobs", "must be 0 or 1 (only the chosen token)");
-      }
-      job.want_logprobs = lp->get<int64_t>() > 0;
-    }
-  }
-  GenerateParams& p = job.params;
-  p.max_new_tokens = max_tokens.value_or(kDefaultMaxNewTokens);
-  p.sampling.set_temperature(static_cast<float>(temperature.value_or(1.0)));
-  p.sampling.set_top_p(static_cast<float>(top_p.value_or(1.0)));
-  // -1 (as in vLLM) and 0 both mean no top-k; the validator bounds the rest.
-  const int64_t k = top_k.value_or(0) == -1 ? 0 : top_k.value_or(0);
-  p.sampling.set_top_k(static_cast<int32_t>(
-      std::clamp<int64_t>(k, std::numeric_limits<int32_t>::min(),
-                          std::numeric_limits<int32_t>::max())));
-  p.sampling.set_min_p(static_cast<float>(min_p.value_or(0)));
-  p.sampling.set_seed(static_cast<uint64_t>(seed.value_or(0)));
-  p.ignore_eos = ignore_eos.value_or(false);
-  p.logprobs = true;
-  if (const json* stop = f.Get("stop")) {
-    if (stop->is_string()) {
-      job.stops.push_back(stop->get<std::string>());
-    } else if (stop->is_array()) {
-      for (const json& s : *stop) {
-        if (!s.is_string()) return BadField("stop", "must hold strings");
-        job.stops.push_back(s.get<std::string>());
-      }
-    } else {
-      return BadField("stop", "must be a string or a list of strings");
-    }
-  }
-  if (const json* ids = f.Get("stop_token_ids")) {
-    if (!ids->is_array()) return BadField("stop_token_ids", "must be a list");
-    for (const json& id : *ids) {
-      if (!id.is_number_integer()) {
-        return BadField("stop_token_ids", "must hold integers");
-      }
-      p.stop_token_ids.push_back(id.get<int64_t>());
-    }
-  }
-  return std::nullopt;
-}
-
-// The prompt of a completion: text (tokenized with the BOS the tokenizer
-// adds) or token ids.
-std::optional<HttpError> ParsePrompt(const json& body,
-                                     const text::Tokenizer& tokenizer,
-                                     Job& job) {
-  auto it = body.find("prompt");
-  if (it == body.end() || it->is_null()) {
-    return BadField("prompt", "is required");
-  }
-  const json& prompt = *it;
-  if (prompt.is_string()) {
-    absl::StatusOr<std::vector<int64_t>> ids = tokenizer.Encode(
-        prompt.get<std::string>(), text::AddSpecialTokens::kYes);
-    if (!ids.ok())
-      return BadField("prompt", std::string(ids.status().message()));
-    job.params.prompt = *std::move(ids);
-    return std::nullopt;
-  }
-  if (prompt.is_array()) {
-    if (!prompt.empty() && !prompt[0].is_number_integer()) {
-      return BadField("prompt",
-                      "must be one prompt: a string or a list of token ids "
-                      "(batches are not supported)");
-    }
-    for (const json& id : prompt) {
-      if (!id.is_number_integer()) {
-        return BadField("prompt", "token ids must be integers");
-      }
-      job.params.prompt.push_back(id.get<int64_t>());
-    }
-    return std::nullopt;
-  }
-  return BadField("prompt", "must be a string or a list of token ids");
-}
-
-std::optional<HttpError> ParseMessages(const json& body,
-                                       const text::DeepSeekV4ChatTemplate& tmpl,
-                                       Job& job) {
-  auto it = body.find("messages");
-  if (it == body.end() || !it->is_array() || it->empty()) {
-    return BadField("messages", "is required (a non-empty list)");
-  }
-  std::vector<text::ChatMessage> messages;
-  for (size_t i = 0; i < it->size(); ++i) {
-    const json& m = (*it)[i];
-    const std::string where = absl::StrCat("messages[", i, "]");
-    if (!m.is_object()) return BadField(where, "must be an object");
-    auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) {
-      return BadField(where + ".role", "is required (a string)");
-    }
-    text::ChatMessage msg;
-    const std::string r = role->get<std::string>();
-    if (r == "system") {
-      msg.role = text::ChatRole::kSystem;
-    } else if (r == "user") {
-      msg.role = text::ChatRole::kUser;
-    } else if (r == "assistant") {
-      msg.role = text::ChatRole::kAssistant;
-    } else {
-      return BadField(
-          where + ".role",
-          absl::StrCat("'", r, "' is not system, user or assistant"));
-    }
-    auto content = m.find("content");
-    if (content == m.end() || content->is_null()) {
-      msg.content = "";
-    } else if (content->is_string()) {
-      msg.content = content->get<std::string>();
-    } else if (content->is_array()) {
-      for (const json& part : *content) {
-        auto type = part.find("type");
-        auto text = part.find("text");
-        if (!part.is_object() || type == part.end() || *type != "text" ||
-            text == part.end() || !text->is_string()) {
-          return BadField(where + ".content",
-                          "parts must be {\"type\": \"text\", \"text\": ...}");
-        }
-        msg.content += text->get<std::string>();
-      }
-    } else {
-      return BadField(where + ".content",
-                      "must be a string or a list of parts");
-    }
-    messages.push_back(std::move(msg));
-  }
-  text::ChatRenderOptions options;
-  bool thinking = false;
-  if (auto kw = body.find("chat_template_kwargs"); kw != body.end()) {
-    if (!kw->is_object()) {
-      return BadField("chat_template_kwargs", "must be an object");
-    }
-    for (const char* key : {"thinking", "enable_thinking"}) {
-      auto t = kw->find(key);
-      if (t == kw->end() || t->is_null()) continue;
-      if (!t->is_boolean()) {
-        return BadField(absl::StrCat("chat_template_kwargs.", key),
-                        "must be a boolean");
-      }
-      thinking = t->get<bool>();
-    }
-  }
-  options.thinking =
-      thinking ? text::ThinkingMode::kThinking : text::ThinkingMode::kChat;
-  absl::StatusOr<std::vector<int64_t>> ids = tmpl.Encode(messages, options);
-  if (!ids.ok())
-    return BadField("messages", std::string(ids.status().message()));
-  job.params.prompt = *std::move(ids);
-  return std::nullopt;
-}
-
 json Usage(int64_t prompt, int64_t completion) {
   return json{{"prompt_tokens", prompt},
               {"completion_tokens", completion},
               {"total_tokens", prompt + completion}};
 }
 
-// One choice of a response or a stream chunk.
-json Choice(const Job& job, const std::string& text,
-            const std::optional<std::string>& finish, const json& logprobs,
-            bool first_chunk) {
-  json c = {{"index", 0}};
-  if (job.chat) {
-    json message = {{"content", text}};
-    if (!job.stream || first_chunk) message["role"] = "assistant";
-    c[job.stream ? "delta" : "message"] = message;
-  } else {
-    c["text"] = text;
+// One choice of a request in flight.
+struct Running {
+  std::string engine_id;
+  std::shared_ptr<RequestStream> stream;
+  std::unique_ptr<ChoiceOutput> output;
+  bool finished = false;
+  absl::Status status;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+// A request's choices, submitted to the engine together and read through
+// one doorbell.
+struct Job {
+  OpenAiRequest request;
+  std::string id;
+  int64_t created = 0;
+  std::shared_ptr<Doorbell> bell = std::make_shared<Doorbell>();
+  uint64_t rings = 0;
+  std::vector<Running> choices;
+  absl::Time deadline;
+
+  json Envelope() const {
+    const char* object =
+        request.chat
+            ? (request.stream ? "chat.completion.chunk" : "chat.completion")
+            : "text_completion";
+    return json{{"id", id},
+                {"object", object},
+                {"created", created},
+                {"model", request.model}};
   }
-  c["logprobs"] = logprobs;
-  c["finish_reason"] = finish.has_value() ? json(*finish) : json(nullptr);
-  return c;
-}
-
-json Envelope(const Job& job) {
-  const char* object =
-      job.chat ? (job.stream ? "chat.completion.chunk" : "chat.completion")
-               : "text_completion";
-  return json{{"id", job.id},
-              {"object", object},
-              {"created", job.created},
-              {"model", job.model}};
-}
-
-json LogprobsOf(const Job& job, const TextStream& ts,
-                absl::Span<const int64_t> tokens,
-                absl::Span<const float> logprobs) {
-  if (!job.want_logprobs) return nullptr;
-  if (job.chat) {
-    json content = json::array();
-    for (size_t i = 0; i < tokens.size() && i < logprobs.size(); ++i) {
-      content.push_back(
-          {{"token", ts.TokenText(tokens[i])}, {"logprob", logprobs[i]}});
+  bool done() const {
+    return std::all_of(choices.begin(), choices.end(),
+                       [](const Running& r) { return r.finished; });
+  }
+  // The first error of a choice, OK if none.
+  absl::Status status() const {
+    for (const Running& r : choices) {
+      if (!r.status.ok()) return r.status;
     }
-    return json{{"content", content}};
+    return absl::OkStatus();
   }
-  json toks = json::array(), lps = json::array();
-  for (size_t i = 0; i < tokens.size() && i < logprobs.size(); ++i) {
-    toks.push_back(ts.TokenText(tokens[i]));
-    lps.push_back(logprobs[i]);
+  json TotalUsage() const {
+    // Each prompt counts once however many choices it has (as in OpenAI).
+    int64_t prompt = 0;
+    int64_t completion = 0;
+    for (size_t i = 0; i < choices.size(); ++i) {
+      if (i % static_cast<size_t>(request.n) == 0) {
+        prompt += choices[i].prompt_tokens;
+      }
+      completion += choices[i].completion_tokens;
+    }
+    return Usage(prompt, completion);
   }
-  return json{{"tokens", toks}, {"token_logprobs", lps}};
+};
+
+// Reads what every unfinished choice has (after waiting up to `wait` for
+// news); `emit` receives each streaming choice object. Aborts a choice whose
+// text hit a stop string, and every choice past the deadline.
+template <typename Emit>
+void Pump(Engine& engine, Job& job, absl::Duration wait, Emit&& emit) {
+  job.rings = job.bell->Wait(job.rings, wait);
+  const bool late = absl::Now() > job.deadline;
+  for (Running& r : job.choices) {
+    if (r.finished) continue;
+    RequestStream::Batch b = r.stream->Next(absl::ZeroDuration());
+    if (!b.prompt.empty()) r.output->AddPromptPositions(b.prompt);
+    if (!b.tokens.empty()) {
+      if (std::optional<json> c = r.output->Add(b.tokens, b.logprobs, b.top)) {
+        emit(*c);
+      }
+    }
+    if (b.finished) {
+      r.finished = true;
+      r.status = b.status;
+      r.prompt_tokens = b.prompt_tokens;
+      r.completion_tokens = b.completion_tokens;
+      if (b.status.ok()) {
+        for (json& c : r.output->Finish(b.end)) emit(c);
+      }
+      continue;
+    }
+    if (r.output->stopped() || late) {
+      (void)engine.Abort(r.engine_id);  // NotFound if it just ended.
+    }
+  }
 }
 
 }  // namespace
@@ -454,7 +181,18 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Create(
   if (options.model_name.empty()) {
     return absl::InvalidArgumentError("the served model name is empty");
   }
+  json kwargs = json::object();
+  if (!options.default_chat_template_kwargs.empty()) {
+    kwargs = json::parse(options.default_chat_template_kwargs, nullptr,
+                         /*allow_exceptions=*/false);
+    if (kwargs.is_discarded()) {
+      return absl::InvalidArgumentError(
+          "default_chat_template_kwargs is not valid JSON");
+    }
+    RETURN_IF_ERROR(CheckDefaultChatTemplateKwargs(kwargs));
+  }
   std::unique_ptr<HttpFront> front(new HttpFront(options, engine, codec, gate));
+  front->default_kwargs_ = std::move(kwargs);
   front->server_ = std::make_unique<httplib::Server>();
   httplib::Server& s = *front->server_;
   const int threads = options.threads;
@@ -483,182 +221,312 @@ void HttpFront::Routes() {
     if (!res.body.empty()) return;
     HttpError e;
     e.status = res.status;
+    e.type = res.status == 404 ? "not_found_error" : "invalid_request_error";
     e.message = res.status == 404
                     ? absl::StrCat("no route ", req.method, " ", req.path)
                     : absl::StrCat("HTTP ", res.status);
-    res.set_content(ErrorBody(e).dump(), "application/json");
+    res.set_content(HttpErrorBody(e).dump(), "application/json");
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res,
+                             const std::exception_ptr&) {
+    HttpError e;
+    e.status = 500;
+    e.type = "internal_error";
+    e.message = "internal error";
+    SendError(res, e);
   });
 
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json model = {{"id", options_.model_name},
                   {"object", "model"},
                   {"created", 0},
-                  {"owned_by", "mneme"}};
+                  {"owned_by", "mneme"},
+                  {"root", options_.model_name}};
     if (absl::StatusOr<ModelInfo> info = engine_->model_info(); info.ok()) {
       model["max_model_len"] = info->max_context_tokens;
+      model["context_length"] = info->max_context_tokens;
     }
-    res.set_content(json{{"object", "list"}, {"data", {model}}}.dump(),
-                    "application/json");
+    SendJson(res, json{{"object", "list"}, {"data", {model}}});
   });
-
-  auto generate = [this](bool chat, const httplib::Request& req,
-                         httplib::Response& res) {
-    std::optional<InflightGate::Pass> pass = gate_->Enter();
-    if (!pass.has_value()) {
-      HttpError e;
-      e.status = 503;
-      e.type = "service_unavailable";
-      e.message = "the coordinator is shutting down";
-      return SendError(res, e);
-    }
-    const json body =
-        json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-    if (body.is_discarded() || !body.is_object()) {
-      HttpError e;
-      e.message = body.is_discarded() ? "the body is not valid JSON"
-                                      : "the body must be a JSON object";
-      return SendError(res, e);
-    }
-    auto job = std::make_shared<Job>();
-    job->chat = chat;
-    if (std::optional<HttpError> e =
-            ParseCommon(body, options_.model_name, *job)) {
-      return SendError(res, *e);
-    }
-    absl::StatusOr<const text::Tokenizer*> tokenizer = codec_->tokenizer();
-    if (!tokenizer.ok()) return SendError(res, FromStatus(tokenizer.status()));
-    if (chat) {
-      absl::StatusOr<const text::DeepSeekV4ChatTemplate*> tmpl =
-          codec_->chat_template();
-      if (!tmpl.ok()) return SendError(res, FromStatus(tmpl.status()));
-      if (std::optional<HttpError> e = ParseMessages(body, **tmpl, *job)) {
-        return SendError(res, *e);
-      }
-    } else if (std::optional<HttpError> e =
-                   ParsePrompt(body, **tokenizer, *job)) {
-      return SendError(res, *e);
-    }
-    RequestFieldNames names;
-    names.prompt = chat ? "messages" : "prompt";
-    names.max_new_tokens = job->max_tokens_field;
-    const absl::StatusOr<ModelInfo> model = engine_->model_info();
-    if (absl::Status st =
-            ValidateGenerateRequest(job->params, job->stops.size(),
-                                    model.ok() ? &*model : nullptr, names);
-        !st.ok()) {
-      return SendError(res, FromStatus(st));
-    }
-    job->id = NewId(chat ? "chatcmpl" : "cmpl");
-    job->created = absl::ToUnixSeconds(absl::Now());
-    job->params.request_id = job->id;
-    auto stream = std::make_shared<RequestStream>();
-    absl::StatusOr<std::string> id = engine_->Submit(job->params, stream);
-    if (!id.ok()) return SendError(res, FromStatus(id.status()));
-    auto text = std::make_shared<TextStream>(**tokenizer, job->stops);
-    const absl::Time deadline = absl::Now() + options_.request_timeout;
-
-    if (!job->stream) {
-      // Collect the whole answer.
-      std::string out;
-      std::vector<int64_t> tokens;
-      std::vector<float> logprobs;
-      RequestStream::Batch b;
-      while (true) {
-        b = stream->Next(options_.keepalive_interval);
-        out += text->Add(b.tokens);
-        tokens.insert(tokens.end(), b.tokens.begin(), b.tokens.end());
-        logprobs.insert(logprobs.end(), b.logprobs.begin(), b.logprobs.end());
-        if (text->stopped() && !b.finished) {
-          (void)engine_->Abort(job->id);  // NotFound if it just ended.
-          continue;                       // Until the engine confirms.
-        }
-        if (b.finished) break;
-        if (absl::Now() > deadline) {
-          (void)engine_->Abort(job->id);
-        }
-      }
-      if (!b.status.ok()) return SendError(res, FromStatus(b.status));
-      out += text->Finish();
-      json response = Envelope(*job);
-      response["choices"] = {
-          Choice(*job, out, FinishName(b.end, text->stopped()),
-                 LogprobsOf(*job, *text, tokens, logprobs), true)};
-      response["usage"] = Usage(b.prompt_tokens, b.completion_tokens);
-      res.set_content(response.dump(), "application/json");
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (engine_->ready()) {
+      SendJson(res, json::object());
       return;
     }
-
-    // Server-sent events: one chunk per batch of new text, the finish
-    // chunk, usage if asked, then [DONE]. An SSE comment while nothing is
-    // new notices a client that went away.
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, job, stream, text, deadline,
-         pass = std::make_shared<InflightGate::Pass>(std::move(*pass))](
-            size_t, httplib::DataSink& sink) {
-          auto send = [&sink](const json& j) {
-            const std::string line = absl::StrCat("data: ", j.dump(), "\n\n");
-            return sink.write(line.data(), line.size());
-          };
-          bool first = true;
-          while (true) {
-            RequestStream::Batch b = stream->Next(options_.keepalive_interval);
-            std::string delta = text->Add(b.tokens);
-            if (text->stopped() && !b.finished) {
-              (void)engine_->Abort(job->id);
-            }
-            if (b.finished && b.status.ok()) delta += text->Finish();
-            if (!delta.empty() || (first && !b.tokens.empty())) {
-              json chunk = Envelope(*job);
-              chunk["choices"] = {
-                  Choice(*job, delta, std::nullopt,
-                         LogprobsOf(*job, *text, b.tokens, b.logprobs), first)};
-              first = false;
-              if (!send(chunk)) {
-                (void)engine_->Abort(job->id);
-                return false;
-              }
-            } else if (!b.finished) {
-              static constexpr char kPing[] = ": keep-alive\n\n";
-              if (!sink.write(kPing, sizeof(kPing) - 1)) {
-                (void)engine_->Abort(job->id);
-                return false;
-              }
-            }
-            if (b.finished) {
-              if (!b.status.ok()) {
-                send(ErrorBody(FromStatus(b.status)));
-              } else {
-                json last = Envelope(*job);
-                last["choices"] = {Choice(*job, "",
-                                          FinishName(b.end, text->stopped()),
-                                          nullptr, first)};
-                send(last);
-                if (job->include_usage) {
-                  json usage = Envelope(*job);
-                  usage["choices"] = json::array();
-                  usage["usage"] = Usage(b.prompt_tokens, b.completion_tokens);
-                  send(usage);
-                }
-              }
-              static constexpr char kDone[] = "data: [DONE]\n\n";
-              sink.write(kDone, sizeof(kDone) - 1);
-              sink.done();
-              return true;
-            }
-            if (absl::Now() > deadline) (void)engine_->Abort(job->id);
-          }
-        });
-  };
+    HttpError e;
+    e.status = 503;
+    e.type = "service_unavailable";
+    e.message = "the workers are not ready";
+    SendError(res, e);
+  });
+  s.Get("/version", [](const httplib::Request&, httplib::Response& res) {
+    SendJson(res, json{{"version", kMnemeVersion}});
+  });
+  s.Get("/tokenizer_info", [this](const httplib::Request&,
+                                  httplib::Response& res) {
+    absl::StatusOr<const text::Tokenizer*> tokenizer = codec_->tokenizer();
+    if (!tokenizer.ok()) {
+      return SendError(res, HttpErrorFromStatus(tokenizer.status()));
+    }
+    json info = json::object();
+    const text::Tokenizer& t = **tokenizer;
+    if (std::optional<absl::string_view> bos = t.bos_token()) {
+      info["bos_token"] = std::string(*bos);
+      info["bos_token_id"] = *t.bos_id();
+    }
+    if (std::optional<absl::string_view> eos = t.eos_token()) {
+      info["eos_token"] = std::string(*eos);
+      info["eos_token_id"] = *t.eos_id();
+    }
+    if (absl::StatusOr<ModelInfo> m = engine_->model_info(); m.ok()) {
+      info["model_max_length"] = m->max_context_tokens;
+    }
+    SendJson(res, info);
+  });
+  s.Post("/tokenize", [this](const httplib::Request& req,
+                             httplib::Response& res) { Tokenize(req, res); });
+  s.Post("/detokenize",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           Detokenize(req, res);
+         });
   s.Post("/v1/completions",
-         [generate](const httplib::Request& req, httplib::Response& res) {
-           generate(false, req, res);
+         [this](const httplib::Request& req, httplib::Response& res) {
+           Generate(false, req, res);
          });
   s.Post("/v1/chat/completions",
-         [generate](const httplib::Request& req, httplib::Response& res) {
-           generate(true, req, res);
+         [this](const httplib::Request& req, httplib::Response& res) {
+           Generate(true, req, res);
          });
+}
+
+void HttpFront::Tokenize(const httplib::Request& req, httplib::Response& res) {
+  json body;
+  if (std::optional<HttpError> e = ParseBody(req, body)) {
+    return SendError(res, *e);
+  }
+  absl::StatusOr<const text::Tokenizer*> tokenizer = codec_->tokenizer();
+  if (!tokenizer.ok()) {
+    return SendError(res, HttpErrorFromStatus(tokenizer.status()));
+  }
+  OpenAiRequest request;
+  request.chat = body.contains("messages");
+  if (request.chat) {
+    // The prompt a chat request with these messages would have.
+    absl::StatusOr<const text::DeepSeekV4ChatTemplate*> tmpl =
+        codec_->chat_template();
+    if (!tmpl.ok()) return SendError(res, HttpErrorFromStatus(tmpl.status()));
+    if (std::optional<HttpError> e = ParseChat(
+            body, **tmpl, **tokenizer, default_kwargs_, req.body, request)) {
+      return SendError(res, *e);
+    }
+  } else {
+    auto prompt = body.find("prompt");
+    if (prompt == body.end() || !prompt->is_string()) {
+      return SendError(res, BadField("prompt",
+                                     "is required (a string), or give "
+                                     "'messages'"));
+    }
+    bool add_special = true;
+    if (auto a = body.find("add_special_tokens");
+        a != body.end() && !a->is_null()) {
+      if (!a->is_boolean()) {
+        return SendError(res,
+                         BadField("add_special_tokens", "must be a boolean"));
+      }
+      add_special = a->get<bool>();
+    }
+    absl::StatusOr<std::vector<int64_t>> ids =
+        (*tokenizer)
+            ->Encode(prompt->get<std::string>(),
+                     add_special ? text::AddSpecialTokens::kYes
+                                 : text::AddSpecialTokens::kNo);
+    if (!ids.ok()) {
+      return SendError(res,
+                       BadField("prompt", std::string(ids.status().message())));
+    }
+    request.prompts.push_back(*std::move(ids));
+  }
+  json out = {{"tokens", request.prompts.front()},
+              {"count", request.prompts.front().size()}};
+  if (absl::StatusOr<ModelInfo> m = engine_->model_info(); m.ok()) {
+    out["max_model_len"] = m->max_context_tokens;
+  }
+  SendJson(res, out);
+}
+
+void HttpFront::Detokenize(const httplib::Request& req,
+                           httplib::Response& res) {
+  json body;
+  if (std::optional<HttpError> e = ParseBody(req, body)) {
+    return SendError(res, *e);
+  }
+  absl::StatusOr<const text::Tokenizer*> tokenizer = codec_->tokenizer();
+  if (!tokenizer.ok()) {
+    return SendError(res, HttpErrorFromStatus(tokenizer.status()));
+  }
+  auto tokens = body.find("tokens");
+  if (tokens == body.end() || !tokens->is_array()) {
+    return SendError(res, BadField("tokens", "is required (a list of ids)"));
+  }
+  std::vector<int64_t> ids;
+  ids.reserve(tokens->size());
+  for (const json& t : *tokens) {
+    if (!t.is_number_integer()) {
+      return SendError(res, BadField("tokens", "must hold integers"));
+    }
+    ids.push_back(t.get<int64_t>());
+  }
+  SendJson(res,
+           json{{"prompt",
+                 (*tokenizer)->Decode(ids, text::SkipSpecialTokens::kNo)}});
+}
+
+void HttpFront::Generate(bool chat, const httplib::Request& req,
+                         httplib::Response& res) {
+  std::optional<InflightGate::Pass> pass = gate_->Enter();
+  if (!pass.has_value()) {
+    HttpError e;
+    e.status = 503;
+    e.type = "service_unavailable";
+    e.message = "the coordinator is shutting down";
+    return SendError(res, e);
+  }
+  json body;
+  if (std::optional<HttpError> e = ParseBody(req, body)) {
+    return SendError(res, *e);
+  }
+  auto job = std::make_shared<Job>();
+  OpenAiRequest& request = job->request;
+  if (std::optional<HttpError> e =
+          ParseOpenAiCommon(body, options_.model_name, chat, request)) {
+    return SendError(res, *e);
+  }
+  absl::StatusOr<const text::Tokenizer*> tokenizer = codec_->tokenizer();
+  if (!tokenizer.ok()) {
+    return SendError(res, HttpErrorFromStatus(tokenizer.status()));
+  }
+  if (chat) {
+    absl::StatusOr<const text::DeepSeekV4ChatTemplate*> tmpl =
+        codec_->chat_template();
+    if (!tmpl.ok()) return SendError(res, HttpErrorFromStatus(tmpl.status()));
+    if (std::optional<HttpError> e = ParseChat(
+            body, **tmpl, **tokenizer, default_kwargs_, req.body, request)) {
+      return SendError(res, *e);
+    }
+  } else if (std::optional<HttpError> e =
+                 ParseCompletionPrompts(body, **tokenizer, request)) {
+    return SendError(res, *e);
+  }
+  RequestFieldNames names;
+  names.prompt = chat ? "messages" : "prompt";
+  names.max_new_tokens = request.max_tokens_field;
+  const absl::StatusOr<ModelInfo> model = engine_->model_info();
+  std::vector<GenerateParams> params = ChoiceParams(request);
+  for (const GenerateParams& p : params) {
+    if (absl::Status st = ValidateGenerateRequest(
+            p, request.stops.size(), model.ok() ? &*model : nullptr, names);
+        !st.ok()) {
+      return SendError(res, HttpErrorFromStatus(st));
+    }
+  }
+  job->id = NewId(chat ? "chatcmpl" : "cmpl");
+  job->created = absl::ToUnixSeconds(absl::Now());
+  job->deadline = absl::Now() + options_.request_timeout;
+  job->choices.resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    Running& r = job->choices[i];
+    const size_t prompt = i / static_cast<size_t>(request.n);
+    r.output = std::make_unique<ChoiceOutput>(
+        request, static_cast<int>(i), **tokenizer,
+        params[i].sampling.seed() ^ static_cast<uint64_t>(i));
+    r.output->SetPrompt(request.prompts[prompt], request.prompt_texts[prompt]);
+    r.stream = std::make_shared<RequestStream>(job->bell);
+    params[i].request_id =
+        params.size() == 1 ? job->id : absl::StrCat(job->id, "-", i);
+    absl::StatusOr<std::string> id = engine_->Submit(params[i], r.stream);
+    if (!id.ok()) {
+      for (size_t j = 0; j < i; ++j) {
+        (void)engine_->Abort(job->choices[j].engine_id);
+      }
+      return SendError(res, HttpErrorFromStatus(id.status()));
+    }
+    r.engine_id = *id;
+  }
+
+  if (!request.stream) {
+    while (!job->done()) {
+      Pump(*engine_, *job, options_.keepalive_interval, [](const json&) {});
+    }
+    if (absl::Status st = job->status(); !st.ok()) {
+      return SendError(res, HttpErrorFromStatus(st));
+    }
+    json response = job->Envelope();
+    json choices = json::array();
+    for (const Running& r : job->choices) choices.push_back(r.output->Whole());
+    response["choices"] = std::move(choices);
+    response["usage"] = job->TotalUsage();
+    if (chat && request.prompt_logprobs >= 0) {
+      response["prompt_logprobs"] =
+          job->choices.front().output->PromptLogprobsJson();
+    }
+    SendJson(res, response);
+    return;
+  }
+
+  // Server-sent events: a chunk per choice with news, each choice's finish
+  // chunk, usage if asked, then [DONE]. An SSE comment while nothing is new
+  // notices a client that went away (which aborts every choice).
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, job,
+       pass = std::make_shared<InflightGate::Pass>(std::move(*pass))](
+          size_t, httplib::DataSink& sink) {
+        auto send = [&sink](const json& j) {
+          const std::string line = absl::StrCat(
+              "data: ", j.dump(-1, ' ', false, json::error_handler_t::replace),
+              "\n\n");
+          return sink.write(line.data(), line.size());
+        };
+        auto abort_all = [this, &job] {
+          for (const Running& r : job->choices) {
+            if (!r.finished) (void)engine_->Abort(r.engine_id);
+          }
+        };
+        while (!job->done()) {
+          bool ok = true;
+          bool sent = false;
+          Pump(*engine_, *job, options_.keepalive_interval,
+               [&](const json& choice) {
+                 if (!ok) return;
+                 json chunk = job->Envelope();
+                 chunk["choices"] = json::array({choice});
+                 if (job->request.include_usage) chunk["usage"] = nullptr;
+                 ok = send(chunk);
+                 sent = true;
+               });
+          if (ok && !sent && !job->done()) {
+            static constexpr char kPing[] = ": keep-alive\n\n";
+            ok = sink.write(kPing, sizeof(kPing) - 1);
+          }
+          if (!ok) {
+            abort_all();
+            return false;
+          }
+        }
+        if (absl::Status st = job->status(); !st.ok()) {
+          send(HttpErrorBody(HttpErrorFromStatus(st)));
+        } else if (job->request.include_usage) {
+          json usage = job->Envelope();
+          usage["choices"] = json::array();
+          usage["usage"] = job->TotalUsage();
+          send(usage);
+        }
+        static constexpr char kDone[] = "data: [DONE]\n\n";
+        sink.write(kDone, sizeof(kDone) - 1);
+        sink.done();
+        return true;
+      });
 }
 
 }  // namespace mneme::coordinator

@@ -10,11 +10,14 @@
 #include "absl/time/time.h"
 #include "common/host_port.h"
 #include "common/inflight_gate.h"
+#include "nlohmann/json.hpp"
 #include "services/coordinator/engine.h"
 #include "services/coordinator/text_codec.h"
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }  // namespace httplib
 
 namespace mneme::coordinator {
@@ -36,18 +39,24 @@ struct HttpFrontOptions {
   absl::Duration keepalive_interval = absl::Seconds(1);
   // The longest a request may take. Default: 30 min.
   absl::Duration request_timeout = absl::Minutes(30);
+  // The chat-template kwargs of every chat request, as a JSON object
+  // (`thinking`, `reasoning_effort`), which a request's own
+  // chat_template_kwargs and reasoning_effort override. Default: "" (none:
+  // chat mode; in thinking mode the format's default effort).
+  std::string default_chat_template_kwargs;
 };
 
-// The OpenAI-compatible HTTP front of the coordinator (cpp-httplib):
-// POST /v1/completions (prompt as text or token ids), POST
-// /v1/chat/completions (the DeepSeek-V4 chat template, thinking on or off via
-// chat_template_kwargs.thinking), GET /v1/models; non-streaming JSON or
-// server-sent events ending with `data: [DONE]`, usage counts, stop strings
-// on text and stop_token_ids, and errors in OpenAI's format: 400 for bad
-// requests (invalid JSON, wrong types, unknown model, too-long prompts),
-// 429 at the admission limits, 503 while the cluster is not ready or
-// draining, 404 for unknown paths. A streaming client that goes away
-// aborts its request. Thread-safe; everything borrowed must outlive it.
+// The OpenAI-compatible HTTP front of the coordinator (cpp-httplib), as
+// docs/HTTP_API.md lists it: POST /v1/completions (prompts as text or token
+// ids, batched; echo; logprobs), POST /v1/chat/completions (the DeepSeek-V4 /
+// V4.1 chat formats with tools, reasoning and its effort; reasoning_content
+// and tool_calls parsed from the output; logprobs), n choices per prompt,
+// GET /v1/models, /health, /version, /tokenizer_info, POST /tokenize,
+// /detokenize; non-streaming JSON or server-sent events ending with
+// `data: [DONE]`, and errors in OpenAI's format: 400 for bad requests, 404
+// for an unknown model or path, 429 at the admission limits, 503 while the
+// cluster is not ready or draining. A streaming client that goes away aborts
+// its request. Thread-safe; everything borrowed must outlive it.
 class HttpFront {
  public:
   // Binds and starts serving on its own thread. InvalidArgument for bad
@@ -66,11 +75,15 @@ class HttpFront {
   HttpFront(const HttpFrontOptions& options, Engine* engine, TextCodec* codec,
             InflightGate* gate);
   void Routes();
+  void Generate(bool chat, const httplib::Request& req, httplib::Response& res);
+  void Tokenize(const httplib::Request& req, httplib::Response& res);
+  void Detokenize(const httplib::Request& req, httplib::Response& res);
 
   const HttpFrontOptions options_;
   Engine* const engine_;
   TextCodec* const codec_;
   InflightGate* const gate_;
+  nlohmann::json default_kwargs_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;

@@ -4,6 +4,31 @@
 
 namespace mneme::coordinator {
 
+void Doorbell::Ring() {
+  absl::MutexLock lock(&mu_);
+  ++rings_;
+}
+
+uint64_t Doorbell::Wait(uint64_t seen, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto rang = [this, seen]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return rings_ != seen; };
+  mu_.AwaitWithTimeout(absl::Condition(&rang), timeout);
+  return rings_;
+}
+
+void RequestStream::OnPromptLogprobs(
+    absl::Span<const TokenLogprobs> positions) {
+  absl::MutexLock lock(&mu_);
+  pending_.prompt.insert(pending_.prompt.end(), positions.begin(),
+                         positions.end());
+}
+
+void RequestStream::OnTopLogprobs(absl::Span<const TopLogprobs> per_token) {
+  absl::MutexLock lock(&mu_);
+  pending_.top.insert(pending_.top.end(), per_token.begin(), per_token.end());
+}
+
 bool RequestStream::OnTokens(absl::Span<const int64_t> tokens,
                              absl::Span<const float> logprobs) {
   absl::MutexLock lock(&mu_);
@@ -11,6 +36,7 @@ bool RequestStream::OnTokens(absl::Span<const int64_t> tokens,
   pending_.logprobs.insert(pending_.logprobs.end(), logprobs.begin(),
                            logprobs.end());
   ready_ = true;
+  if (bell_ != nullptr) bell_->Ring();
   return true;
 }
 
@@ -23,6 +49,7 @@ void RequestStream::OnFinish(const absl::Status& status, GenerateEnd end,
   pending_.prompt_tokens = prompt_tokens;
   pending_.completion_tokens = completion_tokens;
   ready_ = true;
+  if (bell_ != nullptr) bell_->Ring();
 }
 
 RequestStream::Batch RequestStream::Next(absl::Duration timeout) {

@@ -2,7 +2,9 @@
 #define MNEME_SERVICES_COORDINATOR_REQUEST_STREAM_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -14,6 +16,20 @@
 
 namespace mneme::coordinator {
 
+// Wakes one reader of several RequestStreams (the choices of one HTTP
+// request) when any of them has news. Thread-safe.
+class Doorbell {
+ public:
+  void Ring();
+  // Waits up to `timeout` for a ring after `seen` (the value a previous call
+  // returned; 0 at first); returns the current count.
+  uint64_t Wait(uint64_t seen, absl::Duration timeout);
+
+ private:
+  absl::Mutex mu_;
+  uint64_t rings_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 // A GenerateSink a blocking caller reads from (an HTTP handler thread):
 // the engine's thread appends tokens, the caller takes them in batches.
 // Bounded by the request's max_new_tokens. Thread-safe.
@@ -22,6 +38,11 @@ class RequestStream final : public GenerateSink {
   struct Batch {
     std::vector<int64_t> tokens;
     std::vector<float> logprobs;
+    // Per token, its alternatives (with top_logprobs > 0).
+    std::vector<TopLogprobs> top;
+    // The prompt's positions (with prompt_logprobs >= 0), in the batch
+    // before the first tokens.
+    std::vector<TokenLogprobs> prompt;
     // Set once the request has ended (after its last tokens).
     bool finished = false;
     absl::Status status;
@@ -30,6 +51,13 @@ class RequestStream final : public GenerateSink {
     int64_t completion_tokens = 0;
   };
 
+  RequestStream() = default;
+  // Rings `bell` whenever something arrives.
+  explicit RequestStream(std::shared_ptr<Doorbell> bell)
+      : bell_(std::move(bell)) {}
+
+  void OnPromptLogprobs(absl::Span<const TokenLogprobs> positions) override;
+  void OnTopLogprobs(absl::Span<const TopLogprobs> per_token) override;
   bool OnTokens(absl::Span<const int64_t> tokens,
                 absl::Span<const float> logprobs) override;
   void OnFinish(const absl::Status& status, GenerateEnd end,
@@ -40,6 +68,7 @@ class RequestStream final : public GenerateSink {
   Batch Next(absl::Duration timeout);
 
  private:
+  const std::shared_ptr<Doorbell> bell_;
   absl::Mutex mu_;
   Batch pending_ ABSL_GUARDED_BY(mu_);
   bool ready_ ABSL_GUARDED_BY(mu_) = false;

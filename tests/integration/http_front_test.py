@@ -217,7 +217,6 @@ class HttpFrontTest(unittest.TestCase):
             (None, "{not json"),
             ({"model": "mneme", "prompt": "x", "max_tokens": "3"}, None),
             ({"model": "mneme", "prompt": "x", "temperature": -1}, None),
-            ({"model": "gpt-4", "prompt": "x"}, None),
             ({"prompt": "x"}, None),
             ({"model": "mneme", "prompt": {"a": 1}}, None),
             ({"model": "mneme", "prompt": [1, "2"]}, None),
@@ -234,6 +233,10 @@ class HttpFrontTest(unittest.TestCase):
             self.assertEqual(status, 400, (body, raw, reply))
             self.assertIn("message", reply["error"])
             self.assertEqual(reply["error"]["type"], "invalid_request_error")
+        status, reply = request(self.http, "POST", "/v1/completions",
+                                body={"model": "gpt-4", "prompt": "x"})
+        self.assertEqual(status, 404, reply)
+        self.assertEqual(reply["error"]["param"], "model")
         status, reply = request(self.http, "GET", "/v1/nothing")
         self.assertEqual(status, 404)
         self.assertIn("no route", reply["error"]["message"])
@@ -293,6 +296,99 @@ class HttpFrontTest(unittest.TestCase):
              "Same text", "--max-new-tokens", "5", "--json"],
             check=True, capture_output=True, text=True).stdout
         self.assertEqual(json.loads(out)["text"], body["choices"][0]["text"])
+
+
+class OpenAiFeaturesTest(unittest.TestCase):
+    """Batched prompts, n choices, echo + logprobs as evaluation harnesses
+    send them, and the tokenizer endpoints, on a cluster with room for
+    several requests."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.workdir = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        cls.proc, cls.http, cls.grpc, cls.metrics = start_cluster(
+            cls.workdir, "--max_num_seqs=8")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proc.send_signal(signal.SIGINT)
+        cls.proc.wait(timeout=60)
+
+    def completion(self, **fields):
+        body = {"model": "mneme", "temperature": 0, "ignore_eos": True}
+        body.update(fields)
+        return body
+
+    def checkpoint(self):
+        with open(os.path.join(self.workdir, "up.out")) as f:
+            return re.search(r"^checkpoint (\S+)$", f.read(), re.M).group(1)
+
+    def test_lm_evaluation_harness_loglikelihood(self):
+        """lm-evaluation-harness local-completions' loglikelihood payload
+        (token-id lists, echo, logprobs 1, max_tokens 1): exactly the
+        prompt's entries then one generated one, the first null, top dicts
+        holding the chosen token, and the log-probabilities `mneme run
+        --prompt-logprobs` computes for the same tokens."""
+        contexts = [[40, 41, 42, 43, 44, 45], [300, 301, 302]]
+        status, body = request(self.http, "POST", "/v1/completions", {
+            "model": "mneme", "prompt": contexts, "temperature": 0,
+            "max_tokens": 1, "logprobs": 1, "seed": 1234, "echo": True})
+        self.assertEqual(status, 200, body)
+        choices = sorted(body["choices"], key=lambda c: c["index"])
+        self.assertEqual([c["index"] for c in choices], [0, 1])
+        for tokens, choice in zip(contexts, choices):
+            lp = choice["logprobs"]
+            self.assertEqual(len(lp["tokens"]), len(tokens) + 1)
+            self.assertEqual(len(lp["token_logprobs"]), len(tokens) + 1)
+            self.assertIsNone(lp["token_logprobs"][0])
+            self.assertIsNone(lp["top_logprobs"][0])
+            for i in range(1, len(tokens) + 1):
+                top = lp["top_logprobs"][i]
+                self.assertIn(lp["tokens"][i], top)
+                self.assertEqual(top[lp["tokens"][i]],
+                                 lp["token_logprobs"][i])
+                self.assertLessEqual(len(top), 2)
+            # The harness's sum over the continuation and greedy check.
+            ctxlen = 2
+            total = sum(lp["token_logprobs"][ctxlen:-1])
+            self.assertLess(total, 0)
+            ref = subprocess.run(
+                [MNEME, "run", "--checkpoint", self.checkpoint(), "--tokens",
+                 ",".join(map(str, tokens)), "--max-new-tokens", "1",
+                 "--prompt-logprobs", "--json"],
+                check=True, capture_output=True, text=True).stdout
+            want = [p["logprob"] for p in json.loads(ref)["prompt_logprobs"]]
+            self.assertIsNone(want[0])
+            for got, ref_lp in zip(lp["token_logprobs"][1:len(tokens)],
+                                   want[1:]):
+                # TP 2 and its chunking against the TP 1 reference.
+                self.assertAlmostEqual(got, ref_lp, delta=2e-3)
+            # vLLM's prompt_logprobs rides along with echo + logprobs.
+            self.assertEqual(len(choice["prompt_logprobs"]), len(tokens))
+
+    def test_n_choices_tokenize_and_health(self):
+        status, body = request(self.http, "POST", "/v1/completions",
+                               self.completion(prompt="abc", max_tokens=3,
+                                               n=3, temperature=1.0,
+                                               seed=5))
+        self.assertEqual(status, 200, body)
+        self.assertEqual([c["index"] for c in body["choices"]], [0, 1, 2])
+        self.assertEqual(body["usage"]["completion_tokens"], 9)
+        status, tok = request(self.http, "POST", "/tokenize",
+                              {"prompt": "Hello there"})
+        self.assertEqual(status, 200, tok)
+        self.assertEqual(tok["count"], len(tok["tokens"]))
+        status, detok = request(self.http, "POST", "/detokenize",
+                                {"tokens": tok["tokens"]})
+        self.assertEqual(status, 200, detok)
+        self.assertIn("Hello there", detok["prompt"])
+        status, info = request(self.http, "GET", "/tokenizer_info")
+        self.assertEqual(status, 200, info)
+        self.assertIn("eos_token", info)
+        self.assertEqual(request(self.http, "GET", "/health")[0], 200)
+        status, version = request(self.http, "GET", "/version")
+        self.assertEqual(status, 200)
+        self.assertTrue(version["version"])
 
 
 class NotReadyTest(unittest.TestCase):

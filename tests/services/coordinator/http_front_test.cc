@@ -148,7 +148,6 @@ TEST_F(HttpFrontTest, BadFieldsAre400NamingTheParam) {
        "prompt"},
       {kCompletions, Completion({{"prompt", {{"a", 1}}}}), "prompt"},
       {kCompletions, Completion(json::object()), "prompt"},
-      {kCompletions, json{{"model", "gpt-4"}, {"prompt", "x"}}, "model"},
       {kCompletions, json{{"prompt", "x"}}, "model"},
       {kChat, Completion({{"messages", json::array()}}), "messages"},
       {kChat,
@@ -168,12 +167,54 @@ TEST_F(HttpFrontTest, BadFieldsAre400NamingTheParam) {
     ExpectError(r, 400, "invalid_request_error");
     EXPECT_EQ(r.parsed["error"]["param"], c.param) << c.body.dump();
   }
+  // A model this server does not serve: 404, as OpenAI and vLLM answer.
+  const Reply unknown =
+      Post(kCompletions, json{{"model", "gpt-4"}, {"prompt", "x"}});
+  ExpectError(unknown, 404, "not_found_error");
+  EXPECT_EQ(unknown.parsed["error"]["param"], "model");
   EXPECT_TRUE(t_->workers->steps().empty());
   // Still serving.
   EXPECT_EQ(
       Post(kCompletions, Completion({{"prompt", "ok"}, {"max_tokens", 1}}))
           .status,
       200);
+}
+
+TEST_F(HttpFrontTest, EchoWithLogprobsCarriesThePromptsLogprobs) {
+  const Reply r =
+      Post("/v1/completions", Completion({{"prompt", {{5, 6, 7}, {8, 9}}},
+                                          {"max_tokens", 1},
+                                          {"logprobs", 2},
+                                          {"echo", true}}));
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.parsed["choices"].size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    const json& choice = r.parsed["choices"][i];
+    EXPECT_EQ(choice["index"], i);
+    const json& lp = choice["logprobs"];
+    const size_t prompt = i == 0 ? 3 : 2;
+    ASSERT_EQ(lp["tokens"].size(), prompt + 1) << r.body;
+    EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+    for (size_t p = 1; p <= prompt; ++p) {
+      EXPECT_TRUE(lp["token_logprobs"][p].is_number()) << r.body;
+      EXPECT_GE(lp["top_logprobs"][p].size(), 1u) << r.body;
+    }
+  }
+}
+
+TEST_F(HttpFrontTest, ChatTopLogprobs) {
+  const Reply r =
+      Post("/v1/chat/completions",
+           Completion({{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                       {"max_tokens", 3},
+                       {"logprobs", true},
+                       {"top_logprobs", 2}}));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json& content = r.parsed["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 3u) << r.body;
+  for (const json& entry : content) {
+    EXPECT_EQ(entry["top_logprobs"].size(), 2u) << r.body;
+  }
 }
 
 TEST_F(HttpFrontTest, UnknownPathIs404) {
@@ -275,7 +316,10 @@ TEST_F(HttpFrontTest, StreamedCompletionIsSseAndMatchesTheWholeAnswer) {
     const json chunk = json::parse(data[i]);
     EXPECT_EQ(chunk["object"], "text_completion");
     EXPECT_EQ(chunk["id"], json::parse(data[0])["id"]);
-    if (chunk.contains("usage")) {
+    // With include_usage every chunk has "usage": null but the last, which
+    // has the counts and no choices (as OpenAI streams them).
+    ASSERT_TRUE(chunk.contains("usage")) << data[i];
+    if (!chunk["usage"].is_null()) {
       EXPECT_TRUE(chunk["choices"].empty());
       usage = chunk["usage"];
       continue;
