@@ -3,7 +3,8 @@
 # missing, builds Mneme, starts a local cluster (an engram store, two
 # tensor-parallel CPU workers with decode context parallelism, and the
 # coordinator on 127.0.0.1), streams a generation from it and checks it
-# against the single-process reference; then tours the Engram tables.
+# against the single-process reference, asks its OpenAI-compatible HTTP API
+# for a chat and a tool call; then tours the Engram tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,6 +49,37 @@ print("   TP 2 + DCP 2 cluster, 16-token chunks:", got["token_ids"][:8], "...")
 print("   single-process reference:            ", want["token_ids"][:8], "...")
 print("   identical:", same)
 sys.exit(0 if same else 1)
+PY
+http=$(sed -n 's/^http at //p' "$work/cluster.out")
+echo "== the OpenAI-compatible HTTP API (docs/HTTP_API.md): a chat, then a tool call"
+/usr/bin/python3 - "$http" <<'PY'
+import http.client, json, sys
+def chat(body):
+    conn = http.client.HTTPConnection(sys.argv[1], timeout=120)
+    conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                 {"Content-Type": "application/json"})
+    reply = json.loads(conn.getresponse().read())
+    conn.close()
+    return reply
+messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+reply = chat({"model": "mneme", "messages": messages, "max_tokens": 12,
+              "temperature": 0})
+print("   chat:", json.dumps(reply["choices"][0]["message"],
+                             ensure_ascii=False))
+tools = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather of a city",
+    "parameters": {"type": "object",
+                   "properties": {"city": {"type": "string"}}}}}]
+reply = chat({"model": "mneme", "messages": messages, "tools": tools,
+              "tool_choice": {"type": "function",
+                              "function": {"name": "get_weather"}},
+              "max_tokens": 12, "temperature": 0})
+choice = reply["choices"][0]
+print("   tool call:", json.dumps(choice["message"]["tool_calls"],
+                                  ensure_ascii=False))
+print("   finish_reason:", choice["finish_reason"],
+      "(random weights: the arguments are whatever the tiny model wrote)")
+sys.exit(0 if choice["finish_reason"] == "tool_calls" else 1)
 PY
 echo "== stopping the cluster (SIGINT drains every daemon)"
 kill -INT $cluster_pid
