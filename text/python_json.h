@@ -24,6 +24,12 @@ namespace mneme::text {
 // ParseJsonKeepingKeyOrder accept.
 inline constexpr int kMaxPythonJsonDepth = 128;
 
+// Appends `s` as the inside of a JSON string, escaped as Python's json
+// module does with ensure_ascii=False (the quote, the backslash, \n \r \t
+// \b \f, other control characters as \u00XX, everything else raw); bytes
+// that are not UTF-8 become U+FFFD.
+void AppendJsonStringContents(absl::string_view s, std::string* out);
+
 // Parses `text` as JSON (strict: no comments, no NaN / Infinity, valid
 // UTF-8, nothing after the value but whitespace) keeping the order of object
 // keys; a repeated key keeps its first position and its last value, as

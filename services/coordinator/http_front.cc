@@ -50,6 +50,17 @@ std::optional<HttpError> ParseBody(const httplib::Request& req, json& body) {
   return std::nullopt;
 }
 
+// The body (as ParseBody) and the served tokenizer.
+std::optional<HttpError> BodyAndTokenizer(const httplib::Request& req,
+                                          TextCodec& codec, json& body,
+                                          const text::Tokenizer*& tokenizer) {
+  if (std::optional<HttpError> e = ParseBody(req, body)) return e;
+  absl::StatusOr<const text::Tokenizer*> t = codec.tokenizer();
+  if (!t.ok()) return HttpErrorFromStatus(t.status());
+  tokenizer = *t;
+  return std::nullopt;
+}
+
 std::string NewId(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
   thread_local std::mt19937_64 rng(std::random_device{}());
@@ -301,12 +312,10 @@ void HttpFront::Routes() {
 
 void HttpFront::Tokenize(const httplib::Request& req, httplib::Response& res) {
   json body;
-  if (std::optional<HttpError> e = ParseBody(req, body)) {
+  const text::Tokenizer* tokenizer = nullptr;
+  if (std::optional<HttpError> e =
+          BodyAndTokenizer(req, *codec_, body, tokenizer)) {
     return SendError(res, *e);
-  }
-  absl::StatusOr<const text::Tokenizer*> tokenizer = codec_->tokenizer();
-  if (!tokenizer.ok()) {
-    return SendError(res, HttpErrorFromStatus(tokenizer.status()));
   }
   OpenAiRequest request;
   request.chat = body.contains("messages");
@@ -316,7 +325,7 @@ void HttpFront::Tokenize(const httplib::Request& req, httplib::Response& res) {
         codec_->chat_template();
     if (!tmpl.ok()) return SendError(res, HttpErrorFromStatus(tmpl.status()));
     if (std::optional<HttpError> e = ParseChat(
-            body, **tmpl, **tokenizer, default_kwargs_, req.body, request)) {
+            body, **tmpl, *tokenizer, default_kwargs_, req.body, request)) {
       return SendError(res, *e);
     }
   } else {
@@ -335,11 +344,9 @@ void HttpFront::Tokenize(const httplib::Request& req, httplib::Response& res) {
       }
       add_special = a->get<bool>();
     }
-    absl::StatusOr<std::vector<int64_t>> ids =
-        (*tokenizer)
-            ->Encode(prompt->get<std::string>(),
-                     add_special ? text::AddSpecialTokens::kYes
-                                 : text::AddSpecialTokens::kNo);
+    absl::StatusOr<std::vector<int64_t>> ids = tokenizer->Encode(
+        prompt->get<std::string>(), add_special ? text::AddSpecialTokens::kYes
+                                                : text::AddSpecialTokens::kNo);
     if (!ids.ok()) {
       return SendError(res,
                        BadField("prompt", std::string(ids.status().message())));
@@ -357,12 +364,10 @@ void HttpFront::Tokenize(const httplib::Request& req, httplib::Response& res) {
 void HttpFront::Detokenize(const httplib::Request& req,
                            httplib::Response& res) {
   json body;
-  if (std::optional<HttpError> e = ParseBody(req, body)) {
+  const text::Tokenizer* tokenizer = nullptr;
+  if (std::optional<HttpError> e =
+          BodyAndTokenizer(req, *codec_, body, tokenizer)) {
     return SendError(res, *e);
-  }
-  absl::StatusOr<const text::Tokenizer*> tokenizer = codec_->tokenizer();
-  if (!tokenizer.ok()) {
-    return SendError(res, HttpErrorFromStatus(tokenizer.status()));
   }
   auto tokens = body.find("tokens");
   if (tokens == body.end() || !tokens->is_array()) {
@@ -376,9 +381,8 @@ void HttpFront::Detokenize(const httplib::Request& req,
     }
     ids.push_back(t.get<int64_t>());
   }
-  SendJson(res,
-           json{{"prompt",
-                 (*tokenizer)->Decode(ids, text::SkipSpecialTokens::kNo)}});
+  SendJson(res, json{{"prompt",
+                      tokenizer->Decode(ids, text::SkipSpecialTokens::kNo)}});
 }
 
 void HttpFront::Generate(bool chat, const httplib::Request& req,

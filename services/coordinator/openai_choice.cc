@@ -202,6 +202,14 @@ json ChoiceOutput::LogprobsJson(absl::Span<const int64_t> tokens,
               {"text_offset", std::move(offsets)}};
 }
 
+bool ChoiceOutput::TakePrompt(json& delta) {
+  if (!request_.echo || prompt_sent_) return false;
+  prompt_sent_ = true;
+  delta["text"] = prompt_text_;
+  text_all_ += prompt_text_;
+  return true;
+}
+
 std::optional<json> ChoiceOutput::Add(absl::Span<const int64_t> tokens,
                                       absl::Span<const float> logprobs,
                                       absl::Span<const TopLogprobs> top) {
@@ -211,12 +219,7 @@ std::optional<json> ChoiceOutput::Add(absl::Span<const int64_t> tokens,
     top = {};
   }
   json delta = json::object();
-  const bool with_prompt = request_.echo && !prompt_sent_;
-  if (with_prompt) {
-    prompt_sent_ = true;
-    delta["text"] = prompt_text_;
-    text_all_ += prompt_text_;
-  }
+  const bool with_prompt = TakePrompt(delta);
   if (first_ && parser_ != nullptr &&
       !request_.chat_request.forced_prefix.empty()) {
     // The forced call's opening is in the prompt: the parser reads it first.
@@ -258,12 +261,7 @@ std::optional<json> ChoiceOutput::Add(absl::Span<const int64_t> tokens,
 std::vector<json> ChoiceOutput::Finish(GenerateEnd end) {
   std::vector<json> out;
   json delta = json::object();
-  const bool with_prompt = request_.echo && !prompt_sent_;
-  if (with_prompt) {
-    prompt_sent_ = true;
-    delta["text"] = prompt_text_;
-    text_all_ += prompt_text_;
-  }
+  (void)TakePrompt(delta);
   Route(text_.Finish(), delta);
   // Whatever the parser held back (a partial tag that never completed).
   if (parser_ != nullptr) Apply(parser_->Finish(), delta);

@@ -55,6 +55,9 @@ class ChoiceOutput {
   nlohmann::json PromptLogprobsJson() const;
 
  private:
+  // With echo, the prompt's text into the delta the first time; whether it
+  // went in.
+  bool TakePrompt(nlohmann::json& delta);
   // New text into the delta's fields (through the parser for chat).
   void Route(const std::string& text, nlohmann::json& delta);
   void Apply(const std::vector<text::ChatOutputDelta>& deltas,

@@ -100,14 +100,17 @@ def metric(metrics_address, name):
     return total
 
 
-class HttpFrontTest(unittest.TestCase):
+class ClusterTest(unittest.TestCase):
+    """A test class with its own `cluster up`, started with
+    COORDINATOR_FLAGS."""
+
+    COORDINATOR_FLAGS = ""
 
     @classmethod
     def setUpClass(cls):
         cls.workdir = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        # One running request and one waiting at most (for the 429 case).
         cls.proc, cls.http, cls.grpc, cls.metrics = start_cluster(
-            cls.workdir, "--max_num_seqs=1 --max_queued_requests=1")
+            cls.workdir, cls.COORDINATOR_FLAGS)
 
     @classmethod
     def tearDownClass(cls):
@@ -118,6 +121,11 @@ class HttpFrontTest(unittest.TestCase):
         body = {"model": "mneme", "temperature": 0, "ignore_eos": True}
         body.update(fields)
         return body
+
+
+class HttpFrontTest(ClusterTest):
+    # One running request and one waiting at most (for the 429 case).
+    COORDINATOR_FLAGS = "--max_num_seqs=1 --max_queued_requests=1"
 
     def test_models(self):
         status, body = request(self.http, "GET", "/v1/models")
@@ -298,26 +306,12 @@ class HttpFrontTest(unittest.TestCase):
         self.assertEqual(json.loads(out)["text"], body["choices"][0]["text"])
 
 
-class OpenAiFeaturesTest(unittest.TestCase):
+class OpenAiFeaturesTest(ClusterTest):
     """Batched prompts, n choices, echo + logprobs as evaluation harnesses
     send them, and the tokenizer endpoints, on a cluster with room for
     several requests."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.workdir = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        cls.proc, cls.http, cls.grpc, cls.metrics = start_cluster(
-            cls.workdir, "--max_num_seqs=8")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.proc.send_signal(signal.SIGINT)
-        cls.proc.wait(timeout=60)
-
-    def completion(self, **fields):
-        body = {"model": "mneme", "temperature": 0, "ignore_eos": True}
-        body.update(fields)
-        return body
+    COORDINATOR_FLAGS = "--max_num_seqs=8"
 
     def checkpoint(self):
         with open(os.path.join(self.workdir, "up.out")) as f:
