@@ -244,6 +244,50 @@ Loads Engine::loads() const {
 absl::StatusOr<std::string> Engine::Submit(GenerateParams params,
                                            std::shared_ptr<GenerateSink> sink) {
   absl::MutexLock lock(&mu_);
+  const auto prompt_tokens = static_cast<double>(params.prompt.size());
+  absl::StatusOr<std::string> name =
+      SubmitLocked(std::move(params), std::move(sink));
+  if (name.ok()) metrics_->prompt_tokens->Increment(prompt_tokens);
+  return name;
+}
+
+absl::StatusOr<std::vector<std::string>> Engine::SubmitAll(
+    std::vector<GenerateParams> params,
+    std::vector<std::shared_ptr<GenerateSink>> sinks) {
+  if (params.size() != sinks.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(params.size(), " requests but ", sinks.size(), " sinks"));
+  }
+  absl::MutexLock lock(&mu_);
+  double prompt_tokens = 0;
+  for (const GenerateParams& p : params) {
+    prompt_tokens += static_cast<double>(p.prompt.size());
+  }
+  std::vector<std::string> names;
+  names.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    absl::StatusOr<std::string> name =
+        SubmitLocked(std::move(params[i]), std::move(sinks[i]));
+    if (!name.ok()) {
+      // All or none: the ones already queued leave without a trace (their
+      // sinks hear nothing; nothing has run).
+      for (const std::string& n : names) {
+        auto it = by_name_.find(n);
+        if (it == by_name_.end()) continue;
+        (void)scheduler_->Abort(it->second);
+        live_.erase(it->second);
+        by_name_.erase(it);
+      }
+      return name.status();
+    }
+    names.push_back(*std::move(name));
+  }
+  metrics_->prompt_tokens->Increment(prompt_tokens);
+  return names;
+}
+
+absl::StatusOr<std::string> Engine::SubmitLocked(
+    GenerateParams params, std::shared_ptr<GenerateSink> sink) {
   if (stopping_) {
     return absl::UnavailableError("the coordinator is shutting down");
   }
@@ -283,8 +327,6 @@ absl::StatusOr<std::string> Engine::Submit(GenerateParams params,
   live->params.prompt.clear();  // Kept once, in tokens.
   live->sink = std::move(sink);
   live->arrival = absl::Now();
-  metrics_->prompt_tokens->Increment(
-      static_cast<double>(request.num_prompt_tokens));
   by_name_[name] = id;
   live_[id] = std::move(live);
   wake_ = true;

@@ -116,6 +116,12 @@ class Engine {
   // admission limits.
   absl::StatusOr<std::string> Submit(GenerateParams params,
                                      std::shared_ptr<GenerateSink> sink);
+  // Queues several requests (the choices of one client request) all or
+  // none: on the first refusal (errors as Submit) none of them stays
+  // queued and their sinks hear nothing. Returns their ids, in order.
+  absl::StatusOr<std::vector<std::string>> SubmitAll(
+      std::vector<GenerateParams> params,
+      std::vector<std::shared_ptr<GenerateSink>> sinks);
   // Aborts a live request: its sink gets OnFinish(OK, kAbort). NotFound for
   // an unknown id.
   absl::Status Abort(const std::string& request_id);
@@ -135,6 +141,9 @@ class Engine {
 
   Engine(const EngineOptions& options, WorkerGroup* workers);
 
+  absl::StatusOr<std::string> SubmitLocked(GenerateParams params,
+                                           std::shared_ptr<GenerateSink> sink)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
   // Polls the workers; on success (re)creates what depends on them.
   bool CheckReady();

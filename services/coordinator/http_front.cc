@@ -437,6 +437,8 @@ void HttpFront::Generate(bool chat, const httplib::Request& req,
   job->created = absl::ToUnixSeconds(absl::Now());
   job->deadline = absl::Now() + options_.request_timeout;
   job->choices.resize(params.size());
+  std::vector<std::shared_ptr<GenerateSink>> sinks;
+  sinks.reserve(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     Running& r = job->choices[i];
     const size_t prompt = i / static_cast<size_t>(request.n);
@@ -445,16 +447,16 @@ void HttpFront::Generate(bool chat, const httplib::Request& req,
         params[i].sampling.seed() ^ static_cast<uint64_t>(i));
     r.output->SetPrompt(request.prompts[prompt], request.prompt_texts[prompt]);
     r.stream = std::make_shared<RequestStream>(job->bell);
+    sinks.push_back(r.stream);
     params[i].request_id =
         params.size() == 1 ? job->id : absl::StrCat(job->id, "-", i);
-    absl::StatusOr<std::string> id = engine_->Submit(params[i], r.stream);
-    if (!id.ok()) {
-      for (size_t j = 0; j < i; ++j) {
-        (void)engine_->Abort(job->choices[j].engine_id);
-      }
-      return SendError(res, HttpErrorFromStatus(id.status()));
-    }
-    r.engine_id = *id;
+  }
+  // Every choice is admitted, or none (a 429 leaves nothing behind).
+  absl::StatusOr<std::vector<std::string>> ids =
+      engine_->SubmitAll(std::move(params), std::move(sinks));
+  if (!ids.ok()) return SendError(res, HttpErrorFromStatus(ids.status()));
+  for (size_t i = 0; i < ids->size(); ++i) {
+    job->choices[i].engine_id = (*ids)[i];
   }
 
   if (!request.stream) {

@@ -334,6 +334,47 @@ TEST_F(EngineTest, DuplicateIdsAndAdmissionLimits) {
   EXPECT_EQ(sink_b->tokens(), Expected(1, 2));
 }
 
+TEST_F(EngineTest, SubmitAllIsAllOrNone) {
+  EngineOptions options;
+  options.scheduler.max_num_seqs = 1;
+  options.scheduler.max_queued_requests = 2;
+  Start(options);
+  workers_->Pause();
+  auto sink_a = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Params({5, 6}, 2), sink_a).ok());
+  ASSERT_TRUE(workers_->AwaitPausedStep(kWait));
+  // Room for two waiting requests: three are refused together, and none of
+  // them stays queued or hears anything.
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<std::shared_ptr<GenerateSink>> as_sinks;
+  std::vector<GenerateParams> params;
+  for (int i = 0; i < 3; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    as_sinks.push_back(sinks.back());
+    params.push_back(Params({7}, 2));
+    params.back().request_id = absl::StrCat("choice-", i);
+  }
+  EXPECT_EQ(engine_->SubmitAll(params, as_sinks).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(engine_->loads().waiting, 0);
+  EXPECT_EQ(engine_->Abort("choice-0").code(), absl::StatusCode::kNotFound);
+  // Two fit, and both run.
+  params.pop_back();
+  as_sinks.pop_back();
+  absl::StatusOr<std::vector<std::string>> ids =
+      engine_->SubmitAll(params, as_sinks);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, (std::vector<std::string>{"choice-0", "choice-1"}));
+  EXPECT_EQ(engine_->loads().waiting, 2);
+  workers_->Resume();
+  ASSERT_TRUE(sink_a->AwaitFinish());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(sinks[i]->AwaitFinish());
+    EXPECT_EQ(sinks[i]->tokens(), Expected(1, 2));
+  }
+  EXPECT_FALSE(sinks[2]->finished());
+}
+
 TEST_F(EngineTest, AbortFinishesAtOnceAndReleasesTheSequence) {
   workers_->Pause();
   auto sink = std::make_shared<RecordingSink>();
