@@ -385,6 +385,33 @@ class OpenAiFeaturesTest(ClusterTest):
         self.assertTrue(version["version"])
 
 
+    def test_http_api_doc_examples_run(self):
+        """Every curl example of docs/HTTP_API.md, run as written against
+        this cluster: each answers JSON without an error."""
+        with open(os.path.join(RUNFILES, "docs", "HTTP_API.md")) as f:
+            doc = f.read()
+        examples = [b for b in re.findall(r"```sh\n(.*?)```", doc, re.S)
+                    if "curl" in b]
+        self.assertGreaterEqual(len(examples), 7)
+        env = dict(os.environ, MNEME="http://" + self.http)
+        for example in examples:
+            for command in re.split(r"\n(?=curl )", example.strip()):
+                out = subprocess.run(["bash", "-c", "set -e\n" + command],
+                                     env=env, capture_output=True,
+                                     text=True, timeout=120)
+                self.assertEqual(out.returncode, 0, (command, out.stderr))
+                if out.stdout.startswith("data: "):
+                    # A stream: JSON events, then [DONE].
+                    events = [line[len("data: "):]
+                              for line in out.stdout.split("\n")
+                              if line.startswith("data: ")]
+                    self.assertEqual(events[-1], "[DONE]", command)
+                    for event in events[:-1]:
+                        self.assertNotIn("error", json.loads(event), command)
+                    continue
+                reply = json.loads(out.stdout)
+                self.assertNotIn("error", reply, (command, reply))
+
 class NotReadyTest(unittest.TestCase):
     """A coordinator whose workers never answer: 503 in OpenAI's format."""
 
