@@ -38,15 +38,8 @@ ChoiceOutput::ChoiceOutput(const OpenAiRequest& request, int index,
       tokenizer_(tokenizer),
       text_(tokenizer, request.stops) {
   if (request.chat) {
-    const ChatRequest& chat = request.chat_request;
-    text::ChatOutputParserOptions options;
-    options.dialect =
-        chat.v41 ? text::DsmlDialect::kV41 : text::DsmlDialect::kV4;
-    options.thinking = chat.thinking;
-    options.tools_enabled = chat.tool_choice != ToolChoice::kNone;
-    options.parameter_types = chat.tool_types;
-    options.id_seed = id_seed;
-    parser_ = std::make_unique<text::ChatOutputParser>(options);
+    parser_ = std::make_unique<text::ChatOutputParser>(
+        ChatParserOptions(request.chat_request, id_seed));
   }
 }
 

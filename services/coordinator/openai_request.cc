@@ -561,30 +561,11 @@ std::optional<HttpError> ParseMessageList(const json& body, bool v41,
   return std::nullopt;
 }
 
-// The JSON-schema type of each parameter of a tool's `parameters`.
-std::map<std::string, std::string> ParameterTypes(
-    const nlohmann::ordered_json& function) {
-  std::map<std::string, std::string> types;
-  auto params = function.find("parameters");
-  if (params == function.end() || !params->is_object()) return types;
-  auto props = params->find("properties");
-  if (props == params->end() || !props->is_object()) return types;
-  for (auto p = props->begin(); p != props->end(); ++p) {
-    if (!p.value().is_object()) continue;
-    auto type = p.value().find("type");
-    if (type != p.value().end() && type->is_string()) {
-      types[p.key()] = type->get<std::string>();
-    }
-  }
-  return types;
-}
-
 // tools and tool_choice. `ordered` is the body with its key order kept (the
 // tool schemas are rendered in the client's order).
 std::optional<HttpError> ParseTools(const nlohmann::ordered_json& ordered,
                                     ChatRequest& chat) {
   auto tools = ordered.find("tools");
-  std::vector<std::string> names;
   if (tools != ordered.end() && !tools->is_null()) {
     if (!tools->is_array()) return BadField("tools", "must be a list");
     if (tools->size() > kMaxTools) {
@@ -603,66 +584,49 @@ std::optional<HttpError> ParseTools(const nlohmann::ordered_json& ordered,
       if (fn == t.end() || !fn->is_object()) {
         return BadField(where + ".function", "is required (an object)");
       }
-      auto name = fn->find("name");
-      if (name == fn->end() || !name->is_string() ||
-          name->get<std::string>().empty()) {
-        return BadField(where + ".function.name", "is required (a string)");
+      if (absl::Status st = AddChatTool(*fn, where + ".function", chat);
+          !st.ok()) {
+        return HttpErrorFromStatus(st);
       }
-      if (auto params = fn->find("parameters");
-          params != fn->end() && !params->is_null() && !params->is_object()) {
-        return BadField(where + ".function.parameters", "must be an object");
-      }
-      const std::string n = name->get<std::string>();
-      if (std::find(names.begin(), names.end(), n) != names.end()) {
-        return BadField(where + ".function.name",
-                        absl::StrCat("'", n, "' is declared twice"));
-      }
-      names.push_back(n);
-      chat.render.tool_functions.push_back(fn->dump());
-      chat.tool_types[n] = ParameterTypes(*fn);
     }
   }
-  chat.tool_choice = names.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+  ToolChoice kind = ToolChoice::kAuto;
+  std::string name;
   auto choice = ordered.find("tool_choice");
-  if (choice == ordered.end() || choice->is_null()) return std::nullopt;
-  if (choice->is_string()) {
-    const std::string c = choice->get<std::string>();
-    if (c == "none") {
-      chat.tool_choice = ToolChoice::kNone;
-    } else if (c == "auto") {
-      if (names.empty()) return std::nullopt;
-      chat.tool_choice = ToolChoice::kAuto;
-    } else if (c == "required") {
-      if (names.empty()) {
-        return BadField("tool_choice",
-                        "is \"required\" but no tools are given");
+  if (choice != ordered.end() && !choice->is_null()) {
+    if (choice->is_string()) {
+      const std::string c = choice->get<std::string>();
+      if (c == "none") {
+        kind = ToolChoice::kNone;
+      } else if (c == "auto") {
+        kind = ToolChoice::kAuto;
+      } else if (c == "required") {
+        kind = ToolChoice::kRequired;
+      } else {
+        return BadField(
+            "tool_choice",
+            "must be \"none\", \"auto\", \"required\" or "
+            "{\"type\": \"function\", \"function\": {\"name\": ...}}");
       }
-      chat.tool_choice = ToolChoice::kRequired;
+    } else if (!choice->is_object()) {
+      return BadField("tool_choice", "must be a string or an object");
     } else {
-      return BadField(
-          "tool_choice",
-          "must be \"none\", \"auto\", \"required\" or "
-          "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+      auto fn = choice->find("function");
+      auto n = fn != choice->end() && fn->is_object() ? fn->find("name")
+                                                      : choice->end();
+      if (fn == choice->end() || !fn->is_object() || n == fn->end() ||
+          !n->is_string()) {
+        return BadField("tool_choice.function.name", "is required (a string)");
+      }
+      kind = ToolChoice::kNamed;
+      name = n->get<std::string>();
     }
-    return std::nullopt;
   }
-  if (!choice->is_object()) {
-    return BadField("tool_choice", "must be a string or an object");
+  if (absl::Status st = SetToolChoice(kind, name, "tool_choice",
+                                      "tool_choice.function.name", chat);
+      !st.ok()) {
+    return HttpErrorFromStatus(st);
   }
-  auto fn = choice->find("function");
-  auto name =
-      fn != choice->end() && fn->is_object() ? fn->find("name") : choice->end();
-  if (fn == choice->end() || !fn->is_object() || name == fn->end() ||
-      !name->is_string()) {
-    return BadField("tool_choice.function.name", "is required (a string)");
-  }
-  const std::string n = name->get<std::string>();
-  if (std::find(names.begin(), names.end(), n) == names.end()) {
-    return BadField("tool_choice.function.name",
-                    absl::StrCat("'", n, "' is not one of the tools"));
-  }
-  chat.tool_choice = ToolChoice::kNamed;
-  chat.forced_tool = n;
   return std::nullopt;
 }
 
@@ -732,23 +696,13 @@ std::optional<HttpError> ParseReasoning(const json& body,
       client.effort.has_value() ? client.effort : server.effort;
   // An effort the client asks for turns thinking on, unless the client
   // turned it off; "none" turns it off.
-  bool thinking = client.thinking.value_or(client.effort.has_value() ||
-                                           server.thinking.value_or(false));
-  if (effort.has_value() && *effort == "none") thinking = false;
-  chat.thinking = thinking;
-  if (!thinking) {
-    chat.render.thinking = text::ThinkingMode::kChat;
-    return std::nullopt;
+  const bool thinking = client.thinking.value_or(
+      client.effort.has_value() || server.thinking.value_or(false));
+  if (absl::Status st =
+          SetReasoning(format, thinking, effort, "reasoning_effort", chat);
+      !st.ok()) {
+    return HttpErrorFromStatus(st);
   }
-  absl::StatusOr<text::EffortChoice> normalized =
-      text::NormalizeReasoningEffort(format, effort);
-  if (!normalized.ok()) {
-    return BadField("reasoning_effort",
-                    std::string(normalized.status().message()));
-  }
-  chat.thinking = normalized->thinking == text::ThinkingMode::kThinking;
-  chat.render.thinking = normalized->thinking;
-  chat.render.reasoning_effort = normalized->reasoning_effort;
   return std::nullopt;
 }
 
@@ -778,36 +732,12 @@ std::optional<HttpError> ParseChat(const json& body,
           ParseReasoning(body, default_kwargs, format, chat)) {
     return e;
   }
-  if (chat.tool_choice == ToolChoice::kNone) {
-    // Tools are not offered: the prompt does not declare them and the
-    // output is plain text.
-    chat.render.tool_functions.clear();
-    chat.tool_types.clear();
-  }
-  if (chat.tool_choice == ToolChoice::kRequired ||
-      chat.tool_choice == ToolChoice::kNamed) {
-    // A forced call: the answer starts with the call's opening, written in
-    // the prompt; thinking is skipped (the call comes first).
-    chat.thinking = false;
-    chat.render.thinking = text::ThinkingMode::kChat;
-    const std::string block = v41 ? "<｜DSML｜ calls>" : "<｜DSML｜tool_calls>";
-    const std::string invoke =
-        v41 ? "<｜DSML｜ invoke name=\"" : "<｜DSML｜invoke name=\"";
-    chat.forced_prefix = absl::StrCat("\n\n", block, "\n", invoke);
-    if (chat.tool_choice == ToolChoice::kNamed) {
-      absl::StrAppend(&chat.forced_prefix, chat.forced_tool, "\">\n");
-    }
-  }
-  absl::StatusOr<std::string> text = tmpl.Render(chat.messages, chat.render);
-  if (!text.ok()) {
-    HttpError e = HttpErrorFromStatus(text.status());
+  absl::StatusOr<std::vector<int64_t>> ids =
+      RenderChatPrompt(tmpl, tokenizer, "messages", chat);
+  if (!ids.ok()) {
+    HttpError e = HttpErrorFromStatus(ids.status());
     if (e.param.empty()) e.param = "messages";
     return e;
-  }
-  absl::StatusOr<std::vector<int64_t>> ids =
-      tokenizer.Encode(*text + chat.forced_prefix, text::AddSpecialTokens::kNo);
-  if (!ids.ok()) {
-    return BadField("messages", std::string(ids.status().message()));
   }
   request.prompts.push_back(*std::move(ids));
   request.prompt_texts.emplace_back(std::nullopt);

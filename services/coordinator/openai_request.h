@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
+#include "services/coordinator/chat_request.h"
 #include "services/coordinator/generate_params.h"
 #include "services/coordinator/request_validator.h"
 #include "text/chat_output_parser.h"
@@ -22,11 +23,10 @@ namespace mneme::coordinator {
 // choice). Every error names the field the client sent. docs/HTTP_API.md
 // lists the fields.
 
-// Bounds of the OpenAI fields (the engine's own are request_validator.h's).
+// Bounds of the OpenAI fields (the engine's own are request_validator.h's,
+// the chat's chat_request.h's).
 inline constexpr int kMaxChoicesPerPrompt = 16;   // n
 inline constexpr int kMaxChoicesPerRequest = 64;  // prompts x n
-inline constexpr size_t kMaxTools = 128;
-inline constexpr size_t kMaxMessages = 4096;
 inline constexpr size_t kMaxStopTokenIds = 64;
 
 // An HTTP status with an OpenAI error body.
@@ -44,30 +44,6 @@ HttpError HttpErrorFromStatus(const absl::Status& status);
 nlohmann::json HttpErrorBody(const HttpError& error);
 // 400 "'<field>' <what>" naming the field.
 HttpError BadField(const std::string& field, const std::string& what);
-
-// How tool calls may be made (`tool_choice`).
-enum class ToolChoice {
-  kNone = 0,      // Tools are not offered; output is text.
-  kAuto = 1,      // The model decides (the default with tools).
-  kRequired = 2,  // A call is forced (see ChatRequest::forced_prefix).
-  kNamed = 3,     // A call of `forced_tool` is forced.
-};
-
-// The chat-specific part of a request.
-struct ChatRequest {
-  std::vector<text::ChatMessage> messages;
-  text::ChatRenderOptions render;
-  bool thinking = false;
-  // The V4.1 format (its DSML tag names) rather than V4's.
-  bool v41 = false;
-  ToolChoice tool_choice = ToolChoice::kAuto;
-  std::string forced_tool;
-  // Parameter types of each offered tool, for the output parser.
-  std::map<std::string, std::map<std::string, std::string>> tool_types;
-  // Text the answer starts with that the prompt already holds (a forced
-  // tool call's opening): fed to the output parser before the model's.
-  std::string forced_prefix;
-};
 
 // One request of /v1/completions or /v1/chat/completions.
 struct OpenAiRequest {

@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <deque>
+#include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -11,8 +13,11 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "services/coordinator/chat_request.h"
 #include "services/coordinator/request_validator.h"
 #include "services/coordinator/text_stream.h"
+#include "text/chat_output_parser.h"
 
 namespace mneme::coordinator {
 namespace {
@@ -34,9 +39,205 @@ sv1::FinishReason ToProto(GenerateEnd end) {
   return sv1::FINISH_REASON_UNSPECIFIED;
 }
 
+// The parser's deltas into a response message.
+void AddDeltas(const std::vector<text::ChatOutputDelta>& deltas,
+               sv1::GenerateResponse& m) {
+  for (const text::ChatOutputDelta& d : deltas) {
+    switch (d.kind) {
+      case text::ChatOutputDelta::kReasoning:
+        m.mutable_reasoning_text()->append(d.text);
+        break;
+      case text::ChatOutputDelta::kContent:
+        m.mutable_text()->append(d.text);
+        break;
+      case text::ChatOutputDelta::kToolCallBegin: {
+        sv1::ToolCallDelta* c = m.add_tool_calls();
+        c->set_index(d.index);
+        c->set_id(d.id);
+        c->set_name(d.name);
+        break;
+      }
+      case text::ChatOutputDelta::kToolCallArguments: {
+        // Fragments of the same call since the last piece merge into it.
+        const int n = m.tool_calls_size();
+        if (n > 0 && m.tool_calls(n - 1).index() == d.index) {
+          m.mutable_tool_calls(n - 1)->mutable_arguments()->append(d.text);
+        } else {
+          sv1::ToolCallDelta* c = m.add_tool_calls();
+          c->set_index(d.index);
+          c->set_arguments(d.text);
+        }
+        break;
+      }
+    }
+  }
+}
+
 void ToProto(const TopLogprobs& top, sv1::TopLogprobs& out) {
   out.mutable_token_ids()->Add(top.token_ids.begin(), top.token_ids.end());
   out.mutable_logprobs()->Add(top.logprobs.begin(), top.logprobs.end());
+}
+
+// The bytes a chat request's strings may hold in all.
+constexpr size_t kMaxChatBytes = size_t{16} << 20;
+
+absl::Status ChatMessageFromProto(const sv1::ChatMessage& m,
+                                  const std::string& where,
+                                  text::ChatMessage& out) {
+  switch (m.role()) {
+    case sv1::CHAT_ROLE_SYSTEM:
+      out.role = text::ChatRole::kSystem;
+      break;
+    case sv1::CHAT_ROLE_USER:
+      out.role = text::ChatRole::kUser;
+      break;
+    case sv1::CHAT_ROLE_ASSISTANT:
+      out.role = text::ChatRole::kAssistant;
+      break;
+    case sv1::CHAT_ROLE_TOOL:
+      out.role = text::ChatRole::kTool;
+      break;
+    case sv1::CHAT_ROLE_DEVELOPER:
+      out.role = text::ChatRole::kDeveloper;
+      break;
+    case sv1::CHAT_ROLE_LATEST_REMINDER:
+      out.role = text::ChatRole::kLatestReminder;
+      break;
+    default:
+      return InvalidFieldError(
+          where + ".role",
+          absl::StrCat("is required: system, user, assistant, tool, "
+                       "developer or latest_reminder (got ",
+                       static_cast<int>(m.role()), ")"));
+  }
+  const bool assistant = out.role == text::ChatRole::kAssistant;
+  if (!assistant && !m.reasoning_content().empty()) {
+    return InvalidFieldError(where + ".reasoning_content",
+                             "is for assistant messages only");
+  }
+  if (!assistant && m.tool_calls_size() > 0) {
+    return InvalidFieldError(where + ".tool_calls",
+                             "are for assistant messages only");
+  }
+  if (static_cast<size_t>(m.tool_calls_size()) > kMaxTools) {
+    return InvalidFieldError(
+        where + ".tool_calls",
+        absl::StrCat("holds more than ", kMaxTools, " calls"));
+  }
+  if (out.role == text::ChatRole::kTool) {
+    if (m.tool_call_id().empty()) {
+      return InvalidFieldError(where + ".tool_call_id",
+                               "is required in a tool message");
+    }
+  } else if (!m.tool_call_id().empty()) {
+    return InvalidFieldError(where + ".tool_call_id",
+                             "is for tool messages only");
+  }
+  out.content = m.content();
+  out.reasoning_content = m.reasoning_content();
+  out.tool_call_id = m.tool_call_id();
+  for (int i = 0; i < m.tool_calls_size(); ++i) {
+    const sv1::ToolCall& c = m.tool_calls(i);
+    const std::string at = absl::StrCat(where, ".tool_calls[", i, "]");
+    if (c.name().empty()) {
+      return InvalidFieldError(at + ".name", "is required");
+    }
+    text::ToolCall call;
+    call.id = c.id();
+    call.name = c.name();
+    call.arguments = c.arguments().empty() ? "{}" : c.arguments();
+    const nlohmann::json args = nlohmann::json::parse(
+        call.arguments, nullptr, /*allow_exceptions=*/false);
+    if (!args.is_object()) {
+      return InvalidFieldError(at + ".arguments",
+                               "must be the text of a JSON object");
+    }
+    out.tool_calls.push_back(std::move(call));
+  }
+  return absl::OkStatus();
+}
+
+size_t ChatBytes(const sv1::Chat& chat) {
+  size_t n = chat.reasoning_effort().size();
+  for (const std::string& t : chat.tool_functions()) n += t.size();
+  for (const sv1::ChatMessage& m : chat.messages()) {
+    n += m.content().size() + m.reasoning_content().size() +
+         m.tool_call_id().size();
+    for (const sv1::ToolCall& c : m.tool_calls()) {
+      n += c.id().size() + c.name().size() + c.arguments().size();
+    }
+  }
+  return n;
+}
+
+// The request's chat, checked, as the chat template takes it. Errors name
+// the field (chat.messages[i].role, chat.tool_functions[i], ...).
+absl::Status ChatFromProto(const sv1::Chat& in, text::ChatFormat format,
+                           ChatRequest& chat) {
+  if (in.messages_size() == 0) {
+    return InvalidFieldError("chat.messages", "is required (1 or more)");
+  }
+  if (static_cast<size_t>(in.messages_size()) > kMaxMessages) {
+    return InvalidFieldError(
+        "chat.messages",
+        absl::StrCat("holds more than ", kMaxMessages, " messages"));
+  }
+  if (static_cast<size_t>(in.tool_functions_size()) > kMaxTools) {
+    return InvalidFieldError(
+        "chat.tool_functions",
+        absl::StrCat("holds more than ", kMaxTools, " tools"));
+  }
+  if (ChatBytes(in) > kMaxChatBytes) {
+    return InvalidFieldError(
+        "chat", absl::StrCat("holds more than ", kMaxChatBytes, " bytes"));
+  }
+  chat.messages.resize(static_cast<size_t>(in.messages_size()));
+  for (int i = 0; i < in.messages_size(); ++i) {
+    RETURN_IF_ERROR(ChatMessageFromProto(
+        in.messages(i), absl::StrCat("chat.messages[", i, "]"),
+        chat.messages[static_cast<size_t>(i)]));
+  }
+  for (int i = 0; i < in.tool_functions_size(); ++i) {
+    const std::string where = absl::StrCat("chat.tool_functions[", i, "]");
+    const nlohmann::ordered_json fn = nlohmann::ordered_json::parse(
+        in.tool_functions(i), nullptr, /*allow_exceptions=*/false);
+    if (fn.is_discarded()) {
+      return InvalidFieldError(where, "is not valid JSON");
+    }
+    RETURN_IF_ERROR(AddChatTool(fn, where, chat));
+  }
+  ToolChoice choice = ToolChoice::kAuto;
+  switch (in.tool_choice().mode()) {
+    case sv1::ToolChoice::MODE_UNSPECIFIED:
+    case sv1::ToolChoice::MODE_AUTO:
+      break;
+    case sv1::ToolChoice::MODE_NONE:
+      choice = ToolChoice::kNone;
+      break;
+    case sv1::ToolChoice::MODE_REQUIRED:
+      choice = ToolChoice::kRequired;
+      break;
+    case sv1::ToolChoice::MODE_NAMED:
+      choice = ToolChoice::kNamed;
+      break;
+    default:
+      return InvalidFieldError(
+          "chat.tool_choice.mode",
+          absl::StrCat("is not a known mode (got ",
+                       static_cast<int>(in.tool_choice().mode()), ")"));
+  }
+  if (choice != ToolChoice::kNamed && !in.tool_choice().name().empty()) {
+    return InvalidFieldError("chat.tool_choice.name",
+                             "is for mode MODE_NAMED only");
+  }
+  RETURN_IF_ERROR(SetToolChoice(choice, in.tool_choice().name(),
+                                "chat.tool_choice.mode",
+                                "chat.tool_choice.name", chat));
+  std::optional<std::string> effort;
+  if (in.has_reasoning_effort()) effort = in.reasoning_effort();
+  const bool thinking =
+      in.has_thinking() ? in.thinking() : in.has_reasoning_effort();
+  return SetReasoning(format, thinking, effort, "chat.reasoning_effort", chat);
 }
 
 class GenerateReactor;
@@ -134,7 +335,7 @@ class GenerateReactor final
       ToProto(top, *m.add_top_logprobs());
     }
     pending_top_.clear();
-    if (text_ != nullptr) m.mutable_text()->append(text_->Add(tokens));
+    if (text_ != nullptr) RouteLocked(text_->Add(tokens), /*final=*/false, m);
     WriteNextLocked();
     return text_ == nullptr || !text_->stopped();
   }
@@ -148,8 +349,12 @@ class GenerateReactor final
       final_ = ToGrpcStatus(status);
     } else {
       sv1::GenerateResponse& m = NextMessageLocked();
-      if (text_ != nullptr) m.mutable_text()->append(text_->Finish());
+      if (text_ != nullptr) RouteLocked(text_->Finish(), /*final=*/true, m);
       m.set_finish_reason(ToProto(end));
+      if (parser_ != nullptr && parser_->saw_tool_calls() &&
+          end != GenerateEnd::kAbort) {
+        m.set_finish_reason(sv1::FINISH_REASON_TOOL_CALLS);
+      }
       m.set_prompt_tokens(static_cast<int32_t>(prompt_tokens));
       m.set_completion_tokens(static_cast<int32_t>(completion_tokens));
     }
@@ -180,31 +385,81 @@ class GenerateReactor final
   }
 
  private:
-  // A text prompt becomes token ids, and the stream's text is decoded.
+  // New decoded text into the message: as it is for a text prompt, split
+  // by the output parser for a chat (which first reads the forced call's
+  // opening that the prompt holds). `final`: the end of the answer.
+  void RouteLocked(const std::string& text, bool final,
+                   sv1::GenerateResponse& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (parser_ == nullptr) {
+      m.mutable_text()->append(text);
+      return;
+    }
+    if (!forced_prefix_.empty()) {
+      AddDeltas(parser_->Feed(forced_prefix_), m);
+      forced_prefix_.clear();
+    }
+    if (!text.empty()) AddDeltas(parser_->Feed(text), m);
+    if (final) AddDeltas(parser_->Finish(), m);
+  }
+
+  // A text or chat prompt becomes token ids, and the stream's text is
+  // decoded (and, for a chat, parsed).
   absl::Status TextPrompt(const sv1::GenerateRequest& request,
                           GenerateParams& params) {
-    if (request.prompt().empty()) {
+    const int forms = (request.token_ids_size() > 0 ? 1 : 0) +
+                      (request.prompt().empty() ? 0 : 1) +
+                      (request.has_chat() ? 1 : 0);
+    if (forms > 1) {
+      if (request.has_chat()) {
+        return InvalidFieldError(
+            "chat", "is a prompt: give token_ids, prompt or chat, not two");
+      }
+      return absl::InvalidArgumentError(
+          "give the prompt as token_ids or as text, not both");
+    }
+    if (request.prompt().empty() && !request.has_chat()) {
       if (request.stop_size() > 0) {
         return absl::InvalidArgumentError(
             "stop strings need a text prompt (use stop_token_ids)");
       }
       return absl::OkStatus();
     }
-    if (request.token_ids_size() > 0) {
-      return absl::InvalidArgumentError(
-          "give the prompt as token_ids or as text, not both");
-    }
     if (codec_ == nullptr) {
       return absl::FailedPreconditionError("this server has no tokenizer");
     }
     ASSIGN_OR_RETURN(const text::Tokenizer* tokenizer, codec_->tokenizer());
-    ASSIGN_OR_RETURN(
-        params.prompt,
-        tokenizer->Encode(request.prompt(), text::AddSpecialTokens::kYes));
+    std::unique_ptr<text::ChatOutputParser> parser;
+    std::string forced_prefix;
+    if (request.has_chat()) {
+      ASSIGN_OR_RETURN(const text::DeepSeekV4ChatTemplate* tmpl,
+                       codec_->chat_template());
+      ChatRequest chat;
+      RETURN_IF_ERROR(ChatFromProto(request.chat(), tmpl->format(), chat));
+      absl::StatusOr<std::vector<int64_t>> ids =
+          RenderChatPrompt(*tmpl, *tokenizer, "chat.messages", chat);
+      if (!ids.ok()) {
+        if (!InvalidFieldName(ids.status()).empty() ||
+            ids.status().code() != absl::StatusCode::kInvalidArgument) {
+          return ids.status();
+        }
+        return InvalidFieldError("chat.messages", ids.status().message());
+      }
+      params.prompt = *std::move(ids);
+      parser = std::make_unique<text::ChatOutputParser>(
+          ChatParserOptions(chat, params.sampling.seed()));
+      forced_prefix = chat.forced_prefix;
+    } else {
+      ASSIGN_OR_RETURN(
+          params.prompt,
+          tokenizer->Encode(request.prompt(), text::AddSpecialTokens::kYes));
+    }
     absl::MutexLock lock(&mu_);
     text_ = std::make_unique<TextStream>(
         *tokenizer,
         std::vector<std::string>(request.stop().begin(), request.stop().end()));
+    parser_ = std::move(parser);
+    forced_prefix_ = std::move(forced_prefix);
     return absl::OkStatus();
   }
 
@@ -215,6 +470,7 @@ class GenerateReactor final
     RETURN_IF_ERROR(TextPrompt(request, params));
     RequestFieldNames names;
     if (!request.prompt().empty()) names.prompt = "prompt";
+    if (request.has_chat()) names.prompt = "chat.messages";
     const absl::StatusOr<ModelInfo> model = engine_->model_info();
     return ValidateGenerateRequest(params, request.stop_size(),
                                    model.ok() ? &*model : nullptr, names);
@@ -274,6 +530,10 @@ class GenerateReactor final
   bool named_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status final_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<TextStream> text_ ABSL_GUARDED_BY(mu_);
+  // Chat prompts: the answer's parser, and the forced call's opening it
+  // has not read yet.
+  std::unique_ptr<text::ChatOutputParser> parser_ ABSL_GUARDED_BY(mu_);
+  std::string forced_prefix_ ABSL_GUARDED_BY(mu_);
   std::vector<TopLogprobs> pending_top_ ABSL_GUARDED_BY(mu_);
 };
 

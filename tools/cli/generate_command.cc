@@ -1,12 +1,17 @@
 #include "tools/cli/generate_command.h"
 
+#include <array>
 #include <chrono>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/file_io.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
@@ -14,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "proto/serving/v1/serving.grpc.pb.h"
 #include "tools/cli/args.h"
+#include "tools/cli/chat_json.h"
 #include "tools/cli/sampling_flags.h"
 
 namespace mneme::cli {
@@ -29,10 +35,70 @@ const char* ReasonName(sv1::FinishReason r) {
       return "length";
     case sv1::FINISH_REASON_ABORT:
       return "abort";
+    case sv1::FINISH_REASON_TOOL_CALLS:
+      return "tool_calls";
     default:
       return "unspecified";
   }
 }
+
+// A chat answer as it streams in: reasoning, content and tool calls.
+struct ChatAnswer {
+  std::string reasoning;
+  std::string content;
+  // In call order: id, name, arguments.
+  std::vector<std::array<std::string, 3>> calls;
+  // What was printed last (0 none, 1 reasoning, 2 content).
+  int printing = 0;
+
+  // Adds a message's pieces; without --json prints the reasoning and the
+  // content as they arrive, each after a heading line.
+  void Add(const sv1::GenerateResponse& m, bool print, std::ostream& out) {
+    auto section = [&](int kind, const char* heading) {
+      if (!print || printing == kind) return;
+      if (printing != 0) out << "\n";
+      out << heading << "\n";
+      printing = kind;
+    };
+    if (!m.reasoning_text().empty()) {
+      section(1, "[reasoning]");
+      reasoning += m.reasoning_text();
+      if (print) out << m.reasoning_text() << std::flush;
+    }
+    if (!m.text().empty()) {
+      section(2, "[content]");
+      content += m.text();
+      if (print) out << m.text() << std::flush;
+    }
+    for (const sv1::ToolCallDelta& d : m.tool_calls()) {
+      if (d.index() < 0 || d.index() > static_cast<int>(calls.size())) {
+        continue;  // Not the next call: the server never sends this.
+      }
+      if (d.index() == static_cast<int>(calls.size())) calls.emplace_back();
+      std::array<std::string, 3>& c = calls[static_cast<size_t>(d.index())];
+      if (!d.id().empty()) c[0] = d.id();
+      if (!d.name().empty()) c[1] = d.name();
+      c[2] += d.arguments();
+    }
+  }
+
+  void PrintCalls(std::ostream& out) {
+    if (printing != 0) out << "\n";
+    for (const std::array<std::string, 3>& c : calls) {
+      out << "[tool_call " << c[0] << "] " << c[1] << " " << c[2] << "\n";
+    }
+  }
+
+  nlohmann::ordered_json CallsJson() const {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const std::array<std::string, 3>& c : calls) {
+      list.push_back({{"id", c[0]},
+                      {"type", "function"},
+                      {"function", {{"name", c[1]}, {"arguments", c[2]}}}});
+    }
+    return list;
+  }
+};
 
 }  // namespace
 
@@ -41,18 +107,34 @@ absl::Status RunGenerate(const std::vector<std::string>& argv,
   ASSIGN_OR_RETURN(
       Args args,
       Args::Parse(argv,
-                  WithSamplingFlags({"server", "tokens", "prompt", "stop",
-                                     "max-new-tokens", "stop-tokens",
+                  WithSamplingFlags({"server", "tokens", "prompt", "chat-json",
+                                     "stop", "max-new-tokens", "stop-tokens",
                                      "request-id", "timeout-s"}),
                   {"json", "ignore-eos"}));
   ASSIGN_OR_RETURN(std::string server, args.Required("server"));
-  if (args.Has("tokens") == args.Has("prompt")) {
+  const int forms = (args.Has("tokens") ? 1 : 0) +
+                    (args.Has("prompt") ? 1 : 0) +
+                    (args.Has("chat-json") ? 1 : 0);
+  if (forms != 1) {
     return absl::InvalidArgumentError(
-        "give the prompt as --tokens T0,T1,... or as --prompt TEXT");
+        "give the prompt as --tokens T0,T1,..., as --prompt TEXT or as "
+        "--chat-json FILE");
   }
-  const bool text = args.Has("prompt");
+  const bool chat = args.Has("chat-json");
+  const bool text = args.Has("prompt") || chat;
   std::vector<int64_t> tokens;
-  if (!text) {
+  sv1::Chat chat_proto;
+  if (chat) {
+    const std::string path = args.Get("chat-json", "");
+    ASSIGN_OR_RETURN(const std::string body,
+                     ReadSmallFile(path, kMaxChatJsonBytes));
+    absl::StatusOr<sv1::Chat> parsed = ChatFromOpenAiJson(body);
+    if (!parsed.ok()) {
+      return absl::Status(parsed.status().code(),
+                          absl::StrCat(path, ": ", parsed.status().message()));
+    }
+    chat_proto = *std::move(parsed);
+  } else if (!text) {
     ASSIGN_OR_RETURN(std::vector<int64_t> ids, args.GetIntList("tokens"));
     tokens = std::move(ids);
   }
@@ -67,10 +149,12 @@ absl::Status RunGenerate(const std::vector<std::string>& argv,
   sv1::GenerateRequest request;
   request.set_request_id(args.Get("request-id", ""));
   request.mutable_token_ids()->Add(tokens.begin(), tokens.end());
-  if (text) {
+  if (chat) {
+    *request.mutable_chat() = std::move(chat_proto);
+  } else if (text) {
     request.set_prompt(args.Get("prompt", ""));
-    if (args.Has("stop")) request.add_stop(args.Get("stop", ""));
   }
+  if (text && args.Has("stop")) request.add_stop(args.Get("stop", ""));
   request.set_max_new_tokens(static_cast<int32_t>(*max_new));
   sv1::SamplingParams* s = request.mutable_sampling();
   s->set_temperature(sampling->temperature);
@@ -97,6 +181,7 @@ absl::Status RunGenerate(const std::vector<std::string>& argv,
   const bool json = args.Has("json");
   std::vector<int64_t> ids;
   std::string generated;
+  ChatAnswer answer;
   std::vector<float> logprobs;
   std::string request_id;
   sv1::GenerateResponse last;
@@ -107,8 +192,12 @@ absl::Status RunGenerate(const std::vector<std::string>& argv,
       ids.push_back(message.token_ids(i));
       if (!json && !text) out << message.token_ids(i) << "\n" << std::flush;
     }
-    generated += message.text();
-    if (!json && text) out << message.text() << std::flush;
+    if (chat) {
+      answer.Add(message, !json, out);
+    } else {
+      generated += message.text();
+      if (!json && text) out << message.text() << std::flush;
+    }
     logprobs.insert(logprobs.end(), message.logprobs().begin(),
                     message.logprobs().end());
     if (message.finish_reason() != sv1::FINISH_REASON_UNSPECIFIED) {
@@ -128,10 +217,20 @@ absl::Status RunGenerate(const std::vector<std::string>& argv,
         {"prompt_tokens", last.prompt_tokens()},
         {"request_id", request_id},
     };
-    if (text) j["text"] = generated;
+    if (chat) {
+      j["text"] = answer.content;
+      j["reasoning_content"] = answer.reasoning;
+      j["tool_calls"] = answer.CallsJson();
+    } else if (text) {
+      j["text"] = generated;
+    }
     out << j.dump() << "\n";
   } else {
-    if (text) out << "\n";
+    if (chat) {
+      answer.PrintCalls(out);
+    } else if (text) {
+      out << "\n";
+    }
     out << "finish_reason: " << ReasonName(last.finish_reason()) << "\n";
   }
   return absl::OkStatus();

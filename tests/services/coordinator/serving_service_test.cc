@@ -19,7 +19,9 @@
 #include "gtest/gtest.h"
 #include "proto/serving/v1/serving.grpc.pb.h"
 #include "services/common/server_runner.h"
+#include "services/coordinator/chat_request.h"
 #include "tests/services/coordinator/test_engine.h"
+#include "text/chat_template.h"
 
 namespace mneme::coordinator {
 namespace {
@@ -52,14 +54,39 @@ struct Outcome {
   std::vector<int64_t> tokens;
   std::vector<float> logprobs;
   std::string text;
+  std::string reasoning;
+  std::vector<sv1::ToolCallDelta> tool_calls;
 };
+
+sv1::ChatMessage Message(sv1::ChatRole role, const std::string& content) {
+  sv1::ChatMessage m;
+  m.set_role(role);
+  m.set_content(content);
+  return m;
+}
+
+sv1::GenerateRequest ChatRequestOf(std::vector<sv1::ChatMessage> messages,
+                                   int max_new) {
+  sv1::GenerateRequest r;
+  for (sv1::ChatMessage& m : messages) {
+    *r.mutable_chat()->add_messages() = std::move(m);
+  }
+  r.set_max_new_tokens(max_new);
+  r.set_ignore_eos(true);
+  return r;
+}
+
+constexpr char kWeatherTool[] =
+    R"({"name":"get_weather","parameters":{"type":"object",)"
+    R"("properties":{"city":{"type":"string"}}}})";
 
 class ServingServiceTest : public ::testing::Test {
  protected:
   void SetUp() override { Serve(/*with_codec=*/true); }
 
-  void Serve(bool with_codec) {
-    absl::StatusOr<std::unique_ptr<TestEngine>> t = TestEngine::Create();
+  void Serve(bool with_codec, int64_t max_context_tokens = 256) {
+    absl::StatusOr<std::unique_ptr<TestEngine>> t =
+        TestEngine::Create({}, max_context_tokens);
     ASSERT_TRUE(t.ok()) << t.status();
     t_ = *std::move(t);
     gate_ = std::make_unique<InflightGate>();
@@ -96,6 +123,10 @@ class ServingServiceTest : public ::testing::Test {
       o.logprobs.insert(o.logprobs.end(), m.logprobs().begin(),
                         m.logprobs().end());
       o.text += m.text();
+      o.reasoning += m.reasoning_text();
+      for (const sv1::ToolCallDelta& c : m.tool_calls()) {
+        o.tool_calls.push_back(c);
+      }
       o.messages.push_back(m);
     }
     o.status = reader->Finish();
@@ -288,6 +319,9 @@ TEST_F(ServingServiceTest, TextPromptWithoutTokenizerIsFailedPrecondition) {
   r.set_prompt("hello");
   EXPECT_EQ(Generate(r).status.error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Generate(ChatRequestOf({Message(sv1::CHAT_ROLE_USER, "hi")}, 2))
+                .status.error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 TEST_F(ServingServiceTest, AbortModelInfoAndLoads) {
@@ -347,6 +381,218 @@ TEST_F(ServingServiceTest, WorkerFailureEndsTheStreamUnavailable) {
   EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE)
       << o.status.error_message();
   EXPECT_THAT(o.tokens, IsEmpty());
+}
+
+text::ChatMessage TextMessage(text::ChatRole role, const std::string& content) {
+  text::ChatMessage m;
+  m.role = role;
+  m.content = content;
+  return m;
+}
+
+// Chat prompts (with a tool's schema) are longer than 256 tokens.
+class ServingChatTest : public ServingServiceTest {
+ protected:
+  void SetUp() override { Serve(/*with_codec=*/true, 4096); }
+
+  // The prompt ids the chat template gives `messages` with `options`,
+  // plus `suffix` (a forced call's opening).
+  std::vector<int64_t> Rendered(const std::vector<text::ChatMessage>& messages,
+                                const text::ChatRenderOptions& options,
+                                const std::string& suffix = "") {
+    absl::StatusOr<const text::DeepSeekV4ChatTemplate*> tmpl =
+        t_->codec->chat_template();
+    absl::StatusOr<const text::Tokenizer*> tokenizer = t_->codec->tokenizer();
+    EXPECT_TRUE(tmpl.ok() && tokenizer.ok());
+    if (!tmpl.ok() || !tokenizer.ok()) return {};
+    absl::StatusOr<std::string> prompt = (*tmpl)->Render(messages, options);
+    EXPECT_TRUE(prompt.ok()) << prompt.status();
+    if (!prompt.ok()) return {};
+    absl::StatusOr<std::vector<int64_t>> ids =
+        (*tokenizer)->Encode(*prompt + suffix, text::AddSpecialTokens::kNo);
+    EXPECT_TRUE(ids.ok()) << ids.status();
+    return ids.ok() ? *ids : std::vector<int64_t>();
+  }
+
+  // The prompt the workers were given first.
+  std::vector<int64_t> WorkerPrompt() {
+    const std::vector<worker::v1::StepRequest> steps = t_->workers->steps();
+    if (steps.empty() || steps[0].chunks_size() == 0) return {};
+    return {steps[0].chunks(0).token_ids().begin(),
+            steps[0].chunks(0).token_ids().end()};
+  }
+
+  std::string Decode(const std::vector<int64_t>& ids) {
+    absl::StatusOr<const text::Tokenizer*> tokenizer = t_->codec->tokenizer();
+    EXPECT_TRUE(tokenizer.ok());
+    return tokenizer.ok()
+               ? (*tokenizer)->Decode(ids, text::SkipSpecialTokens::kNo)
+               : "";
+  }
+};
+
+TEST_F(ServingChatTest, ChatStreamsTheAnswerAsContent) {
+  const Outcome o =
+      Generate(ChatRequestOf({Message(sv1::CHAT_ROLE_SYSTEM, "Be brief."),
+                              Message(sv1::CHAT_ROLE_USER, "hello")},
+                             5));
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  EXPECT_EQ(o.tokens.size(), 5u);
+  EXPECT_EQ(o.messages.back().finish_reason(), sv1::FINISH_REASON_LENGTH);
+  // Thinking is off by default: the whole answer is content.
+  EXPECT_EQ(o.text, Decode(o.tokens));
+  EXPECT_FALSE(o.text.empty());
+  EXPECT_EQ(o.reasoning, "");
+  EXPECT_THAT(o.tool_calls, IsEmpty());
+  // The workers saw the chat template's prompt.
+  const text::ChatMessage system =
+      TextMessage(text::ChatRole::kSystem, "Be brief.");
+  const text::ChatMessage user = TextMessage(text::ChatRole::kUser, "hello");
+  const std::vector<int64_t> expected = Rendered({system, user}, {});
+  EXPECT_FALSE(expected.empty());
+  EXPECT_EQ(WorkerPrompt(), expected);
+  EXPECT_EQ(o.messages.back().prompt_tokens(),
+            static_cast<int32_t>(expected.size()));
+}
+
+TEST_F(ServingChatTest, ThinkingStreamsReasoning) {
+  sv1::GenerateRequest r =
+      ChatRequestOf({Message(sv1::CHAT_ROLE_USER, "hello")}, 4);
+  r.mutable_chat()->set_reasoning_effort("high");  // Turns thinking on.
+  const Outcome o = Generate(r);
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  EXPECT_EQ(o.reasoning, Decode(o.tokens));
+  EXPECT_FALSE(o.reasoning.empty());
+  EXPECT_EQ(o.text, "");
+  text::ChatRenderOptions options;
+  options.thinking = text::ThinkingMode::kThinking;
+  options.reasoning_effort = "high";
+  const text::ChatMessage user = TextMessage(text::ChatRole::kUser, "hello");
+  EXPECT_EQ(WorkerPrompt(), Rendered({user}, options));
+
+  // Thinking turned off explicitly wins over the effort.
+  r.mutable_chat()->set_thinking(false);
+  const Outcome off = Generate(r);
+  ASSERT_TRUE(off.status.ok()) << off.status.error_message();
+  EXPECT_EQ(off.reasoning, "");
+  EXPECT_EQ(off.text, Decode(off.tokens));
+}
+
+TEST_F(ServingChatTest, NamedToolChoiceGivesAToolCall) {
+  sv1::ChatMessage assistant = Message(sv1::CHAT_ROLE_ASSISTANT, "");
+  sv1::ToolCall* call = assistant.add_tool_calls();
+  call->set_id("c1");
+  call->set_name("get_weather");
+  call->set_arguments(R"({"city":"Oslo"})");
+  sv1::ChatMessage result = Message(sv1::CHAT_ROLE_TOOL, "rain");
+  result.set_tool_call_id("c1");
+  sv1::GenerateRequest r =
+      ChatRequestOf({Message(sv1::CHAT_ROLE_USER, "weather?"), assistant,
+                     result, Message(sv1::CHAT_ROLE_USER, "and Bergen?")},
+                    6);
+  r.mutable_chat()->add_tool_functions(kWeatherTool);
+  r.mutable_chat()->mutable_tool_choice()->set_mode(
+      sv1::ToolChoice::MODE_NAMED);
+  r.mutable_chat()->mutable_tool_choice()->set_name("get_weather");
+  r.mutable_chat()->set_thinking(true);  // A forced call skips thinking.
+  const Outcome o = Generate(r);
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  std::string all;
+  for (const sv1::GenerateResponse& m : o.messages) all += m.DebugString();
+  EXPECT_EQ(o.messages.back().finish_reason(), sv1::FINISH_REASON_TOOL_CALLS)
+      << all;
+  ASSERT_FALSE(o.tool_calls.empty()) << all;
+  EXPECT_EQ(o.tool_calls[0].index(), 0);
+  EXPECT_EQ(o.tool_calls[0].name(), "get_weather");
+  EXPECT_THAT(o.tool_calls[0].id(), ::testing::StartsWith("call_"));
+  std::string arguments;
+  for (const sv1::ToolCallDelta& c : o.tool_calls) {
+    EXPECT_EQ(c.index(), 0) << all;
+    arguments += c.arguments();
+  }
+  EXPECT_EQ(arguments, "{}") << all;
+  EXPECT_EQ(o.reasoning, "");
+  // The prompt holds the tool, the history and the call's opening.
+  const std::string prompt = Decode(WorkerPrompt());
+  EXPECT_THAT(prompt, HasSubstr("get_weather"));
+  EXPECT_THAT(prompt, HasSubstr("Oslo"));
+  EXPECT_THAT(prompt, ::testing::EndsWith("invoke name=\"get_weather\">\n"));
+  EXPECT_THAT(prompt, ::testing::Not(::testing::EndsWith("<think>")));
+}
+
+TEST_F(ServingChatTest, ToolChoiceNoneDropsTheTools) {
+  sv1::GenerateRequest r =
+      ChatRequestOf({Message(sv1::CHAT_ROLE_USER, "hello")}, 3);
+  r.mutable_chat()->add_tool_functions(kWeatherTool);
+  r.mutable_chat()->mutable_tool_choice()->set_mode(sv1::ToolChoice::MODE_NONE);
+  const Outcome o = Generate(r);
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  EXPECT_EQ(o.messages.back().finish_reason(), sv1::FINISH_REASON_LENGTH);
+  EXPECT_THAT(Decode(WorkerPrompt()), ::testing::Not(HasSubstr("get_weather")));
+  EXPECT_EQ(o.text, Decode(o.tokens));
+}
+
+TEST_F(ServingChatTest, InvalidChatsAreInvalidArgumentNamingTheField) {
+  struct Case {
+    sv1::GenerateRequest request;
+    std::string field;
+  };
+  const sv1::ChatMessage user = Message(sv1::CHAT_ROLE_USER, "hi");
+  std::vector<Case> cases;
+  cases.push_back({ChatRequestOf({user}, 2), "'chat'"});
+  cases.back().request.add_token_ids(5);
+  cases.push_back({ChatRequestOf({user}, 2), "'chat'"});
+  cases.back().request.set_prompt("hello");
+  cases.push_back({ChatRequestOf({}, 2), "'chat.messages'"});
+  cases.back().request.mutable_chat()->set_thinking(true);
+  cases.push_back(
+      {ChatRequestOf(std::vector<sv1::ChatMessage>(kMaxMessages + 1, user), 2),
+       "'chat.messages'"});
+  cases.push_back({ChatRequestOf({Message(sv1::CHAT_ROLE_UNSPECIFIED, "x")}, 2),
+                   "'chat.messages[0].role'"});
+  cases.push_back({ChatRequestOf({user, Message(sv1::CHAT_ROLE_TOOL, "r")}, 2),
+                   "'chat.messages[1].tool_call_id'"});
+  {
+    sv1::ChatMessage a = Message(sv1::CHAT_ROLE_ASSISTANT, "");
+    a.add_tool_calls()->set_name("f");
+    a.mutable_tool_calls(0)->set_arguments("[1]");
+    cases.push_back({ChatRequestOf({user, a, user}, 2),
+                     "'chat.messages[1].tool_calls[0].arguments'"});
+    a.mutable_tool_calls(0)->set_name("");
+    a.mutable_tool_calls(0)->set_arguments("{}");
+    cases.push_back({ChatRequestOf({user, a, user}, 2),
+                     "'chat.messages[1].tool_calls[0].name'"});
+    sv1::ChatMessage u = user;
+    u.add_tool_calls()->set_name("f");
+    cases.push_back({ChatRequestOf({u}, 2), "'chat.messages[0].tool_calls'"});
+  }
+  cases.push_back({ChatRequestOf({user}, 2), "'chat.tool_functions[0]'"});
+  cases.back().request.mutable_chat()->add_tool_functions("{not json");
+  cases.push_back({ChatRequestOf({user}, 2), "'chat.tool_functions[0].name'"});
+  cases.back().request.mutable_chat()->add_tool_functions(R"({"a":1})");
+  cases.push_back({ChatRequestOf({user}, 2), "'chat.tool_functions[1].name'"});
+  cases.back().request.mutable_chat()->add_tool_functions(kWeatherTool);
+  cases.back().request.mutable_chat()->add_tool_functions(kWeatherTool);
+  cases.push_back({ChatRequestOf({user}, 2), "'chat.tool_choice.name'"});
+  cases.back().request.mutable_chat()->add_tool_functions(kWeatherTool);
+  cases.back().request.mutable_chat()->mutable_tool_choice()->set_mode(
+      sv1::ToolChoice::MODE_NAMED);
+  cases.back().request.mutable_chat()->mutable_tool_choice()->set_name("nope");
+  cases.push_back({ChatRequestOf({user}, 2), "'chat.tool_choice.mode'"});
+  cases.back().request.mutable_chat()->mutable_tool_choice()->set_mode(
+      sv1::ToolChoice::MODE_REQUIRED);
+  cases.push_back({ChatRequestOf({user}, 2), "'chat.reasoning_effort'"});
+  cases.back().request.mutable_chat()->set_reasoning_effort("medium-ish");
+  cases.push_back({ChatRequestOf({user}, 5000), "'chat.messages'"});
+  for (const Case& c : cases) {
+    const Outcome o = Generate(c.request);
+    EXPECT_EQ(o.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << c.field << ": " << o.status.error_message();
+    EXPECT_THAT(o.status.error_message(), HasSubstr(c.field));
+    EXPECT_THAT(o.tokens, IsEmpty());
+  }
+  EXPECT_TRUE(t_->workers->steps().empty());
+  EXPECT_TRUE(Generate(ChatRequestOf({user}, 1)).status.ok());
 }
 
 }  // namespace

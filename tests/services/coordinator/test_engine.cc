@@ -17,7 +17,7 @@ int64_t TestEngine::Token(int64_t position) {
 }
 
 absl::StatusOr<std::unique_ptr<TestEngine>> TestEngine::Create(
-    EngineOptions options) {
+    EngineOptions options, int64_t max_context_tokens) {
   auto t = std::make_unique<TestEngine>();
   const char* tmp = std::getenv("TEST_TMPDIR");
   t->tokenizer_path =
@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<TestEngine>> TestEngine::Create(
       [](uint64_t, int64_t position) { return Token(position); });
   t->metrics = std::make_unique<MetricsRegistry>();
   options.ready_poll_interval = absl::Milliseconds(1);
-  options.scheduler.max_context_tokens = 256;
+  options.scheduler.max_context_tokens = max_context_tokens;
   ASSIGN_OR_RETURN(t->engine,
                    Engine::Create(options, t->workers.get(), t->metrics.get()));
   t->engine->Start();

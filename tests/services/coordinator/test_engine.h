@@ -1,6 +1,7 @@
 #ifndef MNEME_TESTS_SERVICES_COORDINATOR_TEST_ENGINE_H_
 #define MNEME_TESTS_SERVICES_COORDINATOR_TEST_ENGINE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -14,12 +15,13 @@ namespace mneme::coordinator::testing {
 
 // What the fronts' tests serve: an engine over a FakeWorkerGroup whose
 // vocabulary is the synthetic tokenizer's (so its tokens decode), a context
-// of 256 tokens, and a TextCodec over that tokenizer. Started and ready
+// of `max_context_tokens` (default 256), and a TextCodec over that
+// tokenizer. Started and ready
 // once Create() returns.
 struct TestEngine {
   // Fails when the engine does not get ready within 30 s.
   static absl::StatusOr<std::unique_ptr<TestEngine>> Create(
-      EngineOptions options = {});
+      EngineOptions options = {}, int64_t max_context_tokens = 256);
   ~TestEngine();
 
   // The fake's token at `position`: in the synthetic vocabulary, never eos.
