@@ -19,8 +19,10 @@ namespace mneme::coordinator {
 // long). Thread-safe; `engine` and `gate` are borrowed.
 class ServingService final : public serving::v1::Serving::CallbackService {
  public:
-  // `codec` (may be null: text prompts are then FAILED_PRECONDITION)
-  // tokenizes text prompts and decodes the streamed text.
+  // `codec` (may be null: text and chat prompts are then
+  // FAILED_PRECONDITION) tokenizes text prompts, renders chat prompts with
+  // its chat template, and decodes the streamed text (split into
+  // reasoning, content and tool calls for a chat).
   static absl::StatusOr<std::unique_ptr<ServingService>> Create(
       Engine* engine, InflightGate* gate, TextCodec* codec = nullptr);
 
