@@ -33,6 +33,12 @@ bool IsSafeRelativePath(absl::string_view path) {
 absl::StatusOr<CheckpointIndex> ParseCheckpointIndex(
     absl::string_view json_text, absl::string_view file_name) {
   ParsedJson parsed = ParseJson(json_text);
+  if (parsed.too_deep) {
+    return IndexError(
+        file_name, absl::StrCat("nests arrays / objects deeper than the limit "
+                                "of ",
+                                kMaxJsonDepth));
+  }
   if (!parsed.valid()) return IndexError(file_name, "not valid JSON");
   const json& root = parsed.value;
   if (!root.is_object()) return IndexError(file_name, "not a JSON object");

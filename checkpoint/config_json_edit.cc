@@ -17,8 +17,12 @@ absl::StatusOr<std::string> EditConfigJsonText(
     return absl::DataLossError(absl::StrCat("'", file_name, "' is larger than ",
                                             kMaxConfigFileBytes, " bytes"));
   }
-  nlohmann::ordered_json config = nlohmann::ordered_json::parse(
-      json_text.begin(), json_text.end(), nullptr, false);
+  JsonParseOptions options;
+  options.max_bytes = kMaxConfigFileBytes;
+  options.reject_duplicate_keys = false;
+  ASSIGN_OR_RETURN(nlohmann::ordered_json config,
+                   ParseOrderedJsonDocument(
+                       json_text, absl::StrCat("'", file_name, "'"), options));
   if (!config.is_object()) {
     return absl::DataLossError(
         absl::StrCat("'", file_name, "' is not a JSON object"));

@@ -83,7 +83,7 @@ absl::StatusOr<TensorInfo> ParseTensorEntry(const std::string& name,
                          absl::StrCat("dimension ", info.shape.size(),
                                       " of \"shape\" is not an integer in "
                                       "[0, 2^63): ",
-                                      dim.dump().substr(0, 64)));
+                                      JsonSnippet(dim, 64)));
     }
     info.shape.push_back(static_cast<int64_t>(*d));
     if (__builtin_mul_overflow(elements, *d, &elements)) overflow = true;
@@ -220,6 +220,12 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeaderJson(
   const uint64_t data_size = file_size - header.data_offset;
 
   ParsedJson parsed = ParseJson(header_json);
+  if (parsed.too_deep) {
+    return FileError(file_name,
+                     absl::StrCat("header nests arrays / objects deeper than "
+                                  "the limit of ",
+                                  kMaxJsonDepth));
+  }
   if (!parsed.valid()) {
     return FileError(file_name, "header is not valid JSON");
   }

@@ -18,7 +18,8 @@ class DuplicateKeyTracker {
   explicit DuplicateKeyTracker(std::optional<std::string>* duplicate)
       : duplicate_(duplicate) {}
 
-  bool OnEvent(json::parse_event_t event, const json& parsed) {
+  template <typename Json>
+  bool OnEvent(json::parse_event_t event, const Json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start:
         keys_.emplace_back();
@@ -28,7 +29,8 @@ class DuplicateKeyTracker {
         break;
       case json::parse_event_t::key:
         if (!keys_.empty() && parsed.is_string()) {
-          const std::string& key = parsed.get_ref<const std::string&>();
+          const std::string& key =
+              parsed.template get_ref<const std::string&>();
           if (!keys_.back().insert(key).second && !*duplicate_) {
             *duplicate_ = key;
           }
@@ -45,24 +47,173 @@ class DuplicateKeyTracker {
   std::optional<std::string>* duplicate_;
 };
 
-}  // namespace
+// The nesting depth of `text` (see JsonNestingDepth), counted up to
+// `stop_above` + 1 at most: the scan ends at the first bracket past it.
+int NestingDepthUpTo(absl::string_view text, int stop_above) {
+  int depth = 0;
+  int deepest = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > deepest) {
+        deepest = depth;
+        if (deepest > stop_above) break;
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
 
-ParsedJson ParseJson(absl::string_view text) {
-  ParsedJson result;
+// Parses `text` (already checked for depth) into a Json, discarded when
+// invalid; records the first repeated key.
+template <typename Json>
+Json ParseChecked(absl::string_view text,
+                  std::optional<std::string>* duplicate_key) {
   // nlohmann stops at a NUL byte as if the input ended there, which would
   // accept "{}\0<anything>". JSON never contains a raw NUL.
   if (text.find('\0') != absl::string_view::npos) {
-    result.value = json(json::value_t::discarded);
-    return result;
+    return Json(json::value_t::discarded);
   }
-  DuplicateKeyTracker tracker(&result.duplicate_key);
-  result.value = json::parse(
+  DuplicateKeyTracker tracker(duplicate_key);
+  return Json::parse(
       text.begin(), text.end(),
-      [&tracker](int /*depth*/, json::parse_event_t event, json& parsed) {
+      [&tracker](int /*depth*/, json::parse_event_t event, Json& parsed) {
         return tracker.OnEvent(event, parsed);
       },
       /*allow_exceptions=*/false);
+}
+
+// At most kMaxQuotedKeyBytes of `key`, "..." marking a cut.
+constexpr size_t kMaxQuotedKeyBytes = 80;
+
+std::string QuotedKey(absl::string_view key) {
+  if (key.size() <= kMaxQuotedKeyBytes) return std::string(key);
+  return absl::StrCat(key.substr(0, kMaxQuotedKeyBytes), "...");
+}
+
+template <typename Json>
+absl::StatusOr<Json> ParseDocument(absl::string_view text,
+                                   absl::string_view origin,
+                                   const JsonParseOptions& options) {
+  if (text.size() > options.max_bytes) {
+    return absl::Status(
+        options.error_code,
+        absl::StrCat(origin, " is ", text.size(),
+                     " bytes, more than the limit of ", options.max_bytes));
+  }
+  if (NestingDepthUpTo(text, options.max_depth) > options.max_depth) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        origin, " nests arrays / objects deeper than the limit of ",
+        options.max_depth));
+  }
+  std::optional<std::string> duplicate_key;
+  Json value = ParseChecked<Json>(text, &duplicate_key);
+  if (value.is_discarded()) {
+    return absl::Status(options.error_code,
+                        absl::StrCat(origin, " is not valid JSON"));
+  }
+  if (options.reject_duplicate_keys && duplicate_key) {
+    return absl::Status(options.error_code,
+                        absl::StrCat(origin, " repeats the key '",
+                                     QuotedKey(*duplicate_key), "'"));
+  }
+  return value;
+}
+
+// Containers more than kSnippetDepth levels below the quoted value are
+// elided.
+constexpr int kSnippetDepth = 4;
+
+// Appends a rendering of `value` to `out` until out->size() passes `budget`.
+template <typename Json>
+void AppendSnippet(const Json& value, int depth, size_t budget,
+                   std::string* out) {
+  if (out->size() > budget) return;
+  if (value.is_string()) {
+    const std::string& s = value.template get_ref<const std::string&>();
+    // Cut before quoting so that a huge string is never copied whole.
+    const size_t room = budget - out->size() + 1;
+    out->append(JsonDump(Json(s.size() > room ? s.substr(0, room) : s)));
+    return;
+  }
+  if (!value.is_array() && !value.is_object()) {
+    out->append(JsonDump(value));
+    return;
+  }
+  const bool is_array = value.is_array();
+  if (depth >= kSnippetDepth && !value.empty()) {
+    out->append(is_array ? "[...]" : "{...}");
+    return;
+  }
+  out->push_back(is_array ? '[' : '{');
+  bool first = true;
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    if (out->size() > budget) return;
+    if (!first) out->push_back(',');
+    first = false;
+    if (!is_array) {
+      AppendSnippet(Json(it.key()), depth + 1, budget, out);
+      out->push_back(':');
+    }
+    AppendSnippet(it.value(), depth + 1, budget, out);
+  }
+  out->push_back(is_array ? ']' : '}');
+}
+
+template <typename Json>
+std::string Snippet(const Json& value, size_t max_chars) {
+  std::string out;
+  AppendSnippet(value, 0, max_chars, &out);
+  if (out.size() > max_chars) {
+    // Cut at a UTF-8 boundary.
+    size_t cut = max_chars;
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) {
+      --cut;
+    }
+    out.resize(cut);
+    out.append("...");
+  }
+  return out;
+}
+
+}  // namespace
+
+int JsonNestingDepth(absl::string_view text) {
+  return NestingDepthUpTo(text, std::numeric_limits<int>::max());
+}
+
+ParsedJson ParseJson(absl::string_view text, int max_depth) {
+  ParsedJson result;
+  if (NestingDepthUpTo(text, max_depth) > max_depth) {
+    result.too_deep = true;
+    result.value = json(json::value_t::discarded);
+    return result;
+  }
+  result.value = ParseChecked<json>(text, &result.duplicate_key);
   return result;
+}
+
+std::string JsonSnippet(const nlohmann::json& value, size_t max_chars) {
+  return Snippet(value, max_chars);
+}
+
+std::string JsonSnippet(const nlohmann::ordered_json& value, size_t max_chars) {
+  return Snippet(value, max_chars);
 }
 
 std::optional<uint64_t> JsonToUint64(const json& value) {
@@ -129,23 +280,13 @@ bool IsValidUtf8(absl::string_view text) {
 absl::StatusOr<nlohmann::json> ParseJsonDocument(
     absl::string_view text, absl::string_view origin,
     const JsonParseOptions& options) {
-  if (text.size() > options.max_bytes) {
-    return absl::Status(
-        options.error_code,
-        absl::StrCat(origin, " is ", text.size(),
-                     " bytes, more than the limit of ", options.max_bytes));
-  }
-  ParsedJson parsed = ParseJson(text);
-  if (!parsed.valid()) {
-    return absl::Status(options.error_code,
-                        absl::StrCat(origin, " is not valid JSON"));
-  }
-  if (options.reject_duplicate_keys && parsed.duplicate_key) {
-    return absl::Status(
-        options.error_code,
-        absl::StrCat(origin, " repeats the key '", *parsed.duplicate_key, "'"));
-  }
-  return std::move(parsed.value);
+  return ParseDocument<nlohmann::json>(text, origin, options);
+}
+
+absl::StatusOr<nlohmann::ordered_json> ParseOrderedJsonDocument(
+    absl::string_view text, absl::string_view origin,
+    const JsonParseOptions& options) {
+  return ParseDocument<nlohmann::ordered_json>(text, origin, options);
 }
 
 std::optional<int64_t> JsonToIntInRange(const json& value, int64_t min,

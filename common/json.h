@@ -7,14 +7,20 @@
 // dump() on invalid UTF-8; nothing here lets it.
 //
 // Three layers, from strictest to most lenient:
-//   - ParseJson / ParseJsonDocument: strict parsing with a size limit and
+//   - ParseJson / ParseJsonDocument / ParseOrderedJsonDocument: strict
+//     parsing with a size limit, a nesting depth limit (kMaxJsonDepth) and
 //     duplicate-key detection.
 //   - JsonFieldReader: typed access to required and optional fields whose
 //     errors name the document and the field's path ("model.vocab",
 //     "layers[2].count") and carry one status code chosen by the caller.
 //   - JsonToInt64 / JsonToUint64 / JsonToIntInRange / JsonFieldOr: value
 //     conversions that return nullopt or a fallback instead of an error.
-// Plus IsValidUtf8 and JsonDump (text that never throws).
+// Plus IsValidUtf8, JsonDump (text that never throws) and JsonSnippet (a
+// bounded excerpt of an untrusted value for an error message).
+//
+// Every parse goes through the depth limit: nlohmann parses iteratively, but
+// copying, comparing, dumping or walking a value recurses once per level, so
+// a file of 100k '[' would overflow the stack later.
 
 #include <cstddef>
 #include <cstdint>
@@ -35,6 +41,16 @@ namespace mneme {
 // ---------------------------------------------------------------------------
 // Parsing.
 
+// Deepest nesting of arrays / objects any parse here accepts by default.
+// Real Mneme inputs (config.json, tokenizer.json, manifests, chat messages
+// with tool schemas) stay far below it.
+inline constexpr int kMaxJsonDepth = 128;
+
+// The deepest nesting of arrays and objects in `text`, counting brackets
+// outside strings (`text` may be invalid JSON; the parser judges that).
+// Linear, no recursion.
+int JsonNestingDepth(absl::string_view text);
+
 // Result of ParseJson().
 struct ParsedJson {
   // The document; is_discarded() if the text is not valid JSON.
@@ -42,22 +58,28 @@ struct ParsedJson {
   // The first key that repeats within one object, if any (nlohmann would
   // silently keep only its last value).
   std::optional<std::string> duplicate_key;
+  // Whether the text was refused, unparsed, for nesting deeper than the
+  // limit (value is then discarded).
+  bool too_deep = false;
 
   bool valid() const { return !value.is_discarded(); }
 };
 
 // Parses `text` strictly (no comments, no NUL bytes, no trailing garbage
-// besides whitespace) without throwing. No size limit: callers that read
-// untrusted files bound the size when reading (ReadSmallFile) or use
-// ParseJsonDocument.
-ParsedJson ParseJson(absl::string_view text);
+// besides whitespace) without throwing. Text nesting deeper than `max_depth`
+// is not parsed (too_deep). No size limit: callers that read untrusted files
+// bound the size when reading (ReadSmallFile) or use ParseJsonDocument.
+ParsedJson ParseJson(absl::string_view text, int max_depth = kMaxJsonDepth);
 
 struct JsonParseOptions {
   // Largest accepted text, bytes. Default: 64 MiB.
   uint64_t max_bytes = uint64_t{64} << 20;
   // Whether a key repeated within one object is an error. Default: true.
   bool reject_duplicate_keys = true;
-  // Code of every error. Default: DataLoss (a corrupt file).
+  // Deepest accepted nesting of arrays / objects. Default: kMaxJsonDepth.
+  int max_depth = kMaxJsonDepth;
+  // Code of every error but the depth limit. Default: DataLoss (a corrupt
+  // file).
   absl::StatusCode error_code = absl::StatusCode::kDataLoss;
 };
 
@@ -65,8 +87,17 @@ struct JsonParseOptions {
 // larger than options.max_bytes, is not valid JSON, or repeats a key. The
 // message starts with `origin`, which names the document (e.g.
 // "config 'ckpt/config.json'"): "<origin> is not valid JSON",
-// "<origin> repeats the key 'k'".
+// "<origin> repeats the key 'k'". Text nesting deeper than
+// options.max_depth is InvalidArgument (whatever options.error_code says: a
+// limit of Mneme, not a corrupt file), checked before parsing: "<origin>
+// nests arrays / objects deeper than the limit of 128".
 absl::StatusOr<nlohmann::json> ParseJsonDocument(
+    absl::string_view text, absl::string_view origin,
+    const JsonParseOptions& options = {});
+
+// ParseJsonDocument() keeping the order of object keys (documents that are
+// edited and written back, or rendered in their original order).
+absl::StatusOr<nlohmann::ordered_json> ParseOrderedJsonDocument(
     absl::string_view text, absl::string_view origin,
     const JsonParseOptions& options = {});
 
@@ -98,6 +129,15 @@ template <typename Json>
 std::string JsonDump(const Json& json, int indent = -1) {
   return json.dump(indent, ' ', false, Json::error_handler_t::replace);
 }
+
+// `value` as compact JSON cut for an error message: at most about
+// `max_chars` characters (a longer rendering ends in "..."), arrays and
+// objects nested more than 4 levels below `value` shown as [...] / {...}.
+// Never throws; time and stack are bounded whatever `value` holds. Use it,
+// never dump(), to quote an untrusted value in a message.
+std::string JsonSnippet(const nlohmann::json& value, size_t max_chars = 80);
+std::string JsonSnippet(const nlohmann::ordered_json& value,
+                        size_t max_chars = 80);
 
 // object[key] as T when `object` is an object holding `key` with a value of
 // T's kind (an integer that fits T for integral T, any number for floating

@@ -123,7 +123,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(
     if (!id.has_value()) {
       return absl::InvalidArgumentError(
           absl::StrCat("model.vocab token \"", token, "\" has id ",
-                       id_json.dump(), ", not an integer in [0, 2^32)"));
+                       JsonSnippet(id_json), ", not an integer in [0, 2^32)"));
     }
     bpe->vocab_.emplace(token, *id);
     if (const auto [it, inserted] = bpe->vocab_r_.emplace(*id, token);
@@ -173,7 +173,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(
             absl::StrCat("model.merges[", i,
                          "] is neither \"a b\" nor "
                          "[\"a\", \"b\"]: ",
-                         merge.dump()));
+                         JsonSnippet(merge)));
       }
       const auto a = bpe->vocab_.find(left);
       const auto b = bpe->vocab_.find(right);

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "common/json.h"
 #include "nlohmann/json.hpp"
 #include "text/python_json.h"
 
@@ -47,34 +48,9 @@ std::string JsonString(absl::string_view s) {
   return out;
 }
 
-// Whether JSON-ish text nests brackets at most `max_depth` deep.
-bool DepthWithin(absl::string_view s, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  bool escape = false;
-  for (const char c : s) {
-    if (in_string) {
-      if (escape) {
-        escape = false;
-      } else if (c == '\\') {
-        escape = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
-
 // `s` as compact JSON (key order kept), or nullopt when it is not JSON.
 std::optional<std::string> CanonicalJson(absl::string_view s, int max_depth) {
-  if (!DepthWithin(s, max_depth)) return std::nullopt;
+  if (JsonNestingDepth(s) > max_depth) return std::nullopt;
   const nlohmann::ordered_json parsed =
       nlohmann::ordered_json::parse(s.begin(), s.end(), nullptr,
                                     /*allow_exceptions=*/false);

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/json.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "text/python_json.h"
@@ -319,11 +320,14 @@ int64_t LastUserIndex(absl::Span<const Turn> turns, ChatFormat format) {
 }  // namespace
 
 absl::StatusOr<ChatFormat> DetectChatFormat(std::string_view config_json) {
-  const nlohmann::json config =
-      nlohmann::json::parse(config_json.begin(), config_json.end(),
-                            /*cb=*/nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object() ||
-      config_json.find('\0') != std::string_view::npos) {
+  JsonParseOptions options;
+  options.reject_duplicate_keys = false;
+  options.error_code = absl::StatusCode::kInvalidArgument;
+  ASSIGN_OR_RETURN(const nlohmann::json config,
+                   ParseJsonDocument(absl::string_view(config_json.data(),
+                                                       config_json.size()),
+                                     "config.json", options));
+  if (!config.is_object()) {
     return absl::InvalidArgumentError("config.json is not a JSON object");
   }
   const auto is_v41 = [](const nlohmann::json& object) {

@@ -48,17 +48,18 @@ absl::StatusOr<std::unique_ptr<Normalizer>> Normalizer::FromJson(
     const nlohmann::json& spec) {
   auto normalizer = std::unique_ptr<Normalizer>(new Normalizer());
   if (spec.is_null()) return normalizer;
-  RETURN_IF_ERROR(normalizer->AddSteps(spec));
+  RETURN_IF_ERROR(normalizer->AddSteps(spec, /*depth=*/0));
   return normalizer;
 }
 
-absl::Status Normalizer::AddSteps(const nlohmann::json& spec) {
+absl::Status Normalizer::AddSteps(const nlohmann::json& spec, int depth) {
   ASSIGN_OR_RETURN(std::string type, TypeOf(spec, "normalizer"));
-  ASSIGN_OR_RETURN(bool sequence,
-                   ExpandSequence(spec, type, "normalizers", "normalizer",
-                                  [this](const nlohmann::json& member) {
-                                    return AddSteps(member);
-                                  }));
+  ASSIGN_OR_RETURN(
+      bool sequence,
+      ExpandSequence(spec, type, "normalizers", "normalizer", depth,
+                     [this](const nlohmann::json& member, int member_depth) {
+                       return AddSteps(member, member_depth);
+                     }));
   if (sequence) return absl::OkStatus();
   Step step;
   UErrorCode icu_status = U_ZERO_ERROR;

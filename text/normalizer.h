@@ -40,7 +40,9 @@ class Normalizer {
   struct Step;
 
   Normalizer();
-  absl::Status AddSteps(const nlohmann::json& spec);
+  // Appends the steps of `spec`, a component at Sequence nesting `depth`
+  // (see ExpandSequence).
+  absl::Status AddSteps(const nlohmann::json& spec, int depth);
 
   std::vector<Step> steps_;
 };

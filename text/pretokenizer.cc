@@ -201,17 +201,18 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromJson(
     const nlohmann::json& spec) {
   auto pre_tokenizer = std::unique_ptr<PreTokenizer>(new PreTokenizer());
   if (spec.is_null()) return pre_tokenizer;
-  RETURN_IF_ERROR(pre_tokenizer->AddSteps(spec));
+  RETURN_IF_ERROR(pre_tokenizer->AddSteps(spec, /*depth=*/0));
   return pre_tokenizer;
 }
 
-absl::Status PreTokenizer::AddSteps(const nlohmann::json& spec) {
+absl::Status PreTokenizer::AddSteps(const nlohmann::json& spec, int depth) {
   ASSIGN_OR_RETURN(std::string type, TypeOf(spec, "pre_tokenizer"));
-  ASSIGN_OR_RETURN(bool sequence,
-                   ExpandSequence(spec, type, "pretokenizers", "pre_tokenizer",
-                                  [this](const nlohmann::json& member) {
-                                    return AddSteps(member);
-                                  }));
+  ASSIGN_OR_RETURN(
+      bool sequence,
+      ExpandSequence(spec, type, "pretokenizers", "pre_tokenizer", depth,
+                     [this](const nlohmann::json& member, int member_depth) {
+                       return AddSteps(member, member_depth);
+                     }));
   if (sequence) return absl::OkStatus();
   Step step;
   if (type == "Split") {

@@ -46,7 +46,9 @@ class PreTokenizer {
   struct Step;
 
   PreTokenizer();
-  absl::Status AddSteps(const nlohmann::json& spec);
+  // Appends the steps of `spec`, a component at Sequence nesting `depth`
+  // (see ExpandSequence).
+  absl::Status AddSteps(const nlohmann::json& spec, int depth);
 
   std::vector<Step> steps_;
 };

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "common/json.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "text/utf8.h"
@@ -102,36 +103,6 @@ void AppendJsonStringContents(absl::string_view s, std::string* out) {
 namespace {
 
 using ordered_json = nlohmann::ordered_json;
-
-// The deepest nesting of `text`, counting brackets outside strings (the text
-// may be invalid; the parser judges that).
-int NestingDepth(absl::string_view text) {
-  int depth = 0;
-  int deepest = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      ++depth;
-      if (depth > deepest) deepest = depth;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
 
 // Python's json encoder with ensure_ascii=False (py_encode_basestring).
 void AppendString(absl::string_view s, std::string* out) {
@@ -271,7 +242,7 @@ absl::StatusOr<nlohmann::ordered_json> ParseJsonKeepingKeyOrder(
   if (text.find('\0') != absl::string_view::npos) {
     return absl::InvalidArgumentError("not valid JSON (a NUL byte)");
   }
-  if (NestingDepth(text) > kMaxPythonJsonDepth) {
+  if (JsonNestingDepth(text) > kMaxPythonJsonDepth) {
     return absl::InvalidArgumentError(absl::StrCat(
         "JSON nests deeper than ", kMaxPythonJsonDepth, " arrays / objects"));
   }

@@ -45,9 +45,17 @@ absl::Status InFile(const absl::Status& status, absl::string_view source) {
                       absl::StrCat(source, ": ", status.message()));
 }
 
-nlohmann::json Field(const nlohmann::json& root, const char* name) {
+// The JSON of a tokenizer file nesting deeper than any parse here allows.
+absl::Status TooDeep() {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "nests arrays / objects deeper than the limit of ", kMaxJsonDepth));
+}
+
+// root[name], or null; never copies.
+const nlohmann::json& Field(const nlohmann::json& root, const char* name) {
+  static const nlohmann::json* const kNull = new nlohmann::json(nullptr);
   const auto it = root.find(name);
-  return it == root.end() ? nlohmann::json(nullptr) : *it;
+  return it == root.end() ? *kNull : *it;
 }
 
 // A tokenizer_config.json token entry: a string, {"content": string}, or
@@ -76,7 +84,7 @@ absl::StatusOr<std::vector<Tokenizer::TemplatePiece>>
 Tokenizer::ParsePostProcessor(const nlohmann::json& post) {
   std::vector<TemplatePiece> pieces;
   if (post.is_null()) return pieces;
-  std::vector<nlohmann::json> processors;
+  std::vector<const nlohmann::json*> processors;
   ASSIGN_OR_RETURN(std::string type, TypeOf(post, "post_processor"));
   if (type == "Sequence") {
     const auto list = post.find("processors");
@@ -84,12 +92,13 @@ Tokenizer::ParsePostProcessor(const nlohmann::json& post) {
       return absl::InvalidArgumentError(
           "post_processor Sequence needs a \"processors\" array");
     }
-    processors.assign(list->begin(), list->end());
+    for (const nlohmann::json& member : *list) processors.push_back(&member);
   } else {
-    processors.push_back(post);
+    processors.push_back(&post);
   }
   bool have_template = false;
-  for (const nlohmann::json& processor : processors) {
+  for (const nlohmann::json* processor_ptr : processors) {
+    const nlohmann::json& processor = *processor_ptr;
     ASSIGN_OR_RETURN(std::string member, TypeOf(processor, "post_processor"));
     if (member == "ByteLevel") continue;  // Only adjusts offsets.
     if (member != "TemplateProcessing") {
@@ -112,7 +121,7 @@ Tokenizer::ParsePostProcessor(const nlohmann::json& post) {
       if (!item.is_object()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "post_processor TemplateProcessing: bad template item ",
-            item.dump()));
+            JsonSnippet(item)));
       }
       TemplatePiece piece;
       if (const auto sequence = item.find("Sequence"); sequence != item.end()) {
@@ -121,7 +130,7 @@ Tokenizer::ParsePostProcessor(const nlohmann::json& post) {
           return absl::InvalidArgumentError(absl::StrCat(
               "post_processor TemplateProcessing: the single template names "
               "a sequence other than \"A\": ",
-              item.dump()));
+              JsonSnippet(item)));
         }
         piece.is_sequence = true;
         pieces.push_back(std::move(piece));
@@ -144,12 +153,13 @@ Tokenizer::ParsePostProcessor(const nlohmann::json& post) {
         return absl::InvalidArgumentError(absl::StrCat(
             "post_processor TemplateProcessing: special token without an "
             "\"ids\" entry in special_tokens: ",
-            item.dump()));
+            JsonSnippet(item)));
       }
       for (const nlohmann::json& value : *ids) {
         if (!value.is_number_integer() || value.get<int64_t>() < 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "post_processor TemplateProcessing: bad id ", value.dump()));
+          return absl::InvalidArgumentError(
+              absl::StrCat("post_processor TemplateProcessing: bad id ",
+                           JsonSnippet(value)));
         }
         piece.ids.push_back(value.get<int64_t>());
       }
@@ -163,21 +173,21 @@ absl::StatusOr<Tokenizer::DecoderKind> Tokenizer::ParseDecoder(
     const nlohmann::json& decoder) {
   if (decoder.is_null()) return DecoderKind::kJoinWithSpaces;
   ASSIGN_OR_RETURN(std::string type, TypeOf(decoder, "decoder"));
-  std::vector<nlohmann::json> members;
+  std::vector<const nlohmann::json*> members;
   if (type == "Sequence") {
     const auto list = decoder.find("decoders");
     if (list == decoder.end() || !list->is_array()) {
       return absl::InvalidArgumentError(
           "decoder Sequence needs a \"decoders\" array");
     }
-    members.assign(list->begin(), list->end());
+    for (const nlohmann::json& member : *list) members.push_back(&member);
   } else {
-    members.push_back(decoder);
+    members.push_back(&decoder);
   }
   // A Sequence concatenates what its members leave of the token strings.
   DecoderKind kind = DecoderKind::kConcatenate;
-  for (const nlohmann::json& member : members) {
-    ASSIGN_OR_RETURN(std::string member_type, TypeOf(member, "decoder"));
+  for (const nlohmann::json* member : members) {
+    ASSIGN_OR_RETURN(std::string member_type, TypeOf(*member, "decoder"));
     if (member_type != "ByteLevel" || kind == DecoderKind::kByteLevel) {
       return absl::InvalidArgumentError(
           absl::StrCat("unsupported decoder \"", member_type,
@@ -192,7 +202,9 @@ absl::StatusOr<Tokenizer::DecoderKind> Tokenizer::ParseDecoder(
 absl::Status Tokenizer::ResolveBosEos(absl::string_view config_json,
                                       absl::string_view source_name) {
   if (!config_json.empty()) {
-    const nlohmann::json config = ParseJson(config_json).value;
+    const ParsedJson parsed = ParseJson(config_json);
+    if (parsed.too_deep) return TooDeep();
+    const nlohmann::json& config = parsed.value;
     if (config.is_discarded() || !config.is_object()) {
       return absl::InvalidArgumentError("not a JSON object (malformed JSON)");
     }
@@ -266,7 +278,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Build(
     absl::string_view tokenizer_json, absl::string_view config_json,
     const BpeOptions& bpe_options, absl::string_view source_name,
     absl::string_view config_name) {
-  const nlohmann::json root = ParseJson(tokenizer_json).value;
+  const ParsedJson parsed = ParseJson(tokenizer_json);
+  if (parsed.too_deep) return InFile(TooDeep(), source_name);
+  const nlohmann::json& root = parsed.value;
   if (root.is_discarded() || !root.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(source_name, ": not a JSON object (malformed JSON)"));

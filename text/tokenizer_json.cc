@@ -16,7 +16,7 @@ absl::StatusOr<std::string> TypeOf(const nlohmann::json& spec,
                                    absl::string_view what) {
   if (!spec.is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, " is not a JSON object: ", JsonDump(spec)));
+        absl::StrCat(what, " is not a JSON object: ", JsonSnippet(spec)));
   }
   const auto type = spec.find("type");
   if (type == spec.end() || !type->is_string()) {
@@ -43,7 +43,7 @@ absl::StatusOr<bool> BoolField(const nlohmann::json& spec, const char* field,
   if (it == spec.end() || it->is_null()) return default_value;
   if (!it->is_boolean()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " field \"", field, "\" is not a boolean: ", JsonDump(*it)));
+        what, " field \"", field, "\" is not a boolean: ", JsonSnippet(*it)));
   }
   return it->get<bool>();
 }
@@ -65,15 +65,21 @@ absl::StatusOr<Pattern> PatternOf(const nlohmann::json& spec,
 
 absl::StatusOr<bool> ExpandSequence(
     const nlohmann::json& spec, absl::string_view type, const char* list_key,
-    absl::string_view what,
-    const std::function<absl::Status(const nlohmann::json&)>& add) {
+    absl::string_view what, int depth,
+    const std::function<absl::Status(const nlohmann::json&, int)>& add) {
   if (type != "Sequence") return false;
+  if (depth >= kMaxSequenceDepth) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " Sequences nest deeper than the limit of ", kMaxSequenceDepth));
+  }
   const auto list = spec.find(list_key);
   if (list == spec.end() || !list->is_array()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " Sequence needs a \"", list_key, "\" array"));
   }
-  for (const nlohmann::json& member : *list) RETURN_IF_ERROR(add(member));
+  for (const nlohmann::json& member : *list) {
+    RETURN_IF_ERROR(add(member, depth + 1));
+  }
   return true;
 }
 

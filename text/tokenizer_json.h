@@ -34,14 +34,22 @@ absl::StatusOr<bool> BoolField(const nlohmann::json& spec, const char* field,
 absl::StatusOr<Pattern> PatternOf(const nlohmann::json& spec,
                                   absl::string_view what);
 
-// For a component of type "Sequence" (`type`, from TypeOf): calls `add` on
-// each member of its `list_key` array, in order, and returns true; false
-// (nothing called) for any other type. InvalidArgument naming `what` when
-// the array is missing; the first error of `add` otherwise.
+// Most Sequence components nested in one another (a normalizer Sequence
+// inside a normalizer Sequence is 2). Hugging Face files use 1, rarely 2; the
+// bound keeps the recursion of a hostile file shallow.
+inline constexpr int kMaxSequenceDepth = 8;
+
+// For a component of type "Sequence" (`type`, from TypeOf) at nesting
+// `depth` (0 for the top-level component, members of a Sequence at depth d
+// are at d + 1): calls `add(member, depth + 1)` on each member of its
+// `list_key` array, in order, and returns true; false (nothing called) for
+// any other type. InvalidArgument naming `what` when the array is missing or
+// when the Sequence would be the (kMaxSequenceDepth + 1)-th nested one; the
+// first error of `add` otherwise.
 absl::StatusOr<bool> ExpandSequence(
     const nlohmann::json& spec, absl::string_view type, const char* list_key,
-    absl::string_view what,
-    const std::function<absl::Status(const nlohmann::json&)>& add);
+    absl::string_view what, int depth,
+    const std::function<absl::Status(const nlohmann::json&, int)>& add);
 
 }  // namespace mneme::text
 

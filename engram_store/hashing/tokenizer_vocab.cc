@@ -70,7 +70,13 @@ absl::StatusOr<std::unique_ptr<TokenizerVocab>> TokenizerVocab::Create(
 
 absl::StatusOr<std::unique_ptr<TokenizerVocab>> TokenizerVocab::FromJson(
     absl::string_view json_text, absl::string_view source_name) {
-  const nlohmann::json root = ParseJson(json_text).value;
+  const ParsedJson parsed = ParseJson(json_text);
+  if (parsed.too_deep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source_name, ": nests arrays / objects deeper than the limit of ",
+        kMaxJsonDepth));
+  }
+  const nlohmann::json& root = parsed.value;
   if (root.is_discarded() || !root.is_object()) {
     return absl::DataLossError(
         absl::StrCat(source_name, ": not a JSON object (malformed JSON)"));
@@ -103,7 +109,7 @@ absl::StatusOr<std::unique_ptr<TokenizerVocab>> TokenizerVocab::FromJson(
     if (!id.has_value()) {
       return absl::DataLossError(absl::StrCat(
           source_name, ": model.vocab token \"", token, "\" has id ",
-          id_json.dump(), ", not an integer in [0, 2^32)"));
+          JsonSnippet(id_json), ", not an integer in [0, 2^32)"));
     }
     if (!result->tokens_.emplace(*id, token).second) {
       return absl::DataLossError(absl::StrCat(

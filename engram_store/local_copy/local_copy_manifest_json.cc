@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/json.h"
 #include "common/status_macros.h"
 #include "engram_store/local_copy/local_copy_manifest.h"
 #include "nlohmann/json.hpp"
@@ -420,8 +421,13 @@ std::string ManifestToCompactJson(const LocalCopyManifest& manifest) {
 absl::StatusOr<LocalCopyManifest> ParseManifest(absl::string_view json,
                                                 absl::string_view origin) {
   ManifestReader reader(origin);
-  const Json root = Json::parse(json.begin(), json.end(), nullptr,
-                                /*allow_exceptions=*/false);
+  const ParsedJson parsed = ParseJson(json);
+  if (parsed.too_deep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "local copy manifest '", origin,
+        "' nests arrays / objects deeper than the limit of ", kMaxJsonDepth));
+  }
+  const Json& root = parsed.value;
   if (root.is_discarded()) return reader.Error("document", "not valid JSON");
   if (!root.is_object()) return reader.Error("document", "not a JSON object");
   ASSIGN_OR_RETURN(std::string kind, reader.String(root, "kind", "document"));

@@ -58,6 +58,18 @@ TEST(EditConfigJsonTextTest, RejectsWhatIsNotAnObject) {
   }
 }
 
+TEST(EditConfigJsonTextTest, RejectsDeepNestingBeforeWritingItBack) {
+  // Writing such a document back recursed once per level.
+  const std::string bomb =
+      "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  absl::StatusOr<std::string> text =
+      EditConfigJsonText(bomb, "ckpt/config.json", "", SetQuant);
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(text.status().message(),
+              HasSubstr("'ckpt/config.json' nests arrays / objects deeper "
+                        "than the limit of 128"));
+}
+
 TEST(EditConfigJsonTest, ReadsTheCheckpointsConfig) {
   const std::string dir = MakeTempDir();
   absl::StatusOr<std::string> missing = EditConfigJson(dir, "", SetQuant);

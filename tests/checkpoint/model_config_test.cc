@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/checkpoint/checkpoint_test_util.h"
@@ -101,6 +102,20 @@ TEST(ModelConfigTest, BadDocuments) {
   config = ModelConfig::Parse(R"({"text_config": 3})", kFile);
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(config.status().message(), HasSubstr("text_config"));
+}
+
+TEST(ModelConfigTest, DeeplyNestedConfigIsInvalidArgument) {
+  const std::string bomb = std::string(100000, '[') + std::string(100000, ']');
+  for (const std::string& text :
+       {absl::StrCat(R"({"vocab_size": 8, "rope_scaling": )", bomb, "}"),
+        std::string(100000, '{')}) {
+    const absl::Status status = ModelConfig::Parse(text, kFile).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_EQ(status.message(),
+              absl::StrCat("config '", kFile,
+                           "' nests arrays / objects deeper than the limit "
+                           "of 128"));
+  }
 }
 
 TEST(ModelConfigTest, CreateReadsFile) {

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -163,6 +165,94 @@ TEST(JsonTest, FieldReaderNamesOriginAndPath) {
             "tokenizer.json: model.count: not a JSON object");
   EXPECT_EQ(JsonIndexPath("a.b", 3), "a.b[3]");
   EXPECT_EQ(JsonPath("", "a"), "a");
+}
+
+// A document of `depth` nested arrays: "[[[...]]]".
+std::string NestedArrays(size_t depth) {
+  return std::string(depth, '[') + std::string(depth, ']');
+}
+
+TEST(JsonTest, NestingDepthCountsBracketsOutsideStrings) {
+  EXPECT_EQ(JsonNestingDepth("1"), 0);
+  EXPECT_EQ(JsonNestingDepth(R"({"a": [1, {"b": []}]})"), 4);
+  EXPECT_EQ(JsonNestingDepth(R"(["[[[{{", "\"[["])"), 1);
+  EXPECT_EQ(JsonNestingDepth(NestedArrays(1000)), 1000);
+  EXPECT_EQ(JsonNestingDepth(std::string(1000, '[')), 1000);  // Unclosed.
+}
+
+TEST(JsonTest, ParseRefusesDeepNestingWithoutCrashing) {
+  EXPECT_TRUE(ParseJson(NestedArrays(kMaxJsonDepth)).valid());
+  const ParsedJson deep = ParseJson(NestedArrays(kMaxJsonDepth + 1));
+  EXPECT_FALSE(deep.valid());
+  EXPECT_TRUE(deep.too_deep);
+  EXPECT_FALSE(ParseJson(NestedArrays(100000)).valid());
+  EXPECT_TRUE(ParseJson(std::string(100000, '[')).too_deep);
+  EXPECT_FALSE(ParseJson("[[1]]").too_deep);
+
+  for (const std::string& text :
+       {NestedArrays(100000), std::string(100000, '{'),
+        absl::StrCat(R"({"a":)", std::string(100000, '['))}) {
+    const absl::StatusOr<nlohmann::json> document =
+        ParseJsonDocument(text, "config 'c.json'");
+    EXPECT_EQ(document.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(document.status().message(),
+              "config 'c.json' nests arrays / objects deeper than the limit "
+              "of 128");
+    const absl::StatusOr<nlohmann::ordered_json> ordered =
+        ParseOrderedJsonDocument(text, "m.json");
+    EXPECT_EQ(ordered.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  JsonParseOptions shallow;
+  shallow.max_depth = 2;
+  EXPECT_TRUE(ParseJsonDocument("[[]]", "f", shallow).ok());
+  EXPECT_EQ(ParseJsonDocument("[[[]]]", "f", shallow).status().message(),
+            "f nests arrays / objects deeper than the limit of 2");
+}
+
+TEST(JsonTest, OrderedDocumentKeepsKeyOrderAndChecksKeys) {
+  absl::StatusOr<nlohmann::ordered_json> ok =
+      ParseOrderedJsonDocument(R"({"b": 1, "a": 2})", "f");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->begin().key(), "b");
+  EXPECT_EQ(
+      ParseOrderedJsonDocument(R"({"a": 1, "a": 2})", "f").status().code(),
+      absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(ParseOrderedJsonDocument("[", "f").ok());
+}
+
+TEST(JsonTest, DuplicateKeyMessageIsBounded) {
+  const std::string key(100000, 'k');
+  const absl::StatusOr<nlohmann::json> bad = ParseJsonDocument(
+      absl::StrCat("{\"", key, "\": 1, \"", key, "\": 2}"), "f");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_LT(bad.status().message().size(), 200u);
+}
+
+TEST(JsonTest, SnippetIsBounded) {
+  EXPECT_EQ(JsonSnippet(nlohmann::json::parse(R"({"a": [1, "x"]})")),
+            R"({"a":[1,"x"]})");
+  EXPECT_EQ(JsonSnippet(nlohmann::json("abcdef"), 4), "\"abc...");
+  EXPECT_EQ(JsonSnippet(nlohmann::json(std::string(1 << 20, 'x'))).size(), 83u);
+  EXPECT_EQ(JsonSnippet(nlohmann::json::parse("[[[[[[1]]]]]]")),
+            "[[[[[...]]]]]");
+  nlohmann::json big = nlohmann::json::array();
+  for (int i = 0; i < 100000; ++i) big.push_back(i);
+  const std::string snippet = JsonSnippet(big, 20);
+  EXPECT_EQ(snippet.size(), 23u);
+  EXPECT_TRUE(absl::EndsWith(snippet, "...")) << snippet;
+  // A value nested deeper than any parse allows (built in code) is quoted
+  // without recursing through it.
+  nlohmann::json deep = nlohmann::json::array();
+  nlohmann::json* inner = &deep;
+  for (int i = 0; i < 10000; ++i) {
+    inner->push_back(nlohmann::json::array());
+    inner = &(*inner)[0];
+  }
+  EXPECT_EQ(JsonSnippet(deep), "[[[[[...]]]]]");
+  EXPECT_EQ(JsonSnippet(nlohmann::ordered_json::parse(R"({"b":1,"a":2})")),
+            R"({"b":1,"a":2})");
+  EXPECT_EQ(JsonSnippet(nlohmann::json(std::string("\xff"))),
+            "\"\xef\xbf\xbd\"");
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/text/test_tokenizers.h"
+#include "text/tokenizer_json.h"
 
 namespace mneme::text {
 namespace {
@@ -151,6 +152,76 @@ TEST(TokenizerTest, NotJsonAndNoModel) {
   nlohmann::json spec = MinimalTokenizer();
   spec.erase("model");
   EXPECT_THAT(Load(spec).message(), HasSubstr("no \"model\""));
+}
+
+TEST(TokenizerTest, DeeplyNestedFileIsInvalidArgument) {
+  // 100k nested arrays where a normalizer belongs: parsing is iterative, but
+  // copying or walking such a value overflowed the stack.
+  const std::string bomb = std::string(100000, '[') + std::string(100000, ']');
+  const std::string minimal = MinimalTokenizer().dump();
+  for (const std::string& text :
+       {absl::StrCat(R"({"normalizer": )", bomb, ",", minimal.substr(1)),
+        absl::StrCat(R"({"added_tokens": [{"content": )", bomb, "}]}"),
+        std::string(100000, '[')}) {
+    const absl::Status status =
+        Tokenizer::FromJson(text, {}, "deep/tokenizer.json").status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_EQ(status.message(),
+              "deep/tokenizer.json: nests arrays / objects deeper than the "
+              "limit of 128");
+  }
+  TokenizerOptions options;
+  options.tokenizer_config_json = absl::StrCat(R"({"bos_token": )", bomb, "}");
+  const absl::Status config =
+      Tokenizer::FromJson(minimal, options, "t.json").status();
+  EXPECT_EQ(config.code(), absl::StatusCode::kInvalidArgument) << config;
+  EXPECT_THAT(config.message(), HasSubstr("tokenizer_config.json: "));
+  EXPECT_THAT(config.message(), HasSubstr("limit of 128"));
+}
+
+// `component` wrapped in `levels` Sequences of `type` ("normalizers" /
+// "pretokenizers" lists).
+nlohmann::json InSequences(nlohmann::json component, const char* list_key,
+                           int levels) {
+  for (int i = 0; i < levels; ++i) {
+    component = nlohmann::json{{"type", "Sequence"},
+                               {list_key, nlohmann::json::array({component})}};
+  }
+  return component;
+}
+
+TEST(TokenizerTest, SequenceNestingIsBounded) {
+  const nlohmann::json lowercase = {{"type", "Lowercase"}};
+  const nlohmann::json byte_level = MinimalTokenizer()["pre_tokenizer"];
+  for (const int levels : {1, kMaxSequenceDepth}) {
+    nlohmann::json spec = MinimalTokenizer();
+    spec["normalizer"] = InSequences(lowercase, "normalizers", levels);
+    spec["pre_tokenizer"] = InSequences(byte_level, "pretokenizers", levels);
+    EXPECT_TRUE(Load(spec).ok()) << levels << ": " << Load(spec);
+  }
+  nlohmann::json spec = MinimalTokenizer();
+  spec["normalizer"] =
+      InSequences(lowercase, "normalizers", kMaxSequenceDepth + 1);
+  absl::Status status = Load(spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(
+      status.message(),
+      HasSubstr("normalizer Sequences nest deeper than the limit of 8"));
+  spec = MinimalTokenizer();
+  spec["pre_tokenizer"] = InSequences(byte_level, "pretokenizers", 60);
+  status = Load(spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(
+      status.message(),
+      HasSubstr("pre_tokenizer Sequences nest deeper than the limit of 8"));
+}
+
+TEST(TokenizerTest, MessagesQuoteLargeValuesBriefly) {
+  nlohmann::json spec = MinimalTokenizer();
+  spec["model"]["vocab"]["a"] = std::string(1 << 20, 'x');
+  const absl::Status status = Load(spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(status.message().size(), 300u) << status.message().substr(0, 300);
 }
 
 TEST(TokenizerTest, MissingFileIsNotFound) {

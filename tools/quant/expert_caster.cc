@@ -203,7 +203,14 @@ absl::StatusOr<int64_t> ApplyCalibration(const std::string& path,
                                          std::vector<ExpertWeight>& weights) {
   absl::StatusOr<std::string> text = mneme::ReadSmallFile(path, 256u << 20);
   if (!text.ok()) return text.status();
-  const nlohmann::json json = ParseJson(*text).value;
+  JsonParseOptions options;
+  options.max_bytes = 256u << 20;
+  options.reject_duplicate_keys = false;
+  options.error_code = absl::StatusCode::kInvalidArgument;
+  ASSIGN_OR_RETURN(
+      const nlohmann::json json,
+      ParseJsonDocument(*text, absl::StrCat("calibration '", path, "'"),
+                        options));
   if (!json.is_object() || !json.contains("input_scale") ||
       !json["input_scale"].is_object()) {
     return absl::InvalidArgumentError(

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -213,6 +214,14 @@ TEST_F(LocalCopyManifestTest, CorruptManifestsAreDataLossNamingTheField) {
   }
   EXPECT_EQ(ParseManifest("{\"kind\": ", "m").status().code(),
             absl::StatusCode::kDataLoss);
+  const absl::Status deep =
+      ParseManifest(absl::StrCat(R"({"kind": )", std::string(100000, '[')),
+                    "dir/m.json")
+          .status();
+  EXPECT_EQ(deep.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(deep.message(),
+            "local copy manifest 'dir/m.json' nests arrays / objects deeper "
+            "than the limit of 128");
   EXPECT_EQ(ParseManifest("[]", "m").status().code(),
             absl::StatusCode::kDataLoss);
   nlohmann::json json = PlanJson();
