@@ -6,6 +6,7 @@
 #include "services/coordinator/serving_service.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,9 +18,11 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "proto/serving/v1/serving.grpc.pb.h"
 #include "services/common/server_runner.h"
 #include "services/coordinator/chat_request.h"
+#include "services/coordinator/openai_request.h"
 #include "tests/services/coordinator/test_engine.h"
 #include "text/chat_template.h"
 
@@ -518,6 +521,41 @@ TEST_F(ServingChatTest, NamedToolChoiceGivesAToolCall) {
   EXPECT_THAT(prompt, HasSubstr("Oslo"));
   EXPECT_THAT(prompt, ::testing::EndsWith("invoke name=\"get_weather\">\n"));
   EXPECT_THAT(prompt, ::testing::Not(::testing::EndsWith("<think>")));
+}
+
+TEST_F(ServingChatTest, SameChatSameIdsAsTheHttpFront) {
+  // One conversation as a gRPC chat and as an OpenAI chat body.
+  sv1::ChatMessage assistant = Message(sv1::CHAT_ROLE_ASSISTANT, "sunny");
+  assistant.set_reasoning_content("think");
+  sv1::GenerateRequest r = ChatRequestOf(
+      {Message(sv1::CHAT_ROLE_SYSTEM, "sys"), Message(sv1::CHAT_ROLE_USER, "a"),
+       assistant, Message(sv1::CHAT_ROLE_USER, "b")},
+      2);
+  r.mutable_chat()->add_tool_functions(kWeatherTool);
+  r.mutable_chat()->set_reasoning_effort("max");
+  const std::string body = std::string(R"({"messages": [)") +
+                           R"({"role": "system", "content": "sys"},)" +
+                           R"({"role": "user", "content": "a"},)" +
+                           R"({"role": "assistant", "content": "sunny",)" +
+                           R"( "reasoning_content": "think"},)" +
+                           R"({"role": "user", "content": "b"}],)" +
+                           R"("tools": [{"type": "function", "function": )" +
+                           kWeatherTool + R"(}], "reasoning_effort": "max"})";
+  const Outcome o = Generate(r);
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  absl::StatusOr<const text::DeepSeekV4ChatTemplate*> tmpl =
+      t_->codec->chat_template();
+  absl::StatusOr<const text::Tokenizer*> tokenizer = t_->codec->tokenizer();
+  ASSERT_TRUE(tmpl.ok() && tokenizer.ok());
+  OpenAiRequest http;
+  http.chat = true;
+  const std::optional<HttpError> e =
+      ParseChat(nlohmann::json::parse(body), **tmpl, **tokenizer,
+                nlohmann::json::object(), body, http);
+  ASSERT_FALSE(e.has_value()) << e->message;
+  ASSERT_EQ(http.prompts.size(), 1u);
+  EXPECT_EQ(WorkerPrompt(), http.prompts[0]);
+  EXPECT_THAT(Decode(WorkerPrompt()), HasSubstr("get_weather"));
 }
 
 TEST_F(ServingChatTest, ToolChoiceNoneDropsTheTools) {
