@@ -1,13 +1,17 @@
 #include "services/coordinator/coordinator_flags.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "common/file_io.h"
 #include "common/host_port.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -40,6 +44,15 @@ ABSL_FLAG(std::string, served_model_name, "mneme",
           "The model name HTTP clients send and /v1/models lists.");
 ABSL_FLAG(int, http_threads, 64,
           "Threads of the HTTP API (bounds its concurrent requests).");
+ABSL_FLAG(std::string, http_api_key_file, "",
+          "A file whose first line is the API key HTTP clients must send as "
+          "'Authorization: Bearer KEY' (the MNEME_API_KEY environment "
+          "variable also sets it); empty = no key.");
+ABSL_FLAG(int, http_max_concurrent_requests, 0,
+          "Generation requests the HTTP API serves at once, more are 429; "
+          "0 = --http_threads - 1.");
+ABSL_FLAG(absl::Duration, http_read_timeout, absl::Seconds(30),
+          "The longest one read of an HTTP request (headers, body) may take.");
 ABSL_FLAG(std::string, default_chat_template_kwargs, "",
           "JSON object of chat-template kwargs every chat request starts "
           "from, e.g. '{\"thinking\": true, \"reasoning_effort\": "
@@ -64,6 +77,33 @@ absl::StatusOr<TextFrontFlags> TextFrontFlagsFromFlags() {
   if (o.threads < 1 || o.threads > 4096) {
     return absl::InvalidArgumentError(
         absl::StrCat("--http_threads=", o.threads, " must be in [1, 4096]"));
+  }
+  o.max_concurrent_requests = absl::GetFlag(FLAGS_http_max_concurrent_requests);
+  if (o.max_concurrent_requests < 0 || o.max_concurrent_requests > o.threads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--http_max_concurrent_requests=", o.max_concurrent_requests,
+        " must be in [0, --http_threads]"));
+  }
+  o.read_timeout = absl::GetFlag(FLAGS_http_read_timeout);
+  if (o.read_timeout < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("--http_read_timeout must be >= 1s");
+  }
+  const std::string key_file = absl::GetFlag(FLAGS_http_api_key_file);
+  if (!key_file.empty()) {
+    absl::StatusOr<std::string> key = ReadSmallFile(key_file, 4096);
+    if (!key.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--http_api_key_file=", key_file, ": ", key.status().message()));
+    }
+    o.api_key = std::string(absl::StripAsciiWhitespace(
+        absl::string_view(*key).substr(0, key->find('\n'))));
+    if (o.api_key.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--http_api_key_file=", key_file, " holds no key"));
+    }
+  } else if (const char* env = std::getenv("MNEME_API_KEY");
+             env != nullptr && *env != '\0') {
+    o.api_key = env;
   }
   o.default_chat_template_kwargs =
       absl::GetFlag(FLAGS_default_chat_template_kwargs);

@@ -1,17 +1,23 @@
 #include "services/coordinator/http_front.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <deque>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/version.h"
@@ -48,6 +54,97 @@ std::optional<HttpError> ParseBody(const httplib::Request& req, json& body) {
     return e;
   }
   return std::nullopt;
+}
+
+// httplib's thread pool with a bounded queue: enqueue() (the accept loop)
+// waits while `max_queued` connections wait for a thread, so the front stops
+// accepting instead of queueing without end.
+class BoundedThreadPool final : public httplib::TaskQueue {
+ public:
+  BoundedThreadPool(int threads, int max_queued) : max_queued_(max_queued) {
+    for (int i = 0; i < threads; ++i) {
+      threads_.emplace_back([this] { Work(); });
+    }
+  }
+  ~BoundedThreadPool() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    absl::MutexLock lock(&mu_);
+    auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || jobs_.size() < static_cast<size_t>(max_queued_);
+    };
+    mu_.Await(absl::Condition(&room));
+    jobs_.push_back(std::move(fn));
+  }
+
+  void shutdown() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+ private:
+  void Work() {
+    while (true) {
+      std::function<void()> fn;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopping_ || !jobs_.empty();
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (jobs_.empty()) return;  // Stopping, and nothing left.
+        fn = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      fn();
+    }
+  }
+
+  const int max_queued_;
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+// SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would
+// let a second coordinator bind the same port and take half its clients.
+void ListenSocketOptions(socket_t sock) {
+  int yes = 1;
+  setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+}
+
+// One of the front's concurrent generation requests, given back on
+// destruction.
+class RequestSlot {
+ public:
+  explicit RequestSlot(std::atomic<int>& active) : active_(active) {}
+  ~RequestSlot() { active_.fetch_sub(1); }
+  RequestSlot(const RequestSlot&) = delete;
+  RequestSlot& operator=(const RequestSlot&) = delete;
+
+ private:
+  std::atomic<int>& active_;
+};
+
+// Whether `header` is "Bearer <key>" (compared in constant time).
+bool BearerMatches(const std::string& header, const std::string& key) {
+  static constexpr char kBearer[] = "Bearer ";
+  if (header.size() != key.size() + sizeof(kBearer) - 1 ||
+      header.compare(0, sizeof(kBearer) - 1, kBearer) != 0) {
+    return false;
+  }
+  unsigned char diff = 0;
+  for (size_t i = 0; i < key.size(); ++i) {
+    diff |=
+        static_cast<unsigned char>(header[sizeof(kBearer) - 1 + i] ^ key[i]);
+  }
+  return diff == 0;
 }
 
 // The body (as ParseBody) and the served tokenizer.
@@ -202,13 +299,37 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Create(
     }
     RETURN_IF_ERROR(CheckDefaultChatTemplateKwargs(kwargs));
   }
+  if (options.max_concurrent_requests < 0 ||
+      options.max_concurrent_requests > options.threads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "http max_concurrent_requests=", options.max_concurrent_requests,
+        " must be in [0, ", options.threads, "] (0: threads - 1)"));
+  }
+  if (options.max_queued_connections < 1) {
+    return absl::InvalidArgumentError(
+        "http max_queued_connections must be >= 1");
+  }
+  if (options.read_timeout < absl::Seconds(1) ||
+      options.write_timeout < absl::Seconds(1)) {
+    return absl::InvalidArgumentError(
+        "http read and write timeouts must be at least 1 s");
+  }
   std::unique_ptr<HttpFront> front(new HttpFront(options, engine, codec, gate));
   front->default_kwargs_ = std::move(kwargs);
   front->server_ = std::make_unique<httplib::Server>();
   httplib::Server& s = *front->server_;
   const int threads = options.threads;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  const int queued = options.max_queued_connections;
+  s.new_task_queue = [threads, queued] {
+    return new BoundedThreadPool(threads, queued);
+  };
   s.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
+  s.set_socket_options(ListenSocketOptions);
+  s.set_tcp_nodelay(true);
+  s.set_read_timeout(absl::ToChronoSeconds(options.read_timeout));
+  s.set_write_timeout(absl::ToChronoSeconds(options.write_timeout));
+  s.set_keep_alive_timeout(5);
+  s.set_keep_alive_max_count(1000);
   front->Routes();
   const int port =
       options.listen.port == 0
@@ -223,6 +344,15 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Create(
   front->port_ = port;
   httplib::Server* raw = front->server_.get();
   front->thread_ = std::thread([raw] { raw->listen_after_bind(); });
+  // Serving before Create() returns: a Stop() before the server thread ran
+  // would find nothing to stop, and the thread would then listen forever.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!raw->is_running() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  if (!raw->is_running()) {
+    return absl::InternalError("the HTTP server thread did not start");
+  }
   return front;
 }
 
@@ -238,6 +368,26 @@ void HttpFront::Routes() {
                     : absl::StrCat("HTTP ", res.status);
     res.set_content(HttpErrorBody(e).dump(), "application/json");
   });
+  // The API key guards everything but the liveness endpoints.
+  s.set_pre_routing_handler(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        if (options_.api_key.empty() || req.path == "/health" ||
+            req.path == "/version") {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        if (BearerMatches(req.get_header_value("Authorization"),
+                          options_.api_key)) {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        HttpError e;
+        e.status = 401;
+        e.type = "invalid_request_error";
+        e.message =
+            "missing or wrong API key: send the header 'Authorization: Bearer "
+            "<key>'";
+        SendError(res, e);
+        return httplib::Server::HandlerResponse::Handled;
+      });
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res,
                              const std::exception_ptr&) {
     HttpError e;
@@ -395,6 +545,18 @@ void HttpFront::Generate(bool chat, const httplib::Request& req,
     e.message = "the coordinator is shutting down";
     return SendError(res, e);
   }
+  const int limit = options_.max_concurrent_requests > 0
+                        ? options_.max_concurrent_requests
+                        : std::max(1, options_.threads - 1);
+  auto slot = std::make_shared<RequestSlot>(active_requests_);
+  if (active_requests_.fetch_add(1) >= limit) {
+    HttpError e;
+    e.status = 429;
+    e.type = "rate_limit_error";
+    e.message = absl::StrCat("the HTTP front serves ", limit,
+                             " requests at once; try again later");
+    return SendError(res, e);
+  }
   json body;
   if (std::optional<HttpError> e = ParseBody(req, body)) {
     return SendError(res, *e);
@@ -485,7 +647,7 @@ void HttpFront::Generate(bool chat, const httplib::Request& req,
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, job,
+      [this, job, slot,
        pass = std::make_shared<InflightGate::Pass>(std::move(*pass))](
           size_t, httplib::DataSink& sink) {
         auto send = [&sink](const json& j) {

@@ -1,6 +1,7 @@
 #ifndef MNEME_SERVICES_COORDINATOR_HTTP_FRONT_H_
 #define MNEME_SERVICES_COORDINATOR_HTTP_FRONT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -39,6 +40,21 @@ struct HttpFrontOptions {
   absl::Duration keepalive_interval = absl::Seconds(1);
   // The longest a request may take. Default: 30 min.
   absl::Duration request_timeout = absl::Minutes(30);
+  // Clients must send `Authorization: Bearer <api_key>` (everything but
+  // /health and /version; 401 otherwise), like vLLM's --api-key. Default: ""
+  // (no key).
+  std::string api_key;
+  // Generation requests served at once (a streaming one holds a thread);
+  // more are 429 at once, so that threads stay free for quick answers.
+  // Default: 0 = threads - 1 (at least 1).
+  int max_concurrent_requests = 0;
+  // Accepted connections waiting for a thread; beyond it the front stops
+  // accepting (the kernel's listen backlog holds the rest). Default: 256.
+  int max_queued_connections = 256;
+  // The longest one read of a request (its headers, its body) or one write
+  // of a response may take; a slower client is disconnected. Default: 30 s.
+  absl::Duration read_timeout = absl::Seconds(30);
+  absl::Duration write_timeout = absl::Seconds(30);
   // The chat-template kwargs of every chat request, as a JSON object
   // (`thinking`, `reasoning_effort`), which a request's own
   // chat_template_kwargs and reasoning_effort override. Default: "" (none:
@@ -56,7 +72,9 @@ struct HttpFrontOptions {
 // `data: [DONE]`, and errors in OpenAI's format: 400 for bad requests, 404
 // for an unknown model or path, 429 at the admission limits, 503 while the
 // cluster is not ready or draining. A streaming client that goes away aborts
-// its request. Thread-safe; everything borrowed must outlive it.
+// its request. Bounded: concurrent requests, queued connections, body size,
+// read and write deadlines; an optional API key. Thread-safe; everything
+// borrowed must outlive it.
 class HttpFront {
  public:
   // Binds and starts serving on its own thread. InvalidArgument for bad
@@ -84,6 +102,8 @@ class HttpFront {
   TextCodec* const codec_;
   InflightGate* const gate_;
   nlohmann::json default_kwargs_;
+  // Generation requests being served.
+  std::atomic<int> active_requests_{0};
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;

@@ -5,8 +5,14 @@
 
 #include "services/coordinator/http_front.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -48,9 +54,20 @@ class HttpFrontTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<TestEngine>> t = TestEngine::Create();
     ASSERT_TRUE(t.ok()) << t.status();
     t_ = *std::move(t);
+    StartFront(DefaultOptions());
+  }
+
+  static HttpFrontOptions DefaultOptions() {
     HttpFrontOptions options;
     options.listen = {"127.0.0.1", 0};
     options.threads = 4;
+    return options;
+  }
+
+  // (Re)starts the front with `options`.
+  void StartFront(const HttpFrontOptions& options) {
+    if (front_ != nullptr) front_->Stop();
+    front_.reset();
     absl::StatusOr<std::unique_ptr<HttpFront>> front =
         HttpFront::Create(options, t_->engine.get(), t_->codec.get(), &gate_);
     ASSERT_TRUE(front.ok()) << front.status();
@@ -215,6 +232,127 @@ TEST_F(HttpFrontTest, ChatTopLogprobs) {
   for (const json& entry : content) {
     EXPECT_EQ(entry["top_logprobs"].size(), 2u) << r.body;
   }
+}
+
+TEST_F(HttpFrontTest, ApiKeyGuardsEverythingButLiveness) {
+  HttpFrontOptions options = DefaultOptions();
+  options.api_key = "sk-test-123";
+  StartFront(options);
+  const json body = Completion({{"prompt", "ok"}, {"max_tokens", 1}});
+  ExpectError(Post("/v1/completions", body), 401, "invalid_request_error");
+  httplib::Client client("127.0.0.1", front_->port());
+  for (const char* wrong : {"Bearer sk-test-12", "Bearer sk-test-1234",
+                            "sk-test-123", "Bearer  sk-test-123"}) {
+    httplib::Result r =
+        client.Post("/v1/completions", {{"Authorization", wrong}}, body.dump(),
+                    "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401) << wrong;
+  }
+  httplib::Result ok =
+      client.Post("/v1/completions", {{"Authorization", "Bearer sk-test-123"}},
+                  body.dump(), "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  httplib::Result models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 401);
+  httplib::Result health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(HttpFrontTest, ConcurrentRequestsBeyondTheLimitAre429) {
+  HttpFrontOptions options = DefaultOptions();
+  options.max_concurrent_requests = 1;
+  StartFront(options);
+  t_->workers->Pause();
+  // One request holds the only slot (its step waits in the fake).
+  std::thread first([this] {
+    const Reply r = Post("/v1/completions",
+                         Completion({{"prompt", "a"}, {"max_tokens", 2}}));
+    EXPECT_EQ(r.status, 200) << r.body;
+  });
+  ASSERT_TRUE(t_->workers->AwaitPausedStep(absl::Seconds(30)));
+  const Reply second =
+      Post("/v1/completions", Completion({{"prompt", "b"}, {"max_tokens", 2}}));
+  ExpectError(second, 429, "rate_limit_error");
+  // Liveness is answered all the while.
+  httplib::Client client("127.0.0.1", front_->port());
+  httplib::Result health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  t_->workers->Resume();
+  first.join();
+  EXPECT_EQ(
+      Post("/v1/completions", Completion({{"prompt", "c"}, {"max_tokens", 1}}))
+          .status,
+      200);
+}
+
+TEST_F(HttpFrontTest, APortInUseIsRefused) {
+  // Without SO_REUSEPORT a second front cannot share the port.
+  HttpFrontOptions options = DefaultOptions();
+  options.listen.port = front_->port();
+  InflightGate gate;
+  absl::StatusOr<std::unique_ptr<HttpFront>> second =
+      HttpFront::Create(options, t_->engine.get(), t_->codec.get(), &gate);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(HttpFrontTest, AClientThatSendsNothingIsDisconnected) {
+  HttpFrontOptions options = DefaultOptions();
+  options.read_timeout = absl::Seconds(1);
+  StartFront(options);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(front_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  // Half a request, then silence: the front hangs up after its read
+  // deadline instead of holding a thread.
+  const char partial[] = "POST /v1/completions HTTP/1.1\r\nHost: x";
+  ASSERT_GT(send(fd, partial, sizeof(partial) - 1, 0), 0);
+  timeval tv{};
+  tv.tv_sec = 20;
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  // It may answer (400) before it closes; the connection ends either way.
+  char buf[256];
+  const absl::Time start = absl::Now();
+  ssize_t n = 0;
+  do {
+    n = recv(fd, buf, sizeof(buf), 0);
+  } while (n > 0);
+  EXPECT_EQ(n, 0) << "no end of stream within the receive timeout";
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  close(fd);
+}
+
+TEST(HttpFrontOptionsTest, BadLimitsAreRefused) {
+  InflightGate gate;
+  absl::StatusOr<std::unique_ptr<TestEngine>> t = TestEngine::Create();
+  ASSERT_TRUE(t.ok()) << t.status();
+  HttpFrontOptions options;
+  options.listen = {"127.0.0.1", 0};
+  options.threads = 4;
+  options.max_concurrent_requests = 5;
+  EXPECT_FALSE(
+      HttpFront::Create(options, (*t)->engine.get(), (*t)->codec.get(), &gate)
+          .ok());
+  options.max_concurrent_requests = 0;
+  options.max_queued_connections = 0;
+  EXPECT_FALSE(
+      HttpFront::Create(options, (*t)->engine.get(), (*t)->codec.get(), &gate)
+          .ok());
+  options.max_queued_connections = 8;
+  options.read_timeout = absl::Milliseconds(10);
+  EXPECT_FALSE(
+      HttpFront::Create(options, (*t)->engine.get(), (*t)->codec.get(), &gate)
+          .ok());
+  (*t)->engine->Stop();
 }
 
 TEST_F(HttpFrontTest, UnknownPathIs404) {
