@@ -1,6 +1,7 @@
 // What every case file shares: the OpenAI SDK (from the npm packages
 // tools/bootstrap.sh installed in MNEME_NODE_DIR) and a client of the
-// server at MNEME_HTTP_ADDRESS (host:port), both set by openai_sdk_test.sh.
+// server at MNEME_HTTP_ADDRESS (host:port) with the API key MNEME_API_KEY,
+// all set by openai_sdk_test.sh.
 import http from 'node:http';
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -19,9 +20,12 @@ export const OpenAI = require('openai');
 // The name the server serves (HttpFrontOptions::model_name's default).
 export const MODEL = 'mneme';
 
+export const API_KEY = process.env.MNEME_API_KEY ?? 'unused';
+export const BASE_URL = `http://${address}/v1`;
+
 const options = {
-  baseURL: `http://${address}/v1`,
-  apiKey: 'unused',
+  baseURL: BASE_URL,
+  apiKey: API_KEY,
   // No retries: a 429 or 5xx must show, not be hidden by a second try.
   maxRetries: 0,
   timeout: 120_000,

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { client, greedy, OpenAI, rejection } from './client.mjs';
+import { API_KEY, BASE_URL, client, greedy, OpenAI, rejection } from './client.mjs';
 
 // Checks that `err` is the SDK's error for HTTP `status` in OpenAI's format,
 // of error type `type` and about request field `param` (when given).
@@ -20,9 +20,9 @@ function assertApiError(err, ErrorClass, status, { type, param } = {}) {
 
 const messages = [{ role: 'user', content: 'Hi' }];
 
-// An unknown model is a 404 (NotFoundError) for OpenAI and vLLM; the front
-// has answered 400 (BadRequestError). Either, about the field "model".
-test('an unknown model: NotFoundError or BadRequestError naming the model', async () => {
+// An unknown model is a 404 (NotFoundError), as OpenAI and vLLM answer it,
+// about the field "model".
+test('an unknown model: NotFoundError naming the model', async () => {
   for (const create of [
     () => client.chat.completions.create(greedy({ model: 'gpt-4', messages, max_tokens: 1 })),
     () => client.completions.create(greedy({ model: 'gpt-4', prompt: 'x', max_tokens: 1 })),
@@ -30,12 +30,7 @@ test('an unknown model: NotFoundError or BadRequestError naming the model', asyn
       greedy({ model: 'gpt-4', messages, max_tokens: 1, stream: true })),
   ]) {
     const err = await rejection(create());
-    if (err?.status === 404) {
-      assertApiError(err, OpenAI.NotFoundError, 404, { param: 'model' });
-    } else {
-      assertApiError(err, OpenAI.BadRequestError, 400,
-        { type: 'invalid_request_error', param: 'model' });
-    }
+    assertApiError(err, OpenAI.NotFoundError, 404, { type: 'not_found_error', param: 'model' });
     assert.match(err.message, /gpt-4/);
   }
 });
@@ -67,4 +62,12 @@ test('an unknown path: NotFoundError', async () => {
 test('the server still answers after the errors', async () => {
   const reply = await client.completions.create(greedy({ prompt: 'ok', max_tokens: 1 }));
   assert.equal(reply.usage.completion_tokens, 1);
+});
+
+test('a wrong API key: AuthenticationError (401); liveness needs none', async () => {
+  const stranger = new OpenAI({ baseURL: BASE_URL, apiKey: `${API_KEY}-wrong`, maxRetries: 0 });
+  const err = await rejection(stranger.models.list());
+  assertApiError(err, OpenAI.AuthenticationError, 401);
+  const health = await fetch(BASE_URL.replace(/\/v1$/, '/health'));
+  assert.equal(health.status, 200);
 });

@@ -38,7 +38,11 @@ want=$(cat "$runfiles/tools/node/package.json" "$runfiles/tools/node/package-loc
 echo "node $(node --version), npm packages from $node_dir"
 
 workdir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/openai_sdk.XXXXXX")
-"$mneme" cluster up --tp 2 --workdir "$workdir/cluster" >"$workdir/up.out" 2>&1 &
+# The coordinator requires this API key (MNEME_API_KEY), which the cases'
+# client sends as its apiKey.
+api_key="sk-mneme-test-$$"
+MNEME_API_KEY="$api_key" "$mneme" cluster up --tp 2 \
+  --workdir "$workdir/cluster" >"$workdir/up.out" 2>&1 &
 up_pid=$!
 # SIGINT stops the cluster; after 60 s it is killed.
 stop_cluster() {
@@ -78,7 +82,7 @@ if [ -n "${XML_OUTPUT_FILE:-}" ]; then
     --test-reporter-destination="$XML_OUTPUT_FILE")
 fi
 MNEME_NODE_DIR="$node_dir" MNEME_HTTP_ADDRESS="$address" \
-  node "${reporters[@]}" "$here/suite.mjs"
+  MNEME_API_KEY="$api_key" node "${reporters[@]}" "$here/suite.mjs"
 rc=$?
 if [ "$rc" -ne 0 ]; then
   echo "--- the end of mneme cluster up's output" >&2
