@@ -66,8 +66,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           section["quantization_config"] = {{"quant_method", "fp8"}};
         });
     CheckRefusal(edited.status());
-    if (edited.ok() && !ModelConfig::Parse(*edited, kFileName).ok()) {
-      Fail("an edited config does not parse again");
+    // An edit keeps a config the model accepts acceptable.
+    if (config.ok() && edited.ok() &&
+        !ModelConfig::Parse(*edited, kFileName).ok()) {
+      Fail("an edited valid config does not parse again");
     }
   }
   (void)mneme::text::DetectChatFormat(
