@@ -3,13 +3,79 @@
 #include <grpc/grpc.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/support/channel_arguments.h>
+#include <grpcpp/support/client_interceptor.h>
 
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/cluster_secret.h"
 #include "common/status_macros.h"
 
 namespace mneme {
+namespace {
+
+// Adds the cluster secret to the initial metadata of every call.
+class SecretInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit SecretInterceptor(const std::string* secret) : secret_(secret) {}
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::
+                PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace(kClusterSecretMetadataKey,
+                                                 *secret_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* const secret_;
+};
+
+class SecretInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit SecretInterceptorFactory(std::string secret)
+      : secret_(std::move(secret)) {}
+
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* /*info*/) override {
+    return new SecretInterceptor(&secret_);
+  }
+
+ private:
+  const std::string secret_;
+};
+
+struct PeerDefaults {
+  absl::Mutex mu;
+  ClientTlsOptions tls ABSL_GUARDED_BY(mu);
+  std::string cluster_secret_file ABSL_GUARDED_BY(mu);
+};
+
+PeerDefaults& Defaults() {
+  static PeerDefaults* const defaults = new PeerDefaults();
+  return *defaults;
+}
+
+bool IsEmpty(const ClientTlsOptions& tls) {
+  return tls.ca_file.empty() && tls.cert_file.empty() && tls.key_file.empty() &&
+         tls.server_name_override.empty();
+}
+
+}  // namespace
+
+void SetPeerChannelDefaults(const ClientChannelOptions& defaults) {
+  PeerDefaults& d = Defaults();
+  absl::MutexLock lock(&d.mu);
+  d.tls = defaults.tls;
+  d.cluster_secret_file = defaults.cluster_secret_file;
+}
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateClientChannel(
     const std::string& target, const ClientChannelOptions& options) {
@@ -29,13 +95,30 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateClientChannel(
     return absl::InvalidArgumentError(
         "keepalive_timeout must be positive when keepalive_time is set");
   }
+  ClientTlsOptions tls = options.tls;
+  std::string secret_file = options.cluster_secret_file;
+  {
+    PeerDefaults& d = Defaults();
+    absl::MutexLock lock(&d.mu);
+    if (IsEmpty(tls)) tls = d.tls;
+    if (secret_file.empty()) secret_file = d.cluster_secret_file;
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
-                   MakeChannelCredentials(options.tls));
+                   MakeChannelCredentials(tls));
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  if (!secret_file.empty()) {
+    ASSIGN_OR_RETURN(std::vector<std::string> secrets,
+                     ReadClusterSecretFile(secret_file));
+    interceptors.push_back(
+        std::make_unique<SecretInterceptorFactory>(std::move(secrets[0])));
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(
       static_cast<int>(options.max_receive_message_bytes));
-  if (!options.tls.server_name_override.empty()) {
-    args.SetSslTargetNameOverride(options.tls.server_name_override);
+  if (!tls.server_name_override.empty()) {
+    args.SetSslTargetNameOverride(tls.server_name_override);
   }
   if (options.keepalive_time > absl::ZeroDuration()) {
     args.SetInt(
@@ -46,7 +129,11 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateClientChannel(
         static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
   }
-  return grpc::CreateCustomChannel(target, credentials, args);
+  if (interceptors.empty()) {
+    return grpc::CreateCustomChannel(target, credentials, args);
+  }
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      target, credentials, args, std::move(interceptors));
 }
 
 }  // namespace mneme

@@ -17,8 +17,13 @@ namespace mneme {
 // workers, a worker's to the rendezvous store and to the Engram store, and the
 // tools'. One place sets transport security, the receive limit and keepalive.
 struct ClientChannelOptions {
-  // Transport security. Default: all empty (plaintext).
+  // Transport security. Default: all empty (plaintext), or the process's
+  // peer defaults (SetPeerChannelDefaults) when those are set.
   ClientTlsOptions tls;
+  // A cluster secret file (common/cluster_secret.h): its first secret is sent
+  // as kClusterSecretMetadataKey on every call. Default: "" (none, or the
+  // process's peer default).
+  std::string cluster_secret_file;
   // Largest message the client accepts, in bytes; must be >= 1. Default:
   // 4 MiB (gRPC's own default).
   int64_t max_receive_message_bytes = 4 << 20;
@@ -31,9 +36,19 @@ struct ClientChannelOptions {
   absl::Duration keepalive_timeout = absl::Seconds(20);
 };
 
+// Process-wide defaults for the channels of a daemon to its peers, set once
+// from the daemon's flags (--peer_tls_*, --cluster_secret_file) before any
+// channel is built, so that channels built deep inside libraries (the
+// rendezvous store, the Engram client) carry them: CreateClientChannel uses
+// `defaults.tls` when options.tls is all empty, and
+// `defaults.cluster_secret_file` when options.cluster_secret_file is empty.
+// Only tls and cluster_secret_file of `defaults` are used.
+void SetPeerChannelDefaults(const ClientChannelOptions& defaults);
+
 // A channel to `target` ("host:port"). InvalidArgument for an empty target or
 // an invalid option (naming the field); the TLS errors of
-// MakeChannelCredentials (NotFound / PermissionDenied naming the file). The
+// MakeChannelCredentials (NotFound / PermissionDenied naming the file) and of
+// ReadClusterSecretFile. The
 // channel connects lazily: creating it never blocks.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateClientChannel(
     const std::string& target, const ClientChannelOptions& options);

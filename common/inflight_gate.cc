@@ -1,5 +1,8 @@
 #include "common/inflight_gate.h"
 
+#include <utility>
+
+#include "common/cluster_secret.h"
 #include "glog/logging.h"
 
 namespace mneme {
@@ -23,6 +26,22 @@ void InflightGate::Pass::Release() {
 InflightGate::~InflightGate() {
   absl::MutexLock lock(&mu_);
   CHECK_EQ(inflight_, 0) << "InflightGate destroyed with work in flight";
+}
+
+void InflightGate::SetClusterSecrets(std::vector<std::string> secrets) {
+  absl::MutexLock lock(&mu_);
+  secrets_ = std::move(secrets);
+}
+
+absl::Status InflightGate::Authenticate(
+    const grpc::ServerContextBase& context) const {
+  std::vector<std::string> secrets;
+  {
+    absl::MutexLock lock(&mu_);
+    if (secrets_.empty()) return absl::OkStatus();
+    secrets = secrets_;
+  }
+  return CheckClusterSecret(context, secrets);
 }
 
 std::optional<InflightGate::Pass> InflightGate::Enter() {

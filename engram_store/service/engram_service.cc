@@ -126,6 +126,10 @@ grpc::ServerUnaryReactor* EngramService::Unary(
     grpc::CallbackServerContext* context, const char* method, RunOn run_on,
     Work work) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status st = gate_->Authenticate(*context); !st.ok()) {
+    reactor->Finish(ToGrpcStatus(st));
+    return reactor;
+  }
   std::optional<InflightGate::Pass> pass = gate_->Enter();
   if (!pass.has_value()) {
     reactor->Finish(kDraining);
@@ -241,15 +245,18 @@ class EngramService::StreamReactor final
 
 grpc::ServerWriteReactor<v1::LookupResponse>* EngramService::LookupStream(
     grpc::CallbackServerContext* context, const v1::LookupRequest* request) {
+  // A reactor that only finishes.
+  class Refused final : public grpc::ServerWriteReactor<v1::LookupResponse> {
+   public:
+    explicit Refused(const grpc::Status& status) { Finish(status); }
+    void OnDone() override { delete this; }
+  };
+  if (absl::Status st = gate_->Authenticate(*context); !st.ok()) {
+    return new Refused(ToGrpcStatus(st));
+  }
   std::optional<InflightGate::Pass> pass = gate_->Enter();
   if (!pass.has_value()) {
-    // A reactor that only finishes.
-    class Refused final : public grpc::ServerWriteReactor<v1::LookupResponse> {
-     public:
-      Refused() { Finish(kDraining); }
-      void OnDone() override { delete this; }
-    };
-    return new Refused();
+    return new Refused(kDraining);
   }
   auto* reactor =
       new StreamReactor(this, request, Deadline(*context), std::move(*pass));

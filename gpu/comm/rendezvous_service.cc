@@ -82,6 +82,10 @@ grpc::ServerUnaryReactor* RendezvousService::Set(
     comm::v1::SetResponse* response) {
   (void)response;  // Has no fields.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status st = gate_->Authenticate(*context); !st.ok()) {
+    reactor->Finish(ToGrpcStatus(st));
+    return reactor;
+  }
   std::optional<InflightGate::Pass> pass = gate_->Enter();
   if (!pass.has_value()) {
     reactor->Finish(kDraining);
@@ -94,6 +98,11 @@ grpc::ServerUnaryReactor* RendezvousService::Set(
 grpc::ServerUnaryReactor* RendezvousService::Get(
     grpc::CallbackServerContext* context, const comm::v1::GetRequest* request,
     comm::v1::GetResponse* response) {
+  if (absl::Status st = gate_->Authenticate(*context); !st.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(st));
+    return reactor;
+  }
   std::optional<InflightGate::Pass> pass = gate_->Enter();
   if (!pass.has_value()) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

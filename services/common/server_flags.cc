@@ -18,6 +18,22 @@ ABSL_FLAG(std::string, tls_key, "", "Server private key (PEM).");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "CA bundle (PEM) for client certificates; setting it requires "
           "mutual TLS.");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "File holding the cluster's shared secret (16..1024 printable "
+          "ASCII bytes, e.g. `openssl rand -hex 32`; a second line holds the "
+          "next secret while rotating). The daemon's internal services "
+          "refuse calls without it (UNAUTHENTICATED) and its channels to "
+          "peers send it. Default: none.");
+ABSL_FLAG(std::string, peer_tls_ca, "",
+          "CA bundle (PEM) the peers' server certificates must chain to; "
+          "set to use TLS to peers (workers, rank 0, the Engram store).");
+ABSL_FLAG(std::string, peer_tls_cert, "",
+          "Client certificate chain (PEM) presented to peers (mutual TLS).");
+ABSL_FLAG(std::string, peer_tls_key, "",
+          "Client private key (PEM) for --peer_tls_cert.");
+ABSL_FLAG(std::string, peer_tls_server_name, "",
+          "Name checked against the peers' certificates instead of the "
+          "host of their address.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM, how long in-flight RPCs may take before they are "
           "cancelled.");
@@ -55,6 +71,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags(
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.cluster_secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
   options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   if (options.drain_timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--drain_timeout must not be negative");
@@ -72,6 +89,29 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags(
         ParseHostPort(metrics, "--metrics_listen");
     if (!metrics_address.ok()) return metrics_address.status();
     options.metrics_listen = *metrics_address;
+  }
+  return options;
+}
+
+absl::StatusOr<ClientChannelOptions> PeerChannelOptionsFromFlags() {
+  ClientChannelOptions options;
+  options.tls.ca_file = absl::GetFlag(FLAGS_peer_tls_ca);
+  options.tls.cert_file = absl::GetFlag(FLAGS_peer_tls_cert);
+  options.tls.key_file = absl::GetFlag(FLAGS_peer_tls_key);
+  options.tls.server_name_override = absl::GetFlag(FLAGS_peer_tls_server_name);
+  options.cluster_secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
+  if (options.tls.cert_file.empty() != options.tls.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--peer_tls_cert and --peer_tls_key go together");
+  }
+  if (!options.tls.cert_file.empty() && options.tls.ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--peer_tls_cert/--peer_tls_key need --peer_tls_ca");
+  }
+  if (!options.tls.server_name_override.empty() &&
+      options.tls.ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--peer_tls_server_name needs --peer_tls_ca");
   }
   return options;
 }

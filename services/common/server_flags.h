@@ -5,6 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/grpc_channel.h"
 #include "services/common/server_runner.h"
 
 namespace mneme {
@@ -12,6 +13,7 @@ namespace mneme {
 // ServerOptions from the flags every daemon shares:
 //   --listen=HOST:PORT (default 127.0.0.1:<default_port>; port 0 = any free),
 //   --tls_cert, --tls_key, --tls_client_ca (PEM files; see ServerTlsOptions),
+//   --cluster_secret_file (see common/cluster_secret.h),
 //   --drain_timeout (e.g. 30s), --max_message_bytes,
 //   --metrics_listen=HOST:PORT|none (default 127.0.0.1:<default_metrics_port>
 //   when given, else none).
@@ -23,6 +25,16 @@ void ExitIfCheckConfig(absl::string_view daemon);
 
 absl::StatusOr<ServerOptions> ServerOptionsFromFlags(
     int default_port, std::optional<int> default_metrics_port = std::nullopt);
+
+// How a daemon's channels to its peers (coordinator -> workers, worker ->
+// rank 0's rendezvous service and -> the Engram store) are secured:
+// --peer_tls_ca (set to use TLS), --peer_tls_cert + --peer_tls_key (mutual
+// TLS), --peer_tls_server_name (the name checked against the peer's
+// certificate), and the same --cluster_secret_file the server checks.
+// Only tls and cluster_secret_file are set. InvalidArgument naming the flag
+// when only one of --peer_tls_cert/--peer_tls_key is given or they are given
+// without --peer_tls_ca. Files are not opened here.
+absl::StatusOr<ClientChannelOptions> PeerChannelOptionsFromFlags();
 
 }  // namespace mneme
 

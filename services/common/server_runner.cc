@@ -3,8 +3,13 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server_builder.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/cluster_secret.h"
 #include "glog/logging.h"
 
 namespace mneme {
@@ -24,6 +29,12 @@ absl::StatusOr<std::unique_ptr<ServerRunner>> ServerRunner::Create(
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       MakeServerCredentials(options.tls);
   if (!credentials.ok()) return credentials.status();
+  if (!options.cluster_secret_file.empty()) {
+    absl::StatusOr<std::vector<std::string>> secrets =
+        ReadClusterSecretFile(options.cluster_secret_file);
+    if (!secrets.ok()) return secrets.status();
+    gate->SetClusterSecrets(*std::move(secrets));
+  }
   if (absl::Status bindable = CheckBindable(options.listen, "--listen");
       !bindable.ok()) {
     return bindable;

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -23,6 +24,11 @@ struct ServerOptions {
   HostPort listen = {"127.0.0.1", 0};
   // Transport security. Default: plaintext.
   ServerTlsOptions tls;
+  // A cluster secret file (common/cluster_secret.h): Create() reads it and
+  // hands its secrets to the gate, whose Authenticate() every handler of the
+  // internal services calls (the health service stays open for probes).
+  // Default: "" (calls are not authenticated).
+  std::string cluster_secret_file;
   // How long Drain() waits for in-flight RPCs before cancelling them.
   // Default: 30 s.
   absl::Duration drain_timeout = absl::Seconds(30);
@@ -45,7 +51,8 @@ class ServerRunner {
  public:
   // Validates `options`, builds credentials and starts serving `services`
   // (borrowed; they must outlive the runner and use `gate`, borrowed too).
-  // InvalidArgument / NotFound for bad options or unreadable TLS files,
+  // InvalidArgument / NotFound for bad options or unreadable TLS or secret
+  // files,
   // Unavailable when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<ServerRunner>> Create(
       const ServerOptions& options, const std::vector<grpc::Service*>& services,

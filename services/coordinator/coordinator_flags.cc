@@ -15,10 +15,16 @@
 #include "common/host_port.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "services/common/server_flags.h"
 #include "services/coordinator/openai_request.h"
 
 ABSL_FLAG(std::string, workers, "",
           "HOST:PORT of every worker, comma-separated, in rank order.");
+ABSL_FLAG(std::string, coordinator_id, "",
+          "This coordinator's instance id (at most 256 bytes), sent with "
+          "every step: workers refuse to run or release a sequence created "
+          "under another id, and a coordinator restarted with the same id "
+          "owns its sequences again. Default: HOSTNAME/LISTEN_ADDRESS.");
 ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(120),
           "Deadline of one step on the workers.");
 ABSL_FLAG(int64_t, max_num_batched_tokens, 8192,
@@ -141,6 +147,15 @@ WorkerGroupOptionsFromFlags() {
   o.step_timeout = absl::GetFlag(FLAGS_step_timeout);
   if (o.step_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--step_timeout must be positive");
+  }
+  ASSIGN_OR_RETURN(const ClientChannelOptions peer,
+                   PeerChannelOptionsFromFlags());
+  o.tls = peer.tls;
+  o.cluster_secret_file = peer.cluster_secret_file;
+  o.coordinator_id = absl::GetFlag(FLAGS_coordinator_id);
+  if (o.coordinator_id.size() > 256) {
+    return absl::InvalidArgumentError(
+        "--coordinator_id must be at most 256 bytes");
   }
   return o;
 }

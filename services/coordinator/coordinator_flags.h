@@ -16,7 +16,9 @@ inline constexpr int kCoordinatorPort = 50171;
 inline constexpr int kCoordinatorMetricsPort = 50172;
 
 // GrpcWorkerGroupOptions from --workers=HOST:PORT,... (rank order;
-// required) and --step_timeout. InvalidArgument naming the flag.
+// required), --step_timeout, --coordinator_id and the peer flags of
+// PeerChannelOptionsFromFlags (--peer_tls_*, --cluster_secret_file).
+// InvalidArgument naming the flag.
 absl::StatusOr<coordinator::GrpcWorkerGroupOptions>
 WorkerGroupOptionsFromFlags();
 

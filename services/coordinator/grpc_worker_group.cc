@@ -1,6 +1,7 @@
 #include "services/coordinator/grpc_worker_group.h"
 
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,7 @@ absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> GrpcWorkerGroup::Create(
         ParseHostPort(address, absl::StrCat("worker ", r)).status());
     ClientChannelOptions channel_options;
     channel_options.tls = options.tls;
+    channel_options.cluster_secret_file = options.cluster_secret_file;
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                      CreateClientChannel(address, channel_options));
     group->stubs_.push_back(v1::Worker::NewStub(channel));
@@ -48,6 +50,14 @@ absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> GrpcWorkerGroup::Create(
 
 absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Step(
     const v1::StepRequest& request) {
+  // Every step carries this coordinator's id (sequence ownership,
+  // worker.proto); a copy only when the caller did not set it.
+  std::optional<v1::StepRequest> stamped;
+  if (request.coordinator_id() != options_.coordinator_id) {
+    stamped.emplace(request);
+    stamped->set_coordinator_id(options_.coordinator_id);
+  }
+  const v1::StepRequest& sent = stamped.has_value() ? *stamped : request;
   const int n = size();
   std::vector<grpc::ClientContext> contexts(n);
   std::vector<v1::StepResponse> responses(n);
@@ -55,7 +65,7 @@ absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Step(
   absl::BlockingCounter done(n);
   for (int r = 0; r < n; ++r) {
     contexts[r].set_deadline(Deadline(options_.step_timeout));
-    stubs_[r]->async()->Step(&contexts[r], &request, &responses[r],
+    stubs_[r]->async()->Step(&contexts[r], &sent, &responses[r],
                              [&statuses, &done, r](grpc::Status s) {
                                statuses[r] = std::move(s);
                                done.DecrementCount();

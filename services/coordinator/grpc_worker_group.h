@@ -18,6 +18,14 @@ struct GrpcWorkerGroupOptions {
   std::vector<std::string> workers;
   // Transport security. Default: plaintext.
   ClientTlsOptions tls;
+  // The cluster secret file whose first secret every call carries
+  // (common/cluster_secret.h). Default: "" (none).
+  std::string cluster_secret_file;
+  // This coordinator's instance id, sent in every StepRequest: the workers
+  // let only the id that created a sequence run or release it, so a
+  // restart must keep the id to reclaim its sequences (at most 256 bytes).
+  // Default: "".
+  std::string coordinator_id;
   // Deadline of one step on every rank. Default: 120 s.
   absl::Duration step_timeout = absl::Seconds(120);
   // Deadline of GetInfo. Default: 5 s.

@@ -2,10 +2,13 @@
 // the Serving API (NOT_SERVING until every worker is ready) -> schedule
 // steps on the workers and stream tokens until SIGTERM -> drain.
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/inflight_gate.h"
 #include "common/metrics.h"
 #include "common/metrics_http_server.h"
@@ -32,6 +35,14 @@ int main(int argc, char** argv) {
   absl::StatusOr<mneme::coordinator::GrpcWorkerGroupOptions> group_options =
       mneme::WorkerGroupOptionsFromFlags();
   if (!group_options.ok()) mneme::ExitWithError(group_options.status());
+  if (group_options->coordinator_id.empty()) {
+    // Stable across restarts of the same daemon, so that a restarted
+    // coordinator owns the sequences it left on the workers.
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+    group_options->coordinator_id =
+        absl::StrCat(host, "/", server_options->listen.ToString());
+  }
   absl::StatusOr<mneme::coordinator::EngineOptions> engine_options =
       mneme::EngineOptionsFromFlags();
   if (!engine_options.ok()) mneme::ExitWithError(engine_options.status());

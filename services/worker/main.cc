@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/grpc_channel.h"
 #include "common/inflight_gate.h"
 #include "common/metrics.h"
 #include "common/metrics_http_server.h"
@@ -34,8 +35,14 @@ int main(int argc, char** argv) {
   absl::StatusOr<mneme::worker::WorkerRuntimeOptions> runtime_options =
       mneme::WorkerRuntimeOptionsFromFlags();
   if (!runtime_options.ok()) mneme::ExitWithError(runtime_options.status());
+  absl::StatusOr<mneme::ClientChannelOptions> peer_options =
+      mneme::PeerChannelOptionsFromFlags();
+  if (!peer_options.ok()) mneme::ExitWithError(peer_options.status());
 
   mneme::ExitIfCheckConfig("mneme_worker");
+  // The channels to rank 0's rendezvous service and to the Engram store
+  // are built inside the runtime: they take these defaults.
+  mneme::SetPeerChannelDefaults(*peer_options);
 
   mneme::InflightGate gate;
   mneme::MetricsRegistry metrics;

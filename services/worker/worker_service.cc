@@ -232,6 +232,10 @@ template <typename Task>
 grpc::ServerUnaryReactor* WorkerService::Schedule(
     grpc::CallbackServerContext* context, Task task) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status st = gate_->Authenticate(*context); !st.ok()) {
+    reactor->Finish(ToGrpcStatus(st));
+    return reactor;
+  }
   std::optional<InflightGate::Pass> pass = gate_->Enter();
   if (!pass.has_value()) {
     reactor->Finish(kDraining);
@@ -258,6 +262,8 @@ grpc::ServerUnaryReactor* WorkerService::Step(
     grpc::CallbackServerContext* context, const v1::StepRequest* request,
     v1::StepResponse* response) {
   return Schedule(context, [this, request, response] {
+    // Refused alike on every rank before anything runs: the group is intact.
+    RETURN_IF_ERROR(ClaimSequences(*request));
     absl::Status st = RunStep(*request, *response);
     // Validation and cache reservation fail alike on every rank before any
     // collective; any other failure leaves the group out of step.
@@ -409,10 +415,50 @@ grpc::ServerUnaryReactor* WorkerService::Release(
     grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
     v1::ReleaseResponse* /*response*/) {
   return Schedule(context, [this, request] {
+    RETURN_IF_ERROR(
+        CheckOwner(request->coordinator_id(), {}, request->sequence_ids()));
     absl::ReaderMutexLock lock(&mu_);
     for (uint64_t id : request->sequence_ids()) model_->Release(id);
     return absl::OkStatus();
   });
+}
+
+absl::Status WorkerService::ClaimSequences(const v1::StepRequest& request) {
+  std::vector<uint64_t> run;
+  run.reserve(request.chunks_size());
+  for (const v1::SequenceChunk& c : request.chunks()) {
+    run.push_back(c.sequence_id());
+  }
+  return CheckOwner(request.coordinator_id(), run,
+                    request.release_sequence_ids());
+}
+
+absl::Status WorkerService::CheckOwner(
+    absl::string_view coordinator, absl::Span<const uint64_t> run,
+    const google::protobuf::RepeatedField<uint64_t>& release) {
+  if (coordinator.size() > kMaxCoordinatorIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordinator_id is ", coordinator.size(),
+                     " bytes, more than ", kMaxCoordinatorIdBytes));
+  }
+  absl::MutexLock lock(&owners_mu_);
+  auto check = [&](uint64_t id) -> absl::Status {
+    const auto it = owners_.find(id);
+    if (it != owners_.end() && it->second != coordinator) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "sequence ", id,
+          " belongs to another coordinator; a coordinator may only run and "
+          "release the sequences it created"));
+    }
+    return absl::OkStatus();
+  };
+  for (const uint64_t id : run) RETURN_IF_ERROR(check(id));
+  for (const uint64_t id : release) RETURN_IF_ERROR(check(id));
+  for (const uint64_t id : release) owners_.erase(id);
+  for (const uint64_t id : run) {
+    if (!owners_.contains(id)) owners_.emplace(id, std::string(coordinator));
+  }
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* WorkerService::GetInfo(

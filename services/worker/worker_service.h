@@ -1,14 +1,19 @@
 #ifndef MNEME_SERVICES_WORKER_WORKER_SERVICE_H_
 #define MNEME_SERVICES_WORKER_WORKER_SERVICE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "common/inflight_gate.h"
 #include "common/metrics.h"
 #include "common/work_pool.h"
@@ -18,6 +23,9 @@
 #include "proto/worker/v1/worker.grpc.pb.h"
 
 namespace mneme::worker {
+
+// Longest StepRequest/ReleaseRequest.coordinator_id, in bytes.
+inline constexpr size_t kMaxCoordinatorIdBytes = 256;
 
 struct WorkerServiceOptions {
   // Steps waiting to run; more are refused with RESOURCE_EXHAUSTED.
@@ -97,6 +105,22 @@ class WorkerService final : public v1::Worker::CallbackService {
   gpu::Backend* backend_ ABSL_GUARDED_BY(mu_) = nullptr;
   gpu::Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  // Sequence ownership: the coordinator id (StepRequest.coordinator_id) that
+  // created each live sequence; erased when the sequence is released. A step
+  // or release naming a sequence another id owns is refused
+  // (PermissionDenied) before anything runs; a coordinator restarted with
+  // the same id owns its sequences again.
+  absl::Mutex owners_mu_;
+  absl::flat_hash_map<uint64_t, std::string> owners_
+      ABSL_GUARDED_BY(owners_mu_);
+  absl::Status ClaimSequences(const v1::StepRequest& request);
+  // PermissionDenied when a sequence of `run` or `release` is owned by
+  // another id than `coordinator` (InvalidArgument for an over-long id);
+  // else records `coordinator` as the owner of the new sequences of `run`
+  // and forgets those of `release`.
+  absl::Status CheckOwner(
+      absl::string_view coordinator, absl::Span<const uint64_t> run,
+      const google::protobuf::RepeatedField<uint64_t>& release);
 };
 
 }  // namespace mneme::worker
