@@ -5,11 +5,13 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "checkpoint/model_config.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/status_macros.h"
+#include "engram_store/hashing/tokenizer_vocab.h"
 #include "model/layers/attention.h"
 #include "model/layers/hyper_connections.h"
 #include "model/layers/moe.h"
@@ -75,7 +77,27 @@ int64_t StepWorkspaceFloats(const ModelDims& d, const ModelOptions& o,
   return f(1) + base + std::max({attention, moe, engram_floats, head});
 }
 
+// The payload that marks a step that did not run (StepNotRunError).
+constexpr absl::string_view kStepNotRunPayload = "type.mneme.dev/step_not_run";
+
+// Whether an Engram store error refuses the step's tokens (the same on
+// every retry) rather than being a fault of the store.
+bool IsRefusedLookup(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kInvalidArgument ||
+         status.code() == absl::StatusCode::kOutOfRange;
+}
+
 }  // namespace
+
+absl::Status StepNotRunError(absl::string_view message) {
+  absl::Status st = absl::UnavailableError(message);
+  st.SetPayload(kStepNotRunPayload, absl::Cord("1"));
+  return st;
+}
+
+bool IsStepNotRun(const absl::Status& status) {
+  return status.GetPayload(kStepNotRunPayload).has_value();
+}
 
 Model::Model(const ModelOptions& options, ModelDims dims, gpu::Backend& backend,
              gpu::Communicator* comm, engram::EngramClient* engram)
@@ -86,6 +108,13 @@ Model::Model(const ModelOptions& options, ModelDims dims, gpu::Backend& backend,
       engram_(engram) {}
 
 Model::~Model() {
+  if (prefetch_thread_.joinable()) {
+    {
+      absl::MutexLock lock(&prefetch_mu_);
+      prefetch_stop_ = true;
+    }
+    prefetch_thread_.join();
+  }
   for (auto& [id, seq] : sequences_) {
     for (SequenceState::LayerState& l : seq->layers) {
       kv_cache_->Free(l.window);
@@ -135,6 +164,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
     }
     ASSIGN_OR_RETURN(model->engram_layout_,
                      MakeEngramLayout(*config, options.tp_size));
+    // The Engram hashing maps the ids of this tokenizer (ENGRAM.md, "Row id
+    // computation" 1), as the engram store does.
+    ASSIGN_OR_RETURN(std::unique_ptr<engram::TokenizerVocab> tokenizer,
+                     engram::TokenizerVocab::Create(options.checkpoint_dir +
+                                                    "/tokenizer.json"));
+    model->engram_vocab_size_ = tokenizer->size();
   }
   RETURN_IF_ERROR(model->Load());
   ASSIGN_OR_RETURN(
@@ -187,9 +222,33 @@ int64_t Model::SequenceLength(uint64_t sequence_id) const {
 }
 
 void Model::Prefetch(const std::vector<PrefetchHint>& hints) {
-  if (engram_ == nullptr || dims_.engram_layers.empty()) return;
-  EngramPrefetch(engram_layout_, *engram_, dims_.engram_layers,
-                 options_.tp_rank, hints);
+  if (engram_ == nullptr || dims_.engram_layers.empty() || hints.empty()) {
+    return;
+  }
+  absl::MutexLock lock(&prefetch_mu_);
+  // Hints of an older step that were not sent yet are stale: replace them.
+  prefetch_pending_ = hints;
+  if (!prefetch_thread_.joinable()) {
+    prefetch_thread_ = std::thread([this] { PrefetchLoop(); });
+  }
+}
+
+void Model::PrefetchLoop() {
+  for (;;) {
+    std::vector<PrefetchHint> hints;
+    {
+      absl::MutexLock lock(&prefetch_mu_);
+      prefetch_mu_.Await(absl::Condition(
+          +[](Model* m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->prefetch_mu_) {
+            return m->prefetch_stop_ || !m->prefetch_pending_.empty();
+          },
+          this));
+      if (prefetch_stop_) return;
+      hints.swap(prefetch_pending_);
+    }
+    EngramPrefetch(engram_layout_, *engram_, dims_.engram_layers,
+                   options_.tp_rank, hints);
+  }
 }
 
 void Model::Release(uint64_t sequence_id) {
@@ -221,6 +280,13 @@ absl::Status Model::Validate(const StepInput& input) const {
         return absl::InvalidArgumentError(absl::StrCat(
             "sequence ", c.sequence_id, ": token ", c.tokens[t], " at index ",
             t, " is outside the vocabulary [0, ", dims_.vocab_size, ")"));
+      }
+      if (engram_vocab_size_ > 0 && c.tokens[t] >= engram_vocab_size_) {
+        // Padding ids past the tokenizer have no compressed id.
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sequence ", c.sequence_id, ": token ", c.tokens[t], " at index ",
+            t, " is outside the tokenizer's vocabulary [0, ",
+            engram_vocab_size_, ") that the Engram layers map"));
       }
     }
     const int64_t have = std::max<int64_t>(SequenceLength(c.sequence_id), 0);
@@ -333,9 +399,12 @@ absl::StatusOr<std::vector<SequenceState*>> Model::Admit(
 absl::StatusOr<StepOutput> Model::Step(const StepInput& input) {
   const absl::Time start = absl::Now();
   RETURN_IF_ERROR(Validate(input));
+  ASSIGN_OR_RETURN(std::vector<std::vector<uint16_t>> engram_rows,
+                   LookupEngramRows(input));
   ASSIGN_OR_RETURN(std::vector<SequenceState*> seqs, Admit(input));
   StepOutput out;
-  if (absl::Status st = Forward(input, seqs, out); !st.ok()) {
+  if (absl::Status st = Forward(input, seqs, std::move(engram_rows), out);
+      !st.ok()) {
     for (const SequenceChunk& c : input.chunks) Release(c.sequence_id);
     return st;
   }
@@ -351,8 +420,56 @@ absl::StatusOr<StepOutput> Model::Step(const StepInput& input) {
   return out;
 }
 
+absl::StatusOr<std::vector<std::vector<uint16_t>>> Model::LookupEngramRows(
+    const StepInput& input) {
+  std::vector<std::vector<uint16_t>> rows;
+  if (dims_.engram_layers.empty() || input.chunks.empty()) return rows;
+  const absl::Time start = absl::Now();
+  static const std::vector<int64_t> kNoHistory;
+  std::vector<const std::vector<int64_t>*> histories;
+  for (const SequenceChunk& c : input.chunks) {
+    auto it = sequences_.find(c.sequence_id);
+    histories.push_back(it == sequences_.end() ? &kNoHistory
+                                               : &it->second->tokens);
+  }
+  absl::Status failed;
+  for (int layer : dims_.engram_layers) {
+    absl::StatusOr<std::vector<uint16_t>> r = EngramLookup(
+        engram_layout_, *engram_, layer, options_.tp_rank, input, histories);
+    if (!r.ok()) {
+      failed = r.status();
+      break;
+    }
+    rows.push_back(*std::move(r));
+  }
+  stats_.engram_time += absl::Now() - start;
+  // Every rank learns whether any lookup failed, and whether the store
+  // refused the tokens, before the first collective of the layers: a rank
+  // that skipped the step would leave its peers waiting in a collective.
+  float flags[2] = {failed.ok() ? 0.0f : 1.0f,
+                    IsRefusedLookup(failed) ? 1.0f : 0.0f};
+  if (options_.tp_size > 1) {
+    Workspace::Scope scope(*workspace_);
+    ASSIGN_OR_RETURN(WorkBuffer flag, workspace_->Take(2));
+    backend_.CopyFromHost(flags, flag.data());
+    RETURN_IF_ERROR(comm_->AllReduceSum(flag.data(), 2));
+    backend_.CopyToHost(flag.data(), absl::MakeSpan(flags, 2));
+  }
+  if (flags[0] == 0.0f) return rows;
+  const std::string what =
+      failed.ok() ? std::string("another rank's Engram lookup failed")
+                  : std::string(failed.message());
+  if (flags[1] > 0.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the Engram store refused the step's tokens: ", what));
+  }
+  return StepNotRunError(absl::StrCat(
+      "the step did not run, an Engram lookup failed (", what, ")"));
+}
+
 absl::Status Model::Forward(const StepInput& input,
                             const std::vector<SequenceState*>& seqs,
+                            std::vector<std::vector<uint16_t>> engram_rows,
                             StepOutput& out) {
   const ModelDims& d = dims_;
   const int64_t D = d.hidden_size, hc = d.hc_mult;
@@ -380,8 +497,16 @@ absl::Status Model::Forward(const StepInput& input,
   for (int l = 0; l < d.num_layers; ++l) {
     const LayerWeights& lw = weights_->layers[l];
     if (lw.engram != nullptr) {
-      RETURN_IF_ERROR(EngramForward(ctx, engram_layout_, *lw.engram, *engram_,
-                                    l, batch, X, stats_.engram_time));
+      const size_t e = static_cast<size_t>(
+          std::find(d.engram_layers.begin(), d.engram_layers.end(), l) -
+          d.engram_layers.begin());
+      if (e >= engram_rows.size()) {
+        return absl::InternalError(
+            absl::StrCat("no Engram rows for layer ", l));
+      }
+      RETURN_IF_ERROR(EngramForward(ctx, engram_layout_, *lw.engram,
+                                    std::move(engram_rows[e]), X,
+                                    stats_.engram_time));
     }
     // Attention, then the MoE, each between its hyper-connection mixing.
     {

@@ -4,11 +4,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "engram_store/client/engram_client.h"
 #include "gpu/backend.h"
 #include "gpu/comm/communicator.h"
@@ -62,12 +65,24 @@ struct ModelStats {
 // with the same input; every rank returns the same logits.
 //
 // A Step() whose input is invalid (unknown positions, ids out of range,
-// repeated sequences) changes nothing and returns InvalidArgument. An
-// error during the forward pass (a peer lost, the Engram store failing, the
-// cache full) returns that error; the sequences of that step are then
-// dropped (their state is gone) and must be started again.
+// repeated sequences) changes nothing and returns InvalidArgument. The
+// Engram rows of a step are looked up before its first collective, and the
+// ranks agree on the outcome (one all-reduce): when the lookup failed on
+// any rank (the store down, stalled, restarting), every rank returns
+// Unavailable marked by StepNotRunError() (InvalidArgument when the store
+// refused the tokens) and the step changes nothing. An error during the
+// forward pass (a peer lost, a collective timed out) returns that error;
+// the sequences of that step are then dropped (their state is gone) and
+// must be started again.
 //
 // Thread-compatible: one step at a time.
+// Unavailable with `message`, marked as a step that did not run: the
+// group is intact and no sequence changed (e.g. an Engram store fault), so
+// the step's requests may fail or be retried without re-forming the group.
+absl::Status StepNotRunError(absl::string_view message);
+// Whether `status` is marked by StepNotRunError().
+bool IsStepNotRun(const absl::Status& status);
+
 class Model {
  public:
   // Loads the rank's weights. `comm` is required when tp_size > 1 (its rank
@@ -89,6 +104,12 @@ class Model {
   int64_t weight_bytes() const { return weight_bytes_; }
   const KvCache& kv_cache() const { return *kv_cache_; }
   const ModelStats& stats() const { return stats_; }
+  // Token ids the Engram layers accept, [0, engram_vocab_size()): the size
+  // of the tokenizer the Engram hashing is built from (checkpoints may pad
+  // vocab_size past it). The reference indexes its compressed-id table with
+  // the token ids and cannot take an id past that table, so such ids must
+  // be refused before a step. 0 without Engram layers.
+  int64_t engram_vocab_size() const { return engram_vocab_size_; }
   const ModelOptions& options() const { return options_; }
   // KV accounting (an upper bound of what the cache holds): blocks every
   // sequence holds whatever its length, and bytes per token on the rank
@@ -99,9 +120,10 @@ class Model {
   // Runs the chunks as one batch.
   absl::StatusOr<StepOutput> Step(const StepInput& input);
   // Asks the engram store to stage the rows of this rank's hash columns
-  // for the hinted tokens (all Engram layers). Best effort: the store
-  // queues the reads and drops them when its queue is full; errors are
-  // ignored (a later lookup reads the rows anyway). No collectives.
+  // for the hinted tokens (all Engram layers). Best effort and
+  // asynchronous: returns at once; a background thread sends the hints,
+  // keeping only the newest batch while one is in flight, and ignores
+  // errors (a later lookup reads the rows anyway). No collectives.
   void Prefetch(const std::vector<PrefetchHint>& hints);
   // Forgets a sequence and frees its cache blocks (no-op if unknown).
   void Release(uint64_t sequence_id);
@@ -123,9 +145,16 @@ class Model {
   // the state of new sequences); ResourceExhausted (nothing taken) when any
   // rank of a DCP group cannot hold them.
   absl::StatusOr<std::vector<SequenceState*>> Admit(const StepInput& input);
+  // This rank's Engram rows of the step, by Engram layer (empty without
+  // Engram layers), after the ranks agreed that every lookup succeeded;
+  // StepNotRunError (or InvalidArgument) on every rank otherwise.
+  absl::StatusOr<std::vector<std::vector<uint16_t>>> LookupEngramRows(
+      const StepInput& input);
   absl::Status Forward(const StepInput& input,
                        const std::vector<SequenceState*>& seqs,
+                       std::vector<std::vector<uint16_t>> engram_rows,
                        StepOutput& out);
+  void PrefetchLoop();
   LayerContext Context() const;
 
   const ModelOptions options_;
@@ -140,8 +169,14 @@ class Model {
   VocabShard vocab_;
   // Engram hash columns of every rank; empty without Engram layers.
   EngramLayout engram_layout_;
+  int64_t engram_vocab_size_ = 0;
   absl::flat_hash_map<uint64_t, std::unique_ptr<SequenceState>> sequences_;
   ModelStats stats_;
+  // Prefetch hints waiting for the prefetch thread (the newest batch only).
+  absl::Mutex prefetch_mu_;
+  std::vector<PrefetchHint> prefetch_pending_ ABSL_GUARDED_BY(prefetch_mu_);
+  bool prefetch_stop_ ABSL_GUARDED_BY(prefetch_mu_) = false;
+  std::thread prefetch_thread_;
 };
 
 }  // namespace mneme::model

@@ -52,26 +52,29 @@ absl::StatusOr<EngramWeights> LoadEngramWeights(WeightLoader& load,
   return w;
 }
 
-absl::Status EngramForward(const LayerContext& ctx, const EngramLayout& layout,
-                           const EngramWeights& w, engram::EngramClient& client,
-                           int layer, const StepBatch& batch,
-                           gpu::MatrixView stream, absl::Duration& rows_time) {
-  const absl::Time start = absl::Now();
-  const int n = ctx.tp_size, rank = ctx.tp_rank;
-  const int64_t tokens = stream.rows;
+absl::StatusOr<std::vector<uint16_t>> EngramLookup(
+    const EngramLayout& layout, engram::EngramClient& client, int layer,
+    int tp_rank, const StepInput& input,
+    const std::vector<const std::vector<int64_t>*>& histories) {
+  if (histories.size() != input.chunks.size()) {
+    return absl::InternalError("one history per chunk is required");
+  }
   const int64_t rd = layout.row_dim;
-  const std::vector<int>& mine = layout.columns[rank];
+  const std::vector<int>& mine = layout.columns[tp_rank];
   const int64_t ncols = static_cast<int64_t>(mine.size());
-  Workspace::Scope scope(ctx.workspace);
+  int64_t tokens = 0;
+  for (const SequenceChunk& c : input.chunks) {
+    tokens += static_cast<int64_t>(c.tokens.size());
+  }
   // The rows stay bf16 (as the store sends them) until they are placed:
   // the all-gather moves half the bytes of fp32. Two bf16 values travel in
   // one float slot; a gather only copies bits.
   const int64_t per_rank = tokens * ncols * rd;  // bf16 values.
   std::vector<uint16_t> rows(static_cast<size_t>(per_rank + (per_rank & 1)));
   int64_t t0 = 0;
-  for (size_t i = 0; i < batch.input.chunks.size(); ++i) {
-    const SequenceChunk& c = batch.input.chunks[i];
-    const std::vector<int64_t>& history = batch.seqs[i]->tokens;
+  for (size_t i = 0; i < input.chunks.size(); ++i) {
+    const SequenceChunk& c = input.chunks[i];
+    const std::vector<int64_t>& history = *histories[i];
     const int64_t ctx_tokens =
         std::min<int64_t>(layout.context, static_cast<int64_t>(history.size()));
     engram::v1::LookupRequest req;
@@ -102,6 +105,24 @@ absl::Status EngramForward(const LayerContext& ctx, const EngramLayout& layout,
     }
     std::memcpy(rows.data() + t0 * ncols * rd, resp->rows().data(), want);
     t0 += n_tokens;
+  }
+  return rows;
+}
+
+absl::Status EngramForward(const LayerContext& ctx, const EngramLayout& layout,
+                           const EngramWeights& w, std::vector<uint16_t> rows,
+                           gpu::MatrixView stream, absl::Duration& rows_time) {
+  const absl::Time start = absl::Now();
+  const int n = ctx.tp_size;
+  const int64_t tokens = stream.rows;
+  const int64_t rd = layout.row_dim;
+  const int64_t ncols =
+      static_cast<int64_t>(layout.columns[ctx.tp_rank].size());
+  Workspace::Scope scope(ctx.workspace);
+  const int64_t per_rank = tokens * ncols * rd;  // bf16 values.
+  if (rows.size() != static_cast<size_t>(per_rank + (per_rank & 1))) {
+    return absl::InternalError(absl::StrCat("Engram rows: ", rows.size(),
+                                            " values for ", tokens, " tokens"));
   }
   // Every rank's rows, then each token's rows in column order.
   const int64_t slots = (per_rank + 1) / 2;  // Floats per rank.

@@ -1,6 +1,7 @@
 #ifndef MNEME_MODEL_LAYERS_ENGRAM_LAYER_H_
 #define MNEME_MODEL_LAYERS_ENGRAM_LAYER_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,14 +45,24 @@ absl::StatusOr<EngramWeights> LoadEngramWeights(WeightLoader& load,
                                                 const ModelDims& dims,
                                                 const EngramLayout& layout);
 
-// Looks up the rows of the step's tokens (each rank its columns, gathered
-// over the group), projects them and gates them into the stream [T, hc * D]
-// in place. Adds the time spent on rows (lookup, gather, decode) to
-// `rows_time`. Errors: the lookup's (code kept, message naming the layer),
-// DataLoss for a response of the wrong size, the communicator's.
+// This rank's rows of Engram layer `layer` for the step's tokens: bf16
+// values, token-major (chunk order), this rank's columns in order.
+// `histories[i]` holds the tokens chunk i's sequence already has (empty for
+// a new one). No collectives, so a rank whose lookup fails can still agree
+// with its peers before any of them enters a collective. Errors: the
+// lookup's (code kept, message naming the layer), DataLoss for a response
+// of the wrong size.
+absl::StatusOr<std::vector<uint16_t>> EngramLookup(
+    const EngramLayout& layout, engram::EngramClient& client, int layer,
+    int tp_rank, const StepInput& input,
+    const std::vector<const std::vector<int64_t>*>& histories);
+
+// Gathers every rank's rows of the step (`rows`, from EngramLookup),
+// projects them and gates them into the stream [T, hc * D] in place. Adds
+// the time spent on rows (gather, decode) to `rows_time`. Errors: the
+// communicator's.
 absl::Status EngramForward(const LayerContext& ctx, const EngramLayout& layout,
-                           const EngramWeights& w, engram::EngramClient& client,
-                           int layer, const StepBatch& batch,
+                           const EngramWeights& w, std::vector<uint16_t> rows,
                            gpu::MatrixView stream, absl::Duration& rows_time);
 
 // Asks the store to stage this rank's rows of the hinted tokens for every

@@ -438,6 +438,7 @@ bool Engine::CheckReady() {
     ModelInfo mi;
     mi.checkpoint = first.checkpoint_dir();
     mi.vocab_size = first.vocab_size();
+    mi.engram_vocab_size = first.engram_vocab_size();
     mi.eos_token_id = first.eos_token_id();
     mi.max_context_tokens = so.max_context_tokens;
     mi.tp_size = first.tp_size();
@@ -622,9 +623,10 @@ absl::Status Engine::TakePromptLogprobs(Live& l, const ScheduledSequence& s,
 
 void Engine::FailStep(const StepPlan& plan, const absl::Status& status) {
   metrics_->worker_failures->Increment();
+  const bool not_run = IsStepNotRun(status);
   const bool refused = status.code() == absl::StatusCode::kInvalidArgument ||
                        status.code() == absl::StatusCode::kResourceExhausted ||
-                       status.code() == absl::StatusCode::kInternal;
+                       status.code() == absl::StatusCode::kInternal || not_run;
   std::vector<RequestId> victims;
   if (refused) {
     // The plan changed nothing on the workers: fail its requests only.
@@ -641,11 +643,12 @@ void Engine::FailStep(const StepPlan& plan, const absl::Status& status) {
                << "not ready: " << status;
   }
   const absl::Status client_status =
-      refused ? (status.code() == absl::StatusCode::kResourceExhausted
-                     ? absl::ResourceExhaustedError(status.message())
-                     : absl::InternalError(status.message()))
-              : absl::UnavailableError(
-                    absl::StrCat("a worker was lost: ", status.message()));
+      not_run   ? absl::UnavailableError(status.message())
+      : refused ? (status.code() == absl::StatusCode::kResourceExhausted
+                       ? absl::ResourceExhaustedError(status.message())
+                       : absl::InternalError(status.message()))
+                : absl::UnavailableError(
+                      absl::StrCat("a worker was lost: ", status.message()));
   for (RequestId id : victims) {
     (void)scheduler_->Abort(id);  // NotFound if it already finished.
     to_release_.push_back(id);

@@ -59,6 +59,9 @@ struct TokenLogprobs {
 struct ModelInfo {
   std::string checkpoint;
   int64_t vocab_size = 0;
+  // Prompt ids must also be below this when > 0: the tokenizer the Engram
+  // hashing maps (worker.proto GetInfoResponse.engram_vocab_size).
+  int64_t engram_vocab_size = 0;
   int64_t eos_token_id = 0;
   int64_t max_context_tokens = 0;
   int tp_size = 0;

@@ -75,9 +75,13 @@ absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Step(
   // Report the most telling error: a refused plan (refused alike on every
   // rank) before a lost rank.
   int first_bad = -1, refused = -1;
+  bool all_not_run = true;
   for (int r = 0; r < n; ++r) {
     if (statuses[r].ok()) continue;
     if (first_bad < 0) first_bad = r;
+    if (statuses[r].error_details() != kStepNotRunDetails) {
+      all_not_run = false;
+    }
     const grpc::StatusCode code = statuses[r].error_code();
     if (refused < 0 && (code == grpc::StatusCode::INVALID_ARGUMENT ||
                         code == grpc::StatusCode::RESOURCE_EXHAUSTED)) {
@@ -85,6 +89,11 @@ absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Step(
     }
   }
   if (refused >= 0) first_bad = refused;
+  if (first_bad >= 0 && refused < 0 && all_not_run) {
+    return StepNotRunError(
+        absl::StrCat("worker ", first_bad, " (", options_.workers[first_bad],
+                     "): ", statuses[first_bad].error_message()));
+  }
   if (first_bad >= 0) {
     const absl::Status st = FromGrpcStatus(statuses[first_bad]);
     const absl::StatusCode code =

@@ -90,6 +90,22 @@ absl::Status ValidateGenerateRequest(const GenerateParams& p,
   }
   if (model == nullptr) return absl::OkStatus();
   RETURN_IF_ERROR(InVocabulary(names.prompt, p.prompt, model->vocab_size));
+  if (model->engram_vocab_size > 0 &&
+      model->engram_vocab_size < model->vocab_size) {
+    // The checkpoint pads vocab_size past its tokenizer; the Engram hashing
+    // (like the reference's table lookup) has no compressed id for the
+    // padding ids.
+    for (size_t i = 0; i < p.prompt.size(); ++i) {
+      if (p.prompt[i] >= model->engram_vocab_size) {
+        return InvalidFieldError(
+            names.prompt,
+            absl::StrCat("has ", p.prompt[i], " at index ", i,
+                         ", outside the tokenizer's vocabulary [0, ",
+                         model->engram_vocab_size,
+                         ") that the model's Engram layers map"));
+      }
+    }
+  }
   RETURN_IF_ERROR(
       InVocabulary(names.stop_token_ids, p.stop_token_ids, model->vocab_size));
   const int64_t total =

@@ -43,7 +43,8 @@ struct RequestFieldNames {
 // the text) against the limits above (top_logprobs in [0, 20] and > 0 only
 // with logprobs; prompt_logprobs -1 or in [0, 20]) and, when `model` is not
 // null, against
-// the served model: every token id in [0, vocab_size), prompt +
+// the served model: every token id in [0, vocab_size) (prompt ids also in
+// [0, engram_vocab_size) when that is set), prompt +
 // max_new_tokens within max_context_tokens. OK, or INVALID_ARGUMENT whose
 // message starts with the field in quotes and which carries the field's
 // name (see InvalidFieldName).

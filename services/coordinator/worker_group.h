@@ -3,10 +3,32 @@
 
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/string_view.h"
 #include "proto/worker/v1/worker.pb.h"
 
 namespace mneme::coordinator {
+
+// The gRPC error_details a worker sets on a Step error after which its group
+// is intact and nothing changed on any rank (an Engram store fault agreed on
+// by every rank; services/worker/worker_service.h kStepNotRunDetails).
+inline constexpr absl::string_view kStepNotRunDetails =
+    "mneme.worker.v1.step_not_run";
+inline constexpr absl::string_view kStepNotRunPayload =
+    "type.mneme.dev/step_not_run";
+
+// UNAVAILABLE for a step that did not run while the group stays whole: its
+// requests fail (or are retried), the other requests keep their state.
+inline absl::Status StepNotRunError(absl::string_view message) {
+  absl::Status st = absl::UnavailableError(message);
+  st.SetPayload(kStepNotRunPayload, absl::Cord("1"));
+  return st;
+}
+inline bool IsStepNotRun(const absl::Status& status) {
+  return status.GetPayload(kStepNotRunPayload).has_value();
+}
 
 // The coordinator's view of a tensor-parallel worker group: one step plan
 // runs on every rank at once, and the group answers as one. The engine
@@ -26,7 +48,9 @@ class WorkerGroup {
   // UNAVAILABLE when a rank is unreachable, timed out or its group broke
   // (the workers' sequences are then gone); INVALID_ARGUMENT /
   // RESOURCE_EXHAUSTED when the plan was refused, which changes nothing on
-  // any rank.
+  // any rank; a StepNotRunError (UNAVAILABLE) when every failing rank
+  // reported that the step did not run and the group is intact (an Engram
+  // store fault).
   virtual absl::StatusOr<worker::v1::StepResponse> Step(
       const worker::v1::StepRequest& request) = 0;
 

@@ -249,7 +249,13 @@ grpc::ServerUnaryReactor* WorkerService::Schedule(
       st = Ready();
     }
     if (st.ok()) st = task();
-    reactor->Finish(ToGrpcStatus(st));
+    grpc::Status reply = ToGrpcStatus(st);
+    if (model::IsStepNotRun(st)) {
+      // The group is intact (worker.proto, kStepNotRunDetails).
+      reply = grpc::Status(reply.error_code(), reply.error_message(),
+                           std::string(kStepNotRunDetails));
+    }
+    reactor->Finish(reply);
   });
   if (!queued) {
     reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
@@ -265,10 +271,12 @@ grpc::ServerUnaryReactor* WorkerService::Step(
     // Refused alike on every rank before anything runs: the group is intact.
     RETURN_IF_ERROR(ClaimSequences(*request));
     absl::Status st = RunStep(*request, *response);
-    // Validation and cache reservation fail alike on every rank before any
-    // collective; any other failure leaves the group out of step.
+    // Validation, cache reservation and Engram lookups (agreed on by every
+    // rank) fail alike on every rank before any collective of the layers;
+    // any other failure leaves the group out of step.
     if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument &&
-        st.code() != absl::StatusCode::kResourceExhausted) {
+        st.code() != absl::StatusCode::kResourceExhausted &&
+        !model::IsStepNotRun(st)) {
       {
         absl::MutexLock lock(&mu_);
         broken_ = st;
@@ -472,6 +480,7 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(
     response->set_backend(backend_->name());
     response->set_checkpoint_dir(m.checkpoint_dir());
     response->set_vocab_size(m.dims().vocab_size);
+    response->set_engram_vocab_size(m.engram_vocab_size());
     response->set_num_layers(m.dims().num_layers);
     response->set_eos_token_id(m.dims().eos_token_id);
     response->set_weight_bytes(m.weight_bytes());

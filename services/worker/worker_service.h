@@ -24,6 +24,12 @@
 
 namespace mneme::worker {
 
+// The error_details of a Step error after which the group is intact and
+// nothing changed on the workers (model::IsStepNotRun, e.g. an Engram store
+// fault): the coordinator fails or retries the step's requests only.
+inline constexpr absl::string_view kStepNotRunDetails =
+    "mneme.worker.v1.step_not_run";
+
 // Longest StepRequest/ReleaseRequest.coordinator_id, in bytes.
 inline constexpr size_t kMaxCoordinatorIdBytes = 256;
 

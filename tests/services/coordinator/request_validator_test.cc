@@ -80,6 +80,32 @@ TEST(RequestValidatorTest, NamesTheFieldAsTheFrontSpellsIt) {
             "stop");
 }
 
+// Checkpoints pad vocab_size past the tokenizer; the Engram hashing has no
+// compressed id for the padding ids, so the prompt must not hold them.
+TEST(RequestValidatorTest, RefusesPromptIdsOutsideTheEngramVocabulary) {
+  ModelInfo model = Model();
+  model.engram_vocab_size = 90;
+  GenerateParams p = Valid();
+  p.prompt = {5, 89};
+  EXPECT_TRUE(ValidateGenerateRequest(p, 0, &model).ok());
+  p.prompt = {5, 90};
+  absl::Status st = ValidateGenerateRequest(p, 0, &model);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(InvalidFieldName(st), "token_ids");
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("has 90 at index 1, outside the tokenizer's "
+                        "vocabulary [0, 90)"));
+  // Stop ids never reach the Engram layers: the model's vocabulary bounds
+  // them.
+  p.prompt = {5};
+  p.stop_token_ids = {95};
+  EXPECT_TRUE(ValidateGenerateRequest(p, 0, &model).ok());
+  // Without Engram layers (0), only vocab_size applies.
+  model.engram_vocab_size = 0;
+  p.prompt = {99};
+  EXPECT_TRUE(ValidateGenerateRequest(p, 0, &model).ok());
+}
+
 TEST(RequestValidatorTest, RefusesEachField) {
   const ModelInfo model = Model();
   struct Case {
