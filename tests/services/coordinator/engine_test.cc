@@ -21,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/coordinator/request_validator.h"
+#include "services/coordinator/worker_group.h"
 #include "tests/services/coordinator/fake_worker_group.h"
 
 namespace mneme::coordinator {
@@ -29,6 +30,7 @@ namespace {
 using ::mneme::coordinator::testing::FakeWorkerGroup;
 using ::mneme::coordinator::testing::FakeWorkerGroupOptions;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 constexpr absl::Duration kWait = absl::Seconds(30);
@@ -462,6 +464,27 @@ INSTANTIATE_TEST_SUITE_P(
                     absl::StatusCode::kResourceExhausted},
         FailureCase{absl::InvalidArgumentError("worker 0: bad plan"),
                     absl::StatusCode::kInternal}));
+
+// A step every rank reports as not run (an Engram store fault) fails its
+// requests with UNAVAILABLE; the group is intact, so the engine stays ready
+// and does not wait for the workers to answer again.
+TEST_F(EngineTest, StepNotRunFailsItsRequestsAndTheEngineStaysReady) {
+  workers_->FailNextSteps(StepNotRunError(
+      "worker 0 (h:0): the step did not run, an Engram lookup failed"));
+  // A lost group could not become ready again while Info() fails.
+  workers_->SetInfoStatus(absl::UnavailableError("worker 0 unreachable"));
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Params({5, 6, 7}, 4), sink).ok());
+  ASSERT_TRUE(sink->AwaitFinish());
+  EXPECT_EQ(sink->status().code(), absl::StatusCode::kUnavailable)
+      << sink->status();
+  EXPECT_THAT(std::string(sink->status().message()),
+              HasSubstr("an Engram lookup failed"));
+  EXPECT_EQ(sink->end(), GenerateEnd::kAbort);
+  EXPECT_TRUE(engine_->ready());
+  EXPECT_EQ(Run(Params({5, 6, 7}, 2))->tokens(), Expected(3, 2));
+  workers_->SetInfoStatus(absl::OkStatus());
+}
 
 TEST_F(EngineTest, LostGroupMakesTheEngineNotReadyUntilTheWorkersAnswer) {
   workers_->FailNextSteps(absl::UnavailableError("worker 0: gone"));
