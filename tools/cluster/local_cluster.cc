@@ -1,13 +1,18 @@
 #include "tools/cluster/local_cluster.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -63,6 +68,40 @@ absl::Status CheckNonNegative(absl::string_view field, absl::Duration value) {
     return absl::InvalidArgumentError(
         absl::StrCat("LocalClusterOptions.", field, "=",
                      absl::FormatDuration(value), " must be >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+// Writes 32 random bytes, hex-encoded, to a new file `path` readable by its
+// owner only (replacing an older one).
+absl::Status WriteRandomSecret(const std::string& path) {
+  unsigned char bytes[32];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError("getrandom failed for the cluster secret");
+    }
+    got += static_cast<size_t>(n);
+  }
+  const std::string text =
+      absl::StrCat(absl::BytesToHexString(absl::string_view(
+                       reinterpret_cast<const char*>(bytes), sizeof(bytes))),
+                   "\n");
+  unlink(path.c_str());
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                      S_IRUSR | S_IWUSR);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create the cluster secret file ", path));
+  }
+  const bool written =
+      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const bool closed = close(fd) == 0;
+  if (!written || !closed) {
+    return absl::InternalError(
+        absl::StrCat("cannot write the cluster secret file ", path));
   }
   return absl::OkStatus();
 }
@@ -146,6 +185,9 @@ absl::Status LocalCluster::StartOnce() {
   const absl::Time deadline = absl::Now() + options_.ready_timeout;
   const std::string drain =
       DurationFlag("drain_timeout", options_.drain_timeout);
+  const std::string secret_file = options_.workdir + "/cluster_secret";
+  RETURN_IF_ERROR(WriteRandomSecret(secret_file));
+  secret_flag_ = Flag("cluster_secret_file", secret_file);
 
   store_.name = "engram_store";
   store_.log_path = options_.workdir + "/engram_store.log";
@@ -155,6 +197,7 @@ absl::Status LocalCluster::StartOnce() {
                  "--worker_threads=2",
                  "--prefetch_threads=1",
                  absl::StrCat("--ram_cache_bytes=", int64_t{64} << 20),
+                 secret_flag_,
                  drain};
   store_.listen = kAnyLocalPort;
   RETURN_IF_ERROR(SpawnAndWait(store_, deadline));
@@ -179,6 +222,7 @@ absl::Status LocalCluster::StartOnce() {
                        absl::StrCat("--max_num_batched_tokens=",
                                     options_.max_num_batched_tokens),
                        absl::StrCat("--max_num_seqs=", options_.max_num_seqs),
+                       secret_flag_,
                        drain};
   coordinator_.argv.insert(coordinator_.argv.end(),
                            options_.coordinator_flags.begin(),
@@ -222,7 +266,8 @@ std::vector<std::string> LocalCluster::WorkerArgv(int rank) const {
       absl::StrCat("--threads=", options_.threads_per_worker),
       absl::StrCat("--kv_cache_bytes=", options_.kv_cache_bytes),
       DurationFlag("comm_timeout", options_.comm_timeout),
-      DurationFlag("drain_timeout", options_.drain_timeout)};
+      DurationFlag("drain_timeout", options_.drain_timeout),
+      secret_flag_};
   // Rank 0 hosts the group's rendezvous on its own address.
   if (rank > 0) argv.push_back(Flag("group", workers_[0].listen));
   return argv;

@@ -25,7 +25,11 @@ struct LocalClusterOptions {
   // The model checkpoint every daemon loads. Required.
   std::string checkpoint_dir;
   // An existing directory for the daemons' logs: engram_store.log,
-  // worker<R>.log, coordinator.log (appended to across restarts). Required.
+  // worker<R>.log, coordinator.log (appended to across restarts), and the
+  // cluster secret: Start() writes a fresh random one to
+  // workdir/cluster_secret (mode 0600) and passes it to every daemon
+  // (--cluster_secret_file), so their internal services refuse callers
+  // without it. Required.
   std::string workdir;
   // Tensor-parallel workers; in [1, 64]. Default: 1.
   int tp_size = 1;
@@ -194,6 +198,8 @@ class LocalCluster {
   Daemon coordinator_;
   std::string metrics_address_;
   std::string http_address_;
+  // --cluster_secret_file=workdir/cluster_secret, set by StartOnce().
+  std::string secret_flag_;
   absl::Time workers_started_ = absl::InfinitePast();
   // The worker group must be restarted (after the store's restart).
   bool restart_workers_ = false;

@@ -264,6 +264,26 @@ TEST_F(LocalClusterTest, StartsInOrderWithTheRightFlags) {
                                 HasSubstr("--listen=127.0.0.1:0"),
                                 HasSubstr("--metrics_listen=127.0.0.1:0"))));
 
+  // Every daemon gets the cluster secret written to the workdir: 32 random
+  // bytes in hex, readable by the owner only.
+  const std::string secret_flag =
+      absl::StrCat("--cluster_secret_file=", dir_, "/cluster_secret");
+  for (const char* log :
+       {"engram_store.log", "worker0.log", "worker1.log", "coordinator.log"}) {
+    EXPECT_THAT(Runs(absl::StrCat(dir_, "/", log)),
+                ElementsAre(HasSubstr(secret_flag)))
+        << log;
+  }
+  struct stat st;
+  ASSERT_EQ(stat((dir_ + "/cluster_secret").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  std::ifstream secret_file(dir_ + "/cluster_secret");
+  std::string secret;
+  std::getline(secret_file, secret);
+  EXPECT_EQ(secret.size(), 64u);
+  EXPECT_EQ(secret.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(secret, std::string(64, '0'));
+
   cluster_->Stop();
   for (const auto& [name, info] : d) EXPECT_TRUE(Gone(info.pid)) << name;
   cluster_->Stop();  // Idempotent.
