@@ -6,6 +6,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,8 +15,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "checkpoint/model_config.h"
 #include "checkpoint/sharded_checkpoint.h"
+#include "engram_store/client/engram_client.h"
+#include "engram_store/client/in_process_engram_client.h"
+#include "engram_store/engram_store.h"
 #include "gmock/gmock.h"
 #include "gpu/cpu/cpu_backend.h"
 #include "gpu/host_weight.h"
@@ -255,6 +261,121 @@ TEST_F(ModelStepTest, InvalidStepsChangeNothing) {
   EXPECT_EQ(model().kv_cache().free_blocks(), free_blocks);
   model().Release(1);
   EXPECT_EQ(model().kv_cache().free_blocks(), model().kv_cache().num_blocks());
+}
+
+// An Engram client that fails every call while `down` is set (a store that
+// is down or stalled) and forwards to the store otherwise; its Prefetch
+// takes `prefetch_delay` first (a slow store).
+class FlakyEngramClient final : public engram::EngramClient {
+ public:
+  explicit FlakyEngramClient(engram::EngramClient* real) : real_(real) {}
+
+  absl::StatusOr<engram::v1::LookupResponse> Lookup(
+      const engram::v1::LookupRequest& request) override {
+    if (down) return absl::DeadlineExceededError("the store stalled");
+    return real_->Lookup(request);
+  }
+  absl::StatusOr<engram::v1::LookupResponse> LookupStream(
+      const engram::v1::LookupRequest& request) override {
+    if (down) return absl::UnavailableError("the store is down");
+    return real_->LookupStream(request);
+  }
+  absl::StatusOr<engram::v1::PrefetchResponse> Prefetch(
+      const engram::v1::PrefetchRequest& request) override {
+    absl::SleepFor(prefetch_delay);
+    ++prefetches;
+    if (down) return absl::UnavailableError("the store is down");
+    return real_->Prefetch(request);
+  }
+  absl::StatusOr<engram::v1::DescribeResponse> Describe() override {
+    return real_->Describe();
+  }
+
+  std::atomic<bool> down{false};
+  std::atomic<int> prefetches{0};
+  absl::Duration prefetch_delay = absl::ZeroDuration();
+
+ private:
+  engram::EngramClient* const real_;
+};
+
+// A failed Engram lookup fails the step as "not run": nothing changes, and
+// the same model serves the next steps with the logits of an undisturbed
+// run. Prefetch hints never block the caller.
+TEST(ModelEngramFaultTest, FailedLookupIsAStepThatDidNotRun) {
+  absl::StatusOr<std::unique_ptr<LocalModel>> reference =
+      Open(TinyCheckpoint());
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  StepInput prefill, decode;
+  prefill.chunks.push_back(Chunk(1, Tokens(6, 4), 0));
+  decode.chunks.push_back(Chunk(1, {9}, 6));
+  absl::StatusOr<StepOutput> want_prefill = (*reference)->model().Step(prefill);
+  absl::StatusOr<StepOutput> want_decode = (*reference)->model().Step(decode);
+  ASSERT_TRUE(want_prefill.ok() && want_decode.ok());
+
+  engram::EngramStoreOptions so;
+  so.checkpoint_dir = TinyCheckpoint();
+  so.ram_cache_bytes = uint64_t{16} << 20;
+  so.io_threads = 1;
+  absl::StatusOr<std::unique_ptr<engram::EngramStore>> store =
+      engram::EngramStore::Create(so);
+  ASSERT_TRUE(store.ok()) << store.status();
+  engram::InProcessEngramClient real(store->get(), engram::RequestLimits{});
+  FlakyEngramClient client(&real);
+  absl::StatusOr<std::unique_ptr<gpu::CpuBackend>> backend =
+      gpu::CpuBackend::Create({.threads = 1});
+  ASSERT_TRUE(backend.ok());
+  ModelOptions o;
+  o.checkpoint_dir = TinyCheckpoint();
+  o.kv_cache.budget_bytes = 16 << 20;
+  absl::StatusOr<std::unique_ptr<Model>> m =
+      Model::Create(o, **backend, nullptr, &client);
+  ASSERT_TRUE(m.ok()) << m.status();
+  Model& model = **m;
+  ASSERT_FALSE(model.dims().engram_layers.empty());
+  const int free_blocks = model.kv_cache().free_blocks();
+
+  client.down = true;
+  absl::StatusOr<StepOutput> out = model.Step(prefill);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kUnavailable)
+      << out.status();
+  EXPECT_TRUE(IsStepNotRun(out.status())) << out.status();
+  EXPECT_EQ(model.SequenceLength(1), -1);
+  EXPECT_EQ(model.kv_cache().free_blocks(), free_blocks);
+
+  client.down = false;
+  out = model.Step(prefill);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_LE(MaxDiff(out->logits[0], want_prefill->logits[0]), 1e-6f);
+
+  client.down = true;
+  out = model.Step(decode);
+  EXPECT_TRUE(IsStepNotRun(out.status())) << out.status();
+  EXPECT_EQ(model.SequenceLength(1), 6);
+
+  // A slow store: the hints are handed over, not waited for.
+  client.prefetch_delay = absl::Seconds(1);
+  PrefetchHint hint;
+  hint.tokens = Tokens(4, 9);
+  const absl::Time before = absl::Now();
+  model.Prefetch({hint});
+  model.Prefetch({hint});
+  EXPECT_LT(absl::Now() - before, absl::Milliseconds(500));
+
+  client.down = false;
+  out = model.Step(decode);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_LE(MaxDiff(out->logits[0], want_decode->logits[0]), 1e-6f);
+  EXPECT_EQ(model.SequenceLength(1), 7);
+  // An invalid id is still InvalidArgument, not a step that did not run.
+  StepInput bad;
+  bad.chunks.push_back(Chunk(2, {3, model.dims().vocab_size}, 0));
+  out = model.Step(bad);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(IsStepNotRun(out.status()));
+  // The model's Engram vocabulary is the checkpoint's tokenizer.
+  EXPECT_GT(model.engram_vocab_size(), 0);
+  EXPECT_LE(model.engram_vocab_size(), model.dims().vocab_size);
 }
 
 TEST_F(ModelStepTest, BatchingAndChunkingDoNotChangeLogits) {
