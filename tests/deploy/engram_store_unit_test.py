@@ -46,6 +46,12 @@ class EngramStoreAsUnitTest(unittest.TestCase):
         assert r.returncode == 0, r.stderr
         os.makedirs(os.path.join(cls.root, "var/cache/mneme"))
         os.makedirs(os.path.join(cls.root, "etc/mneme"))
+        # The cluster secret as docs/DEPLOY.md creates it.
+        os.makedirs(os.path.join(cls.root, "etc/mneme-secret"))
+        cls.secret_file = os.path.join(cls.root,
+                                       "etc/mneme-secret/cluster_secret")
+        with open(cls.secret_file, "w") as f:
+            f.write(os.urandom(32).hex() + "\n")
 
     def substitute(self, text, used):
         """The unit's paths under the temporary root, its ports free ones."""
@@ -53,6 +59,7 @@ class EngramStoreAsUnitTest(unittest.TestCase):
             ("/usr/local/bin/mneme_engram_store",
              lib.binary("mneme_engram_store")),
             ("/etc/mneme/", self.root + "/etc/mneme/"),
+            ("/etc/mneme-secret/", self.root + "/etc/mneme-secret/"),
             ("/mnt/mneme/", self.root + "/mnt/mneme/"),
             ("/var/lib/mneme/", self.root + "/var/lib/mneme/"),
             ("/var/cache/mneme", self.root + "/var/cache/mneme"),
@@ -83,7 +90,7 @@ class EngramStoreAsUnitTest(unittest.TestCase):
         argv = [self.substitute(a, used) for a in argv]
         # Every rule matched something (the cache directory is named only
         # with a RocksDB tier): the test follows the unit and the config.
-        self.assertEqual(len(used - {"/var/cache/mneme"}), 6, sorted(used))
+        self.assertEqual(len(used - {"/var/cache/mneme"}), 7, sorted(used))
         self.assertIn("--ranks=%s" % self.rank, argv)
 
         notify = lib.NotifySocket()
@@ -107,10 +114,18 @@ class EngramStoreAsUnitTest(unittest.TestCase):
             metrics = self.printed(log, "metrics on ")
             r = subprocess.run(
                 [lib.mneme_tool(), "engram", "lookup", "--server", address,
-                 "--layer", "1", "--tokens", "300,301,302"],
+                 "--layer", "1", "--tokens", "300,301,302",
+                 "--cluster-secret-file", self.secret_file],
                 capture_output=True, text=True, timeout=60)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertGreater(len(r.stdout.splitlines()), 0)
+            # Without the cluster secret the store refuses the lookup.
+            refused = subprocess.run(
+                [lib.mneme_tool(), "engram", "lookup", "--server", address,
+                 "--layer", "1", "--tokens", "300,301,302"],
+                capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(refused.returncode, 0)
+            self.assertIn("cluster secret", refused.stderr)
             with urllib.request.urlopen("http://%s/metrics" % metrics,
                                         timeout=10) as resp:
                 text = resp.read().decode()

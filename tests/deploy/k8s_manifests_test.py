@@ -361,6 +361,19 @@ class ContainerTest(unittest.TestCase):
                             c.resources, "PersistentVolumeClaim", claim))
                     else:
                         self.assertEqual(vol["hostPath"]["type"], "Directory")
+                # Every daemon reads the cluster secret from the Secret the
+                # operator creates (docs/DEPLOY.md), mounted read-only.
+                self.assertIn("cluster_secret_file", flags)
+                m, vol = c.mount_for(flags["cluster_secret_file"])
+                self.assertIsNotNone(vol, "cluster_secret_file")
+                self.assertTrue(m.get("readOnly"))
+                self.assertEqual(vol["secret"]["secretName"],
+                                 "mneme-cluster-secret")
+                rel = os.path.relpath(flags["cluster_secret_file"],
+                                      m["mountPath"])
+                self.assertIn({"key": "cluster_secret", "path": rel},
+                              vol["secret"]["items"])
+                self.assertEqual(vol["secret"]["defaultMode"] & 0o222, 0)
                 for vol in c.pod.get("volumes", []):
                     if "configMap" in vol:
                         cm = find(c.resources, "ConfigMap",

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/grpc_channel.h"
 #include "common/status_macros.h"
 #include "engram_store/client/grpc_engram_client.h"
 #include "formats/bf16.h"
@@ -23,7 +24,8 @@ namespace mneme::cli {
 namespace {
 
 const std::set<std::string> kConnectionFlags = {
-    "server", "timeout-ms", "tls-ca", "tls-cert", "tls-key", "tls-server-name"};
+    "server",          "timeout-ms",         "tls-ca", "tls-cert", "tls-key",
+    "tls-server-name", "cluster-secret-file"};
 
 absl::StatusOr<std::unique_ptr<engram::GrpcEngramClient>> Connect(
     const Args& args) {
@@ -37,6 +39,10 @@ absl::StatusOr<std::unique_ptr<engram::GrpcEngramClient>> Connect(
   options.tls.cert_file = args.Get("tls-cert", "");
   options.tls.key_file = args.Get("tls-key", "");
   options.tls.server_name_override = args.Get("tls-server-name", "");
+  // A store started with --cluster_secret_file refuses callers without it.
+  ClientChannelOptions peer;
+  peer.cluster_secret_file = args.Get("cluster-secret-file", "");
+  SetPeerChannelDefaults(peer);
   return engram::GrpcEngramClient::Create(options);
 }
 

@@ -13,7 +13,9 @@ namespace mneme::cli {
 //     --tokens T0,T1,... [--context N] [--columns C0,C1,...])
 //     [--encoding bf16|fp32] [--stream] [--timeout-ms N]
 //     [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name N]]
-// Rows from a running engram store. One line per row: its row id, a colon,
+//     [--cluster-secret-file FILE]
+// Rows from a running engram store (--cluster-secret-file: the store's
+// --cluster_secret_file, when it has one). One line per row: its row id, a colon,
 // then its values as fp32 ("%.9g"), space-separated. With --tokens the first
 // --context tokens are context only (rows for the rest, position-major).
 // `argv` starts after "lookup".
