@@ -33,6 +33,7 @@
 #include "services/worker/local_model.h"
 #include "services/worker/worker_service.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/tls_certs.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
 
 namespace mneme {
@@ -253,6 +254,51 @@ TEST_F(SecretFiles, EngramStoreNeedsTheSecret) {
   auto described = (*client)->Describe();
   EXPECT_TRUE(described.ok()) << described.status();
   ExpectHealthOpen(**runner);
+  (*runner)->Drain();
+}
+
+TEST_F(SecretFiles, PeerDefaultsCarryMutualTlsAndTheSecret) {
+  absl::StatusOr<mneme::testing::TlsCerts> certs =
+      mneme::testing::GenerateTlsCerts();
+  ASSERT_TRUE(certs.ok()) << certs.status();
+  InflightGate gate;
+  auto service = gpu::RendezvousService::Create({}, &gate);
+  ASSERT_TRUE(service.ok()) << service.status();
+  ServerOptions server = WithSecret();
+  server.tls.cert_file = certs->server_cert;
+  server.tls.key_file = certs->server_key;
+  server.tls.client_ca_file = certs->ca_cert;
+  auto runner = ServerRunner::Create(server, {service->get()}, &gate);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+
+  // The rendezvous client as a worker builds it: nothing in its own options.
+  gpu::GrpcRendezvousStoreOptions options;
+  options.target = (*runner)->address().ToString();
+  options.key_prefix = "g/";
+  options.rpc_timeout = absl::Seconds(5);
+  auto set_with = [&](const ClientChannelOptions& defaults) {
+    SetPeerChannelDefaults(defaults);
+    auto client = gpu::GrpcRendezvousStore::Create(options);
+    SetPeerChannelDefaults({});
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? (*client)->Set("k", "v") : client.status();
+  };
+  ClientChannelOptions full;
+  full.tls.ca_file = certs->ca_cert;
+  full.tls.cert_file = certs->client_cert;
+  full.tls.key_file = certs->client_key;
+  full.cluster_secret_file = right_;
+  EXPECT_TRUE(set_with(full).ok());
+  ClientChannelOptions no_secret = full;
+  no_secret.cluster_secret_file.clear();
+  EXPECT_EQ(set_with(no_secret).code(), absl::StatusCode::kUnauthenticated);
+  ClientChannelOptions no_client_cert = full;
+  no_client_cert.tls.cert_file.clear();
+  no_client_cert.tls.key_file.clear();
+  EXPECT_FALSE(set_with(no_client_cert).ok());
+  ClientChannelOptions plaintext;
+  plaintext.cluster_secret_file = right_;
+  EXPECT_FALSE(set_with(plaintext).ok());
   (*runner)->Drain();
 }
 
