@@ -15,8 +15,9 @@ namespace mneme::cli {
 //     [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name N]]
 //     [--cluster-secret-file FILE]
 // Rows from a running engram store (--cluster-secret-file: the store's
-// --cluster_secret_file, when it has one). One line per row: its row id, a colon,
-// then its values as fp32 ("%.9g"), space-separated. With --tokens the first
+// --cluster_secret_file, when it has one). One line per row: its row id, a
+// colon, then its values as fp32 ("%.9g"), space-separated. With --tokens the
+// first
 // --context tokens are context only (rows for the rest, position-major).
 // `argv` starts after "lookup".
 absl::Status RunEngramLookup(const std::vector<std::string>& argv,
