@@ -3,64 +3,34 @@
 // relative to the runfiles root - and over inputs that overflowed the stack
 // before depth limits existed. A seed that crashes or violates an invariant
 // of the target (the targets abort on those) fails the test.
-#include <dirent.h>
+#include "tests/fuzz/fuzz_corpus.h"
 
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
-
-namespace mneme {
+namespace mneme::fuzz {
 namespace {
 
 std::string CorpusDir() {
-  const char* srcdir = getenv("TEST_SRCDIR");
-  const char* workspace = getenv("TEST_WORKSPACE");
   const char* corpus = getenv("FUZZ_CORPUS");
-  return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/",
-                      workspace != nullptr ? workspace : "mneme", "/",
-                      corpus != nullptr ? corpus : "");
-}
-
-std::vector<std::string> ListCorpus() {
-  std::vector<std::string> names;
-  DIR* dir = opendir(CorpusDir().c_str());
-  if (dir == nullptr) return names;
-  while (dirent* entry = readdir(dir)) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  closedir(dir);
-  return names;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-int RunInput(const std::string& input) {
-  return LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()),
-                                input.size());
+  return fuzz::CorpusDir(corpus != nullptr ? corpus : "");
 }
 
 TEST(FuzzCorpusTest, SeedsRunCleanly) {
   ASSERT_NE(getenv("FUZZ_CORPUS"), nullptr);
-  const std::vector<std::string> names = ListCorpus();
+  const std::vector<std::string> names = ListCorpus(CorpusDir());
   ASSERT_GE(names.size(), 4u) << "corpus missing at " << CorpusDir();
   int deep = 0;
   for (const std::string& name : names) {
     SCOPED_TRACE(name);
     const auto start = std::chrono::steady_clock::now();
-    EXPECT_EQ(RunInput(ReadFile(CorpusDir() + "/" + name)), 0);
+    EXPECT_EQ(RunFuzzInput(ReadCorpusFile(CorpusDir() + "/" + name)), 0);
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5))
         << "seed " << name << " is slow";
     if (name.rfind("deep_", 0) == 0) ++deep;
@@ -81,9 +51,9 @@ TEST(FuzzCorpusTest, DeepAndDegenerateInputsDoNotCrash) {
       absl::StrCat(R"({"type": "Sequence", "normalizers": )", arrays),
   };
   for (const std::string& input : inputs) {
-    EXPECT_EQ(RunInput(input), 0) << input.substr(0, 40);
+    EXPECT_EQ(RunFuzzInput(input), 0) << input.substr(0, 40);
   }
 }
 
 }  // namespace
-}  // namespace mneme
+}  // namespace mneme::fuzz
