@@ -33,16 +33,7 @@ namespace {
 using ::mneme::testing::RunfilePath;
 namespace sv1 = ::mneme::serving::v1;
 
-const std::string& Checkpoint() {
-  static const std::string* dir = [] {
-    auto* d = new std::string(absl::StrCat(getenv("TEST_TMPDIR"), "/tiny"));
-    const testing::CommandResult r = testing::RunMneme(
-        {"make-checkpoint", "--model", "--out", *d, "--seed", "21"});
-    EXPECT_EQ(r.code, 0) << r.err;
-    return d;
-  }();
-  return *dir;
-}
+const std::string& Checkpoint() { return testing::TinyModelCheckpoint(); }
 
 // The reference: greedy (or seeded) generation in this process, TP 1.
 std::vector<int64_t> Reference(const std::vector<int64_t>& prompt, int max_new,

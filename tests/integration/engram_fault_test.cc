@@ -36,16 +36,7 @@ using ::mneme::testing::Launch;
 using ::mneme::testing::RunfilePath;
 namespace sv1 = ::mneme::serving::v1;
 
-const std::string& Checkpoint() {
-  static const std::string* dir = [] {
-    auto* d = new std::string(absl::StrCat(getenv("TEST_TMPDIR"), "/tiny"));
-    const testing::CommandResult r = testing::RunMneme(
-        {"make-checkpoint", "--model", "--out", *d, "--seed", "21"});
-    EXPECT_EQ(r.code, 0) << r.err;
-    return d;
-  }();
-  return *dir;
-}
+const std::string& Checkpoint() { return testing::TinyModelCheckpoint(); }
 
 // A copy of Checkpoint() whose tokenizer lacks its last token, so that
 // vocab_size pads one id past it, as real checkpoints do (the Engram config's

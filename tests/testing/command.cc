@@ -1,5 +1,8 @@
 #include "tests/testing/command.h"
 
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
@@ -25,6 +28,19 @@ CommandResult RunMneme(const std::vector<std::string>& args,
 
 std::vector<std::string> NonEmptyLines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+const std::string& TinyModelCheckpoint() {
+  static const std::string* dir = [] {
+    const char* tmp = getenv("TEST_TMPDIR");
+    auto* d =
+        new std::string(absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/tiny"));
+    const CommandResult r =
+        RunMneme({"make-checkpoint", "--model", "--out", *d, "--seed", "21"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return d;
+  }();
+  return *dir;
 }
 
 }  // namespace mneme::testing

@@ -27,6 +27,10 @@ CommandResult RunCommand(const std::vector<std::string>& argv,
 CommandResult RunMneme(const std::vector<std::string>& args,
                        absl::Duration timeout = absl::Seconds(120));
 
+// The tiny model (`mneme make-checkpoint --model --seed 21`) in
+// $TEST_TMPDIR/tiny, made on the first call of the test process.
+const std::string& TinyModelCheckpoint();
+
 // The non-empty lines of `text`.
 std::vector<std::string> NonEmptyLines(const std::string& text);
 

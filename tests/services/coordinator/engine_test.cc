@@ -35,15 +35,27 @@ using ::testing::IsEmpty;
 
 constexpr absl::Duration kWait = absl::Seconds(30);
 
-// Records one request's events.
+// Records one request's events, their order ("prompt", "top", "tokens",
+// "finish") and its log-probabilities.
 class RecordingSink final : public GenerateSink {
  public:
   // Returns false from OnTokens once `stop_after` tokens came (0 = never).
   explicit RecordingSink(int stop_after = 0) : stop_after_(stop_after) {}
 
+  void OnPromptLogprobs(absl::Span<const TokenLogprobs> positions) override {
+    absl::MutexLock lock(&mu_);
+    events_.emplace_back("prompt");
+    prompt_.assign(positions.begin(), positions.end());
+  }
+  void OnTopLogprobs(absl::Span<const TopLogprobs> per_token) override {
+    absl::MutexLock lock(&mu_);
+    events_.emplace_back("top");
+    tops_.insert(tops_.end(), per_token.begin(), per_token.end());
+  }
   bool OnTokens(absl::Span<const int64_t> tokens,
                 absl::Span<const float> logprobs) override {
     absl::MutexLock lock(&mu_);
+    events_.emplace_back("tokens");
     tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
     logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
     return stop_after_ == 0 || static_cast<int>(tokens_.size()) < stop_after_;
@@ -52,6 +64,7 @@ class RecordingSink final : public GenerateSink {
                 int64_t prompt_tokens, int64_t completion_tokens) override {
     absl::MutexLock lock(&mu_);
     EXPECT_FALSE(finished_) << "OnFinish twice";
+    events_.emplace_back("finish");
     finished_ = true;
     status_ = status;
     end_ = end;
@@ -99,10 +112,25 @@ class RecordingSink final : public GenerateSink {
     absl::MutexLock lock(&mu_);
     return completion_tokens_;
   }
+  std::vector<std::string> events() {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+  std::vector<TokenLogprobs> prompt() {
+    absl::MutexLock lock(&mu_);
+    return prompt_;
+  }
+  std::vector<TopLogprobs> tops() {
+    absl::MutexLock lock(&mu_);
+    return tops_;
+  }
 
  private:
   const int stop_after_;
   absl::Mutex mu_;
+  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
+  std::vector<TokenLogprobs> prompt_ ABSL_GUARDED_BY(mu_);
+  std::vector<TopLogprobs> tops_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> tokens_ ABSL_GUARDED_BY(mu_);
   std::vector<float> logprobs_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -529,76 +557,6 @@ TEST_F(EngineTest, StopFailsLiveRequestsWithUnavailable) {
             absl::StatusCode::kUnavailable);
 }
 
-// Records the order of a request's events ("prompt", "top", "tokens",
-// "finish") and its log-probabilities.
-class LogprobSink final : public GenerateSink {
- public:
-  void OnPromptLogprobs(absl::Span<const TokenLogprobs> positions) override {
-    absl::MutexLock lock(&mu_);
-    events_.emplace_back("prompt");
-    prompt_.assign(positions.begin(), positions.end());
-  }
-  void OnTopLogprobs(absl::Span<const TopLogprobs> per_token) override {
-    absl::MutexLock lock(&mu_);
-    events_.emplace_back("top");
-    tops_.insert(tops_.end(), per_token.begin(), per_token.end());
-  }
-  bool OnTokens(absl::Span<const int64_t> tokens,
-                absl::Span<const float> logprobs) override {
-    absl::MutexLock lock(&mu_);
-    events_.emplace_back("tokens");
-    tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
-    logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
-    return true;
-  }
-  void OnFinish(const absl::Status& status, GenerateEnd /*end*/,
-                int64_t /*prompt_tokens*/,
-                int64_t /*completion_tokens*/) override {
-    absl::MutexLock lock(&mu_);
-    events_.emplace_back("finish");
-    status_ = status;
-    finished_ = true;
-  }
-  bool AwaitFinish() {
-    absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&finished_), kWait);
-  }
-  std::vector<std::string> events() {
-    absl::MutexLock lock(&mu_);
-    return events_;
-  }
-  std::vector<TokenLogprobs> prompt() {
-    absl::MutexLock lock(&mu_);
-    return prompt_;
-  }
-  std::vector<TopLogprobs> tops() {
-    absl::MutexLock lock(&mu_);
-    return tops_;
-  }
-  std::vector<int64_t> tokens() {
-    absl::MutexLock lock(&mu_);
-    return tokens_;
-  }
-  std::vector<float> logprobs() {
-    absl::MutexLock lock(&mu_);
-    return logprobs_;
-  }
-  absl::Status status() {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
-  std::vector<TokenLogprobs> prompt_ ABSL_GUARDED_BY(mu_);
-  std::vector<TopLogprobs> tops_ ABSL_GUARDED_BY(mu_);
-  std::vector<int64_t> tokens_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> logprobs_ ABSL_GUARDED_BY(mu_);
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-};
-
 // The steps the fake received that ran chunks (not only releases).
 std::vector<worker::v1::StepRequest> ChunkSteps(const FakeWorkerGroup& w) {
   std::vector<worker::v1::StepRequest> out;
@@ -647,7 +605,7 @@ TEST_F(EngineTest, PromptAndTopLogprobsInOrderAcrossChunks) {
   p.logprobs = true;
   p.top_logprobs = 3;
   p.prompt_logprobs = 2;
-  auto sink = std::make_shared<LogprobSink>();
+  auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(engine_->Submit(p, sink).ok());
   ASSERT_TRUE(sink->AwaitFinish());
   EXPECT_TRUE(sink->status().ok()) << sink->status();
@@ -686,7 +644,7 @@ TEST_F(EngineTest, PromptAndTopLogprobsInOrderAcrossChunks) {
 }
 
 TEST_F(EngineTest, LogprobEventsOnlyWhenAsked) {
-  auto plain = std::make_shared<LogprobSink>();
+  auto plain = std::make_shared<RecordingSink>();
   GenerateParams p = Params({5, 6, 7}, 2);
   p.logprobs = true;  // Logprobs without alternatives.
   ASSERT_TRUE(engine_->Submit(p, plain).ok());
@@ -698,7 +656,7 @@ TEST_F(EngineTest, LogprobEventsOnlyWhenAsked) {
   }
   // A one-token prompt: its only entry has no logprob, and the workers are
   // not asked for any.
-  auto one = std::make_shared<LogprobSink>();
+  auto one = std::make_shared<RecordingSink>();
   p = Params({9}, 1);
   p.prompt_logprobs = 5;
   ASSERT_TRUE(engine_->Submit(p, one).ok());
@@ -719,8 +677,8 @@ TEST_F(EngineTest, PromptLogprobsOnceThroughPreemptions) {
   Start(o, fake);
   const std::vector<int64_t> prompt_a = Range(200, 200);
   const std::vector<int64_t> prompt_b = Range(500, 150);
-  auto a = std::make_shared<LogprobSink>();
-  auto b = std::make_shared<LogprobSink>();
+  auto a = std::make_shared<RecordingSink>();
+  auto b = std::make_shared<RecordingSink>();
   GenerateParams pa = Params(prompt_a, 50);
   pa.prompt_logprobs = 1;
   GenerateParams pb = Params(prompt_b, 40);
