@@ -683,9 +683,8 @@ TEST_F(EngineTest, PromptLogprobsOnceThroughPreemptions) {
   pa.prompt_logprobs = 1;
   GenerateParams pb = Params(prompt_b, 40);
   pb.prompt_logprobs = 0;
-  absl::StatusOr<std::string> ida = engine_->Submit(pa, a);
-  absl::StatusOr<std::string> idb = engine_->Submit(pb, b);
-  ASSERT_TRUE(ida.ok() && idb.ok());
+  // Queued together, so that A cannot finish before B arrives.
+  ASSERT_TRUE(engine_->SubmitAll({pa, pb}, {a, b}).ok());
   ASSERT_TRUE(a->AwaitFinish());
   ASSERT_TRUE(b->AwaitFinish());
   ASSERT_GT(engine_->loads().preemptions, 0);
