@@ -185,6 +185,7 @@ TEST(EngramServiceReadiness, ReadyOnlyAfterTheTablesOpen) {
 }
 
 TEST(EngramServiceDrain, SigtermDuringLoadCompletesInFlightAndExitsZero) {
+  constexpr int kDrainThreads = 16;
   const std::string& dir = Checkpoint(formats::RowFormat::kFp8);
   absl::StatusOr<std::unique_ptr<EngramCheckpoint>> ckpt =
       EngramCheckpoint::Open(dir);
@@ -195,7 +196,7 @@ TEST(EngramServiceDrain, SigtermDuringLoadCompletesInFlightAndExitsZero) {
   std::atomic<int64_t> calls = 0;
   LoadResult result;
   std::thread load([&] {
-    RunLoad(d.address, 16, (*ckpt)->tables()[0].layer,
+    RunLoad(d.address, kDrainThreads, (*ckpt)->tables()[0].layer,
             (*ckpt)->hasher().vocabulary().num_tokens(), stop, result, calls);
   });
   const absl::Time give_up = absl::Now() + absl::Seconds(60);
@@ -209,10 +210,24 @@ TEST(EngramServiceDrain, SigtermDuringLoadCompletesInFlightAndExitsZero) {
   load.join();
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 0);
-  // Every call started before the signal either completed or was refused
-  // as draining: nothing in flight was cut off.
+  // Nothing admitted was cut off: the daemon drained within its deadline
+  // (it logs when it has to cancel admitted calls).
+  ASSERT_NE(d.process->Stderr().find("in-flight RPCs"), std::string::npos)
+      << d.process->Stderr();
+  EXPECT_EQ(d.process->Stderr().find("drain deadline passed"),
+            std::string::npos)
+      << d.process->Stderr();
+  // Every call started before the signal completed or was refused as
+  // draining. A client thread can read `signalled` as false and still send
+  // its call only after the daemon stopped listening (two cores, sixteen
+  // threads); gRPC cancels such a call without it reaching a handler, so at
+  // most one Cancelled per thread is that race, not a lost call.
   absl::MutexLock lock(&result.mu);
   for (const auto& [c, n] : result.before_signal) {
+    if (c == absl::StatusCode::kCancelled) {
+      EXPECT_LE(n, kDrainThreads) << "CANCELLED x " << n;
+      continue;
+    }
     EXPECT_TRUE(c == absl::StatusCode::kOk ||
                 c == absl::StatusCode::kUnavailable)
         << absl::StatusCodeToString(c) << " x " << n;
