@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/cord.h"
@@ -260,6 +261,13 @@ void Model::Release(uint64_t sequence_id) {
     kv_cache_->Free(l.partial);
   }
   sequences_.erase(it);
+}
+
+void Model::ReleaseAll() {
+  std::vector<uint64_t> ids;
+  ids.reserve(sequences_.size());
+  for (const auto& entry : sequences_) ids.push_back(entry.first);
+  for (const uint64_t id : ids) Release(id);
 }
 
 absl::Status Model::Validate(const StepInput& input) const {

@@ -127,6 +127,9 @@ class Model {
   void Prefetch(const std::vector<PrefetchHint>& hints);
   // Forgets a sequence and frees its cache blocks (no-op if unknown).
   void Release(uint64_t sequence_id);
+  // Forgets every sequence (the group re-formed: the peers' halves of the
+  // state are gone).
+  void ReleaseAll();
   // Sequences with state.
   int num_sequences() const { return static_cast<int>(sequences_.size()); }
   // Tokens the model has processed of a sequence; -1 if unknown.

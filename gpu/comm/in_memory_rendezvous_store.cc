@@ -263,6 +263,23 @@ void InMemoryRendezvousStore::TimerLoop() {
   }
 }
 
+int64_t InMemoryRendezvousStore::EraseIf(
+    absl::FunctionRef<bool(absl::string_view key)> erase) {
+  absl::MutexLock lock(&mu_);
+  int64_t erased = 0;
+  for (auto it = values_.begin(); it != values_.end();) {
+    if (erase(it->first)) {
+      total_bytes_ -=
+          static_cast<int64_t>(it->first.size() + it->second.size());
+      values_.erase(it++);
+      ++erased;
+    } else {
+      ++it;
+    }
+  }
+  return erased;
+}
+
 int64_t InMemoryRendezvousStore::total_bytes() const {
   absl::MutexLock lock(&mu_);
   return total_bytes_;

@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -77,6 +78,11 @@ class InMemoryRendezvousStore final : public RendezvousStore {
   // on this thread before returning. Does nothing when that get already
   // ended.
   void CancelGet(int64_t id, const absl::Status& status);
+
+  // Removes every key for which `erase` is true (e.g. the keys of a group
+  // generation that has been superseded, so that re-forming a group does not
+  // fill the byte budget); returns how many. Waiting gets are unaffected.
+  int64_t EraseIf(absl::FunctionRef<bool(absl::string_view key)> erase);
 
   // Bytes of keys plus values held.
   int64_t total_bytes() const;

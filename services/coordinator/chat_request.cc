@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/json.h"
 #include "common/status_macros.h"
 #include "services/coordinator/request_validator.h"
 
@@ -27,6 +28,17 @@ std::map<std::string, std::string> ParameterTypes(
   return types;
 }
 
+// Whether `value` nests arrays / objects more than `limit` levels deep.
+// Recurses at most limit + 1 levels, however deep `value` is.
+bool NestsDeeperThan(const nlohmann::ordered_json& value, int limit) {
+  if (!value.is_structured()) return false;
+  if (limit == 0) return true;
+  for (const nlohmann::ordered_json& child : value) {
+    if (NestsDeeperThan(child, limit - 1)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::Status AddChatTool(const nlohmann::ordered_json& function,
@@ -45,6 +57,13 @@ absl::Status AddChatTool(const nlohmann::ordered_json& function,
   if (auto params = function.find("parameters");
       params != function.end() && !params->is_null() && !params->is_object()) {
     return InvalidFieldError(field + ".parameters", "must be an object");
+  }
+  // dump() below recurses once per level: a schema nested 100k deep would
+  // overflow the stack.
+  if (NestsDeeperThan(function, kMaxJsonDepth)) {
+    return InvalidFieldError(
+        field, absl::StrCat("nests arrays / objects deeper than the limit of ",
+                            kMaxJsonDepth));
   }
   const std::string n = name->get<std::string>();
   if (chat.tool_types.contains(n)) {

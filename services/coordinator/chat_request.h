@@ -53,8 +53,9 @@ struct ChatRequest {
 
 // Adds one tool: `function` is its function object (name, description,
 // parameters), rendered in its own key order. `field` names it in errors
-// (a missing or empty name, parameters that are not an object, a name
-// declared twice, more than kMaxTools tools).
+// (a missing or empty name, parameters that are not an object, nesting
+// deeper than kMaxJsonDepth (common/json.h), a name declared twice, more
+// than kMaxTools tools).
 absl::Status AddChatTool(const nlohmann::ordered_json& function,
                          const std::string& field, ChatRequest& chat);
 

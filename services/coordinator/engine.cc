@@ -81,6 +81,7 @@ struct Engine::Metrics {
   Counter* finished_abort = nullptr;
   Counter* finished_error = nullptr;
   Counter* worker_failures = nullptr;
+  Counter* group_reforms = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
@@ -154,6 +155,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   m->worker_failures =
       counter("mneme:worker_failures_total",
               "Steps that failed on the worker group.", {}, {{}})[0];
+  m->group_reforms =
+      counter("mneme:worker_group_reforms_total",
+              "Times the workers re-formed their tensor-parallel group (a "
+              "rank restarted or a collective failed).",
+              {}, {{}})[0];
   if (!st.ok()) return st;
   Engine* e = engine.get();
   for (auto [name, help, fn] : std::vector<
@@ -370,11 +376,62 @@ void Engine::Finish(RequestId id, const absl::Status& status, GenerateEnd end) {
   live_.erase(it);
 }
 
+void Engine::FailRunning(const absl::Status& status) {
+  if (scheduler_ == nullptr) return;
+  std::vector<RequestId> victims;
+  for (const auto& [id, live] : live_) {
+    absl::StatusOr<RequestProgress> p = scheduler_->GetProgress(id);
+    if (p.ok() && p->phase == RequestPhase::kRunning) victims.push_back(id);
+  }
+  for (RequestId id : victims) {
+    (void)scheduler_->Abort(id);  // NotFound if it already finished.
+    to_release_.push_back(id);
+    Finish(id, status, GenerateEnd::kAbort);
+  }
+}
+
+bool Engine::ReformGroup(const std::vector<v1::GetInfoResponse>& info) {
+  int64_t generation = 0;
+  std::string why;
+  for (const v1::GetInfoResponse& w : info) {
+    generation = std::max(generation, w.group_generation());
+    absl::StrAppend(&why, why.empty() ? "" : ", ", "rank ", w.rank(),
+                    w.in_group() ? " in" : " out of", " generation ",
+                    w.group_generation());
+  }
+  ++generation;
+  {
+    absl::MutexLock lock(&mu_);
+    ready_ = false;
+    FailRunning(absl::UnavailableError(absl::StrCat(
+        "a worker was lost; the worker group is re-forming (", why, ")")));
+  }
+  LOG(WARNING) << "re-forming the worker group as generation " << generation
+               << " (" << why << ")";
+  const absl::Status st = workers_->JoinGroup(generation);
+  if (!st.ok()) {
+    LOG(WARNING) << "re-forming the worker group failed: " << st;
+    return false;
+  }
+  absl::MutexLock lock(&mu_);
+  // Every rank forgot every sequence.
+  to_release_.clear();
+  metrics_->group_reforms->Increment();
+  LOG(INFO) << "the worker group is whole again (generation " << generation
+            << ")";
+  return true;
+}
+
 bool Engine::CheckReady() {
   absl::StatusOr<std::vector<v1::GetInfoResponse>> info = workers_->Info();
   if (!info.ok()) {
     LOG_EVERY_N(INFO, 50) << "waiting for the workers: " << info.status();
     return false;
+  }
+  if (!GroupIsWhole(*info)) {
+    if (!ReformGroup(*info)) return false;
+    info = workers_->Info();
+    if (!info.ok() || !GroupIsWhole(*info)) return false;
   }
   const v1::GetInfoResponse& first = info->front();
   int64_t pool_bytes = first.kv_bytes_total();
@@ -635,10 +692,6 @@ void Engine::FailStep(const StepPlan& plan, const absl::Status& status) {
   } else {
     // The group is lost: every running request's worker state is gone.
     ready_ = false;
-    for (const auto& [id, live] : live_) {
-      absl::StatusOr<RequestProgress> p = scheduler_->GetProgress(id);
-      if (p.ok() && p->phase == RequestPhase::kRunning) victims.push_back(id);
-    }
     LOG(ERROR) << "step " << plan.step_id << " failed, the worker group is "
                << "not ready: " << status;
   }
@@ -654,6 +707,7 @@ void Engine::FailStep(const StepPlan& plan, const absl::Status& status) {
     to_release_.push_back(id);
     Finish(id, client_status, GenerateEnd::kAbort);
   }
+  if (!refused) FailRunning(client_status);
   // Close the step: every sequence of the plan is gone.
   StepResult empty;
   empty.step_id = plan.step_id;
@@ -710,12 +764,16 @@ void Engine::Loop() {
       // turns NOT_SERVING while workers restart rather than at the next
       // request.
       idle_check = false;
-      const absl::Status st = workers_->Info().status();
+      absl::StatusOr<std::vector<v1::GetInfoResponse>> info = workers_->Info();
       absl::MutexLock lock(&mu_);
       last_worker_check_ = absl::Now();
-      if (!st.ok()) {
+      if (!info.ok()) {
         ready_ = false;
-        LOG(WARNING) << "a worker is gone while idle: " << st;
+        LOG(WARNING) << "a worker is gone while idle: " << info.status();
+      } else if (!GroupIsWhole(*info)) {
+        // A rank restarted (or its group broke) while idle: re-form.
+        ready_ = false;
+        LOG(WARNING) << "the worker group is not whole while idle";
       }
       continue;
     }

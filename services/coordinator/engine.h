@@ -145,8 +145,17 @@ class Engine {
                                            std::shared_ptr<GenerateSink> sink)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
-  // Polls the workers; on success (re)creates what depends on them.
+  // Polls the workers; re-forms their group when it is not whole; on
+  // success (re)creates what depends on them.
   bool CheckReady();
+  // Has the workers join a new group generation (after every generation
+  // they report); the running requests fail (their worker state is gone).
+  // True once every rank joined.
+  bool ReformGroup(const std::vector<worker::v1::GetInfoResponse>& info);
+  // Fails every running request with `status` (the workers lost their
+  // state); their ids go to to_release_.
+  void FailRunning(const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finishes a live request (erasing it) with the given outcome.
   void Finish(RequestId id, const absl::Status& status, GenerateEnd end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -30,7 +30,8 @@ absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> GrpcWorkerGroup::Create(
     return absl::InvalidArgumentError("the worker list is empty");
   }
   if (options.step_timeout <= absl::ZeroDuration() ||
-      options.control_timeout <= absl::ZeroDuration()) {
+      options.control_timeout <= absl::ZeroDuration() ||
+      options.join_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("worker timeouts must be positive");
   }
   std::unique_ptr<GrpcWorkerGroup> group(new GrpcWorkerGroup(options));
@@ -137,6 +138,35 @@ absl::StatusOr<std::vector<v1::GetInfoResponse>> GrpcWorkerGroup::Info() {
     }
   }
   return responses;
+}
+
+absl::Status GrpcWorkerGroup::JoinGroup(int64_t generation) {
+  const int n = size();
+  std::vector<grpc::ClientContext> contexts(n);
+  std::vector<v1::JoinGroupResponse> responses(n);
+  std::vector<grpc::Status> statuses(n);
+  v1::JoinGroupRequest request;
+  request.set_generation(generation);
+  request.set_coordinator_id(options_.coordinator_id);
+  absl::BlockingCounter done(n);
+  for (int r = 0; r < n; ++r) {
+    contexts[r].set_deadline(Deadline(options_.join_timeout));
+    stubs_[r]->async()->JoinGroup(&contexts[r], &request, &responses[r],
+                                  [&statuses, &done, r](grpc::Status s) {
+                                    statuses[r] = std::move(s);
+                                    done.DecrementCount();
+                                  });
+  }
+  done.Wait();
+  for (int r = 0; r < n; ++r) {
+    if (statuses[r].ok()) continue;
+    const absl::Status st = FromGrpcStatus(statuses[r]);
+    return absl::Status(
+        st.code(), absl::StrCat("worker ", r, " (", options_.workers[r],
+                                ") did not join group generation ", generation,
+                                ": ", st.message()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace mneme::coordinator

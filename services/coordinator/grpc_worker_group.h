@@ -30,6 +30,9 @@ struct GrpcWorkerGroupOptions {
   absl::Duration step_timeout = absl::Seconds(120);
   // Deadline of GetInfo. Default: 5 s.
   absl::Duration control_timeout = absl::Seconds(5);
+  // Deadline of JoinGroup (the workers' own --comm_timeout bounds their
+  // rendezvous; keep this above it). Default: 150 s.
+  absl::Duration join_timeout = absl::Seconds(150);
 };
 
 // The worker group over the worker gRPC API (proto/worker/v1): each Step
@@ -48,6 +51,7 @@ class GrpcWorkerGroup final : public WorkerGroup {
   absl::StatusOr<worker::v1::StepResponse> Step(
       const worker::v1::StepRequest& request) override;
   absl::StatusOr<std::vector<worker::v1::GetInfoResponse>> Info() override;
+  absl::Status JoinGroup(int64_t generation) override;
 
  private:
   explicit GrpcWorkerGroup(const GrpcWorkerGroupOptions& options)

@@ -1,6 +1,7 @@
 #ifndef MNEME_SERVICES_COORDINATOR_WORKER_GROUP_H_
 #define MNEME_SERVICES_COORDINATOR_WORKER_GROUP_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -58,7 +59,27 @@ class WorkerGroup {
   // that does not answer or is not ready; FAILED_PRECONDITION when a rank
   // reports another rank or group size than its place in the group.
   virtual absl::StatusOr<std::vector<worker::v1::GetInfoResponse>> Info() = 0;
+
+  // Has every rank leave its group and join group generation `generation`
+  // together (worker.proto JoinGroup): every sequence on the workers is
+  // forgotten, the weights stay. OK once every rank joined; otherwise the
+  // first rank's error, naming it (the group is then still not whole: the
+  // caller retries with a new generation).
+  virtual absl::Status JoinGroup(int64_t generation) = 0;
 };
+
+// Whether the ranks' GetInfo answers describe one intact group: every rank
+// in a group, all of the same generation (a single rank is always whole).
+inline bool GroupIsWhole(const std::vector<worker::v1::GetInfoResponse>& info) {
+  if (info.size() <= 1) return true;
+  for (const worker::v1::GetInfoResponse& w : info) {
+    if (!w.in_group() ||
+        w.group_generation() != info.front().group_generation()) {
+      return false;
+    }
+  }
+  return true;
+}
 
 }  // namespace mneme::coordinator
 

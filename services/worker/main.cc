@@ -1,19 +1,20 @@
 // mneme_worker: one tensor-parallel rank of the model. Flags -> options ->
 // serve the Worker API (and, on rank 0, the group's rendezvous store) ->
-// join the group and load the shard (NOT_SERVING until then) -> serve step
-// plans until SIGTERM -> drain.
+// load the shard (NOT_SERVING until then) -> join the group when the
+// coordinator forms it (again after a peer restarted or a collective failed,
+// keeping the weights) -> serve step plans until SIGTERM -> drain.
 
-#include <cstdio>
-#include <cstdlib>
+#include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/grpc_channel.h"
 #include "common/inflight_gate.h"
 #include "common/metrics.h"
 #include "common/metrics_http_server.h"
+#include "glog/logging.h"
 #include "gpu/comm/rendezvous_service.h"
 #include "services/common/daemon.h"
 #include "services/common/server_flags.h"
@@ -48,21 +49,13 @@ int main(int argc, char** argv) {
   mneme::MetricsRegistry metrics;
   mneme::worker::WorkerServiceOptions service_options =
       mneme::WorkerServiceOptionsFromFlags();
-  // A broken group cannot heal in place: exit non-zero so the supervisor
-  // (systemd, Kubernetes, `mneme cluster up`) restarts the worker.
+  // A broken group heals in place: the worker keeps its weights and waits
+  // for the coordinator to re-form the group (JoinGroup).
   service_options.on_broken = [](const absl::Status& st) {
-    std::fprintf(stderr,
-                 "mneme_worker: error: the tensor-parallel group "
-                 "broke: %s\n",
-                 std::string(st.message()).c_str());
-    std::fflush(stderr);
-    std::_Exit(1);  // Not exit(): other threads are still running.
+    LOG(ERROR) << "the tensor-parallel group broke: " << st
+               << "; waiting for the coordinator to re-form it";
   };
   service_options.metrics = &metrics;
-  absl::StatusOr<std::unique_ptr<mneme::worker::WorkerService>> service =
-      mneme::worker::WorkerService::Create(service_options, &gate);
-  if (!service.ok()) mneme::ExitWithError(service.status());
-  std::vector<grpc::Service*> services = {service->get()};
   std::unique_ptr<mneme::gpu::RendezvousService> rendezvous;
   if (runtime_options->model.tp_rank == 0 &&
       runtime_options->model.tp_size > 1) {
@@ -70,8 +63,23 @@ int main(int argc, char** argv) {
         mneme::gpu::RendezvousService::Create({}, &gate);
     if (!r.ok()) mneme::ExitWithError(r.status());
     rendezvous = *std::move(r);
-    services.push_back(rendezvous.get());
+    // Once every rank is in generation N, the keys of older generations are
+    // never read again: keep the store's byte budget for re-formings.
+    service_options.on_joined = [store = &rendezvous->store(),
+                                 group = runtime_options->group_name](
+                                    int64_t generation) {
+      const int64_t erased = store->EraseIf([&](absl::string_view key) {
+        return mneme::worker::IsSupersededGenerationKey(group, generation, key);
+      });
+      VLOG(1) << "erased " << erased << " rendezvous keys of generations < "
+              << generation;
+    };
   }
+  absl::StatusOr<std::unique_ptr<mneme::worker::WorkerService>> service =
+      mneme::worker::WorkerService::Create(service_options, &gate);
+  if (!service.ok()) mneme::ExitWithError(service.status());
+  std::vector<grpc::Service*> services = {service->get()};
+  if (rendezvous != nullptr) services.push_back(rendezvous.get());
   absl::StatusOr<std::unique_ptr<mneme::ServerRunner>> runner =
       mneme::ServerRunner::Create(*server_options, services, &gate);
   if (!runner.ok()) mneme::ExitWithError(runner.status());
@@ -88,7 +96,7 @@ int main(int argc, char** argv) {
       mneme::worker::WorkerRuntime::Create(*runtime_options);
   if (!runtime.ok()) mneme::ExitWithError(runtime.status());
   (*service)->Attach(&(*runtime)->model(), &(*runtime)->backend(),
-                     (*runtime)->comm());
+                     (*runtime)->membership());
   (*runner)->SetServing(true);
 
   mneme::SystemdNotifier notifier;

@@ -2,7 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "checkpoint/model_config.h"
 #include "common/status_macros.h"
 #include "engram_store/client/grpc_engram_client.h"
@@ -11,6 +13,21 @@
 #include "gpu/cpu/cpu_backend.h"
 
 namespace mneme::worker {
+
+std::string GroupGenerationPrefix(absl::string_view group_name,
+                                  int64_t generation) {
+  return absl::StrCat(group_name, "/gen-", generation, "/");
+}
+
+bool IsSupersededGenerationKey(absl::string_view group_name, int64_t generation,
+                               absl::string_view key) {
+  const std::string head = absl::StrCat(group_name, "/gen-");
+  if (!absl::ConsumePrefix(&key, head)) return false;
+  const size_t slash = key.find('/');
+  int64_t g = 0;
+  return slash != absl::string_view::npos &&
+         absl::SimpleAtoi(key.substr(0, slash), &g) && g < generation;
+}
 
 WorkerRuntime::~WorkerRuntime() {
   // The model borrows the others.
@@ -57,24 +74,32 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
       return absl::InvalidArgumentError("backend is unspecified");
   }
   if (mo.tp_size > 1) {
-    gpu::GrpcRendezvousStoreOptions so;
-    so.target = options.group_address;
-    so.key_prefix = options.group_name + "/";
-    ASSIGN_OR_RETURN(rt->store_, gpu::GrpcRendezvousStore::Create(so));
-    gpu::GlooCommunicatorOptions co;
-    co.rank = mo.tp_rank;
-    co.size = mo.tp_size;
-    co.hostname = options.comm_host;
-    co.timeout = options.comm_timeout;
-    absl::StatusOr<std::unique_ptr<gpu::GlooCommunicator>> comm =
-        gpu::GlooCommunicator::Create(co, *rt->store_);
-    if (!comm.ok()) {
-      return absl::Status(
-          comm.status().code(),
-          absl::StrCat("joining the TP group at ", options.group_address, ": ",
-                       comm.status().message()));
-    }
-    rt->comm_ = *std::move(comm);
+    // Each generation meets under its own prefix, so a re-formed group
+    // never reads a predecessor's addresses.
+    auto form = [options](int64_t generation)
+        -> absl::StatusOr<std::unique_ptr<gpu::Communicator>> {
+      gpu::GrpcRendezvousStoreOptions so;
+      so.target = options.group_address;
+      so.key_prefix = GroupGenerationPrefix(options.group_name, generation);
+      ASSIGN_OR_RETURN(std::unique_ptr<gpu::GrpcRendezvousStore> store,
+                       gpu::GrpcRendezvousStore::Create(so));
+      gpu::GlooCommunicatorOptions co;
+      co.rank = options.model.tp_rank;
+      co.size = options.model.tp_size;
+      co.hostname = options.comm_host;
+      co.timeout = options.comm_timeout;
+      absl::StatusOr<std::unique_ptr<gpu::GlooCommunicator>> comm =
+          gpu::GlooCommunicator::Create(co, *store);
+      if (!comm.ok()) {
+        return absl::Status(
+            comm.status().code(),
+            absl::StrCat("joining the TP group at ", options.group_address,
+                         ": ", comm.status().message()));
+      }
+      return std::unique_ptr<gpu::Communicator>(*std::move(comm));
+    };
+    ASSIGN_OR_RETURN(rt->comm_, gpu::GroupMembership::Create(
+                                    mo.tp_rank, mo.tp_size, std::move(form)));
   }
   if (!options.engram_store.empty()) {
     engram::GrpcEngramClientOptions eo;

@@ -1,18 +1,29 @@
 #ifndef MNEME_SERVICES_WORKER_WORKER_RUNTIME_H_
 #define MNEME_SERVICES_WORKER_WORKER_RUNTIME_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "engram_store/client/engram_client.h"
 #include "gpu/backend.h"
 #include "gpu/comm/communicator.h"
-#include "gpu/comm/rendezvous_store.h"
+#include "gpu/comm/group_membership.h"
 #include "model/model.h"
 
 namespace mneme::worker {
+
+// The rendezvous key prefix of generation `generation` of the group
+// `group_name`: "<group_name>/gen-<generation>/".
+std::string GroupGenerationPrefix(absl::string_view group_name,
+                                  int64_t generation);
+// Whether `key` belongs to a generation of `group_name` older than
+// `generation` (rank 0 erases those from its store after a re-forming).
+bool IsSupersededGenerationKey(absl::string_view group_name, int64_t generation,
+                               absl::string_view key);
 
 // Which Backend (and Communicator) the worker runs on.
 enum class BackendKind {
@@ -32,8 +43,8 @@ struct WorkerRuntimeOptions {
   // "host:port" of the rank-0 worker, whose gRPC server holds the group's
   // rendezvous store (rank 0 may name itself). Required when tp_size > 1.
   std::string group_address;
-  // Key prefix of this group in the rendezvous store (a restarted group
-  // uses a new one). Default: "mneme".
+  // Key prefix of this group in the rendezvous store; each generation of
+  // the group meets under "<group_name>/gen-<N>/". Default: "mneme".
   std::string group_name = "mneme";
   // The address this rank's collectives listen on (Gloo: an IP or host
   // name of this machine that the peers can reach). Default: 127.0.0.1.
@@ -50,30 +61,31 @@ struct WorkerRuntimeOptions {
 
 // Everything a worker process runs a model with: the backend, the group's
 // rendezvous client and communicator, the engram store client, and the
-// model with this rank's shard. Create() joins the group (blocking until
-// every rank has, or comm_timeout) and loads the weights.
+// model with this rank's shard. Create() loads the weights; at TP > 1 the
+// rank is then in no group until JoinGroup() (the coordinator forms the
+// group once every rank is up, and re-forms it after a rank restarted or a
+// collective failed, without reloading weights).
 //
 // Thread-compatible; the model is used by one thread at a time.
 class WorkerRuntime {
  public:
   // InvalidArgument naming the option for bad options (e.g. a CUDA backend
-  // in a build without CUDA is Unavailable); errors of joining (Unavailable,
-  // DeadlineExceeded) and of loading the model otherwise.
+  // in a build without CUDA is Unavailable); errors of loading the model
+  // otherwise.
   static absl::StatusOr<std::unique_ptr<WorkerRuntime>> Create(
       const WorkerRuntimeOptions& options);
   ~WorkerRuntime();
 
   model::Model& model() { return *model_; }
   gpu::Backend& backend() { return *backend_; }
-  // Null at TP 1.
-  gpu::Communicator* comm() { return comm_.get(); }
+  // The group's communicator (the model's); null at TP 1.
+  gpu::GroupMembership* membership() { return comm_.get(); }
 
  private:
   WorkerRuntime() = default;
 
   std::unique_ptr<gpu::Backend> backend_;
-  std::unique_ptr<gpu::RendezvousStore> store_;
-  std::unique_ptr<gpu::Communicator> comm_;
+  std::unique_ptr<gpu::GroupMembership> comm_;
   std::unique_ptr<engram::EngramClient> engram_;
   std::unique_ptr<model::Model> model_;
 };

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "model/generate.h"
 
 namespace mneme::worker {
@@ -203,11 +204,11 @@ absl::StatusOr<std::unique_ptr<WorkerService>> WorkerService::Create(
 WorkerService::~WorkerService() { pool_.reset(); }
 
 void WorkerService::Attach(model::Model* model, gpu::Backend* backend,
-                           gpu::Communicator* comm) {
+                           gpu::GroupMembership* group) {
   absl::MutexLock lock(&mu_);
   model_ = model;
   backend_ = backend;
-  comm_ = comm;
+  group_ = group;
 }
 
 absl::Status WorkerService::broken() const {
@@ -215,22 +216,32 @@ absl::Status WorkerService::broken() const {
   return broken_;
 }
 
-absl::Status WorkerService::Ready() const {
+bool WorkerService::InGroup() const {
+  return broken_.ok() && (group_ == nullptr || group_->in_group());
+}
+
+absl::Status WorkerService::Ready(bool in_group) const {
+  if (model_ == nullptr) {
+    return absl::UnavailableError(
+        "the worker is not ready (loading its shard)");
+  }
+  if (!in_group) return absl::OkStatus();
   if (!broken_.ok()) {
     return absl::UnavailableError(
         absl::StrCat("the worker's group is broken (", broken_.message(),
-                     "); the worker must be restarted"));
+                     "); waiting for the coordinator to re-form it"));
   }
-  if (model_ == nullptr) {
+  if (group_ != nullptr && !group_->in_group()) {
     return absl::UnavailableError(
-        "the worker is not ready (loading its shard or joining its group)");
+        absl::StrCat("the worker is in no tensor-parallel group (",
+                     group_->error().message(), ")"));
   }
   return absl::OkStatus();
 }
 
 template <typename Task>
 grpc::ServerUnaryReactor* WorkerService::Schedule(
-    grpc::CallbackServerContext* context, Task task) {
+    grpc::CallbackServerContext* context, bool in_group, Task task) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (absl::Status st = gate_->Authenticate(*context); !st.ok()) {
     reactor->Finish(ToGrpcStatus(st));
@@ -241,22 +252,23 @@ grpc::ServerUnaryReactor* WorkerService::Schedule(
     reactor->Finish(kDraining);
     return reactor;
   }
-  const bool queued = pool_->TrySchedule([this, reactor, task = std::move(task),
-                                          pass = std::move(*pass)]() mutable {
-    absl::Status st;
-    {
-      absl::ReaderMutexLock lock(&mu_);
-      st = Ready();
-    }
-    if (st.ok()) st = task();
-    grpc::Status reply = ToGrpcStatus(st);
-    if (model::IsStepNotRun(st)) {
-      // The group is intact (worker.proto, kStepNotRunDetails).
-      reply = grpc::Status(reply.error_code(), reply.error_message(),
-                           std::string(kStepNotRunDetails));
-    }
-    reactor->Finish(reply);
-  });
+  const bool queued =
+      pool_->TrySchedule([this, reactor, task = std::move(task),
+                          pass = std::move(*pass), in_group]() mutable {
+        absl::Status st;
+        {
+          absl::ReaderMutexLock lock(&mu_);
+          st = Ready(in_group);
+        }
+        if (st.ok()) st = task();
+        grpc::Status reply = ToGrpcStatus(st);
+        if (model::IsStepNotRun(st)) {
+          // The group is intact (worker.proto, kStepNotRunDetails).
+          reply = grpc::Status(reply.error_code(), reply.error_message(),
+                               std::string(kStepNotRunDetails));
+        }
+        reactor->Finish(reply);
+      });
   if (!queued) {
     reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
         "the worker's step queue is full; retry later")));
@@ -267,7 +279,7 @@ grpc::ServerUnaryReactor* WorkerService::Schedule(
 grpc::ServerUnaryReactor* WorkerService::Step(
     grpc::CallbackServerContext* context, const v1::StepRequest* request,
     v1::StepResponse* response) {
-  return Schedule(context, [this, request, response] {
+  return Schedule(context, /*in_group=*/true, [this, request, response] {
     // Refused alike on every rank before anything runs: the group is intact.
     RETURN_IF_ERROR(ClaimSequences(*request));
     absl::Status st = RunStep(*request, *response);
@@ -280,6 +292,9 @@ grpc::ServerUnaryReactor* WorkerService::Step(
       {
         absl::MutexLock lock(&mu_);
         broken_ = st;
+        // Close this rank's connections: peers waiting on it in a
+        // collective fail now instead of at their timeout.
+        if (group_ != nullptr) group_->Leave(st);
       }
       if (options_.on_broken) options_.on_broken(st);
     }
@@ -296,7 +311,7 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
     absl::ReaderMutexLock lock(&mu_);
     model = model_;
     backend = backend_;
-    comm = comm_;
+    comm = group_;
   }
   for (uint64_t id : request.release_sequence_ids()) model->Release(id);
   if (request.prefetches_size() > 0) {
@@ -422,7 +437,8 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
 grpc::ServerUnaryReactor* WorkerService::Release(
     grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
     v1::ReleaseResponse* /*response*/) {
-  return Schedule(context, [this, request] {
+  // Local only (no collective): also while the rank is in no group.
+  return Schedule(context, /*in_group=*/false, [this, request] {
     RETURN_IF_ERROR(
         CheckOwner(request->coordinator_id(), {}, request->sequence_ids()));
     absl::ReaderMutexLock lock(&mu_);
@@ -472,7 +488,7 @@ absl::Status WorkerService::CheckOwner(
 grpc::ServerUnaryReactor* WorkerService::GetInfo(
     grpc::CallbackServerContext* context, const v1::GetInfoRequest* /*request*/,
     v1::GetInfoResponse* response) {
-  return Schedule(context, [this, response] {
+  return Schedule(context, /*in_group=*/false, [this, response] {
     absl::ReaderMutexLock lock(&mu_);
     const model::Model& m = *model_;
     response->set_rank(m.tp_rank());
@@ -497,6 +513,45 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(
     response->set_dcp_size(m.options().dcp_size);
     response->set_dcp_interleave(m.options().dcp_interleave);
     response->set_sliding_window(m.dims().sliding_window);
+    response->set_in_group(InGroup());
+    response->set_group_generation(group_ != nullptr ? group_->generation()
+                                                     : 0);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerService::JoinGroup(
+    grpc::CallbackServerContext* context, const v1::JoinGroupRequest* request,
+    v1::JoinGroupResponse* response) {
+  return Schedule(context, /*in_group=*/false, [this, request, response] {
+    const int64_t generation = request->generation();
+    if (generation <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "JoinGroupRequest.generation=", generation, " must be positive"));
+    }
+    if (request->coordinator_id().size() > kMaxCoordinatorIdBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("JoinGroupRequest.coordinator_id is longer than ",
+                       kMaxCoordinatorIdBytes, " bytes"));
+    }
+    response->set_generation(generation);
+    absl::MutexLock lock(&mu_);
+    if (group_ != nullptr && group_->generation() == generation && InGroup()) {
+      return absl::OkStatus();  // Already there: keep the sequences.
+    }
+    // The peers' halves of every sequence are gone (or about to be).
+    model_->ReleaseAll();
+    {
+      absl::MutexLock owners(&owners_mu_);
+      owners_.clear();
+    }
+    if (group_ != nullptr) {
+      LOG(INFO) << "joining group generation " << generation;
+      RETURN_IF_ERROR(group_->Join(generation));
+      LOG(INFO) << "in group generation " << generation;
+    }
+    broken_ = absl::OkStatus();
+    if (options_.on_joined) options_.on_joined(generation);
     return absl::OkStatus();
   });
 }

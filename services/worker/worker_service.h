@@ -18,7 +18,7 @@
 #include "common/metrics.h"
 #include "common/work_pool.h"
 #include "gpu/backend.h"
-#include "gpu/comm/communicator.h"
+#include "gpu/comm/group_membership.h"
 #include "model/model.h"
 #include "proto/worker/v1/worker.grpc.pb.h"
 
@@ -41,11 +41,14 @@ struct WorkerServiceOptions {
   // log-probability values (1 + 2 N per prompt_logprobs position, 2 N per
   // sampled top list, N = top_logprobs). Default: 16,777,216 (64 MiB).
   int64_t max_response_logits = int64_t{1} << 24;
-  // Called once, on the step thread, when a step breaks the group (a peer
-  // lost, a collective timed out): the daemon exits so that its supervisor
-  // restarts it and the group re-forms. Default: none (the service then
-  // answers UNAVAILABLE until the process restarts).
+  // Called on the step thread when a step breaks the group (a peer lost, a
+  // collective timed out). The worker then refuses steps (UNAVAILABLE) and
+  // reports in_group=false until the coordinator's JoinGroup re-forms the
+  // group; the weights stay loaded. Default: none.
   std::function<void(const absl::Status&)> on_broken;
+  // Called on the step thread after JoinGroup joined `generation` (rank 0
+  // erases the older generations' rendezvous keys). Default: none.
+  std::function<void(int64_t generation)> on_joined;
   // Receives the worker's metrics (steps, tokens, step / collective /
   // Engram time, KV blocks); must outlive the service. Default: none.
   MetricsRegistry* metrics = nullptr;
@@ -54,9 +57,12 @@ struct WorkerServiceOptions {
 // The Worker gRPC service (proto/worker/v1): runs step plans on the model,
 // one at a time on its own thread, in arrival order (every rank of a group
 // must get the same plans in the same order). Until Attach() every call is
-// UNAVAILABLE ("not ready"). A step that fails in a collective breaks the
-// group: the service then answers UNAVAILABLE with that error until the
-// process restarts.
+// UNAVAILABLE ("not ready"). At TP > 1 steps run only while the rank is in
+// a group: after Attach() once the coordinator's JoinGroup formed one. A
+// step that fails in a collective breaks the group: the rank leaves it
+// (closing its connections, so that peers waiting on it fail at once) and
+// refuses steps until the next JoinGroup; GetInfo and JoinGroup keep
+// answering.
 //
 // Thread-safe. `gate` is borrowed; the attached objects must outlive the
 // service.
@@ -68,10 +74,12 @@ class WorkerService final : public v1::Worker::CallbackService {
   WorkerService(const WorkerService&) = delete;
   WorkerService& operator=(const WorkerService&) = delete;
 
-  // Makes the service ready to run steps on `model`.
+  // Makes the service ready to run steps on `model`; `group` is the model's
+  // communicator (null at TP 1).
   void Attach(model::Model* model, gpu::Backend* backend,
-              gpu::Communicator* comm);
-  // The error that broke the group; OK while it is intact.
+              gpu::GroupMembership* group);
+  // The error that broke the group; OK while it is intact (or before the
+  // first JoinGroup).
   absl::Status broken() const;
 
   grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context,
@@ -83,6 +91,9 @@ class WorkerService final : public v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
                                     const v1::GetInfoRequest* request,
                                     v1::GetInfoResponse* response) override;
+  grpc::ServerUnaryReactor* JoinGroup(grpc::CallbackServerContext* context,
+                                      const v1::JoinGroupRequest* request,
+                                      v1::JoinGroupResponse* response) override;
 
  private:
   WorkerService(const WorkerServiceOptions& options, InflightGate* gate);
@@ -90,12 +101,15 @@ class WorkerService final : public v1::Worker::CallbackService {
   // Runs on the step thread.
   absl::Status RunStep(const v1::StepRequest& request,
                        v1::StepResponse& response);
-  absl::Status Ready() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Schedules `task` on the step thread; finishes the call with
-  // RESOURCE_EXHAUSTED when the queue is full.
+  // OK when the shard is loaded (Attach) and, if `in_group`, the rank is in
+  // an intact group.
+  absl::Status Ready(bool in_group) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool InGroup() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Schedules `task` on the step thread once Ready(in_group); finishes the
+  // call with RESOURCE_EXHAUSTED when the queue is full.
   template <typename Task>
   grpc::ServerUnaryReactor* Schedule(grpc::CallbackServerContext* context,
-                                     Task task);
+                                     bool in_group, Task task);
 
   struct Metrics;
   absl::Status RegisterMetrics();
@@ -109,7 +123,7 @@ class WorkerService final : public v1::Worker::CallbackService {
   mutable absl::Mutex mu_;
   model::Model* model_ ABSL_GUARDED_BY(mu_) = nullptr;
   gpu::Backend* backend_ ABSL_GUARDED_BY(mu_) = nullptr;
-  gpu::Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
+  gpu::GroupMembership* group_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   // Sequence ownership: the coordinator id (StepRequest.coordinator_id) that
   // created each live sequence; erased when the sequence is released. A step

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -71,6 +72,27 @@ TEST(InMemoryRendezvousStoreTest, SetReplacesAndAccountsBytes) {
   auto values = store->Get({"key"}, absl::ZeroDuration());
   ASSERT_TRUE(values.ok());
   EXPECT_THAT(*values, ElementsAre("1"));
+}
+
+TEST(InMemoryRendezvousStoreTest, EraseIfRemovesKeysAndTheirBytes) {
+  auto store = MakeStore();
+  ASSERT_TRUE(store->Set("g/gen-1/a", "xx").ok());
+  ASSERT_TRUE(store->Set("g/gen-1/b", "yy").ok());
+  ASSERT_TRUE(store->Set("g/gen-2/a", "zz").ok());
+  const int64_t before = store->total_bytes();
+  EXPECT_EQ(store->EraseIf([](absl::string_view k) {
+    return absl::StartsWith(k, "g/gen-1/");
+  }),
+            2);
+  EXPECT_EQ(store->total_bytes(), before - 2 * (9 + 2));
+  EXPECT_EQ(store->Get({"g/gen-1/a"}, absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  auto kept = store->Get({"g/gen-2/a"}, absl::ZeroDuration());
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ((*kept)[0], "zz");
+  // An erased key can be set again and wakes its waiters as before.
+  ASSERT_TRUE(store->Set("g/gen-1/a", "again").ok());
+  EXPECT_EQ(store->EraseIf([](absl::string_view) { return false; }), 0);
 }
 
 TEST(InMemoryRendezvousStoreTest, GetWaitsForALaterSet) {

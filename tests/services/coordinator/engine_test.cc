@@ -535,6 +535,64 @@ TEST_F(EngineTest, LostGroupMakesTheEngineNotReadyUntilTheWorkersAnswer) {
   EXPECT_EQ(Run(Params({5}, 1))->tokens(), Expected(1, 1));
 }
 
+// Workers of a TP group start out of a group: the engine forms generation 1
+// before it is ready.
+TEST_F(EngineTest, FormsTheGroupBeforeItIsReady) {
+  FakeWorkerGroupOptions fake;
+  fake.size = 2;
+  Start(EngineOptions(), fake);
+  EXPECT_EQ(workers_->joins(), std::vector<int64_t>({1}));
+  EXPECT_EQ(Run(Params({5, 6}, 2))->tokens(), Expected(2, 2));
+}
+
+// A rank restarted while idle reports no group: the idle check notices and
+// the engine re-forms the group in a new generation, without failing
+// anything (nothing was running).
+TEST_F(EngineTest, ReformsTheGroupWhenARankRestartsWhileIdle) {
+  FakeWorkerGroupOptions fake;
+  fake.size = 2;
+  EngineOptions options;
+  options.idle_check_interval = absl::Milliseconds(5);
+  Start(options, fake);
+  workers_->SetOutOfGroup(1);
+  const absl::Time give_up = absl::Now() + kWait;
+  while (workers_->joins().size() < 2 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_EQ(workers_->joins(), std::vector<int64_t>({1, 2}));
+  ASSERT_TRUE(engine_->AwaitReady(kWait));
+  EXPECT_EQ(Run(Params({5}, 3))->tokens(), Expected(1, 3));
+}
+
+// A rank out of its group mid-request: the running request fails with
+// UNAVAILABLE (its worker state is gone), a waiting one is kept and runs
+// once the group is re-formed; a failed re-forming is retried with a newer
+// generation.
+TEST_F(EngineTest, LostRankFailsRunningRequestsAndTheGroupHeals) {
+  FakeWorkerGroupOptions fake;
+  fake.size = 2;
+  EngineOptions options;
+  options.scheduler.max_num_seqs = 1;
+  Start(options, fake);
+  workers_->Pause();
+  auto running = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Params({5}, 4), running).ok());
+  ASSERT_TRUE(workers_->AwaitPausedStep(kWait));
+  auto waiting = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Params({7, 8}, 2), waiting).ok());
+  workers_->SetOutOfGroup(0);
+  workers_->FailNextJoins(absl::DeadlineExceededError("rank 1 never came"));
+  workers_->Resume();
+  ASSERT_TRUE(running->AwaitFinish());
+  EXPECT_EQ(running->status().code(), absl::StatusCode::kUnavailable)
+      << running->status();
+  ASSERT_TRUE(waiting->AwaitFinish());
+  EXPECT_TRUE(waiting->status().ok()) << waiting->status();
+  EXPECT_EQ(waiting->tokens(), Expected(2, 2));
+  EXPECT_EQ(workers_->joins(), std::vector<int64_t>({1, 2, 3}));
+  EXPECT_TRUE(engine_->ready());
+}
+
 TEST_F(EngineTest, StopFailsLiveRequestsWithUnavailable) {
   workers_->Pause();
   auto sink = std::make_shared<RecordingSink>();

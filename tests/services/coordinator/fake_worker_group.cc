@@ -3,12 +3,17 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace mneme::coordinator::testing {
 
 namespace v1 = worker::v1;
 
 FakeWorkerGroup::FakeWorkerGroup(FakeWorkerGroupOptions options)
-    : options_(std::move(options)), rule_(&FakeWorkerGroup::DefaultToken) {}
+    : options_(std::move(options)),
+      rule_(&FakeWorkerGroup::DefaultToken),
+      in_group_(options_.size, options_.size == 1),
+      generation_(options_.size, 0) {}
 
 int64_t FakeWorkerGroup::DefaultToken(uint64_t /*sequence_id*/,
                                       int64_t position) {
@@ -23,6 +28,12 @@ absl::StatusOr<v1::StepResponse> FakeWorkerGroup::Step(
   mu_.Await(absl::Condition(
       +[](bool* paused) { return !*paused; }, &paused_));
   --waiting_;
+  for (int r = 0; r < options_.size; ++r) {
+    if (!in_group_[r]) {
+      return absl::UnavailableError(
+          absl::StrCat("worker ", r, ": in no tensor-parallel group"));
+    }
+  }
   if (!step_failures_.empty()) {
     absl::Status st = std::move(step_failures_.front());
     step_failures_.pop_front();
@@ -82,8 +93,40 @@ absl::StatusOr<std::vector<v1::GetInfoResponse>> FakeWorkerGroup::Info() {
     i.set_dcp_size(options_.dcp_size);
     i.set_dcp_interleave(1);
     i.set_sliding_window(options_.sliding_window);
+    i.set_in_group(in_group_[r]);
+    i.set_group_generation(generation_[r]);
   }
   return out;
+}
+
+absl::Status FakeWorkerGroup::JoinGroup(int64_t generation) {
+  absl::MutexLock lock(&mu_);
+  joins_.push_back(generation);
+  for (int r = 0; r < options_.size; ++r) {
+    generation_[r] = generation;
+    in_group_[r] = join_failures_.empty();
+  }
+  if (!join_failures_.empty()) {
+    absl::Status st = std::move(join_failures_.front());
+    join_failures_.pop_front();
+    return st;
+  }
+  return absl::OkStatus();
+}
+
+void FakeWorkerGroup::SetOutOfGroup(int rank) {
+  absl::MutexLock lock(&mu_);
+  in_group_.at(rank) = false;
+}
+
+void FakeWorkerGroup::FailNextJoins(const absl::Status& status, int count) {
+  absl::MutexLock lock(&mu_);
+  for (int i = 0; i < count; ++i) join_failures_.push_back(status);
+}
+
+std::vector<int64_t> FakeWorkerGroup::joins() const {
+  absl::MutexLock lock(&mu_);
+  return joins_;
 }
 
 void FakeWorkerGroup::SetTokenRule(TokenRule rule) {

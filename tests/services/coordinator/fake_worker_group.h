@@ -44,7 +44,8 @@ struct FakeWorkerGroupOptions {
 // -0.5, then FakeTopId(k) at -0.5 - k), and every chunk with
 // prompt_logprobs with one PositionLogprobs per token (PromptLogprob of the
 // position, NaN when the following token is unknown; FakeTopId(k) at
-// PromptLogprob - k), and records every request. Errors
+// PromptLogprob - k), and records every request. Ranks start out of a group
+// (size > 1) until JoinGroup, like workers. Errors
 // can be injected into the next steps or into Info(), and steps can be held
 // (Pause) so that a test acts while a step is in flight. Thread-safe.
 class FakeWorkerGroup final : public WorkerGroup {
@@ -72,6 +73,17 @@ class FakeWorkerGroup final : public WorkerGroup {
   absl::StatusOr<worker::v1::StepResponse> Step(
       const worker::v1::StepRequest& request) override;
   absl::StatusOr<std::vector<worker::v1::GetInfoResponse>> Info() override;
+  // Puts every rank in `generation` (recording the call), or fails with the
+  // status set by FailNextJoins.
+  absl::Status JoinGroup(int64_t generation) override;
+
+  // Rank `rank` reports no group (as after its restart or a broken
+  // collective) until the next successful JoinGroup.
+  void SetOutOfGroup(int rank);
+  // The next `count` JoinGroup calls fail with `status`.
+  void FailNextJoins(const absl::Status& status, int count = 1);
+  // The generations JoinGroup was called with, in order.
+  std::vector<int64_t> joins() const;
 
   void SetTokenRule(TokenRule rule);
   // The next `count` steps fail with `status` (nothing is sampled).
@@ -100,6 +112,12 @@ class FakeWorkerGroup final : public WorkerGroup {
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
   int info_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<worker::v1::StepRequest> steps_ ABSL_GUARDED_BY(mu_);
+  // Per rank: in a group, and its generation. A group of one rank is always
+  // in a group; larger ones start out of one (as workers do at startup).
+  std::vector<bool> in_group_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> generation_ ABSL_GUARDED_BY(mu_);
+  std::deque<absl::Status> join_failures_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> joins_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mneme::coordinator::testing
