@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora of the tokenizer.json, config.json, chat template
-and local copy fuzz targets (tests/fuzz/corpus/<target>/). Seeds named
+"""Writes the seed corpora of the tokenizer.json, config.json, chat template,
+local copy and OpenAI request body fuzz targets (tests/fuzz/corpus/<target>/). Seeds named
 deep_* nest past the depth limits (docs/RELIABILITY.md); before those limits
 existed several of them overflowed the stack. The local copy seeds start from
 corpus/local_copy/valid_manifest.json, a manifest ManifestToJson wrote for
@@ -174,3 +174,75 @@ write(L, "deep_manifest.json", '{"kind": ' + arrays(DEEP) + "}")
 write(L, "deep_manifest_unclosed.json", objects(DEEP)[:-DEEP])
 write(L, "deep_journal.txt", MAGIC + '{"layers": ' + arrays(DEEP) + "}\n"
       "range 1 0 4 0 01234567\n")
+
+# ---------------------------------------------------------- OpenAI request
+O = "openai_request"
+MODEL = "deepseek-v4"
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather of a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"]}}}
+
+
+def body(**fields):
+    return json.dumps(dict({"model": MODEL}, **fields), ensure_ascii=False)
+
+
+write(O, "valid_completion.json", body(
+    prompt="Once upon a time", max_tokens=32, temperature=0.7, top_p=0.9,
+    top_k=40, min_p=0.05, seed=7, n=2, stop=["\n\n", "The end"],
+    stop_token_ids=[1], ignore_eos=False, user="u1"))
+write(O, "valid_completion_logprobs_echo.json", body(
+    prompt=["Hello", [0, 300, 301], "world"], max_tokens=0, echo=True,
+    logprobs=3, prompt_logprobs=2))
+write(O, "valid_chat_tools.json", body(
+    messages=[
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None,
+         "reasoning_content": "I should look it up.",
+         "tool_calls": [{"id": "call_1", "type": "function", "function": {
+             "name": "get_weather",
+             "arguments": "{\"city\": \"Paris\", \"days\": 2}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 24 C"},
+        {"role": "user", "content": [{"type": "text", "text": "Thanks."},
+                                     {"type": "text", "text": "Tomorrow?"}]}],
+    tools=[WEATHER], tool_choice="auto", reasoning_effort="high",
+    max_completion_tokens=64))
+write(O, "valid_chat_named_tool.json", body(
+    messages=[{"role": "developer", "content": "Call tools."},
+              {"role": "user", "content": "Weather in Rome?"}],
+    tools=[WEATHER, {"type": "function", "function": {"name": "noop"}}],
+    tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    chat_template_kwargs={"thinking": True}))
+write(O, "valid_chat_stream_logprobs.json", body(
+    messages=[{"role": "user", "content": "Count to three."},
+              {"role": "latest_reminder", "content": "Be brief."}],
+    stream=True, stream_options={"include_usage": True}, logprobs=True,
+    top_logprobs=5, prompt_logprobs=1, max_tokens=16, stop="four",
+    tool_choice="none", chat_template_kwargs={"enable_thinking": False}))
+write(O, "bad_fields.json", body(
+    prompt="x", messages=[{"role": "robot"}], n=0, logprobs="yes",
+    stop=[1], tools=[{"type": "function", "function": {"name": ""}}],
+    tool_choice="required", reasoning_effort=[1]))
+write(O, "bad_tool_choice.json", body(
+    messages=[{"role": "user", "content": "hi"}], tools=[WEATHER, WEATHER],
+    tool_choice={"type": "function", "function": {"name": "missing"}}))
+write(O, "bad_truncated.json", body(
+    messages=[{"role": "user", "content": "hi"}], tools=[WEATHER])[:120])
+write(O, "deep_tool_parameters.json", body(
+    messages=[{"role": "user", "content": "hi"}],
+    tools=[{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "x": 0}}}])
+    .replace('"x": 0', '"x": ' + arrays(DEEP)))
+write(O, "deep_tool_call_arguments.json", body(
+    messages=[{"role": "assistant", "content": "",
+               "tool_calls": [{"type": "function", "function": {
+                   "name": "f", "arguments": "[" * DEEP}}]},
+              {"role": "user", "content": "hi"}]))
+write(O, "deep_prompt.json", '{"model": "' + MODEL + '", "prompt": ' +
+      arrays(DEEP) + ', "stop": ' + arrays(1000) + "}")
+write(O, "deep_messages.json", '{"model": "' + MODEL + '", "messages": ' +
+      arrays(DEEP) + ', "tool_choice": ' + objects(1000) +
+      ', "chat_template_kwargs": ' + objects(1000) + "}")

@@ -137,6 +137,29 @@ std::unique_ptr<Cluster> StartCluster(const std::string& checkpoint, int tp,
       absl::SleepFor(absl::Milliseconds(100));
     }
   }
+  // The ranks load without a group; form generation 1 as the coordinator
+  // does (every rank at once: each waits for the others).
+  if (tp > 1) {
+    std::vector<grpc::Status> joined(tp);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < tp; ++r) {
+      threads.emplace_back([&, r] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(90));
+        v1::JoinGroupRequest join;
+        join.set_generation(1);
+        v1::JoinGroupResponse response;
+        joined[r] = c->stubs[r]->JoinGroup(&ctx, join, &response);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < tp; ++r) {
+      EXPECT_TRUE(joined[r].ok())
+          << "rank " << r << ": " << joined[r].error_message();
+      EXPECT_TRUE(c->Info(r).in_group());
+    }
+  }
   return c;
 }
 

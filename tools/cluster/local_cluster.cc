@@ -211,7 +211,6 @@ absl::Status LocalCluster::StartOnce() {
     w.listen = kAnyLocalPort;
     RETURN_IF_ERROR(SpawnAndWait(w, deadline));
   }
-  workers_started_ = absl::Now();
 
   std::vector<std::string> addresses;
   for (const Daemon& w : workers_) addresses.push_back(w.listen);
@@ -406,33 +405,39 @@ void LocalCluster::Supervise() {
                         d->process->ExitDescription()));
     }
   }
-  bool worker_down = false;
   for (Daemon& w : workers_) {
-    if (!w.process->Exited()) continue;
-    worker_down = true;
-    if (!w.exit_reported) {
-      w.exit_reported = true;
-      Emit(absl::StrCat(w.name, " pid ", w.process->pid(), " ",
-                        w.process->ExitDescription()));
-    }
+    if (!w.process->Exited() || w.exit_reported) continue;
+    w.exit_reported = true;
+    Emit(absl::StrCat(w.name, " pid ", w.process->pid(), " ",
+                      w.process->ExitDescription()));
   }
 
   const absl::Duration interval = options_.restart_interval;
   if (store_.process->Exited() && absl::Now() - store_.started >= interval) {
+    // The workers keep their weights: their lookups fail until the store is
+    // back (only the requests of those steps fail).
     Emit(absl::StrCat("restarting ", store_.name, " on ", store_.listen));
     if (absl::Status s = Spawn(store_); s.ok()) {
       Emit(absl::StrCat(store_.name, " pid ", store_.process->pid(), " at ",
                         store_.listen));
-      restart_workers_ = true;
     } else {
       Emit(s.message());
     }
   }
-  if ((worker_down || restart_workers_) &&
-      absl::Now() - workers_started_ >= interval &&
-      !cancelled_.HasBeenNotified()) {
-    RestartWorkerGroup(worker_down ? "a worker exited"
-                                   : "the engram store was restarted");
+  // A worker that exits is restarted alone: the coordinator re-forms the
+  // group with it, and the other ranks keep their weights.
+  for (Daemon& w : workers_) {
+    if (!w.process->Exited() || absl::Now() - w.started < interval ||
+        cancelled_.HasBeenNotified()) {
+      continue;
+    }
+    Emit(absl::StrCat("restarting ", w.name, " on ", w.listen));
+    if (absl::Status s = Spawn(w); s.ok()) {
+      Emit(absl::StrCat(w.name, " pid ", w.process->pid(), " at ", w.listen));
+    } else {
+      // Still counts as down: retried after restart_interval.
+      Emit(s.message());
+    }
   }
   if (coordinator_.process->Exited() &&
       absl::Now() - coordinator_.started >= interval) {
@@ -443,27 +448,6 @@ void LocalCluster::Supervise() {
                         " at ", coordinator_.listen, " (metrics on ",
                         coordinator_.metrics_listen, ")"));
     } else {
-      Emit(s.message());
-    }
-  }
-}
-
-void LocalCluster::RestartWorkerGroup(absl::string_view why) {
-  Emit(absl::StrCat("restarting the worker group (", why, ")"));
-  // Survivors cannot rejoin a new group: replace them too.
-  for (Daemon& w : workers_) {
-    if (w.process->Exited()) continue;
-    Emit(absl::StrCat("stopping ", w.name, " pid ", w.process->pid()));
-    w.process->Stop(options_.stop_timeout);
-    w.exit_reported = true;
-  }
-  workers_started_ = absl::Now();
-  restart_workers_ = false;
-  for (Daemon& w : workers_) {
-    if (absl::Status s = Spawn(w); s.ok()) {
-      Emit(absl::StrCat(w.name, " pid ", w.process->pid(), " at ", w.listen));
-    } else {
-      // Still counts as down: retried after restart_interval.
       Emit(s.message());
     }
   }

@@ -88,16 +88,13 @@ struct LocalClusterOptions {
 // thread; nothing else is thread-safe. The cluster owns its children; the
 // destructor stops them.
 //
-// Supervision (Run): a worker that exits takes the whole worker group with
-// it: a survivor whose peer died cannot rejoin a new group (its collectives
-// hold the old peers, and a replacement would meet stale rendezvous keys),
-// so the surviving workers are stopped and every rank is started again, on
-// the same ports and flags, at most once per restart_interval. The
-// coordinator keeps its worker addresses and is ready again once the new
-// group answers. An engram store that exits is restarted on its port and
-// the worker group after it (a worker whose Engram lookups failed mid-step
-// is out of step with its peers); a coordinator that exits is restarted on
-// its ports.
+// Supervision (Run): a daemon that exits is restarted alone, on the same
+// ports and flags, at most once per restart_interval, as systemd or
+// Kubernetes would. A restarted worker loads its shard and the coordinator
+// re-forms the group with it (a new group generation; the other ranks keep
+// their weights); the workers ride out an engram store restart (the steps
+// whose lookups fail fail alone); a restarted coordinator finds the group
+// whole.
 class LocalCluster {
  public:
   // A running (or last run) daemon.
@@ -185,7 +182,6 @@ class LocalCluster {
   absl::Status WaitUntilServing(absl::Time deadline);
   // One supervision pass.
   void Supervise();
-  void RestartWorkerGroup(absl::string_view why);
   std::vector<std::string> WorkerArgv(int rank) const;
 
   const LocalClusterOptions options_;
@@ -200,9 +196,6 @@ class LocalCluster {
   std::string http_address_;
   // --cluster_secret_file=workdir/cluster_secret, set by StartOnce().
   std::string secret_flag_;
-  absl::Time workers_started_ = absl::InfinitePast();
-  // The worker group must be restarted (after the store's restart).
-  bool restart_workers_ = false;
 };
 
 }  // namespace mneme::cluster

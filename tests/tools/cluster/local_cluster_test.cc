@@ -1,9 +1,8 @@
 // LocalCluster with stand-in daemons (shell scripts that print their
 // address and sleep) and an in-process gRPC health server playing the
 // coordinator's health endpoint: option validation, start order and flags,
-// startup failures, and the supervision (a lost worker restarts the whole
-// group on the same ports; a lost store restarts the store, then the
-// group; a lost coordinator is restarted).
+// startup failures, and the supervision (a lost daemon, worker, store or
+// coordinator, is restarted alone on the same ports).
 
 #include "tools/cluster/local_cluster.h"
 
@@ -289,7 +288,7 @@ TEST_F(LocalClusterTest, StartsInOrderWithTheRightFlags) {
   cluster_->Stop();  // Idempotent.
 }
 
-TEST_F(LocalClusterTest, AKilledWorkerRestartsTheGroupOnTheSamePorts) {
+TEST_F(LocalClusterTest, AKilledWorkerIsRestartedAloneOnItsPorts) {
   ASSERT_TRUE(Start().ok());
   std::map<std::string, LocalCluster::DaemonInfo> before = Daemons();
   const std::string killed_line =
@@ -302,51 +301,52 @@ TEST_F(LocalClusterTest, AKilledWorkerRestartsTheGroupOnTheSamePorts) {
   ASSERT_TRUE(cluster_->Run().ok());
 
   std::map<std::string, LocalCluster::DaemonInfo> after = Daemons();
-  EXPECT_NE(after["worker 0"].pid, before["worker 0"].pid);
   EXPECT_NE(after["worker 1"].pid, before["worker 1"].pid);
-  EXPECT_EQ(after["worker 0"].address, before["worker 0"].address);
   EXPECT_EQ(after["worker 1"].address, before["worker 1"].address);
+  // The other rank keeps running (and its weights): the coordinator re-forms
+  // the group with the restarted rank.
+  EXPECT_EQ(after["worker 0"].pid, before["worker 0"].pid);
+  EXPECT_FALSE(Gone(before["worker 0"].pid));
   EXPECT_EQ(after["engram_store"].pid, before["engram_store"].pid);
   EXPECT_EQ(after["coordinator"].pid, before["coordinator"].pid);
-  // The survivor was stopped, not left behind.
-  EXPECT_TRUE(Gone(before["worker 0"].pid));
   const std::vector<std::string> tail(events_.begin() + 4, events_.end());
   EXPECT_THAT(
-      tail, ElementsAre(
-                absl::StrCat(killed_line, "was killed by signal 9 (SIGKILL)"),
-                "restarting the worker group (a worker exited)",
-                absl::StrCat("stopping worker 0 pid ", before["worker 0"].pid),
-                absl::StrCat("worker 0 pid ", after["worker 0"].pid, " at ",
-                             after["worker 0"].address),
-                absl::StrCat("worker 1 pid ", after["worker 1"].pid, " at ",
-                             after["worker 1"].address)));
+      tail,
+      ElementsAre(
+          absl::StrCat(killed_line, "was killed by signal 9 (SIGKILL)"),
+          absl::StrCat("restarting worker 1 on ", before["worker 1"].address),
+          absl::StrCat("worker 1 pid ", after["worker 1"].pid, " at ",
+                       after["worker 1"].address)));
   // Same flags, now with the ports the first run bound.
   const std::vector<std::string> runs = WaitForRuns(dir_ + "/worker1.log", 2);
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_THAT(runs[1], HasSubstr("--listen=" + before["worker 1"].address));
   EXPECT_THAT(runs[1], HasSubstr("--group=" + before["worker 0"].address));
-  EXPECT_THAT(WaitForRuns(dir_ + "/worker0.log", 2)[1],
-              HasSubstr("--listen=" + before["worker 0"].address));
+  EXPECT_EQ(Runs(dir_ + "/worker0.log").size(), 1u);
   cluster_->Stop();
   for (const auto& [name, info] : after) EXPECT_TRUE(Gone(info.pid)) << name;
 }
 
-TEST_F(LocalClusterTest, AKilledStoreIsRestartedAndThenTheGroup) {
+TEST_F(LocalClusterTest, AKilledStoreIsRestartedAlone) {
   ASSERT_TRUE(Start().ok());
   std::map<std::string, LocalCluster::DaemonInfo> before = Daemons();
+  const std::string old_line =
+      absl::StrCat("engram_store pid ", before["engram_store"].pid, " ");
   cancel_on_ = [&](absl::string_view line) {
-    return absl::StartsWith(line, "worker 1 pid ");
+    return absl::StartsWith(line, "engram_store pid ") &&
+           !absl::StartsWith(line, old_line);
   };
   ASSERT_EQ(kill(before["engram_store"].pid, SIGKILL), 0);
   ASSERT_TRUE(cluster_->Run().ok());
   std::map<std::string, LocalCluster::DaemonInfo> after = Daemons();
   EXPECT_NE(after["engram_store"].pid, before["engram_store"].pid);
   EXPECT_EQ(after["engram_store"].address, before["engram_store"].address);
-  EXPECT_NE(after["worker 0"].pid, before["worker 0"].pid);
-  EXPECT_NE(after["worker 1"].pid, before["worker 1"].pid);
+  // The workers ride it out with their weights.
+  EXPECT_EQ(after["worker 0"].pid, before["worker 0"].pid);
+  EXPECT_EQ(after["worker 1"].pid, before["worker 1"].pid);
   EXPECT_THAT(events_, ::testing::Contains(
-                           "restarting the worker group (the engram store was "
-                           "restarted)"));
+                           absl::StrCat("restarting engram_store on ",
+                                        before["engram_store"].address)));
   EXPECT_THAT(WaitForRuns(dir_ + "/engram_store.log", 2)[1],
               HasSubstr("--listen=" + before["engram_store"].address));
 }
