@@ -27,6 +27,12 @@ ABSL_FLAG(std::string, coordinator_id, "",
           "owns its sequences again. Default: HOSTNAME/LISTEN_ADDRESS.");
 ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(120),
           "Deadline of one step on the workers.");
+ABSL_FLAG(absl::Duration, join_timeout, absl::Seconds(150),
+          "Deadline of the workers' JoinGroup when the coordinator forms or "
+          "re-forms their group (keep it above the workers' --comm_timeout).");
+ABSL_FLAG(absl::Duration, idle_check_interval, absl::Seconds(1),
+          "How often an idle coordinator checks that its workers are up and "
+          "in one group (a rank restarted while idle is found this way).");
 ABSL_FLAG(int64_t, max_num_batched_tokens, 8192,
           "Token budget of one step (the prefill chunk size).");
 ABSL_FLAG(int64_t, max_num_seqs, 256, "Most requests running at once.");
@@ -148,6 +154,10 @@ WorkerGroupOptionsFromFlags() {
   if (o.step_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--step_timeout must be positive");
   }
+  o.join_timeout = absl::GetFlag(FLAGS_join_timeout);
+  if (o.join_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--join_timeout must be positive");
+  }
   ASSIGN_OR_RETURN(const ClientChannelOptions peer,
                    PeerChannelOptionsFromFlags());
   o.tls = peer.tls;
@@ -191,6 +201,10 @@ absl::StatusOr<coordinator::EngineOptions> EngineOptionsFromFlags() {
           "--", f.name, "=", f.value, " must be in [", f.lo, ", 2^50]"));
     }
     *f.dst = f.value;
+  }
+  o.idle_check_interval = absl::GetFlag(FLAGS_idle_check_interval);
+  if (o.idle_check_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--idle_check_interval must be positive");
   }
   o.max_prefetch_hints = absl::GetFlag(FLAGS_max_prefetch_hints);
   if (o.max_prefetch_hints < 0 || o.max_prefetch_hints > 4096) {

@@ -11,9 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,19 +20,16 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "proto/grpc/health/v1/health.grpc.pb.h"
-#include "proto/serving/v1/serving.grpc.pb.h"
-#include "proto/worker/v1/worker.grpc.pb.h"
+#include "proto/worker/v1/worker.pb.h"
+#include "tests/integration/serving_cluster.h"
 #include "tests/testing/command.h"
-#include "tests/testing/daemon.h"
 
 namespace mneme {
 namespace {
 
-using ::mneme::testing::Daemon;
-using ::mneme::testing::Launch;
-using ::mneme::testing::RunfilePath;
-namespace sv1 = ::mneme::serving::v1;
+using ::mneme::testing::Outcome;
+using ::mneme::testing::ServingCluster;
+using ::mneme::testing::ServingClusterOptions;
 
 const std::string& Checkpoint() { return testing::TinyModelCheckpoint(); }
 
@@ -83,156 +78,6 @@ const std::string& PaddedCheckpoint() {
   return *dir;
 }
 
-struct Outcome {
-  grpc::Status status;
-  std::vector<int64_t> tokens;
-};
-
-class Cluster {
- public:
-  explicit Cluster(const std::string& checkpoint = Checkpoint())
-      : checkpoint_(checkpoint) {
-    StartStore("127.0.0.1:0");
-    workers_.resize(2);
-    for (int r = 0; r < 2; ++r) {
-      Daemon& w = workers_[r];
-      // A short lookup deadline so that a stalled store fails a step
-      // quickly; the comm timeout is far above it.
-      w.argv = {RunfilePath("mneme/services/worker/mneme_worker"),
-                "--checkpoint=" + checkpoint_,
-                "--listen=127.0.0.1:0",
-                "--metrics_listen=none",
-                absl::StrCat("--rank=", r),
-                "--tp_size=2",
-                "--engram_store=" + store_.address,
-                "--engram_timeout=1s",
-                "--threads=1",
-                "--comm_timeout=30s",
-                "--kv_cache_bytes=33554432"};
-      if (r > 0) w.argv.push_back("--group=" + workers_[0].address);
-      Launch(w);
-    }
-    coordinator_.argv = {
-        RunfilePath("mneme/services/coordinator/mneme_coordinator"),
-        "--workers=" + workers_[0].address + "," + workers_[1].address,
-        "--listen=127.0.0.1:0", "--metrics_listen=none", "--step_timeout=20s"};
-    Launch(coordinator_);
-    channel_ = grpc::CreateChannel(coordinator_.address,
-                                   grpc::InsecureChannelCredentials());
-    stub_ = sv1::Serving::NewStub(channel_);
-    EXPECT_TRUE(WaitServing(absl::Seconds(60)))
-        << coordinator_.process->Stderr();
-  }
-
-  // Starts the store on `listen` (its old address after a restart).
-  void StartStore(const std::string& listen) {
-    store_.argv = {RunfilePath("mneme/services/engram/mneme_engram_store"),
-                   "--checkpoint=" + checkpoint_,
-                   "--listen=" + listen,
-                   "--metrics_listen=none",
-                   "--io_threads=2",
-                   "--worker_threads=2"};
-    Launch(store_);
-  }
-
-  bool WaitServing(absl::Duration timeout) {
-    auto health = grpc::health::v1::Health::NewStub(channel_);
-    const absl::Time end = absl::Now() + timeout;
-    while (absl::Now() < end) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-      grpc::health::v1::HealthCheckResponse resp;
-      if (health->Check(&ctx, {}, &resp).ok() &&
-          resp.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
-        return true;
-      }
-      absl::SleepFor(absl::Milliseconds(100));
-    }
-    return false;
-  }
-
-  Outcome Generate(const std::vector<int64_t>& prompt, int max_new) {
-    sv1::GenerateRequest req;
-    req.mutable_token_ids()->Add(prompt.begin(), prompt.end());
-    req.set_max_new_tokens(max_new);
-    Outcome o;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    auto reader = stub_->Generate(&ctx, req);
-    sv1::GenerateResponse m;
-    while (reader->Read(&m)) {
-      o.tokens.insert(o.tokens.end(), m.token_ids().begin(),
-                      m.token_ids().end());
-    }
-    o.status = reader->Finish();
-    return o;
-  }
-
-  // Retries `prompt` until it succeeds (the store coming back); the first
-  // success, or the last failure after `timeout`.
-  Outcome GenerateWhenBack(const std::vector<int64_t>& prompt, int max_new,
-                           absl::Duration timeout) {
-    const absl::Time end = absl::Now() + timeout;
-    Outcome o;
-    do {
-      o = Generate(prompt, max_new);
-      if (o.status.ok()) return o;
-      EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE)
-          << o.status.error_message();
-      absl::SleepFor(absl::Milliseconds(200));
-    } while (absl::Now() < end);
-    return o;
-  }
-
-  // Fails the test if a worker process has exited.
-  void ExpectWorkersRunning(const std::string& when) {
-    for (size_t r = 0; r < workers_.size(); ++r) {
-      const absl::StatusOr<int> exit =
-          workers_[r].process->Wait(absl::ZeroDuration());
-      EXPECT_FALSE(exit.ok())
-          << "worker " << r << " exited (" << *exit << ") " << when << ":\n"
-          << workers_[r].process->Stderr();
-    }
-  }
-
-  int ModelVocabSize() {
-    grpc::ClientContext ctx;
-    sv1::GetModelInfoResponse info;
-    EXPECT_TRUE(stub_->GetModelInfo(&ctx, {}, &info).ok());
-    return static_cast<int>(info.vocab_size());
-  }
-
-  // Sends `request` to both ranks at once; their statuses.
-  std::vector<grpc::Status> StepWorkers(
-      const worker::v1::StepRequest& request) {
-    std::vector<grpc::Status> out(workers_.size());
-    std::vector<std::thread> threads;
-    for (size_t r = 0; r < workers_.size(); ++r) {
-      threads.emplace_back([&, r] {
-        auto stub = worker::v1::Worker::NewStub(grpc::CreateChannel(
-            workers_[r].address, grpc::InsecureChannelCredentials()));
-        grpc::ClientContext ctx;
-        ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-        worker::v1::StepResponse resp;
-        out[r] = stub->Step(&ctx, request, &resp);
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    return out;
-  }
-
-  Daemon& store() { return store_; }
-  sv1::Serving::Stub& stub() { return *stub_; }
-
- private:
-  const std::string checkpoint_;
-  Daemon store_;
-  std::vector<Daemon> workers_;
-  Daemon coordinator_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<sv1::Serving::Stub> stub_;
-};
-
 std::vector<int64_t> Prompt(int length, int salt) {
   std::vector<int64_t> p(length);
   for (int i = 0; i < length; ++i) p[i] = 3 + (i * 29 + salt * 71) % 600;
@@ -241,7 +86,7 @@ std::vector<int64_t> Prompt(int length, int salt) {
 
 TEST(EngramFaultTest, StoreKilledRestartedAndStalledFailOnlyTheirRequests) {
   const absl::Time start = absl::Now();
-  Cluster c;
+  ServingCluster c;
   const std::vector<int64_t> prompt = Prompt(12, 3);
   const Outcome baseline = c.Generate(prompt, 6);
   ASSERT_TRUE(baseline.status.ok()) << baseline.status.error_message();
@@ -249,8 +94,7 @@ TEST(EngramFaultTest, StoreKilledRestartedAndStalledFailOnlyTheirRequests) {
 
   // Killed: the requests fail with UNAVAILABLE, the workers keep their
   // weights and their group.
-  c.store().process->Signal(SIGKILL);
-  ASSERT_TRUE(c.store().process->Wait(absl::Seconds(10)).ok());
+  c.KillStore();
   for (int i = 0; i < 2; ++i) {
     const Outcome o = c.Generate(Prompt(8, 10 + i), 4);
     EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE)
@@ -289,7 +133,9 @@ TEST(EngramFaultTest, StoreKilledRestartedAndStalledFailOnlyTheirRequests) {
 // serving.
 TEST(EngramFaultTest, IdsPastTheEngramVocabularyAreRefusedNotFatal) {
   const std::string& dir = PaddedCheckpoint();
-  Cluster c(dir);
+  ServingClusterOptions options;
+  options.checkpoint = dir;
+  ServingCluster c(options);
   const int64_t padded = c.ModelVocabSize() - 1;
   ASSERT_GT(padded, 10);
   Outcome o = c.Generate({5, padded}, 2);
