@@ -7,11 +7,16 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "services/coordinator/chat_request.h"
 #include "services/coordinator/openai_choice.h"
 #include "services/coordinator/openai_request.h"
+#include "services/coordinator/request_validator.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "tools/synthetic/synthetic_tokenizer.h"
@@ -269,6 +274,47 @@ TEST_F(OpenAiTest, ToolsAreDeclaredInTheClientsKeyOrder) {
   const std::string prompt =
       tokenizer_->Decode(request.prompts[0], text::SkipSpecialTokens::kNo);
   EXPECT_THAT(prompt, HasSubstr("## Tools"));
+}
+
+// A tool schema nested 100k levels deep once overflowed the stack when the
+// tool was rendered (dump() recurses once per level): found by
+// tests/fuzz/openai_request_fuzzer.cc. It is refused, naming the tool.
+TEST_F(OpenAiTest, DeeplyNestedToolIsRefused) {
+  constexpr int kDeep = 100000;
+  const std::string raw = absl::StrCat(
+      R"({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+          "tools": [{"type": "function", "function": {"name": "f",
+          "parameters": {"type": "object", "x": )",
+      std::string(kDeep, '['), std::string(kDeep, ']'), "}}}]}");
+  const json body = json::parse(raw, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(body.is_discarded());
+  OpenAiRequest request;
+  ASSERT_FALSE(ParseOpenAiCommon(body, "m", true, request).has_value());
+  std::optional<HttpError> e =
+      ParseChat(body, *template_, *tokenizer_, json::object(), raw, request);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->status, 400);
+  EXPECT_EQ(e->param, "tools[0].function");
+  EXPECT_THAT(e->message, HasSubstr("deeper than the limit of 128"));
+}
+
+// The function object itself is one level: kMaxJsonDepth levels in all are
+// accepted, one more is not.
+TEST_F(OpenAiTest, ToolNestingLimitIsExact) {
+  const auto function = [](int depth) {
+    const int arrays = depth - 1;
+    return nlohmann::ordered_json::parse(
+        absl::StrCat(R"({"name": "f", "x": )", std::string(arrays, '['),
+                     std::string(arrays, ']'), "}"));
+  };
+  ChatRequest at_limit;
+  EXPECT_TRUE(AddChatTool(function(kMaxJsonDepth), "fn", at_limit).ok());
+  ChatRequest past_limit;
+  const absl::Status st =
+      AddChatTool(function(kMaxJsonDepth + 1), "fn", past_limit);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(InvalidFieldName(st), "fn");
+  EXPECT_TRUE(past_limit.render.tool_functions.empty());
 }
 
 TEST_F(OpenAiTest, ReasoningSettingsAndTheirPrecedence) {
