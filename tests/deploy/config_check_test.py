@@ -138,14 +138,16 @@ class ReferenceTopologyTest(unittest.TestCase):
                 host, port = lib.host_port(worker["listen"])
                 self.assertEqual(port, ports["mneme_worker"][0])
                 self.assertEqual(worker["comm_host"], host)
-                self.assertEqual(lib.host_port(worker["metrics_listen"])[1],
-                                 ports["mneme_worker"][1])
+                # The metrics and health ports have no authentication:
+                # loopback only (docs/DEPLOY.md).
+                self.assertEqual(lib.host_port(worker["metrics_listen"]),
+                                 ("127.0.0.1", ports["mneme_worker"][1]))
                 # The worker reaches the store of its own node.
                 self.assertEqual(worker["engram_store"], store["listen"])
                 self.assertEqual(lib.host_port(store["listen"])[1],
                                  ports["mneme_engram_store"][0])
-                self.assertEqual(lib.host_port(store["metrics_listen"])[1],
-                                 ports["mneme_engram_store"][1])
+                self.assertEqual(lib.host_port(store["metrics_listen"]),
+                                 ("127.0.0.1", ports["mneme_engram_store"][1]))
         self.assertEqual(sorted(listens), list(range(4)))
         for node in NODES:
             self.assertEqual(self.flags(node, "mneme-worker")["group"],
@@ -158,8 +160,8 @@ class ReferenceTopologyTest(unittest.TestCase):
                          [listens[r] for r in range(4)])
         self.assertEqual(lib.host_port(coordinator["listen"])[1],
                          ports["mneme_coordinator"][0])
-        self.assertEqual(lib.host_port(coordinator["metrics_listen"])[1],
-                         ports["mneme_coordinator"][1])
+        self.assertEqual(lib.host_port(coordinator["metrics_listen"]),
+                         ("127.0.0.1", ports["mneme_coordinator"][1]))
         worker = self.flags("spark-0", "mneme-worker")
         self.assertGreaterEqual(int(worker["max_step_tokens"]),
                                 int(coordinator["max_num_batched_tokens"]))

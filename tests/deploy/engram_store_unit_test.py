@@ -64,7 +64,7 @@ class EngramStoreAsUnitTest(unittest.TestCase):
             ("/var/lib/mneme/", self.root + "/var/lib/mneme/"),
             ("/var/cache/mneme", self.root + "/var/cache/mneme"),
             ("127.0.0.1:50151", "127.0.0.1:0"),
-            ("0.0.0.0:50152", "127.0.0.1:0"),
+            ("127.0.0.1:50152", "127.0.0.1:0"),
         ]
         for old, new in rules:
             if old in text:
