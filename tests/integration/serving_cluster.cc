@@ -82,6 +82,17 @@ void ServingCluster::KillStore() {
   EXPECT_TRUE(store_.process->Wait(absl::Seconds(10)).ok());
 }
 
+void ServingCluster::RestartCoordinator() {
+  coordinator_.process->Signal(SIGKILL);
+  EXPECT_TRUE(coordinator_.process->Wait(absl::Seconds(10)).ok());
+  for (std::string& arg : coordinator_.argv) {
+    if (absl::StartsWith(arg, "--listen=")) {
+      arg = "--listen=" + coordinator_.address;
+    }
+  }
+  Launch(coordinator_);
+}
+
 bool ServingCluster::WaitServing(absl::Duration timeout) {
   auto health = grpc::health::v1::Health::NewStub(channel_);
   const absl::Time end = absl::Now() + timeout;

@@ -52,6 +52,8 @@ class ServingCluster {
   // SIGKILL and reap worker `rank` / the store.
   void KillWorker(int rank);
   void KillStore();
+  // SIGKILL the coordinator and start it again on its address.
+  void RestartCoordinator();
 
   // Waits until the coordinator's health is SERVING; false at `timeout`.
   bool WaitServing(absl::Duration timeout);

@@ -283,5 +283,55 @@ TEST_F(WorkerServiceTest, ResponseLimitCountsLogprobValues) {
   EXPECT_EQ(s.results(0).positions_size(), static_cast<int>(kTokens.size()));
 }
 
+// At TP 1 the rank is always in its group; JoinGroup forgets every sequence
+// (as when a group re-forms) and is refused for a generation that is not
+// positive.
+TEST_F(WorkerServiceTest, JoinGroupForgetsTheSequences) {
+  v1::GetInfoResponse info;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->GetInfo(&context, {}, &info).ok());
+  }
+  EXPECT_TRUE(info.in_group());
+  EXPECT_EQ(info.group_generation(), 0);
+  v1::StepRequest step;
+  step.set_step_id(1);
+  *step.add_chunks() = Chunk(7, kTokens, 0, 4, v1::OUTPUT_SAMPLE);
+  v1::StepResponse response;
+  ASSERT_TRUE(Step(step, response).ok());
+  EXPECT_EQ(local_->model().num_sequences(), 1);
+
+  v1::JoinGroupRequest join;
+  v1::JoinGroupResponse joined;
+  {
+    grpc::ClientContext context;
+    join.set_generation(0);
+    EXPECT_EQ(stub_->JoinGroup(&context, join, &joined).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext context;
+    join.set_generation(1);
+    join.set_coordinator_id(std::string(300, 'c'));
+    EXPECT_EQ(stub_->JoinGroup(&context, join, &joined).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(local_->model().num_sequences(), 1);
+  {
+    grpc::ClientContext context;
+    join.set_coordinator_id("c");
+    const grpc::Status st = stub_->JoinGroup(&context, join, &joined);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  EXPECT_EQ(joined.generation(), 1);
+  EXPECT_EQ(local_->model().num_sequences(), 0);
+  // The sequence is gone: its next chunk must start at position 0 again.
+  v1::StepRequest next;
+  next.set_step_id(2);
+  *next.add_chunks() = Chunk(7, kTokens, 4, 5, v1::OUTPUT_SAMPLE);
+  EXPECT_EQ(Step(next, response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 }  // namespace
 }  // namespace mneme::worker
