@@ -3,13 +3,13 @@
 // streams, through a sequence of faults: kill -9 of each worker rank (rank 0
 // holds the group's rendezvous) and of the engram store, SIGSTOP/SIGCONT of
 // the store, a worker restarted alone while idle, and kill -9 of the
-// coordinator. Each killed daemon is restarted alone on its address. Afterwards every request either completed
-// with the tokens of an undisturbed run or failed with UNAVAILABLE/ABORTED
-// (having streamed a prefix of those tokens at most), the cluster served
-// again within kRecoveryBound after each fault, the daemons that were not
-// killed kept their processes (no weight reload), and none grew in memory.
-// The figures go to stdout and, under Bazel, to chaos.md in the test's
-// undeclared outputs (docs/RELIABILITY.md records them).
+// coordinator. Each killed daemon is restarted alone on its address. Afterwards
+// every request either completed with the tokens of an undisturbed run or
+// failed with UNAVAILABLE/ABORTED (having streamed a prefix of those tokens at
+// most), the cluster served again within kRecoveryBound after each fault, the
+// daemons that were not killed kept their processes (no weight reload), and
+// none grew in memory. The figures go to stdout and, under Bazel, to chaos.md
+// in the test's undeclared outputs (docs/RELIABILITY.md records them).
 
 #include <unistd.h>
 
@@ -55,7 +55,8 @@ constexpr int kClients = 3;
 std::vector<int64_t> Prompt(int i) {
   std::vector<int64_t> p(8 + i);
   for (size_t k = 0; k < p.size(); ++k) {
-    p[k] = 3 + static_cast<int64_t>((k * 31 + i * 53) % 600);
+    p[k] =
+        3 + static_cast<int64_t>((k * 31 + static_cast<size_t>(i) * 53) % 600);
   }
   return p;
 }

@@ -142,6 +142,7 @@ std::unique_ptr<Cluster> StartCluster(const std::string& checkpoint, int tp,
   if (tp > 1) {
     std::vector<grpc::Status> joined(tp);
     std::vector<std::thread> threads;
+    threads.reserve(tp);
     for (int r = 0; r < tp; ++r) {
       threads.emplace_back([&, r] {
         grpc::ClientContext ctx;
