@@ -1,8 +1,9 @@
 #include "services/coordinator/grpc_worker_group.h"
 
-#include <chrono>
+#include <functional>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
@@ -18,8 +19,25 @@ namespace {
 
 namespace v1 = worker::v1;
 
-std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
-  return absl::ToChronoTime(absl::Now() + timeout);
+// Starts `call(rank, context, on_done)` on every rank at once, each context
+// with a deadline `timeout` from now; waits for all and returns the ranks'
+// statuses.
+template <typename Call>
+std::vector<grpc::Status> CallEveryRank(int n, absl::Duration timeout,
+                                        Call call) {
+  std::vector<grpc::ClientContext> contexts(n);
+  std::vector<grpc::Status> statuses(n);
+  absl::BlockingCounter done(n);
+  const auto deadline = absl::ToChronoTime(absl::Now() + timeout);
+  for (int r = 0; r < n; ++r) {
+    contexts[r].set_deadline(deadline);
+    call(r, &contexts[r], [&statuses, &done, r](grpc::Status s) {
+      statuses[r] = std::move(s);
+      done.DecrementCount();
+    });
+  }
+  done.Wait();
+  return statuses;
 }
 
 }  // namespace
@@ -60,19 +78,14 @@ absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Step(
   }
   const v1::StepRequest& sent = stamped.has_value() ? *stamped : request;
   const int n = size();
-  std::vector<grpc::ClientContext> contexts(n);
   std::vector<v1::StepResponse> responses(n);
-  std::vector<grpc::Status> statuses(n);
-  absl::BlockingCounter done(n);
-  for (int r = 0; r < n; ++r) {
-    contexts[r].set_deadline(Deadline(options_.step_timeout));
-    stubs_[r]->async()->Step(&contexts[r], &sent, &responses[r],
-                             [&statuses, &done, r](grpc::Status s) {
-                               statuses[r] = std::move(s);
-                               done.DecrementCount();
-                             });
-  }
-  done.Wait();
+  const std::vector<grpc::Status> statuses =
+      CallEveryRank(n, options_.step_timeout,
+                    [&](int r, grpc::ClientContext* context,
+                        std::function<void(grpc::Status)> done) {
+                      stubs_[r]->async()->Step(context, &sent, &responses[r],
+                                               std::move(done));
+                    });
   // Report the most telling error: a refused plan (refused alike on every
   // rank) before a lost rank.
   int first_bad = -1, refused = -1;
@@ -110,20 +123,15 @@ absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Step(
 
 absl::StatusOr<std::vector<v1::GetInfoResponse>> GrpcWorkerGroup::Info() {
   const int n = size();
-  std::vector<grpc::ClientContext> contexts(n);
   std::vector<v1::GetInfoResponse> responses(n);
-  std::vector<grpc::Status> statuses(n);
   const v1::GetInfoRequest request;
-  absl::BlockingCounter done(n);
-  for (int r = 0; r < n; ++r) {
-    contexts[r].set_deadline(Deadline(options_.control_timeout));
-    stubs_[r]->async()->GetInfo(&contexts[r], &request, &responses[r],
-                                [&statuses, &done, r](grpc::Status s) {
-                                  statuses[r] = std::move(s);
-                                  done.DecrementCount();
-                                });
-  }
-  done.Wait();
+  const std::vector<grpc::Status> statuses =
+      CallEveryRank(n, options_.control_timeout,
+                    [&](int r, grpc::ClientContext* context,
+                        std::function<void(grpc::Status)> done) {
+                      stubs_[r]->async()->GetInfo(
+                          context, &request, &responses[r], std::move(done));
+                    });
   for (int r = 0; r < n; ++r) {
     if (!statuses[r].ok()) {
       return absl::UnavailableError(
@@ -142,22 +150,17 @@ absl::StatusOr<std::vector<v1::GetInfoResponse>> GrpcWorkerGroup::Info() {
 
 absl::Status GrpcWorkerGroup::JoinGroup(int64_t generation) {
   const int n = size();
-  std::vector<grpc::ClientContext> contexts(n);
   std::vector<v1::JoinGroupResponse> responses(n);
-  std::vector<grpc::Status> statuses(n);
   v1::JoinGroupRequest request;
   request.set_generation(generation);
   request.set_coordinator_id(options_.coordinator_id);
-  absl::BlockingCounter done(n);
-  for (int r = 0; r < n; ++r) {
-    contexts[r].set_deadline(Deadline(options_.join_timeout));
-    stubs_[r]->async()->JoinGroup(&contexts[r], &request, &responses[r],
-                                  [&statuses, &done, r](grpc::Status s) {
-                                    statuses[r] = std::move(s);
-                                    done.DecrementCount();
-                                  });
-  }
-  done.Wait();
+  const std::vector<grpc::Status> statuses =
+      CallEveryRank(n, options_.join_timeout,
+                    [&](int r, grpc::ClientContext* context,
+                        std::function<void(grpc::Status)> done) {
+                      stubs_[r]->async()->JoinGroup(
+                          context, &request, &responses[r], std::move(done));
+                    });
   for (int r = 0; r < n; ++r) {
     if (statuses[r].ok()) continue;
     const absl::Status st = FromGrpcStatus(statuses[r]);

@@ -368,7 +368,7 @@ TEST(CoordinatorTest, InvalidRequestsAbortDisconnectAndAdmission) {
   }
 }
 
-TEST(CoordinatorTest, WorkerLostThenBack) {
+TEST(CoordinatorTest, WorkerLostThenBackAlone) {
   ClusterOptions options;
   options.tp = 2;
   options.comm_timeout = "5s";
@@ -393,15 +393,17 @@ TEST(CoordinatorTest, WorkerLostThenBack) {
   const Outcome refused = Generate(c.stub(), Request(Prompt(3, 5), 2));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
 
-  // The survivor leaves its broken group; both come back on their ports.
-  absl::StatusOr<int> code = c.workers()[0].process->Wait(absl::Seconds(60));
-  ASSERT_TRUE(code.ok());
-  EXPECT_NE(*code, 0);
-  const std::string a0 = c.workers()[0].address, a1 = c.workers()[1].address;
+  // The survivor leaves its broken group but keeps running (and its
+  // weights); the lost rank comes back alone on its port and the
+  // coordinator re-forms the group.
+  const int survivor = c.workers()[0].process->pid();
+  EXPECT_FALSE(c.workers()[0].process->Wait(absl::Seconds(1)).ok())
+      << "the surviving worker exited: " << c.workers()[0].process->Stderr();
+  const std::string a1 = c.workers()[1].address;
   c.workers()[1].process->Wait(absl::Seconds(5)).IgnoreError();
-  c.StartWorker(0, a0);
   c.StartWorker(1, a1);
   ASSERT_TRUE(c.WaitServing(true, absl::Seconds(60)));
+  EXPECT_EQ(c.workers()[0].process->pid(), survivor);
   const std::vector<int64_t> prompt = Prompt(12, 6);
   const Outcome o = Generate(c.stub(), Request(prompt, 6));
   ASSERT_TRUE(o.status.ok()) << o.status.error_message();
