@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/connection_probe.h"
 #include "common/status_macros.h"
 #include "common/version.h"
 #include "glog/logging.h"
@@ -622,8 +623,32 @@ void HttpFront::Generate(bool chat, const httplib::Request& req,
   }
 
   if (!request.stream) {
+    // A client that goes away aborts every choice, as with streaming: its
+    // socket is looked at between waits (found once the request outlasts
+    // one wait).
+    std::optional<ConnectionProbe> probe;
+    bool looked = false;
     while (!job->done()) {
       Pump(*engine_, *job, options_.keepalive_interval, [](const json&) {});
+      if (job->done()) break;
+      if (!looked) {
+        looked = true;
+        absl::StatusOr<ConnectionProbe> p = ConnectionProbe::Find(
+            req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+        if (p.ok()) {
+          probe = *p;
+        } else {
+          VLOG(1) << "no disconnect detection for " << job->id << ": "
+                  << p.status();
+        }
+      }
+      if (probe.has_value() && probe->PeerClosed()) {
+        LOG(INFO) << job->id << ": the client went away; aborting";
+        for (const Running& r : job->choices) {
+          if (!r.finished) (void)engine_->Abort(r.engine_id);
+        }
+        probe.reset();
+      }
     }
     if (absl::Status st = job->status(); !st.ok()) {
       return SendError(res, HttpErrorFromStatus(st));

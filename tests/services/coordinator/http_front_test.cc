@@ -17,7 +17,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/inflight_gate.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -329,6 +332,42 @@ TEST_F(HttpFrontTest, AClientThatSendsNothingIsDisconnected) {
   EXPECT_EQ(n, 0) << "no end of stream within the receive timeout";
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
   close(fd);
+}
+
+// A non-streaming request whose client hangs up is aborted, as a streaming
+// one is: its choices stop and their KV blocks are freed.
+TEST_F(HttpFrontTest, ANonStreamingClientThatLeavesAbortsItsRequest) {
+  HttpFrontOptions options = DefaultOptions();
+  options.keepalive_interval = absl::Milliseconds(20);
+  StartFront(options);
+  t_->workers->Pause();
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(front_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string body =
+      Completion({{"prompt", "hello"}, {"max_tokens", 100}}).dump();
+  const std::string request = absl::StrCat(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+      "Content-Type: application/json\r\nContent-Length: ",
+      body.size(), "\r\n\r\n", body);
+  ASSERT_EQ(send(fd, request.data(), request.size(), 0),
+            static_cast<ssize_t>(request.size()));
+  ASSERT_TRUE(t_->workers->AwaitPausedStep(absl::Seconds(30)));
+  EXPECT_EQ(t_->engine->loads().running, 1);
+  close(fd);
+  // The steps stay held: only the front's abort can end the request.
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (t_->engine->loads().running + t_->engine->loads().waiting > 0 &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(t_->engine->loads().running, 0);
+  EXPECT_EQ(t_->engine->loads().waiting, 0);
+  t_->workers->Resume();
 }
 
 TEST(HttpFrontOptionsTest, BadLimitsAreRefused) {
