@@ -115,8 +115,12 @@ bool ConnectionProbe::PeerClosed() const {
   p.fd = fd_;
   p.events = POLLIN | POLLRDHUP;
   if (poll(&p, 1, 0) < 0) return false;
-  if ((p.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) return true;
-  if ((p.revents & (POLLIN | POLLRDHUP)) == 0) return false;
+  // The peer shut its side (FIN), possibly after bytes still queued (a TLS
+  // close_notify alert).
+  if ((p.revents & (POLLERR | POLLHUP | POLLNVAL | POLLRDHUP)) != 0) {
+    return true;
+  }
+  if ((p.revents & POLLIN) == 0) return false;
   char byte;
   const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return n == 0 ||

@@ -21,8 +21,9 @@ class ConnectionProbe {
                                               absl::string_view peer_addr,
                                               int peer_port);
 
-  // Whether the peer closed its side (or the connection failed); never
-  // blocks and consumes nothing (bytes the peer already sent stay queued).
+  // Whether the peer closed or shut down its side (or the connection
+  // failed), also behind bytes it sent before (a TLS close_notify); never
+  // blocks and consumes nothing (queued bytes stay queued).
   bool PeerClosed() const;
 
   int fd() const { return fd_; }

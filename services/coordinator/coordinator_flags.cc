@@ -65,6 +65,11 @@ ABSL_FLAG(int, http_max_concurrent_requests, 0,
           "0 = --http_threads - 1.");
 ABSL_FLAG(absl::Duration, http_read_timeout, absl::Seconds(30),
           "The longest one read of an HTTP request (headers, body) may take.");
+ABSL_FLAG(std::string, http_tls_cert, "",
+          "Certificate chain (PEM) of the HTTP API: with --http_tls_key, the "
+          "API speaks HTTPS only.");
+ABSL_FLAG(std::string, http_tls_key, "",
+          "Private key (PEM) of --http_tls_cert.");
 ABSL_FLAG(std::string, default_chat_template_kwargs, "",
           "JSON object of chat-template kwargs every chat request starts "
           "from, e.g. '{\"thinking\": true, \"reasoning_effort\": "
@@ -99,6 +104,12 @@ absl::StatusOr<TextFrontFlags> TextFrontFlagsFromFlags() {
   o.read_timeout = absl::GetFlag(FLAGS_http_read_timeout);
   if (o.read_timeout < absl::Seconds(1)) {
     return absl::InvalidArgumentError("--http_read_timeout must be >= 1s");
+  }
+  o.tls_cert_file = absl::GetFlag(FLAGS_http_tls_cert);
+  o.tls_key_file = absl::GetFlag(FLAGS_http_tls_key);
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--http_tls_cert and --http_tls_key go together");
   }
   const std::string key_file = absl::GetFlag(FLAGS_http_api_key_file);
   if (!key_file.empty()) {

@@ -315,9 +315,25 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Create(
     return absl::InvalidArgumentError(
         "http read and write timeouts must be at least 1 s");
   }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "the HTTP TLS certificate and key go together");
+  }
   std::unique_ptr<HttpFront> front(new HttpFront(options, engine, codec, gate));
   front->default_kwargs_ = std::move(kwargs);
-  front->server_ = std::make_unique<httplib::Server>();
+  if (options.tls_cert_file.empty()) {
+    front->server_ = std::make_unique<httplib::Server>();
+  } else {
+    auto tls = std::make_unique<httplib::SSLServer>(
+        options.tls_cert_file.c_str(), options.tls_key_file.c_str());
+    if (!tls->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot use the HTTP TLS certificate ", options.tls_cert_file,
+          " with the key ", options.tls_key_file,
+          " (missing, unreadable, not PEM, or not a pair)"));
+    }
+    front->server_ = std::move(tls);
+  }
   httplib::Server& s = *front->server_;
   const int threads = options.threads;
   const int queued = options.max_queued_connections;

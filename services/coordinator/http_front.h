@@ -44,6 +44,10 @@ struct HttpFrontOptions {
   // /health and /version; 401 otherwise), like vLLM's --api-key. Default: ""
   // (no key).
   std::string api_key;
+  // HTTPS: the certificate chain and private key (PEM files), both or
+  // neither. Default: "" (plain HTTP).
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // Generation requests served at once (a streaming one holds a thread);
   // more are 429 at once, so that threads stay free for quick answers.
   // Default: 0 = threads - 1 (at least 1).

@@ -27,6 +27,7 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "tests/services/coordinator/test_engine.h"
+#include "tests/testing/tls_certs.h"
 
 namespace mneme::coordinator {
 namespace {
@@ -410,6 +411,48 @@ TEST_F(HttpFrontTest, ModelsListsTheServedModel) {
   const json models = json::parse(res->body);
   EXPECT_EQ(models["data"][0]["id"], "mneme");
   EXPECT_EQ(models["data"][0]["max_model_len"], 256);
+}
+
+// With a certificate and key the front speaks HTTPS only; a client that
+// trusts the CA gets its answers, a plain HTTP client none. A bad pair is
+// refused at start.
+TEST_F(HttpFrontTest, HttpsWithACertificate) {
+  absl::StatusOr<mneme::testing::TlsCerts> certs =
+      mneme::testing::GenerateTlsCerts();
+  ASSERT_TRUE(certs.ok()) << certs.status();
+  HttpFrontOptions options = DefaultOptions();
+  options.tls_cert_file = certs->server_cert;
+  options.tls_key_file = certs->server_key;
+  StartFront(options);
+  httplib::SSLClient tls("127.0.0.1", front_->port());
+  tls.set_ca_cert_path(certs->ca_cert.c_str());
+  tls.enable_server_certificate_verification(true);
+  httplib::Result res = tls.Get("/v1/models");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  httplib::Client plain("127.0.0.1", front_->port());
+  plain.set_read_timeout(5, 0);
+  httplib::Result refused = plain.Get("/v1/models");
+  EXPECT_FALSE(refused && refused->status == 200);
+
+  InflightGate gate;
+  HttpFrontOptions bad = DefaultOptions();
+  bad.tls_cert_file = certs->server_cert;
+  EXPECT_EQ(HttpFront::Create(bad, t_->engine.get(), t_->codec.get(), &gate)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  bad.tls_key_file = certs->client_key;  // Not the certificate's key.
+  absl::StatusOr<std::unique_ptr<HttpFront>> mismatched =
+      HttpFront::Create(bad, t_->engine.get(), t_->codec.get(), &gate);
+  EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(mismatched.status().message()),
+              HasSubstr(certs->server_cert));
+  bad.tls_key_file = "/nonexistent/key.pem";
+  EXPECT_EQ(HttpFront::Create(bad, t_->engine.get(), t_->codec.get(), &gate)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(HttpFrontTest, Completion) {
