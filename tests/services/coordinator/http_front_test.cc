@@ -425,7 +425,7 @@ TEST_F(HttpFrontTest, HttpsWithACertificate) {
   options.tls_key_file = certs->server_key;
   StartFront(options);
   httplib::SSLClient tls("127.0.0.1", front_->port());
-  tls.set_ca_cert_path(certs->ca_cert.c_str());
+  tls.set_ca_cert_path(certs->ca_cert);
   tls.enable_server_certificate_verification(true);
   httplib::Result res = tls.Get("/v1/models");
   ASSERT_TRUE(res) << httplib::to_string(res.error());
