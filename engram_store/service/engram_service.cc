@@ -44,6 +44,9 @@ absl::StatusOr<std::unique_ptr<EngramService>> EngramService::Create(
     return absl::InvalidArgumentError(
         "limits.max_stream_message_bytes must be >= 1");
   }
+  if (l.max_response_bytes < 1) {
+    return absl::InvalidArgumentError("limits.max_response_bytes must be >= 1");
+  }
   if (options.default_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("default_timeout must be positive");
   }

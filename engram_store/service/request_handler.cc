@@ -180,6 +180,17 @@ absl::Status RequestHandler::Lookup(const v1::LookupRequest& request,
                                     v1::LookupResponse* response) const {
   ASSIGN_OR_RETURN(ResolvedRequest resolved,
                    ResolveLookup(request, limits_.max_rows_per_request));
+  const int64_t bytes = static_cast<int64_t>(resolved.row_ids.size()) *
+                        static_cast<int64_t>(resolved.row_bytes);
+  if (bytes > limits_.max_response_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the response would hold ", bytes, " bytes (", resolved.row_ids.size(),
+        " rows of ", resolved.row_bytes, " bytes in ",
+        v1::RowEncoding_Name(resolved.wire_encoding), "); the limit is ",
+        limits_.max_response_bytes,
+        " per Lookup (ask for fewer rows, a smaller encoding, or use "
+        "LookupStream)"));
+  }
   return LookupRows(resolved, 0, resolved.row_ids.size(), deadline, response);
 }
 
@@ -243,6 +254,7 @@ void RequestHandler::Describe(v1::DescribeResponse* response) const {
                                       store_->columns().end());
   response->set_max_rows_per_request(limits_.max_rows_per_request);
   response->set_max_rows_per_stream(limits_.max_rows_per_stream);
+  response->set_max_response_bytes(limits_.max_response_bytes);
   response->set_max_stream_message_bytes(limits_.max_stream_message_bytes);
 }
 

@@ -21,6 +21,11 @@ struct RequestLimits {
   // Most row bytes in one LookupStream response message (at least one row
   // is always sent). Default: 4 MiB.
   int64_t max_stream_message_bytes = int64_t{4} << 20;
+  // Most row bytes in one Lookup response (rows x bytes per row in the
+  // asked encoding): kept below the server's message limit so that a
+  // response is never cut by gRPC; more is ResourceExhausted naming
+  // LookupStream. Default: 60 MiB (the default message limit is 64 MiB).
+  int64_t max_response_bytes = int64_t{60} << 20;
 };
 
 // A request validated and resolved to row ids: what a Lookup, LookupStream

@@ -202,6 +202,10 @@ std::optional<HttpError> ParseStops(Fields& f, OpenAiRequest& request) {
     } else {
       return BadField("stop", "must be a string or a list of strings");
     }
+    if (absl::Status st = ValidateStopStrings(request.stops, "stop");
+        !st.ok()) {
+      return HttpErrorFromStatus(st);
+    }
   }
   if (const json* ids = f.Get("stop_token_ids")) {
     if (!ids->is_array()) return BadField("stop_token_ids", "must be a list");

@@ -27,7 +27,6 @@ namespace mneme::coordinator {
 // the chat's chat_request.h's).
 inline constexpr int kMaxChoicesPerPrompt = 16;   // n
 inline constexpr int kMaxChoicesPerRequest = 64;  // prompts x n
-inline constexpr size_t kMaxStopTokenIds = 64;
 
 // An HTTP status with an OpenAI error body.
 struct HttpError {

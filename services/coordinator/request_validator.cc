@@ -54,6 +54,24 @@ std::string InvalidFieldName(const absl::Status& status) {
   return field.has_value() ? static_cast<std::string>(*field) : std::string();
 }
 
+absl::Status ValidateStopStrings(absl::Span<const std::string> stops,
+                                 absl::string_view field) {
+  if (stops.size() > kMaxStopStrings) {
+    return InvalidFieldError(
+        field, absl::StrCat("has ", stops.size(), " strings, more than ",
+                            kMaxStopStrings));
+  }
+  for (size_t i = 0; i < stops.size(); ++i) {
+    if (stops[i].size() > kMaxStopStringBytes) {
+      return InvalidFieldError(
+          field,
+          absl::StrCat("has a string of ", stops[i].size(), " bytes at index ",
+                       i, ", more than ", kMaxStopStringBytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateGenerateRequest(const GenerateParams& p,
                                      size_t num_stop_strings,
                                      const ModelInfo* model,
@@ -82,6 +100,12 @@ absl::Status ValidateGenerateRequest(const GenerateParams& p,
   if (p.prompt_logprobs != -1) {
     RETURN_IF_ERROR(IntInRange(names.prompt_logprobs, p.prompt_logprobs, 0,
                                kMaxTopLogprobs));
+  }
+  if (p.stop_token_ids.size() > kMaxStopTokenIds) {
+    return InvalidFieldError(
+        names.stop_token_ids,
+        absl::StrCat("has ", p.stop_token_ids.size(), " ids, more than ",
+                     kMaxStopTokenIds));
   }
   if (num_stop_strings > kMaxStopStrings) {
     return InvalidFieldError(

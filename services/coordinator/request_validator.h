@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "services/coordinator/generate_params.h"
 
 namespace mneme::coordinator {
@@ -16,6 +17,10 @@ namespace mneme::coordinator {
 // that defines them.
 inline constexpr size_t kMaxRequestIdBytes = 128;
 inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopStringBytes = 1024;
+inline constexpr size_t kMaxStopTokenIds = 64;
+// A text prompt before tokenization (the HTTP front's body limit).
+inline constexpr size_t kMaxPromptTextBytes = size_t{8} << 20;
 // max_new_tokens when the client gives none.
 inline constexpr int64_t kDefaultMaxNewTokens = 16;
 inline constexpr int64_t kMinNewTokens = 1;
@@ -52,6 +57,12 @@ absl::Status ValidateGenerateRequest(const GenerateParams& params,
                                      size_t num_stop_strings,
                                      const ModelInfo* model,
                                      const RequestFieldNames& names = {});
+
+// Checks the stop strings of a request (at most kMaxStopStrings, each at
+// most kMaxStopStringBytes) before a front builds anything from them;
+// INVALID_ARGUMENT naming `field` otherwise.
+absl::Status ValidateStopStrings(absl::Span<const std::string> stops,
+                                 absl::string_view field);
 
 // INVALID_ARGUMENT "'<field>' <what>", carrying `field` for InvalidFieldName.
 absl::Status InvalidFieldError(absl::string_view field, absl::string_view what);

@@ -425,6 +425,20 @@ class GenerateReactor final
       }
       return absl::OkStatus();
     }
+    if (request.prompt().size() > kMaxPromptTextBytes) {
+      return InvalidFieldError(
+          "prompt", absl::StrCat("is ", request.prompt().size(),
+                                 " bytes, more than ", kMaxPromptTextBytes));
+    }
+    // The count before any copy: a message may hold millions of strings.
+    if (static_cast<size_t>(request.stop_size()) > kMaxStopStrings) {
+      return InvalidFieldError(
+          "stop", absl::StrCat("has ", request.stop_size(),
+                               " strings, more than ", kMaxStopStrings));
+    }
+    RETURN_IF_ERROR(ValidateStopStrings(
+        std::vector<std::string>(request.stop().begin(), request.stop().end()),
+        "stop"));
     if (codec_ == nullptr) {
       return absl::FailedPreconditionError("this server has no tokenizer");
     }

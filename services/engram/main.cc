@@ -2,6 +2,8 @@
 // (mneme.engram.v1.EngramStore). Flags -> options -> open the store (ready
 // only once the tables open and verify) -> serve until SIGTERM -> drain.
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -36,10 +38,17 @@ int main(int argc, char** argv) {
   if (!store.ok()) mneme::ExitWithError(store.status());
 
   mneme::InflightGate gate;
+  mneme::engram::EngramServiceOptions service_options =
+      mneme::EngramServiceOptionsFromFlags();
+  // A Lookup response stays below the server's message limit (with room
+  // for the message's other fields), whatever --max_message_bytes says.
+  service_options.limits.max_response_bytes = std::max<int64_t>(
+      1, std::min<int64_t>(
+             service_options.limits.max_response_bytes,
+             int64_t{server_options->max_message_bytes} - (int64_t{64} << 10)));
   absl::StatusOr<std::unique_ptr<mneme::engram::EngramService>> service =
-      mneme::engram::EngramService::Create(
-          mneme::EngramServiceOptionsFromFlags(), store->get(), &gate,
-          &metrics);
+      mneme::engram::EngramService::Create(service_options, store->get(), &gate,
+                                           &metrics);
   if (!service.ok()) mneme::ExitWithError(service.status());
 
   absl::StatusOr<std::unique_ptr<mneme::ServerRunner>> runner =

@@ -1,6 +1,9 @@
 #include "engram_store/service/request_handler.h"
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "engram_store/engram_store.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
@@ -35,6 +38,7 @@ class RequestHandlerTest : public ::testing::Test {
     limits.max_rows_per_request = 60;
     limits.max_rows_per_stream = 600;
     limits.max_stream_message_bytes = 1000;
+    limits.max_response_bytes = 20000;
     return RequestHandler(store_, limits);
   }
   int Layer() const { return store_->checkpoint().tables()[0].layer; }
@@ -131,6 +135,30 @@ TEST_F(RequestHandlerTest, StreamMessagesAreBounded) {
   EXPECT_EQ(h.RowsPerStreamMessage(*r), 1000u / 264u);
 }
 
+// A Lookup whose rows in the asked encoding would pass the response limit
+// is refused before any read, naming LookupStream; the same rows in a
+// smaller encoding are served.
+TEST_F(RequestHandlerTest, LookupResponsesStayWithinTheirByteLimit) {
+  const RequestHandler h = Handler();
+  const int columns = static_cast<int>(store_->columns().size());
+  ASSERT_GT(columns, 0);
+  const int tokens = (40 + columns - 1) / columns;  // >= 40 rows.
+  ASSERT_LE(tokens * columns, 60);
+  v1::LookupRequest bf16 = Tokens(tokens, 0);  // 512-byte rows.
+  v1::LookupResponse response;
+  const absl::Status refused =
+      h.Lookup(bf16, absl::Now() + absl::Seconds(30), &response);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("LookupStream"), absl::string_view::npos);
+  EXPECT_NE(refused.message().find("20000"), absl::string_view::npos);
+  v1::LookupRequest raw = bf16;  // 264-byte rows: within the limit.
+  raw.set_encoding(v1::ROW_ENCODING_RAW);
+  const absl::Status served =
+      h.Lookup(raw, absl::Now() + absl::Seconds(30), &response);
+  ASSERT_TRUE(served.ok()) << served;
+  EXPECT_EQ(response.row_ids_size(), tokens * columns);
+}
+
 TEST_F(RequestHandlerTest, DescribeListsTheLayout) {
   v1::DescribeResponse d;
   Handler().Describe(&d);
@@ -144,6 +172,7 @@ TEST_F(RequestHandlerTest, DescribeListsTheLayout) {
   EXPECT_EQ(d.tables(0).served_ranges_size(),
             static_cast<int>(store_->served_ranges()[0].size()));
   EXPECT_EQ(d.max_rows_per_request(), 60);
+  EXPECT_EQ(d.max_response_bytes(), 20000);
   EXPECT_EQ(d.context_size(), 3);
 }
 

@@ -1,8 +1,10 @@
 #include "services/coordinator/request_validator.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -120,6 +122,10 @@ TEST(RequestValidatorTest, RefusesEachField) {
        "max_new_tokens"},
       {[](GenerateParams& p) { p.stop_token_ids = {100}; }, "stop_token_ids"},
       {[](GenerateParams& p) {
+         p.stop_token_ids.assign(kMaxStopTokenIds + 1, 1);
+       },
+       "stop_token_ids"},
+      {[](GenerateParams& p) {
          p.request_id.assign(kMaxRequestIdBytes + 1, 'x');
        },
        "request_id"},
@@ -143,6 +149,23 @@ TEST(RequestValidatorTest, RefusesEachField) {
                 StartsWith(std::string("'") + c.field + "'"));
   }
   EXPECT_EQ(InvalidFieldName(absl::InvalidArgumentError("plain")), "");
+}
+
+TEST(RequestValidatorTest, StopStringsAreBoundedInCountAndBytes) {
+  std::vector<std::string> stops(kMaxStopStrings, "x");
+  stops.back().assign(kMaxStopStringBytes, 'y');
+  EXPECT_TRUE(ValidateStopStrings(stops, "stop").ok());
+  stops.back().push_back('y');
+  absl::Status st = ValidateStopStrings(stops, "stop");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(InvalidFieldName(st), "stop");
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr(absl::StrCat("index ", kMaxStopStrings - 1)));
+  stops.back() = "y";
+  stops.emplace_back("z");
+  st = ValidateStopStrings(stops, "stop");
+  EXPECT_EQ(InvalidFieldName(st), "stop");
+  EXPECT_THAT(std::string(st.message()), HasSubstr("more than 16"));
 }
 
 TEST(RequestValidatorTest, LogprobCountsAreBounded) {
