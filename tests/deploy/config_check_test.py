@@ -123,6 +123,25 @@ class ReferenceTopologyTest(unittest.TestCase):
         self.assertEqual(coordinator["max_num_batched_tokens"], "8192")
         self.assertEqual(coordinator["max_context_tokens"], "524288")
 
+    def test_public_ports_need_the_api_key(self):
+        # The coordinator's Serving API listens on every interface: its
+        # callers need the API key, a file beside the cluster secret
+        # (docs/DEPLOY.md, "The API key"). The HTTP API, when a node turns it
+        # on, takes the same key.
+        coordinator = self.flags("spark-0", "mneme-coordinator")
+        self.assertEqual(lib.host_port(coordinator["listen"])[0], "0.0.0.0")
+        key_file = coordinator.get("http_api_key_file", "")
+        self.assertEqual(key_file, "/etc/mneme-secret/api_key")
+        self.assertEqual(os.path.dirname(key_file), os.path.dirname(
+            coordinator["cluster_secret_file"]))
+        # Only the coordinator has a public port: the other daemons do not
+        # read the key.
+        for node in NODES:
+            for service in ("mneme-engram-store", "mneme-worker"):
+                with self.subTest(node=node, service=service):
+                    self.assertNotIn("http_api_key_file",
+                                     self.flags(node, service))
+
     def test_nodes_agree(self):
         ports = lib.daemon_ports()
         listens = {}

@@ -266,6 +266,18 @@ class KustomizeStructureTest(unittest.TestCase):
 
 class ContainerTest(unittest.TestCase):
 
+    def assertSecretItem(self, c, file_path, key):
+        """file_path is the item `key` of the Secret mneme-cluster-secret,
+        mounted read-only, not writable."""
+        m, vol = c.mount_for(file_path)
+        self.assertIsNotNone(vol, file_path)
+        self.assertTrue(m.get("readOnly"), file_path)
+        self.assertIn("secret", vol, file_path)
+        self.assertEqual(vol["secret"]["secretName"], "mneme-cluster-secret")
+        rel = os.path.relpath(file_path, m["mountPath"])
+        self.assertIn({"key": key, "path": rel}, vol["secret"]["items"])
+        self.assertEqual(vol["secret"]["defaultMode"] & 0o222, 0)
+
     def test_command_lines_pass_check_config(self):
         count = 0
         for c in all_containers():
@@ -364,16 +376,23 @@ class ContainerTest(unittest.TestCase):
                 # Every daemon reads the cluster secret from the Secret the
                 # operator creates (docs/DEPLOY.md), mounted read-only.
                 self.assertIn("cluster_secret_file", flags)
-                m, vol = c.mount_for(flags["cluster_secret_file"])
-                self.assertIsNotNone(vol, "cluster_secret_file")
-                self.assertTrue(m.get("readOnly"))
-                self.assertEqual(vol["secret"]["secretName"],
-                                 "mneme-cluster-secret")
-                rel = os.path.relpath(flags["cluster_secret_file"],
-                                      m["mountPath"])
-                self.assertIn({"key": "cluster_secret", "path": rel},
-                              vol["secret"]["items"])
-                self.assertEqual(vol["secret"]["defaultMode"] & 0o222, 0)
+                self.assertSecretItem(c, flags["cluster_secret_file"],
+                                      "cluster_secret")
+                # The coordinator's public APIs (its Serving API listens on
+                # every address) need the API key, the Secret's item
+                # api_key; no other daemon is given the key.
+                if c.daemon == "mneme_coordinator":
+                    self.assertIn("http_api_key_file", flags)
+                    self.assertSecretItem(c, flags["http_api_key_file"],
+                                          "api_key")
+                else:
+                    self.assertNotIn("http_api_key_file", flags)
+                    for m in c.spec.get("volumeMounts", []):
+                        vol = {v["name"]: v for v in c.pod["volumes"]}[
+                            m["name"]]
+                        items = vol.get("secret", {}).get("items", [])
+                        self.assertNotIn("api_key",
+                                         [i["key"] for i in items], m["name"])
                 for vol in c.pod.get("volumes", []):
                     if "configMap" in vol:
                         cm = find(c.resources, "ConfigMap",
