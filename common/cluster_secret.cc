@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
 
@@ -91,6 +93,46 @@ absl::Status CheckClusterSecret(const grpc::ServerContextBase& context,
     match = ConstantTimeEquals(presented, secret) || match;
   }
   if (!match) return absl::UnauthenticatedError("wrong cluster secret");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadApiKeyFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadSmallFile(path, 4096);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", text.status().message()));
+  }
+  std::string key(absl::StripAsciiWhitespace(
+      absl::string_view(*text).substr(0, text->find('\n'))));
+  if (key.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " holds no key"));
+  }
+  return key;
+}
+
+bool BearerTokenMatches(absl::string_view authorization,
+                        absl::string_view key) {
+  static constexpr absl::string_view kBearer = "Bearer ";
+  if (!absl::StartsWith(authorization, kBearer)) return false;
+  authorization.remove_prefix(kBearer.size());
+  return ConstantTimeEquals(authorization, key);
+}
+
+absl::Status CheckApiKey(const grpc::ServerContextBase& context,
+                         absl::string_view key) {
+  if (key.empty()) return absl::OkStatus();
+  const auto& metadata = context.client_metadata();
+  const auto range = metadata.equal_range("authorization");
+  if (range.first == range.second) {
+    return absl::UnauthenticatedError(
+        "missing API key: send the metadata 'authorization: Bearer <key>'");
+  }
+  if (std::next(range.first) != range.second ||
+      !BearerTokenMatches(absl::string_view(range.first->second.data(),
+                                            range.first->second.size()),
+                          key)) {
+    return absl::UnauthenticatedError("wrong API key");
+  }
   return absl::OkStatus();
 }
 

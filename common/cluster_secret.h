@@ -50,6 +50,21 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 absl::Status CheckClusterSecret(const grpc::ServerContextBase& context,
                                 const std::vector<std::string>& accepted);
 
+// The API key in `path`: its first line without surrounding whitespace.
+// InvalidArgument naming the file when it cannot be read (at most 4 KiB)
+// or its first line is empty.
+absl::StatusOr<std::string> ReadApiKeyFile(const std::string& path);
+
+// Whether `authorization` is "Bearer <key>" (the key compared in constant
+// time): the API key of the public APIs, HTTP header or gRPC metadata.
+bool BearerTokenMatches(absl::string_view authorization, absl::string_view key);
+
+// OK when `key` is empty (no API key configured) or the call's metadata
+// carries exactly one "authorization" entry "Bearer <key>"; Unauthenticated
+// otherwise.
+absl::Status CheckApiKey(const grpc::ServerContextBase& context,
+                         absl::string_view key);
+
 }  // namespace mneme
 
 #endif  // MNEME_COMMON_CLUSTER_SECRET_H_

@@ -6,10 +6,12 @@
 #include <grpcpp/support/client_interceptor.h>
 
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/cluster_secret.h"
 #include "common/status_macros.h"
@@ -17,39 +19,44 @@
 namespace mneme {
 namespace {
 
-// Adds the cluster secret to the initial metadata of every call.
-class SecretInterceptor final : public grpc::experimental::Interceptor {
+// Adds fixed entries (the cluster secret, the API key) to the initial
+// metadata of every call.
+class MetadataInterceptor final : public grpc::experimental::Interceptor {
  public:
-  explicit SecretInterceptor(const std::string* secret) : secret_(secret) {}
+  explicit MetadataInterceptor(
+      const std::vector<std::pair<std::string, std::string>>* entries)
+      : entries_(entries) {}
 
   void Intercept(
       grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::
                 PRE_SEND_INITIAL_METADATA)) {
-      methods->GetSendInitialMetadata()->emplace(kClusterSecretMetadataKey,
-                                                 *secret_);
+      for (const auto& [key, value] : *entries_) {
+        methods->GetSendInitialMetadata()->emplace(key, value);
+      }
     }
     methods->Proceed();
   }
 
  private:
-  const std::string* const secret_;
+  const std::vector<std::pair<std::string, std::string>>* const entries_;
 };
 
-class SecretInterceptorFactory final
+class MetadataInterceptorFactory final
     : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
-  explicit SecretInterceptorFactory(std::string secret)
-      : secret_(std::move(secret)) {}
+  explicit MetadataInterceptorFactory(
+      std::vector<std::pair<std::string, std::string>> entries)
+      : entries_(std::move(entries)) {}
 
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo* /*info*/) override {
-    return new SecretInterceptor(&secret_);
+    return new MetadataInterceptor(&entries_);
   }
 
  private:
-  const std::string secret_;
+  const std::vector<std::pair<std::string, std::string>> entries_;
 };
 
 struct PeerDefaults {
@@ -108,11 +115,19 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateClientChannel(
   std::vector<
       std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
       interceptors;
+  std::vector<std::pair<std::string, std::string>> metadata;
   if (!secret_file.empty()) {
     ASSIGN_OR_RETURN(std::vector<std::string> secrets,
                      ReadClusterSecretFile(secret_file));
+    metadata.emplace_back(kClusterSecretMetadataKey, std::move(secrets[0]));
+  }
+  if (!options.api_key.empty()) {
+    metadata.emplace_back("authorization",
+                          absl::StrCat("Bearer ", options.api_key));
+  }
+  if (!metadata.empty()) {
     interceptors.push_back(
-        std::make_unique<SecretInterceptorFactory>(std::move(secrets[0])));
+        std::make_unique<MetadataInterceptorFactory>(std::move(metadata)));
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(

@@ -24,6 +24,9 @@ struct ClientChannelOptions {
   // as kClusterSecretMetadataKey on every call. Default: "" (none, or the
   // process's peer default).
   std::string cluster_secret_file;
+  // An API key sent as "authorization: Bearer <api_key>" on every call (the
+  // coordinator's public Serving API). Default: "" (none).
+  std::string api_key;
   // Largest message the client accepts, in bytes; must be >= 1. Default:
   // 4 MiB (gRPC's own default).
   int64_t max_receive_message_bytes = 4 << 20;

@@ -6,12 +6,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
-#include "common/file_io.h"
+#include "common/cluster_secret.h"
 #include "common/host_port.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -57,9 +56,10 @@ ABSL_FLAG(std::string, served_model_name, "mneme",
 ABSL_FLAG(int, http_threads, 64,
           "Threads of the HTTP API (bounds its concurrent requests).");
 ABSL_FLAG(std::string, http_api_key_file, "",
-          "A file whose first line is the API key HTTP clients must send as "
-          "'Authorization: Bearer KEY' (the MNEME_API_KEY environment "
-          "variable also sets it); empty = no key.");
+          "A file whose first line is the API key clients of the public APIs "
+          "must send: HTTP as 'Authorization: Bearer KEY', the gRPC Serving "
+          "API as the metadata 'authorization: Bearer KEY' (the MNEME_API_KEY "
+          "environment variable also sets it); empty = no key.");
 ABSL_FLAG(int, http_max_concurrent_requests, 0,
           "Generation requests the HTTP API serves at once, more are 429; "
           "0 = --http_threads - 1.");
@@ -78,6 +78,23 @@ ABSL_FLAG(std::string, tokenizer, "",
           "tokenizer.json for the text APIs; empty = the served checkpoint's.");
 
 namespace mneme {
+
+absl::Status LoadApiKey(TextFrontFlags& t) {
+  const std::string key_file = absl::GetFlag(FLAGS_http_api_key_file);
+  if (!key_file.empty()) {
+    absl::StatusOr<std::string> key = ReadApiKeyFile(key_file);
+    if (!key.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--http_api_key_file: ", key.status().message()));
+    }
+    t.api_key = *std::move(key);
+  } else if (const char* env = std::getenv("MNEME_API_KEY");
+             env != nullptr && *env != '\0') {
+    t.api_key = env;
+  }
+  if (t.http.has_value()) t.http->api_key = t.api_key;
+  return absl::OkStatus();
+}
 
 absl::StatusOr<TextFrontFlags> TextFrontFlagsFromFlags() {
   TextFrontFlags t;
@@ -110,23 +127,6 @@ absl::StatusOr<TextFrontFlags> TextFrontFlagsFromFlags() {
   if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
     return absl::InvalidArgumentError(
         "--http_tls_cert and --http_tls_key go together");
-  }
-  const std::string key_file = absl::GetFlag(FLAGS_http_api_key_file);
-  if (!key_file.empty()) {
-    absl::StatusOr<std::string> key = ReadSmallFile(key_file, 4096);
-    if (!key.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--http_api_key_file=", key_file, ": ", key.status().message()));
-    }
-    o.api_key = std::string(absl::StripAsciiWhitespace(
-        absl::string_view(*key).substr(0, key->find('\n'))));
-    if (o.api_key.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--http_api_key_file=", key_file, " holds no key"));
-    }
-  } else if (const char* env = std::getenv("MNEME_API_KEY");
-             env != nullptr && *env != '\0') {
-    o.api_key = env;
   }
   o.default_chat_template_kwargs =
       absl::GetFlag(FLAGS_default_chat_template_kwargs);

@@ -35,8 +35,16 @@ absl::StatusOr<coordinator::EngineOptions> EngineOptionsFromFlags();
 struct TextFrontFlags {
   std::optional<coordinator::HttpFrontOptions> http;
   std::string tokenizer_path;
+  // The API key of the public APIs (--http_api_key_file or MNEME_API_KEY):
+  // the gRPC Serving API and the HTTP API; empty = none.
+  std::string api_key;
 };
+// Names no file: --check_config runs it.
 absl::StatusOr<TextFrontFlags> TextFrontFlagsFromFlags();
+// Reads the API key (--http_api_key_file, else MNEME_API_KEY) into
+// `t.api_key` and `t.http->api_key`; InvalidArgument naming the flag for a
+// file that cannot be read or holds no key.
+absl::Status LoadApiKey(TextFrontFlags& t);
 
 }  // namespace mneme
 

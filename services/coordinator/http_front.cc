@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/cluster_secret.h"
 #include "common/connection_probe.h"
 #include "common/status_macros.h"
 #include "common/version.h"
@@ -132,21 +133,6 @@ class RequestSlot {
  private:
   std::atomic<int>& active_;
 };
-
-// Whether `header` is "Bearer <key>" (compared in constant time).
-bool BearerMatches(const std::string& header, const std::string& key) {
-  static constexpr char kBearer[] = "Bearer ";
-  if (header.size() != key.size() + sizeof(kBearer) - 1 ||
-      header.compare(0, sizeof(kBearer) - 1, kBearer) != 0) {
-    return false;
-  }
-  unsigned char diff = 0;
-  for (size_t i = 0; i < key.size(); ++i) {
-    diff |=
-        static_cast<unsigned char>(header[sizeof(kBearer) - 1 + i] ^ key[i]);
-  }
-  return diff == 0;
-}
 
 // The body (as ParseBody) and the served tokenizer.
 std::optional<HttpError> BodyAndTokenizer(const httplib::Request& req,
@@ -392,8 +378,8 @@ void HttpFront::Routes() {
             req.path == "/version") {
           return httplib::Server::HandlerResponse::Unhandled;
         }
-        if (BearerMatches(req.get_header_value("Authorization"),
-                          options_.api_key)) {
+        if (BearerTokenMatches(req.get_header_value("Authorization"),
+                               options_.api_key)) {
           return httplib::Server::HandlerResponse::Unhandled;
         }
         HttpError e;

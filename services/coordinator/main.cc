@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
       mneme::TextFrontFlagsFromFlags();
   if (!text_flags.ok()) mneme::ExitWithError(text_flags.status());
   mneme::ExitIfCheckConfig("mneme_coordinator");
+  if (absl::Status st = mneme::LoadApiKey(*text_flags); !st.ok()) {
+    mneme::ExitWithError(st);
+  }
 
   absl::StatusOr<std::unique_ptr<mneme::coordinator::GrpcWorkerGroup>> workers =
       mneme::coordinator::GrpcWorkerGroup::Create(*group_options);
@@ -64,7 +67,8 @@ int main(int argc, char** argv) {
   mneme::coordinator::TextCodec codec(text_flags->tokenizer_path,
                                       engine->get());
   absl::StatusOr<std::unique_ptr<mneme::coordinator::ServingService>> service =
-      mneme::coordinator::ServingService::Create(engine->get(), &gate, &codec);
+      mneme::coordinator::ServingService::Create(engine->get(), &gate, &codec,
+                                                 text_flags->api_key);
   if (!service.ok()) mneme::ExitWithError(service.status());
   absl::StatusOr<std::unique_ptr<mneme::ServerRunner>> runner =
       mneme::ServerRunner::Create(*server_options, {service->get()}, &gate);

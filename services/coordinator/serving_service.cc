@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/cluster_secret.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -608,17 +609,19 @@ GenerateParams ParamsFromProto(const sv1::GenerateRequest& request) {
 }
 
 absl::StatusOr<std::unique_ptr<ServingService>> ServingService::Create(
-    Engine* engine, InflightGate* gate, TextCodec* codec) {
+    Engine* engine, InflightGate* gate, TextCodec* codec, std::string api_key) {
   if (engine == nullptr || gate == nullptr) {
     return absl::InvalidArgumentError("engine and gate are required");
   }
   return std::unique_ptr<ServingService>(
-      new ServingService(engine, gate, codec));
+      new ServingService(engine, gate, codec, std::move(api_key)));
 }
 
 grpc::ServerWriteReactor<sv1::GenerateResponse>* ServingService::Generate(
-    grpc::CallbackServerContext* /*context*/,
-    const sv1::GenerateRequest* request) {
+    grpc::CallbackServerContext* context, const sv1::GenerateRequest* request) {
+  if (absl::Status st = CheckApiKey(*context, api_key_); !st.ok()) {
+    return new FailedReactor(ToGrpcStatus(st));
+  }
   std::optional<InflightGate::Pass> pass = gate_->Enter();
   if (!pass.has_value()) return new FailedReactor(kDraining);
   auto* reactor = new GenerateReactor(engine_, codec_, *std::move(pass));
@@ -630,6 +633,10 @@ grpc::ServerUnaryReactor* ServingService::Abort(
     grpc::CallbackServerContext* context, const sv1::AbortRequest* request,
     sv1::AbortResponse* /*response*/) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status st = CheckApiKey(*context, api_key_); !st.ok()) {
+    reactor->Finish(ToGrpcStatus(st));
+    return reactor;
+  }
   reactor->Finish(ToGrpcStatus(engine_->Abort(request->request_id())));
   return reactor;
 }
@@ -639,6 +646,10 @@ grpc::ServerUnaryReactor* ServingService::GetModelInfo(
     const sv1::GetModelInfoRequest* /*request*/,
     sv1::GetModelInfoResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status st = CheckApiKey(*context, api_key_); !st.ok()) {
+    reactor->Finish(ToGrpcStatus(st));
+    return reactor;
+  }
   absl::StatusOr<ModelInfo> info = engine_->model_info();
   if (!info.ok()) {
     reactor->Finish(ToGrpcStatus(absl::UnavailableError(
@@ -659,6 +670,10 @@ grpc::ServerUnaryReactor* ServingService::GetLoads(
     grpc::CallbackServerContext* context,
     const sv1::GetLoadsRequest* /*request*/, sv1::GetLoadsResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status st = CheckApiKey(*context, api_key_); !st.ok()) {
+    reactor->Finish(ToGrpcStatus(st));
+    return reactor;
+  }
   const Loads l = engine_->loads();
   response->set_running_requests(static_cast<int32_t>(l.running));
   response->set_waiting_requests(static_cast<int32_t>(l.waiting));

@@ -2,6 +2,8 @@
 #define MNEME_SERVICES_COORDINATOR_SERVING_SERVICE_H_
 
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "common/inflight_gate.h"
@@ -23,8 +25,12 @@ class ServingService final : public serving::v1::Serving::CallbackService {
   // FAILED_PRECONDITION) tokenizes text prompts, renders chat prompts with
   // its chat template, and decodes the streamed text (split into
   // reasoning, content and tool calls for a chat).
+  // `api_key`, when not empty, must come with every call as the metadata
+  // "authorization: Bearer <api_key>" (UNAUTHENTICATED otherwise), the
+  // HTTP API's key.
   static absl::StatusOr<std::unique_ptr<ServingService>> Create(
-      Engine* engine, InflightGate* gate, TextCodec* codec = nullptr);
+      Engine* engine, InflightGate* gate, TextCodec* codec = nullptr,
+      std::string api_key = "");
 
   grpc::ServerWriteReactor<serving::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context,
@@ -43,12 +49,17 @@ class ServingService final : public serving::v1::Serving::CallbackService {
       serving::v1::GetLoadsResponse* response) override;
 
  private:
-  ServingService(Engine* engine, InflightGate* gate, TextCodec* codec)
-      : engine_(engine), gate_(gate), codec_(codec) {}
+  ServingService(Engine* engine, InflightGate* gate, TextCodec* codec,
+                 std::string api_key)
+      : engine_(engine),
+        gate_(gate),
+        codec_(codec),
+        api_key_(std::move(api_key)) {}
 
   Engine* const engine_;
   InflightGate* const gate_;
   TextCodec* const codec_;
+  const std::string api_key_;
 };
 
 // The request's GenerateParams, with the proto3 defaults resolved

@@ -9,13 +9,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/grpc_channel.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "proto/serving/v1/serving.grpc.pb.h"
 #include "tools/cli/args.h"
 #include "tools/cli/percentile.h"
+#include "tools/cli/serving_channel.h"
 
 namespace mneme::cli {
 namespace {
@@ -26,10 +26,10 @@ namespace sv1 = serving::v1;
 
 absl::Status RunBenchServing(const std::vector<std::string>& argv,
                              std::ostream& out) {
-  ASSIGN_OR_RETURN(
-      Args args,
-      Args::Parse(argv, {"server", "streams", "requests", "prompt-tokens",
-                         "max-new-tokens", "vocab-size", "seed"}));
+  ASSIGN_OR_RETURN(Args args,
+                   Args::Parse(argv, {"server", "streams", "requests",
+                                      "prompt-tokens", "max-new-tokens",
+                                      "vocab-size", "seed", "api-key-file"}));
   ASSIGN_OR_RETURN(std::string server, args.Required("server"));
   absl::StatusOr<int64_t> streams = args.GetInt("streams", 4, 1, 4096);
   absl::StatusOr<int64_t> requests = args.GetInt("requests", 16, 1, 1 << 24);
@@ -44,7 +44,7 @@ absl::Status RunBenchServing(const std::vector<std::string>& argv,
     if (!st.ok()) return st;
   }
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
-                   CreateClientChannel(server, ClientChannelOptions()));
+                   ServingChannel(args, server));
   std::unique_ptr<sv1::Serving::Stub> stub = sv1::Serving::NewStub(channel);
   std::atomic<int64_t> next{0}, errors{0}, output_tokens{0};
   absl::Mutex mu;

@@ -12,7 +12,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/file_io.h"
-#include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
@@ -21,6 +20,7 @@
 #include "tools/cli/args.h"
 #include "tools/cli/chat_json.h"
 #include "tools/cli/sampling_flags.h"
+#include "tools/cli/serving_channel.h"
 
 namespace mneme::cli {
 namespace {
@@ -104,13 +104,13 @@ struct ChatAnswer {
 
 absl::Status RunGenerate(const std::vector<std::string>& argv,
                          std::ostream& out) {
-  ASSIGN_OR_RETURN(
-      Args args,
-      Args::Parse(argv,
-                  WithSamplingFlags({"server", "tokens", "prompt", "chat-json",
-                                     "stop", "max-new-tokens", "stop-tokens",
-                                     "request-id", "timeout-s"}),
-                  {"json", "ignore-eos"}));
+  ASSIGN_OR_RETURN(Args args,
+                   Args::Parse(argv,
+                               WithSamplingFlags(
+                                   {"server", "tokens", "prompt", "chat-json",
+                                    "stop", "max-new-tokens", "stop-tokens",
+                                    "request-id", "timeout-s", "api-key-file"}),
+                               {"json", "ignore-eos"}));
   ASSIGN_OR_RETURN(std::string server, args.Required("server"));
   const int forms = (args.Has("tokens") ? 1 : 0) +
                     (args.Has("prompt") ? 1 : 0) +
@@ -171,7 +171,7 @@ absl::Status RunGenerate(const std::vector<std::string>& argv,
   request.set_logprobs(true);
 
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
-                   CreateClientChannel(server, ClientChannelOptions()));
+                   ServingChannel(args, server));
   std::unique_ptr<sv1::Serving::Stub> stub = sv1::Serving::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -87,7 +88,8 @@ class ServingServiceTest : public ::testing::Test {
  protected:
   void SetUp() override { Serve(/*with_codec=*/true); }
 
-  void Serve(bool with_codec, int64_t max_context_tokens = 256) {
+  void Serve(bool with_codec, int64_t max_context_tokens = 256,
+             const std::string& api_key = "") {
     absl::StatusOr<std::unique_ptr<TestEngine>> t =
         TestEngine::Create({}, max_context_tokens);
     ASSERT_TRUE(t.ok()) << t.status();
@@ -95,7 +97,7 @@ class ServingServiceTest : public ::testing::Test {
     gate_ = std::make_unique<InflightGate>();
     absl::StatusOr<std::unique_ptr<ServingService>> service =
         ServingService::Create(t_->engine.get(), gate_.get(),
-                               with_codec ? t_->codec.get() : nullptr);
+                               with_codec ? t_->codec.get() : nullptr, api_key);
     ASSERT_TRUE(service.ok()) << service.status();
     service_ = *std::move(service);
     absl::StatusOr<std::unique_ptr<ServerRunner>> runner =
@@ -106,6 +108,16 @@ class ServingServiceTest : public ::testing::Test {
         CreateClientChannel(runner_->address().ToString(), {});
     ASSERT_TRUE(channel.ok()) << channel.status();
     stub_ = sv1::Serving::NewStub(*channel);
+  }
+
+  // A stub whose channel sends `api_key` as a bearer token.
+  std::unique_ptr<sv1::Serving::Stub> StubWithKey(const std::string& api_key) {
+    ClientChannelOptions options;
+    options.api_key = api_key;
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        CreateClientChannel(runner_->address().ToString(), options);
+    EXPECT_TRUE(channel.ok()) << channel.status();
+    return sv1::Serving::NewStub(*channel);
   }
 
   void TearDown() override {
@@ -351,6 +363,48 @@ TEST_F(ServingServiceTest, AbortModelInfoAndLoads) {
       stub_->GetLoads(&loads_context, sv1::GetLoadsRequest(), &loads).ok());
   EXPECT_EQ(loads.running_requests(), 0);
   EXPECT_EQ(loads.waiting_requests(), 0);
+}
+
+// With an API key every call must carry "authorization: Bearer <key>".
+TEST_F(ServingServiceTest, TheApiKeyGuardsEveryCall) {
+  runner_->Drain();
+  t_->engine->Stop();
+  Serve(/*with_codec=*/true, 256, "s3cret");
+  sv1::GenerateRequest request;
+  request.add_token_ids(5);
+  request.set_max_new_tokens(2);
+  // Without a key, with a wrong one, and with the right one.
+  for (const auto& [key, code] :
+       std::vector<std::pair<std::string, grpc::StatusCode>>{
+           {"", grpc::StatusCode::UNAUTHENTICATED},
+           {"s3cre", grpc::StatusCode::UNAUTHENTICATED},
+           {"s3cret", grpc::StatusCode::OK}}) {
+    std::unique_ptr<sv1::Serving::Stub> stub =
+        key.empty() ? std::move(stub_) : StubWithKey(key);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    auto reader = stub->Generate(&context, request);
+    sv1::GenerateResponse m;
+    int tokens = 0;
+    while (reader->Read(&m)) tokens += m.token_ids_size();
+    const grpc::Status st = reader->Finish();
+    EXPECT_EQ(st.error_code(), code)
+        << "key '" << key << "': " << st.error_message();
+    EXPECT_EQ(tokens, code == grpc::StatusCode::OK ? 2 : 0);
+    grpc::ClientContext info_context;
+    sv1::GetModelInfoResponse info;
+    EXPECT_EQ(stub->GetModelInfo(&info_context, {}, &info).error_code(), code);
+    grpc::ClientContext loads_context;
+    sv1::GetLoadsResponse loads;
+    EXPECT_EQ(stub->GetLoads(&loads_context, {}, &loads).error_code(), code);
+    grpc::ClientContext abort_context;
+    sv1::AbortRequest abort;
+    abort.set_request_id("nobody");
+    sv1::AbortResponse aborted;
+    EXPECT_EQ(
+        stub->Abort(&abort_context, abort, &aborted).error_code(),
+        code == grpc::StatusCode::OK ? grpc::StatusCode::NOT_FOUND : code);
+  }
 }
 
 TEST_F(ServingServiceTest, AbortEndsTheStreamWithAbort) {
