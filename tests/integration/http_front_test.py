@@ -412,6 +412,64 @@ class OpenAiFeaturesTest(ClusterTest):
                 reply = json.loads(out.stdout)
                 self.assertNotIn("error", reply, (command, reply))
 
+class ApiKeyTest(unittest.TestCase):
+    """With --http_api_key_file both public APIs need the key: HTTP as
+    `Authorization: Bearer`, the gRPC Serving API as `authorization`
+    metadata, which `mneme generate` sends from --api-key-file or
+    MNEME_API_KEY."""
+
+    KEY = "k3y-for-the-test"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.workdir = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        cls.key_file = os.path.join(cls.workdir, "api_key")
+        with open(cls.key_file, "w") as f:
+            f.write(cls.KEY + "\n")
+        cls.proc, cls.http, cls.grpc, cls.metrics = start_cluster(
+            cls.workdir, "--http_api_key_file=" + cls.key_file)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proc.send_signal(signal.SIGINT)
+        cls.proc.wait(timeout=60)
+
+    def generate(self, *extra, env_key=None):
+        env = dict(os.environ)
+        env.pop("MNEME_API_KEY", None)
+        if env_key is not None:
+            env["MNEME_API_KEY"] = env_key
+        return subprocess.run(
+            [MNEME, "generate", "--server", self.grpc, "--tokens", "5,6,7",
+             "--max-new-tokens", "3", "--json", *extra],
+            capture_output=True, text=True, env=env)
+
+    def test_grpc_needs_the_key(self):
+        refused = self.generate()
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn("API key", refused.stderr)
+        wrong = self.generate(env_key="nope")
+        self.assertNotEqual(wrong.returncode, 0)
+        self.assertIn("wrong API key", wrong.stderr)
+        by_env = self.generate(env_key=self.KEY)
+        self.assertEqual(by_env.returncode, 0, by_env.stderr)
+        by_file = self.generate("--api-key-file", self.key_file)
+        self.assertEqual(by_file.returncode, 0, by_file.stderr)
+        self.assertEqual(json.loads(by_env.stdout)["token_ids"],
+                         json.loads(by_file.stdout)["token_ids"])
+        self.assertEqual(len(json.loads(by_file.stdout)["token_ids"]), 3)
+
+    def test_http_needs_the_key(self):
+        status, _ = request(self.http, "GET", "/v1/models")
+        self.assertEqual(status, 401)
+        conn = http.client.HTTPConnection(*split_address(self.http),
+                                          timeout=30)
+        conn.request("GET", "/v1/models",
+                     headers={"Authorization": "Bearer " + self.KEY})
+        self.assertEqual(conn.getresponse().status, 200)
+        conn.close()
+
+
 class NotReadyTest(unittest.TestCase):
     """A coordinator whose workers never answer: 503 in OpenAI's format."""
 
