@@ -84,6 +84,23 @@ class HttpFrontTest : public ::testing::Test {
     if (t_ != nullptr) t_->engine->Stop();
   }
 
+  // A raw TCP connection to the front; -1 (and the test failed) if none.
+  int ConnectRaw() const {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_GE(fd, 0);
+    if (fd < 0) return -1;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(front_->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ADD_FAILURE() << "cannot connect to the front";
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
   Reply Post(const std::string& path, const std::string& body) {
     httplib::Client client("127.0.0.1", front_->port());
     client.set_read_timeout(30, 0);
@@ -309,13 +326,8 @@ TEST_F(HttpFrontTest, AClientThatSendsNothingIsDisconnected) {
   HttpFrontOptions options = DefaultOptions();
   options.read_timeout = absl::Seconds(1);
   StartFront(options);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = ConnectRaw();
   ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(front_->port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   // Half a request, then silence: the front hangs up after its read
   // deadline instead of holding a thread.
   const char partial[] = "POST /v1/completions HTTP/1.1\r\nHost: x";
@@ -342,13 +354,8 @@ TEST_F(HttpFrontTest, ANonStreamingClientThatLeavesAbortsItsRequest) {
   options.keepalive_interval = absl::Milliseconds(20);
   StartFront(options);
   t_->workers->Pause();
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = ConnectRaw();
   ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(front_->port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   const std::string body =
       Completion({{"prompt", "hello"}, {"max_tokens", 100}}).dump();
   const std::string request = absl::StrCat(
