@@ -65,6 +65,8 @@ struct Engine::Live {
   // (entry 0 from the start), until they are handed to the sink.
   std::vector<TokenLogprobs> prompt_logprobs;
   bool prompt_logprobs_sent = false;
+  // Times its worker state was lost (and recomputed).
+  int recoveries = 0;
 };
 
 struct Engine::Metrics {
@@ -376,17 +378,23 @@ void Engine::Finish(RequestId id, const absl::Status& status, GenerateEnd end) {
   live_.erase(it);
 }
 
-void Engine::FailRunning(const absl::Status& status) {
+void Engine::RequeueRunning(absl::string_view why) {
   if (scheduler_ == nullptr) return;
-  std::vector<RequestId> victims;
-  for (const auto& [id, live] : live_) {
-    absl::StatusOr<RequestProgress> p = scheduler_->GetProgress(id);
-    if (p.ok() && p->phase == RequestPhase::kRunning) victims.push_back(id);
-  }
-  for (RequestId id : victims) {
-    (void)scheduler_->Abort(id);  // NotFound if it already finished.
+  for (const RequestId id : scheduler_->RequeueRunning()) {
+    // The surviving ranks may still hold the sequence: release it before it
+    // is recomputed (a re-formed group has forgotten it anyway).
     to_release_.push_back(id);
-    Finish(id, status, GenerateEnd::kAbort);
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;
+    if (++it->second->recoveries > kMaxRecoveries) {
+      // A request that keeps losing its workers may be what kills them.
+      (void)scheduler_->Abort(id);
+      Finish(id,
+             absl::UnavailableError(
+                 absl::StrCat("the request lost its worker state ",
+                              kMaxRecoveries + 1, " times (last: ", why, ")")),
+             GenerateEnd::kAbort);
+    }
   }
 }
 
@@ -403,8 +411,7 @@ bool Engine::ReformGroup(const std::vector<v1::GetInfoResponse>& info) {
   {
     absl::MutexLock lock(&mu_);
     ready_ = false;
-    FailRunning(absl::UnavailableError(absl::StrCat(
-        "a worker was lost; the worker group is re-forming (", why, ")")));
+    RequeueRunning(absl::StrCat("the worker group re-formed: ", why));
   }
   LOG(WARNING) << "re-forming the worker group as generation " << generation
                << " (" << why << ")";
@@ -684,30 +691,29 @@ void Engine::FailStep(const StepPlan& plan, const absl::Status& status) {
   const bool refused = status.code() == absl::StatusCode::kInvalidArgument ||
                        status.code() == absl::StatusCode::kResourceExhausted ||
                        status.code() == absl::StatusCode::kInternal || not_run;
-  std::vector<RequestId> victims;
-  if (refused) {
-    // The plan changed nothing on the workers: fail its requests only.
-    for (const ScheduledSequence& s : plan.sequences) victims.push_back(s.id);
-    LOG(ERROR) << "step " << plan.step_id << " refused: " << status;
-  } else {
-    // The group is lost: every running request's worker state is gone.
+  if (!refused) {
+    // The group is lost: every running request's worker state is gone. The
+    // step is dropped and the running requests are recomputed once the
+    // group is whole again (their clients see a pause, not an error).
     ready_ = false;
     LOG(ERROR) << "step " << plan.step_id << " failed, the worker group is "
-               << "not ready: " << status;
+               << "not ready: " << status << "; recomputing "
+               << scheduler_->num_running() << " running requests later";
+    RequeueRunning(status.message());
+    return;
   }
+  // The plan changed nothing on the workers: fail its requests only.
+  LOG(ERROR) << "step " << plan.step_id << " refused: " << status;
   const absl::Status client_status =
-      not_run   ? absl::UnavailableError(status.message())
-      : refused ? (status.code() == absl::StatusCode::kResourceExhausted
-                       ? absl::ResourceExhaustedError(status.message())
-                       : absl::InternalError(status.message()))
-                : absl::UnavailableError(
-                      absl::StrCat("a worker was lost: ", status.message()));
-  for (RequestId id : victims) {
-    (void)scheduler_->Abort(id);  // NotFound if it already finished.
-    to_release_.push_back(id);
-    Finish(id, client_status, GenerateEnd::kAbort);
+      not_run ? absl::UnavailableError(status.message())
+      : status.code() == absl::StatusCode::kResourceExhausted
+          ? absl::ResourceExhaustedError(status.message())
+          : absl::InternalError(status.message());
+  for (const ScheduledSequence& seq : plan.sequences) {
+    (void)scheduler_->Abort(seq.id);  // NotFound if it already finished.
+    to_release_.push_back(seq.id);
+    Finish(seq.id, client_status, GenerateEnd::kAbort);
   }
-  if (!refused) FailRunning(client_status);
   // Close the step: every sequence of the plan is gone.
   StepResult empty;
   empty.step_id = plan.step_id;

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -88,11 +89,16 @@ struct Loads {
   int64_t preemptions = 0;
 };
 
+// Times a request may lose its worker state (a worker lost mid-request) and
+// be recomputed; once more and it fails with UNAVAILABLE.
+inline constexpr int kMaxRecoveries = 3;
+
 // The coordinator's engine: admits requests, runs the scheduler's steps on
 // the worker group one after another, streams each request's tokens to its
-// sink. Ready once every worker answers (and again after the group was lost
-// and came back); a lost group fails the running requests with UNAVAILABLE
-// while waiting ones stay queued.
+// sink. Ready once every worker answers and their group is whole (and again
+// after the group was lost and re-formed); the requests running when the
+// group is lost are recomputed once it is whole again (at most
+// kMaxRecoveries times each), and waiting ones stay queued.
 //
 // Call order: Create() -> Start() -> Submit()/Abort()* -> Stop() (or the
 // destructor): Stop finishes every live request with UNAVAILABLE.
@@ -149,13 +155,14 @@ class Engine {
   // success (re)creates what depends on them.
   bool CheckReady();
   // Has the workers join a new group generation (after every generation
-  // they report); the running requests fail (their worker state is gone).
-  // True once every rank joined.
+  // they report); the running requests are requeued to be recomputed
+  // (their worker state is gone). True once every rank joined.
   bool ReformGroup(const std::vector<worker::v1::GetInfoResponse>& info);
-  // Fails every running request with `status` (the workers lost their
-  // state); their ids go to to_release_.
-  void FailRunning(const absl::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The workers lost the state of every sequence: the scheduler drops the
+  // step in flight and requeues the running requests to be recomputed
+  // (their ids go to to_release_); a request requeued more than
+  // kMaxRecoveries times fails with UNAVAILABLE instead, naming `why`.
+  void RequeueRunning(absl::string_view why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finishes a live request (erasing it) with the given outcome.
   void Finish(RequestId id, const absl::Status& status, GenerateEnd end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

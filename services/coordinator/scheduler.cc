@@ -358,6 +358,31 @@ absl::Status Scheduler::Abort(RequestId id) {
   return absl::OkStatus();
 }
 
+std::vector<RequestId> Scheduler::RequeueRunning() {
+  in_flight_ = false;
+  in_flight_seqs_.clear();
+  in_flight_index_.clear();
+  std::vector<RequestId> ids;
+  ids.reserve(running_.size());
+  // Latest first to the front: the queue stays in arrival order (every
+  // running request arrived before every waiting one).
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    RequestState& r = **it;
+    FreeBlocks(r.id);
+    r.running = false;
+    r.plan_index = -1;
+    r.num_computed = 0;
+    ++r.num_preemptions;
+    ++num_preemptions_;
+    waiting_.push_front(&r);
+    queued_tokens_ += Pending(r);
+    ids.push_back(r.id);
+  }
+  running_.clear();
+  std::reverse(ids.begin(), ids.end());
+  return ids;
+}
+
 absl::StatusOr<RequestProgress> Scheduler::GetProgress(RequestId id) const {
   auto it = requests_.find(id);
   if (it == requests_.end()) {

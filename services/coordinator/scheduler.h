@@ -210,6 +210,15 @@ class Scheduler {
   // ignored. NotFound for an id that is neither waiting nor running.
   absl::Status Abort(RequestId id);
 
+  // The workers lost the state of every sequence (a worker was lost and
+  // their group re-forms): a step in flight is dropped (its results never
+  // come and no OnStepDone() is due), and every running request goes back to
+  // the front of the queue in arrival order with its blocks freed, to be
+  // recomputed from scratch with its generated tokens as part of its prompt,
+  // as after a preemption (and counted as one). Returns their ids, in
+  // arrival order.
+  std::vector<RequestId> RequeueRunning();
+
   // NotFound for an id that is neither waiting nor running.
   absl::StatusOr<RequestProgress> GetProgress(RequestId id) const;
 

@@ -583,7 +583,8 @@ TEST_F(HttpFrontTest, StreamedChatStartsWithTheRole) {
 }
 
 TEST_F(HttpFrontTest, LostWorkerIs503) {
-  t_->workers->FailNextSteps(absl::UnavailableError("worker 0 (h:0): gone"));
+  t_->workers->FailNextSteps(absl::UnavailableError("worker 0 (h:0): gone"),
+                             kMaxRecoveries + 1);
   const Reply r =
       Post("/v1/completions", Completion({{"prompt", {5}}, {"max_tokens", 2}}));
   ExpectError(r, 503, "service_unavailable");
@@ -597,7 +598,8 @@ TEST_F(HttpFrontTest, RefusedStepIs429) {
 }
 
 TEST_F(HttpFrontTest, StreamedWorkerFailureSendsAnErrorEvent) {
-  t_->workers->FailNextSteps(absl::UnavailableError("worker 0 (h:0): gone"));
+  t_->workers->FailNextSteps(absl::UnavailableError("worker 0 (h:0): gone"),
+                             kMaxRecoveries + 1);
   const Reply r =
       Post("/v1/completions",
            Completion({{"prompt", {5}}, {"max_tokens", 2}, {"stream", true}}));

@@ -624,5 +624,44 @@ TEST(SchedulerTest, BlocksFollowDcpOwnershipOnEveryRank) {
   }
 }
 
+// The workers lost every sequence mid-step: the step is dropped, the running
+// requests are queued again in arrival order ahead of the waiting one and
+// recompute their prompt plus what they generated, and every request still
+// ends with its full length.
+TEST(SchedulerTest, RequeueRunningRecomputesAfterALostGroup) {
+  std::unique_ptr<Scheduler> s = Make(SmallOptions(64));
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->AddRequest(Req(1, 5, 4)).ok());
+  ASSERT_TRUE(s->AddRequest(Req(2, 3, 4)).ok());
+  const StepPlan first = MustSchedule(*s);
+  MustFinishStep(*s, AllAccepted(first));  // One token each.
+  MustSchedule(*s);  // In flight when the group is lost.
+  ASSERT_TRUE(s->step_in_flight());
+  ASSERT_TRUE(s->AddRequest(Req(3, 2, 2)).ok());  // Waiting.
+  EXPECT_EQ(s->RequeueRunning(), std::vector<RequestId>({1, 2}));
+  EXPECT_FALSE(s->step_in_flight());
+  EXPECT_EQ(s->num_running(), 0);
+  EXPECT_EQ(s->num_waiting(), 3);
+  EXPECT_EQ(s->kv_usage(), 0.0);
+  EXPECT_EQ(s->GetProgress(1)->num_preemptions, 1);
+  // Recomputed from position 0: the prompt and the token generated.
+  const StepPlan again = MustSchedule(*s);
+  ASSERT_NE(Find(again, 1), nullptr);
+  EXPECT_EQ(Find(again, 1)->start_position, 0);
+  EXPECT_EQ(Find(again, 1)->num_tokens, 6);
+  ASSERT_NE(Find(again, 2), nullptr);
+  EXPECT_EQ(Find(again, 2)->num_tokens, 4);
+  MustFinishStep(*s, AllAccepted(again));
+  const Trace rest = RunToEnd(*s);
+  int64_t generated = 0;
+  for (const FinishedRequest& f : rest.finished) {
+    generated += f.num_generated_tokens;
+  }
+  EXPECT_EQ(rest.finished.size(), 3u);
+  EXPECT_EQ(generated, 4 + 4 + 2);
+  // Nothing running: requeueing is a no-op.
+  EXPECT_TRUE(s->RequeueRunning().empty());
+}
+
 }  // namespace
 }  // namespace mneme::coordinator

@@ -432,8 +432,11 @@ TEST_F(ServingServiceTest, AbortEndsTheStreamWithAbort) {
   EXPECT_EQ(last.completion_tokens(), 0);
 }
 
+// A request that keeps losing its workers (each loss is recomputed up to
+// kMaxRecoveries times) ends with UNAVAILABLE.
 TEST_F(ServingServiceTest, WorkerFailureEndsTheStreamUnavailable) {
-  t_->workers->FailNextSteps(absl::UnavailableError("worker 0 (h:0): gone"));
+  t_->workers->FailNextSteps(absl::UnavailableError("worker 0 (h:0): gone"),
+                             kMaxRecoveries + 1);
   const Outcome o = Generate(Request({5, 6}, 4));
   EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE)
       << o.status.error_message();

@@ -1,8 +1,8 @@
 // `mneme cluster up` end to end with the real daemons: it serves (health
 // SERVING, a greedy generation), stops cleanly on SIGTERM (exit 0, every
 // daemon gone, the temporary workdir removed), refuses a bad --bin-dir with
-// the paths it tried, and brings a killed worker back (the group restarts;
-// the same generation succeeds again).
+// the paths it tried, and brings a killed worker back alone (the other rank
+// keeps its process and weights; the same generation succeeds again).
 
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
@@ -211,7 +211,9 @@ TEST(ClusterCliTest, AKilledWorkerIsRestartedAndTheClusterServesAgain) {
   const Reported killed = daemons[2];
   ASSERT_EQ(kill(killed.pid, SIGKILL), 0);
 
-  // A new rank 1 (with the whole group) on the same port.
+  ASSERT_EQ(daemons[1].name, "worker 0");
+  const Reported other = daemons[1];
+  // A new rank 1 on the same port; rank 0 stays.
   Reported restarted;
   while (restarted.pid < 0) {
     for (const Reported& d : ReportedDaemons(cluster->Stdout())) {
@@ -224,7 +226,7 @@ TEST(ClusterCliTest, AKilledWorkerIsRestartedAndTheClusterServesAgain) {
   EXPECT_EQ(restarted.address, killed.address);
   EXPECT_TRUE(Gone(killed.pid));
 
-  // Serving again: requests may be refused while the group reloads.
+  // Serving again: requests may be refused while the group re-forms.
   Generation after;
   const absl::Time deadline = absl::Now() + absl::Seconds(180);
   do {
@@ -237,6 +239,11 @@ TEST(ClusterCliTest, AKilledWorkerIsRestartedAndTheClusterServesAgain) {
                                  << cluster->Stdout();
   EXPECT_EQ(after.tokens, before.tokens);
   EXPECT_EQ(Health(address), grpc::health::v1::HealthCheckResponse::SERVING);
+  for (const Reported& d : ReportedDaemons(cluster->Stdout())) {
+    if (d.name == "worker 0") {
+      EXPECT_EQ(d.pid, other.pid);
+    }
+  }
 
   cluster->Signal(SIGTERM);
   absl::StatusOr<int> code = cluster->Wait(absl::Seconds(120));
