@@ -635,7 +635,7 @@ TEST(SchedulerTest, RequeueRunningRecomputesAfterALostGroup) {
   ASSERT_TRUE(s->AddRequest(Req(2, 3, 4)).ok());
   const StepPlan first = MustSchedule(*s);
   MustFinishStep(*s, AllAccepted(first));  // One token each.
-  MustSchedule(*s);  // In flight when the group is lost.
+  MustSchedule(*s);                        // In flight when the group is lost.
   ASSERT_TRUE(s->step_in_flight());
   ASSERT_TRUE(s->AddRequest(Req(3, 2, 2)).ok());  // Waiting.
   EXPECT_EQ(s->RequeueRunning(), std::vector<RequestId>({1, 2}));
