@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "tools/cli/args.h"
+#include "tools/synthetic/release_checkpoint.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
 
 namespace mneme::cli {
@@ -41,24 +42,91 @@ absl::Status SetIntList(const Args& args, const std::string& name, int64_t min,
   return absl::OkStatus();
 }
 
+// Flags that shape the simplified layout only: not with --arch (the
+// released layouts have fixed dimensions).
+constexpr const char* kNotWithArchFlags[] = {
+    "engram-format",  "wkv",
+    "expert-layers",  "draft-stages",
+    "experts",        "hidden-size",
+    "layers",         "engram-layers",
+    "hc-mult",        "moe-intermediate-size",
+    "heads",          "head-dim",
+    "top-k",          "sliding-window",
+    "compress-ratios"};
+
+// `make-checkpoint --model --arch A [--full-shapes]`.
+absl::Status RunReleaseLayout(const Args& args, std::ostream& out) {
+  for (const char* flag : kNotWithArchFlags) {
+    if (args.Has(flag)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag,
+          " cannot be combined with --arch (the released layouts have fixed "
+          "dimensions; only --out, --seed, --engram-vocab-size, --threads and "
+          "--full-shapes apply)"));
+    }
+  }
+  synthetic::ReleaseCheckpointOptions options;
+  ASSIGN_OR_RETURN(options.out_dir, args.Required("out"));
+  ASSIGN_OR_RETURN(options.arch,
+                   synthetic::ParseReleaseArch(args.Get("arch", "")));
+  options.full_shapes = args.Has("full-shapes");
+  ASSIGN_OR_RETURN(
+      int64_t seed,
+      args.GetInt("seed", 0, 0, std::numeric_limits<int64_t>::max()));
+  options.seed = static_cast<uint64_t>(seed);
+  ASSIGN_OR_RETURN(options.engram_vocab_size,
+                   args.GetInt("engram-vocab-size", options.engram_vocab_size,
+                               100, (int64_t{1} << 31) - 1));
+  ASSIGN_OR_RETURN(int64_t threads, args.GetInt("threads", 0, 0, 1024));
+  options.threads = static_cast<int>(threads);
+  const absl::Time start = absl::Now();
+  RETURN_IF_ERROR(synthetic::MakeReleaseCheckpoint(options));
+  out << absl::StrFormat(
+      "wrote %s: %s %s checkpoint of the released layout, seed %d, %.1f s\n",
+      options.out_dir, options.full_shapes ? "full-shape (sparse)" : "tiny",
+      synthetic::ReleaseArchName(options.arch), options.seed,
+      absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
                                std::ostream& out) {
-  ASSIGN_OR_RETURN(
-      Args args,
-      Args::Parse(
-          argv,
-          {"out", "engram-format", "seed", "engram-vocab-size", "threads",
-           "wkv", "expert-layers", "draft-stages", "experts", "hidden-size",
-           "layers", "engram-layers", "hc-mult", "moe-intermediate-size",
-           "heads", "head-dim", "top-k", "sliding-window", "compress-ratios"},
-          {"model"}));
+  ASSIGN_OR_RETURN(Args args, Args::Parse(argv,
+                                          {"out",
+                                           "engram-format",
+                                           "seed",
+                                           "engram-vocab-size",
+                                           "threads",
+                                           "wkv",
+                                           "expert-layers",
+                                           "draft-stages",
+                                           "experts",
+                                           "hidden-size",
+                                           "layers",
+                                           "engram-layers",
+                                           "hc-mult",
+                                           "moe-intermediate-size",
+                                           "heads",
+                                           "head-dim",
+                                           "top-k",
+                                           "sliding-window",
+                                           "compress-ratios",
+                                           "arch"},
+                                          {"model", "full-shapes"}));
   if (!args.positionals().empty()) {
     return absl::InvalidArgumentError(
         "make-checkpoint takes no positional arguments");
   }
   const bool model = args.Has("model");
+  if (args.Has("full-shapes") && !args.Has("arch")) {
+    return absl::InvalidArgumentError("--full-shapes requires --arch");
+  }
+  if (args.Has("arch")) {
+    if (!model) return absl::InvalidArgumentError("--arch requires --model");
+    return RunReleaseLayout(args, out);
+  }
   if (!model) {
     for (const char* flag : kModelOnlyFlags) {
       if (args.Has(flag)) {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
@@ -49,6 +50,28 @@ TEST(MakeCheckpointCommandTest, ModelWritesTheTinyModelOfModelLayout) {
   SyntheticCheckpointOptions want = synthetic::TinyModelOptions();
   want.engram_vocab_size = 100;
   synthetic::testing::ExpectFullModelCheckpoint(dir, want);
+}
+
+TEST(MakeCheckpointCommandTest, ArchWritesTheReleasedLayout) {
+  for (const char* arch : {"v4-flash", "v4.1-flash", "v4-flash-0731"}) {
+    const std::string dir = NewDir(absl::StrCat("arch-", arch));
+    const MakeResult run =
+        Make({"--model", "--out", dir, absl::StrCat("--arch=", arch)});
+    ASSERT_TRUE(run.status.ok()) << arch << ": " << run.status;
+    EXPECT_TRUE(absl::StartsWith(
+        run.out, absl::StrCat("wrote ", dir, ": tiny ", arch,
+                              " checkpoint of the released layout, seed 0,")))
+        << run.out;
+    EXPECT_TRUE(std::filesystem::exists(dir + "/model.safetensors.index.json"));
+  }
+  const std::string dir = NewDir("arch-full");
+  const MakeResult run =
+      Make({"--model", "--out", dir, "--arch=v4-flash", "--full-shapes"});
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  EXPECT_TRUE(absl::StartsWith(
+      run.out,
+      absl::StrCat("wrote ", dir, ": full-shape (sparse) v4-flash checkpoint")))
+      << run.out;
 }
 
 TEST(MakeCheckpointCommandTest, FlagsOverrideThePreset) {
@@ -159,7 +182,22 @@ INSTANTIATE_TEST_SUITE_P(
                  "engram_layer_ids"},
         BadFlags{"HiddenNotAMultipleOf32",
                  {"--model", "--hidden-size=100"},
-                 "hidden_size"}),
+                 "hidden_size"},
+        BadFlags{
+            "ArchWithoutModel", {"--arch=v4-flash"}, "--arch requires --model"},
+        BadFlags{"UnknownArch",
+                 {"--model", "--arch=v5"},
+                 "--arch=v5: must be one of v4-flash, v4.1-flash, "
+                 "v4-flash-0731"},
+        BadFlags{"FullShapesWithoutArch",
+                 {"--model", "--full-shapes"},
+                 "--full-shapes requires --arch"},
+        BadFlags{"ArchWithDimensions",
+                 {"--model", "--arch=v4-flash", "--hidden-size=128"},
+                 "--hidden-size cannot be combined with --arch"},
+        BadFlags{"ArchWithEngramFormat",
+                 {"--model", "--arch=v4.1-flash", "--engram-format=nvfp4"},
+                 "--engram-format cannot be combined with --arch"}),
     [](const ::testing::TestParamInfo<BadFlags>& info) {
       return info.param.name;
     });
