@@ -60,6 +60,10 @@ struct Dims {
   std::vector<int> engram_layers;
   std::vector<int64_t> engram_rows;
   int64_t engram_vocab = 0, engram_compressed = 0;
+  // V4.1 vision tower (ViT + aligner).
+  int vision_layers = 0;
+  int64_t vision_dim = 0, vision_heads = 0, vision_inter = 0;
+  int64_t vision_patch = 14, vision_downsample = 3;
 };
 
 bool IsDspark(const Dims& m) { return m.arch != ReleaseArch::kV4Flash; }
@@ -102,6 +106,8 @@ Dims MakeDims(ReleaseArch arch, bool full) {
       m.engram_layers = {1, 14};
       m.engram_rows = {384006168, 384016682};
       m.engram_vocab = 16000000, m.engram_compressed = 99092;
+      m.vision_layers = 32, m.vision_dim = 1024, m.vision_heads = 16;
+      m.vision_inter = 2816;
     } else {
       m.vocab = SyntheticVocabSize(), m.d = 256, m.layers = 9, m.heads = 8;
       m.hd = 128, m.rope = 64, m.q_lora = 128, m.o_lora = 64, m.groups = 2;
@@ -114,6 +120,8 @@ Dims MakeDims(ReleaseArch arch, bool full) {
       m.idx_src = {2, 4, 6, 8};
       m.cand_src = 6, m.cand_blocks = 8, m.cand_bs = 4;
       m.engram_layers = {1, 3};
+      m.vision_layers = 2, m.vision_dim = 64, m.vision_heads = 4;
+      m.vision_inter = 128;
     }
     return m;
   }
@@ -283,10 +291,22 @@ nlohmann::ordered_json V41Config(const Dims& m,
       {"tie_word_embeddings", false},
       {"torch_dtype", "bfloat16"},
   };
+  nlohmann::ordered_json vision = {
+      {"num_hidden_layers", m.vision_layers},
+      {"hidden_size", m.vision_dim},
+      {"num_attention_heads", m.vision_heads},
+      {"intermediate_size", m.vision_inter},
+      {"patch_size", m.vision_patch},
+      {"downsample_ratio", m.vision_downsample},
+      {"rope_theta", 10000},
+      {"max_n_token", 1024},
+      {"min_pixels", 295936},
+  };
   return {
       {"architectures", {"DeepseekV41ForCausalLM"}},
       {"model_type", "deepseek_v41"},
       {"text_config", t},
+      {"vision_config", vision},
       {"quantization_config",
        {{"quant_method", "fp8"},
         {"fmt", "e4m3"},
@@ -483,6 +503,7 @@ class Planner {
       for (const char* n : {"image_start", "image_end", "image_newline"}) {
         Bf16(n, {m.d}, 1.0f);
       }
+      VisionTower();
     } else {
       HcHead("");
     }
@@ -541,6 +562,33 @@ class Planner {
       Add({p + "q_weight", DType::kBf16, {m.hc, m.d}}, Init::kEngram, 0, 0);
       Add({p + "k_weight", DType::kBf16, {m.hc, m.d}}, Init::kEngram, 0, 0);
     }
+  }
+
+  // The ViT (vision.*) and the aligner: BF16 linears with biases and BF16
+  // norms, as the vision code of the V4.1 release builds them.
+  void VisionTower() {
+    const Dims& m = m_;
+    const int64_t vd = m.vision_dim;
+    const auto linear = [&](const std::string& p, int64_t out, int64_t in,
+                            bool bias) {
+      Bf16(p + ".weight", {out, in}, 1.0f / std::sqrt(static_cast<float>(in)));
+      if (bias) Bf16(p + ".bias", {out}, 0.02f);
+    };
+    linear("vision.patch_embed.proj", vd, 3 * m.vision_patch * m.vision_patch,
+           true);
+    for (int b = 0; b < m.vision_layers; ++b) {
+      const std::string p = absl::StrCat("vision.blocks.", b, ".");
+      Norm(p + "norm1.weight", vd);
+      linear(p + "attn.wqkv", 3 * vd, vd, true);
+      linear(p + "attn.wo", vd, vd, true);
+      Norm(p + "norm2.weight", vd);
+      linear(p + "mlp.w1", 2 * m.vision_inter, vd, false);
+      linear(p + "mlp.w2", vd, m.vision_inter, false);
+    }
+    Norm("vision.norm.weight", vd);
+    linear("aligner.w1", m.d, vd * m.vision_downsample * m.vision_downsample,
+           true);
+    linear("aligner.w2", m.d, m.d, true);
   }
 
  private:

@@ -63,6 +63,9 @@ struct Doc {
   std::set<int> idx_src = {};
   std::vector<int> engram = {};
   std::vector<int64_t> engram_rows = {};
+  // Vision tower: layers, width, MLP width (patch 14, downsample 3).
+  int vision_layers = 0;
+  int64_t vd = 0, vi = 0;
 };
 
 Doc TinyV4(int64_t vocab) {
@@ -142,6 +145,7 @@ Doc TinyV41(int64_t vocab, std::vector<int64_t> engram_rows) {
   c.idx_src = {2, 4, 6, 8};
   c.engram = {1, 3};
   c.engram_rows = std::move(engram_rows);
+  c.vision_layers = 2, c.vd = 64, c.vi = 128;
   return c;
 }
 Doc FullV41() {
@@ -169,6 +173,7 @@ Doc FullV41() {
   c.idx_src = {2, 8, 14, 20, 24, 28, 32, 36};
   c.engram = {1, 14};
   c.engram_rows = {384006168, 384016682};
+  c.vision_layers = 32, c.vd = 1024, c.vi = 2816;
   return c;
 }
 
@@ -186,6 +191,25 @@ class TableBuilder {
       for (const char* n : {"image_start", "image_end", "image_newline"}) {
         t_[n] = {"BF16", {c_.d}};
       }
+      // ViT + aligner, all BF16 (vision.py of the release).
+      t_["vision.patch_embed.proj.weight"] = {"BF16", {c_.vd, 588}};
+      t_["vision.patch_embed.proj.bias"] = {"BF16", {c_.vd}};
+      for (int b = 0; b < c_.vision_layers; ++b) {
+        const std::string p = absl::StrCat("vision.blocks.", b, ".");
+        t_[p + "norm1.weight"] = {"BF16", {c_.vd}};
+        t_[p + "norm2.weight"] = {"BF16", {c_.vd}};
+        t_[p + "attn.wqkv.weight"] = {"BF16", {3 * c_.vd, c_.vd}};
+        t_[p + "attn.wqkv.bias"] = {"BF16", {3 * c_.vd}};
+        t_[p + "attn.wo.weight"] = {"BF16", {c_.vd, c_.vd}};
+        t_[p + "attn.wo.bias"] = {"BF16", {c_.vd}};
+        t_[p + "mlp.w1.weight"] = {"BF16", {2 * c_.vi, c_.vd}};
+        t_[p + "mlp.w2.weight"] = {"BF16", {c_.vd, c_.vi}};
+      }
+      t_["vision.norm.weight"] = {"BF16", {c_.vd}};
+      t_["aligner.w1.weight"] = {"BF16", {c_.d, 9 * c_.vd}};
+      t_["aligner.w1.bias"] = {"BF16", {c_.d}};
+      t_["aligner.w2.weight"] = {"BF16", {c_.d, c_.d}};
+      t_["aligner.w2.bias"] = {"BF16", {c_.d}};
     } else {
       HcHead("");
     }
@@ -666,6 +690,11 @@ TEST(ReleaseCheckpointTest, FullShapesV41Flash) {
             (Want{"F8_E4M3", {384016682, 256}}));
   EXPECT_EQ(got.table.at("layers.2.attn.indexer.wq_b.weight"),
             (Want{"F8_E4M3", {4096, 1280}}));
+  // MODEL_V41.md §1.7: the release has 96,085 tensors.
+  EXPECT_EQ(got.table.size(), 96085u);
+  EXPECT_EQ(got.table.at("aligner.w1.weight"), (Want{"BF16", {5120, 9216}}));
+  EXPECT_EQ(got.table.at("vision.blocks.31.mlp.w1.weight"),
+            (Want{"BF16", {5632, 1024}}));
   EXPECT_LE(got.shards, 64);
 }
 
