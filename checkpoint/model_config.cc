@@ -20,6 +20,40 @@ const json* FindIn(const json& object, absl::string_view key) {
   return &*it;
 }
 
+// The official inference code's config names (inference/config.json and its
+// ModelArgs) for the Hugging Face keys: a released checkpoint may spell a
+// key either way.
+struct KeyAlias {
+  absl::string_view hf;
+  absl::string_view inference;
+};
+constexpr KeyAlias kAliases[] = {
+    {"hidden_size", "dim"},
+    {"num_hidden_layers", "n_layers"},
+    {"num_attention_heads", "n_heads"},
+    {"moe_intermediate_size", "moe_inter_dim"},
+    {"num_experts_per_tok", "n_activated_experts"},
+    {"routed_scaling_factor", "route_scale"},
+    {"scoring_func", "score_func"},
+    {"rms_norm_eps", "norm_eps"},
+    {"sliding_window", "window_size"},
+    {"qk_rope_head_dim", "rope_head_dim"},
+    {"num_hash_layers", "n_hash_layers"},
+    {"num_nextn_predict_layers", "n_mtp_layers"},
+    {"kv_source_layer_ids", "kv_source_layers"},
+    {"index_source_layer_ids", "index_source_layers"},
+    {"candidate_source_layer_id", "candidate_source_layer"},
+    {"engram_pad_token_id", "engram_pad_id"},
+    {"dspark_num_experts_per_tok", "dspark_n_activated_experts"},
+};
+
+absl::string_view InferenceName(absl::string_view key) {
+  for (const KeyAlias& a : kAliases) {
+    if (a.hf == key) return a.inference;
+  }
+  return {};
+}
+
 }  // namespace
 
 ModelConfig::ModelConfig(std::string file_name, json root)
@@ -57,18 +91,29 @@ absl::StatusOr<std::unique_ptr<ModelConfig>> ModelConfig::Parse(
       new ModelConfig(std::string(file_name), std::move(root)));
 }
 
-const json* ModelConfig::Find(absl::string_view key) const {
+const json* ModelConfig::FindExact(absl::string_view key) const {
   if (text_config_ != nullptr) {
     if (const json* value = FindIn(*text_config_, key)) return value;
   }
   return FindIn(root_, key);
 }
 
+const json* ModelConfig::Find(absl::string_view key) const {
+  if (const json* value = FindExact(key)) return value;
+  const absl::string_view alias = InferenceName(key);
+  return alias.empty() ? nullptr : FindExact(alias);
+}
+
 std::string ModelConfig::KeyPath(absl::string_view key) const {
-  if (text_config_ != nullptr && FindIn(*text_config_, key) != nullptr) {
-    return absl::StrCat(kTextConfigKey, ".", key);
+  absl::string_view name = key;
+  if (FindExact(key) == nullptr && !InferenceName(key).empty() &&
+      FindExact(InferenceName(key)) != nullptr) {
+    name = InferenceName(key);
   }
-  return std::string(key);
+  if (text_config_ != nullptr && FindIn(*text_config_, name) != nullptr) {
+    return absl::StrCat(kTextConfigKey, ".", name);
+  }
+  return std::string(name);
 }
 
 absl::Status ModelConfig::KeyError(absl::string_view key,

@@ -46,8 +46,10 @@ class ModelConfig {
   // Whether the document has a "text_config" object.
   bool has_text_config() const { return text_config_ != nullptr; }
 
-  // The value of `key` (text_config first, then top level); nullptr if
-  // absent. A JSON null counts as absent.
+  // The value of `key` (text_config first, then top level; then the same
+  // for the official inference code's name of a Hugging Face key, e.g.
+  // "dim" for "hidden_size"); nullptr if absent. A JSON null counts as
+  // absent.
   const nlohmann::json* Find(absl::string_view key) const;
   // Where Find(key) found it: "text_config.<key>" or "<key>" (for messages).
   std::string KeyPath(absl::string_view key) const;
@@ -73,6 +75,9 @@ class ModelConfig {
   absl::Status KeyError(absl::string_view key, absl::string_view what) const;
 
  private:
+  // `key` exactly, text_config first.
+  const nlohmann::json* FindExact(absl::string_view key) const;
+
   ModelConfig(std::string file_name, nlohmann::json root);
 
   const std::string file_name_;

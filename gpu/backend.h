@@ -1,9 +1,11 @@
 #ifndef MNEME_GPU_BACKEND_H_
 #define MNEME_GPU_BACKEND_H_
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -133,6 +135,15 @@ struct SamplingParams {
 //
 // Thread-safety: one Backend is used by one thread at a time (a worker's
 // step loop); the implementation may use its own threads inside a call.
+// Inverse RoPE frequencies theta^(-2i / rope_dim), i < rope_dim / 2.
+inline std::vector<double> RopeInverseFrequencies(double theta, int rope_dim) {
+  std::vector<double> f(rope_dim / 2);
+  for (int i = 0; i < rope_dim / 2; ++i) {
+    f[i] = std::pow(theta, -2.0 * i / rope_dim);
+  }
+  return f;
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -167,10 +178,12 @@ class Backend {
                        MatrixView y) = 0;
   // Rotates, in place, the last rope_dim values of every head of x [T,
   // heads * head_dim] by positions[t] (host values): interleaved pairs (2i,
-  // 2i + 1) of those values turn by angle pos * theta^(-2i / rope_dim);
+  // 2i + 1) of those values turn by angle pos * inv_freq[i] (host,
+  // rope_dim / 2 values; RopeInverseFrequencies for plain RoPE);
   // kInverse turns by -angle.
   enum class RopeDirection { kForward = 0, kInverse = 1 };
-  virtual void Rope(MatrixView x, int head_dim, int rope_dim, float theta,
+  virtual void Rope(MatrixView x, int head_dim, int rope_dim,
+                    absl::Span<const double> inv_freq,
                     absl::Span<const int32_t> positions,
                     RopeDirection direction) = 0;
   // y = a + b elementwise (same shapes); y may alias a or b.
@@ -178,6 +191,9 @@ class Backend {
   // Copies columns [src_col, src_col + y.cols) of x into y.
   virtual void CopyColumns(ConstMatrixView x, int64_t src_col,
                            MatrixView y) = 0;
+  // Columns [dst_col, dst_col + x.cols) of y = x (same rows).
+  virtual void PlaceColumns(ConstMatrixView x, MatrixView y,
+                            int64_t dst_col) = 0;
   // y[i, :] = x[rows[i], :] (rows: host values in [0, x.rows)).
   virtual void GatherRows(ConstMatrixView x, absl::Span<const int32_t> rows,
                           MatrixView y) = 0;
@@ -210,6 +226,20 @@ class Backend {
   virtual void ApplySink(ConstMatrixView lse, const float* sink,
                          MatrixView out) = 0;
 
+  // Attention over per-query key lists (the official sparse_attn): for
+  // query t the keys are the rows idx[t * width + j] of kv, j < width, with
+  // -1 = no key (host values). Otherwise as Attention (sink optional, lse
+  // without the sink).
+  virtual void SparseAttention(ConstMatrixView q, ConstMatrixView kv, int heads,
+                               absl::Span<const int32_t> idx, int width,
+                               float scale, const float* sink, MatrixView out,
+                               MatrixView lse) = 0;
+  // The indexer's scores of keys [K, d] for queries q [T, heads * d] with
+  // per-head weights w [T, heads]: out[t, j] = sum_h w[t, h] * max(0,
+  // q[t, h] . keys[j]), out [T, K].
+  virtual void IndexScores(ConstMatrixView q, ConstMatrixView w,
+                           ConstMatrixView keys, MatrixView out) = 0;
+
   // ---- compressor ----------------------------------------------------------
   // One compressed entry from a block of r tokens: out[d] = sum_i
   // softmax_i(score[i, d] + ape[i, d]) * kv[i, d] (softmax over the r rows,
@@ -218,19 +248,6 @@ class Backend {
                            ConstMatrixView ape, MatrixView out) = 0;
 
   // ---- hyper-connections ---------------------------------------------------
-  // Before a sub-layer: x_stream [T, hc * D] (the hc copies of each token,
-  // flattened); fn [(2 + hc) * hc, hc * D]; base [(2 + hc) * hc]; scale [3].
-  // mix = (x_stream[t] . fn^T) * rsqrt(mean(x_stream[t]^2) + eps);
-  // pre_h = sigmoid(mix[h] * scale[0] + base[h]) + eps;
-  // post_h = 2 * sigmoid(mix[hc + h] * scale[1] + base[hc + h]);
-  // comb[i, j] = exp(mix[2hc + i * hc + j] * scale[2] + base[...]), then
-  // `sinkhorn_iters` times: normalise rows to sum 1, then columns.
-  // Outputs: x [T, D] = sum_h pre_h * x_stream[t, h]; post [T, hc];
-  // comb [T, hc * hc] (row-major i, j).
-  virtual void HcPre(ConstMatrixView x_stream, const Weight& fn,
-                     const float* base, const float* scale, int hc,
-                     int sinkhorn_iters, float eps, MatrixView x,
-                     MatrixView post, MatrixView comb) = 0;
   // After a sub-layer with output a [T, D]: x_stream[t, j] =
   // post[t, j] * a[t] + sum_i comb[t, i, j] * x_stream[t, i] (in place).
   virtual void HcPost(ConstMatrixView a, ConstMatrixView post,
@@ -241,6 +258,22 @@ class Backend {
   virtual void HcHead(ConstMatrixView x_stream, const Weight& fn,
                       const float* base, const float* scale, int hc, float eps,
                       MatrixView x) = 0;
+
+  // The official hc_split_sinkhorn: mix = (x_stream[t] . fn^T) *
+  // rsqrt(mean(x_stream[t]^2) + norm_eps); pre_h = sigmoid(mix[h] *
+  // scale[0] + base[h]) + hc_eps; post_h = 2 * sigmoid(mix[hc + h] *
+  // scale[1] + base[hc + h]); comb = softmax over each row of (mix[2hc +
+  // i * hc + j] * scale[2] + base[...]) + hc_eps, then the columns divided
+  // by (their sum + hc_eps), then sinkhorn_iters - 1 times rows then columns
+  // divided by (sum + hc_eps). Outputs pre [T, hc], post [T, hc], comb
+  // [T, hc * hc] (row-major i, j).
+  virtual void HcMix(ConstMatrixView x_stream, const Weight& fn,
+                     const float* base, const float* scale, int hc,
+                     int sinkhorn_iters, float hc_eps, float norm_eps,
+                     MatrixView pre, MatrixView post, MatrixView comb) = 0;
+  // x [T, D] = sum_h pre[t, h] * x_stream[t, h].
+  virtual void HcCollapse(ConstMatrixView x_stream, ConstMatrixView pre, int hc,
+                          MatrixView x) = 0;
 
   // ---- Engram --------------------------------------------------------------
   // The V4.1 Engram gate. kv [T, (hc + 1) * D]: hc keys then the shared

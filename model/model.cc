@@ -43,8 +43,9 @@ int64_t StepWorkspaceFloats(const ModelDims& d, const ModelOptions& o,
   const int64_t heads = dcp ? H : hl;
   // Held through the forward pass: the stream, the mixing buffers, the
   // normed input and the sub-layer output; the embedding before them.
-  const int64_t base = f(T * hc * D) + f(T * D) + f(T * hc) + f(T * hc * hc) +
-                       f(T * D) + f(T * D) + f(T * D);
+  const int64_t base = f(T * hc * D) + f(T * D) + 2 * f(T * hc) +
+                       f(T * hc * hc) + f(T * D) + f(T * D) + f(T * D) +
+                       2 * f(T * hc);
   // Attention: projections, then the per-chunk keys (window only) or the
   // merge or the output projection, whichever is largest.
   const int64_t gl = d.o_groups / n, ol = d.o_lora_rank;
@@ -57,8 +58,13 @@ int64_t StepWorkspaceFloats(const ModelDims& d, const ModelOptions& o,
   const int64_t merge =
       dcp ? f(T * hl * hd) + f(n * T * H) + f(T * H * hd) + f(T * hl) : 0;
   const int64_t out_proj = f(T * gl * ol) + f(T * gw) + f(T * ol);
+  // The compressors' projections (overlapping: twice as wide) and the
+  // indexer's queries and weights.
+  const int64_t nI = dcp ? d.index_heads : d.index_heads / n;
+  const int64_t compress =
+      4 * f(T * 2 * hd) + 2 * f(T * nI * d.index_head_dim) + 2 * f(T * nI);
   const int64_t attention =
-      f(T * d.q_lora_rank) + f(T * hl * hd) + f(T * hd) + 2 * f(T * hd) +
+      f(T * d.q_lora_rank) + f(T * hl * hd) + f(T * hd) + compress +
       (dcp ? f(T * H * hd) + f(T * H * hd) : 0) + f(T * heads * hd) +
       f(T * heads) + std::max({chunk, merge, out_proj});
   const int64_t moe = f(T * d.num_experts);
@@ -86,6 +92,14 @@ constexpr absl::string_view kStepNotRunPayload = "type.mneme.dev/step_not_run";
 bool IsRefusedLookup(const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument ||
          status.code() == absl::StatusCode::kOutOfRange;
+}
+
+void FreeLayerState(KvCache& cache, SequenceState::LayerState& l) {
+  cache.Free(l.window);
+  cache.Free(l.entries);
+  cache.Free(l.index_keys);
+  cache.Free(l.state);
+  cache.Free(l.index_state);
 }
 
 }  // namespace
@@ -118,9 +132,7 @@ Model::~Model() {
   }
   for (auto& [id, seq] : sequences_) {
     for (SequenceState::LayerState& l : seq->layers) {
-      kv_cache_->Free(l.window);
-      kv_cache_->Free(l.entries);
-      kv_cache_->Free(l.partial);
+      FreeLayerState(*kv_cache_, l);
     }
   }
 }
@@ -256,9 +268,7 @@ void Model::Release(uint64_t sequence_id) {
   auto it = sequences_.find(sequence_id);
   if (it == sequences_.end()) return;
   for (SequenceState::LayerState& l : it->second->layers) {
-    kv_cache_->Free(l.window);
-    kv_cache_->Free(l.entries);
-    kv_cache_->Free(l.partial);
+    FreeLayerState(*kv_cache_, l);
   }
   sequences_.erase(it);
 }
@@ -318,11 +328,32 @@ absl::Status Model::Validate(const StepInput& input) const {
   return absl::OkStatus();
 }
 
+int64_t Model::StateRows(int layer) const {
+  const LayerWeights& lw = weights_->layers[layer];
+  int64_t rows = 0;
+  if (lw.attn.compressor != nullptr) rows += lw.attn.compressor->StateRows();
+  return rows;
+}
+
+int64_t Model::IndexStateRows(int layer) const {
+  const LayerWeights& lw = weights_->layers[layer];
+  if (lw.attn.indexer == nullptr || lw.attn.indexer->compressor == nullptr) {
+    return 0;
+  }
+  return lw.attn.indexer->compressor->StateRows();
+}
+
 absl::StatusOr<std::vector<SequenceState*>> Model::Admit(
     const StepInput& input) {
   const DcpLayout dcp = Context().dcp;
   // Reserve every cache block the step needs before touching any state.
   const int br = kv_cache_->block_rows();
+  // Blocks a sequence's layer needs (beyond `have`) after `end` tokens.
+  auto more = [&](int64_t rows, const std::vector<int32_t>& have) {
+    return std::max<int64_t>(
+        CeilDiv(rows, br) - static_cast<int64_t>(have.size()), 0);
+  };
+  static const SequenceState::LayerState kEmpty;
   int64_t needed = 0;
   std::vector<bool> is_new(input.chunks.size());
   for (size_t i = 0; i < input.chunks.size(); ++i) {
@@ -331,18 +362,16 @@ absl::StatusOr<std::vector<SequenceState*>> Model::Admit(
     const int64_t end =
         c.start_position + static_cast<int64_t>(c.tokens.size());
     for (int l = 0; l < dims_.num_layers; ++l) {
-      const int r = dims_.compress_ratios[l];
-      int64_t have_entries = 0;
-      if (is_new[i]) {
-        needed += CeilDiv(dims_.sliding_window, br);
-        if (r > 0) needed += CeilDiv(int64_t{2} * r, br);
-      } else {
-        have_entries = static_cast<int64_t>(
-            sequences_.at(c.sequence_id)->layers[l].entries.size());
-      }
-      if (r > 0) {
-        needed += std::max<int64_t>(
-            CeilDiv(dcp.OwnedEntriesBefore(end / r), br) - have_entries, 0);
+      const SequenceState::LayerState& ls =
+          is_new[i] ? kEmpty : sequences_.at(c.sequence_id)->layers[l];
+      needed += more(dims_.sliding_window, ls.window);
+      needed += more(StateRows(l), ls.state);
+      needed += more(IndexStateRows(l), ls.index_state);
+      if (dims_.HasCompressor(l)) {
+        const int64_t own =
+            dcp.OwnedEntriesBefore(end / dims_.compress_ratios[l]);
+        needed += more(own, ls.entries);
+        if (dims_.OwnsIndexKeys(l)) needed += more(own, ls.index_keys);
       }
     }
   }
@@ -380,22 +409,19 @@ absl::StatusOr<std::vector<SequenceState*>> Model::Admit(
         c.start_position + static_cast<int64_t>(c.tokens.size());
     for (int l = 0; l < dims_.num_layers; ++l) {
       SequenceState::LayerState& ls = seq->layers[l];
-      const int r = dims_.compress_ratios[l];
       absl::Status st;
-      if (is_new[i]) {
-        st.Update(kv_cache_->Allocate(
-            static_cast<int>(CeilDiv(dims_.sliding_window, br)), ls.window));
-        if (r > 0) {
-          st.Update(kv_cache_->Allocate(
-              static_cast<int>(CeilDiv(int64_t{2} * r, br)), ls.partial));
-        }
-      }
-      if (r > 0) {
-        const int64_t more = CeilDiv(dcp.OwnedEntriesBefore(end / r), br) -
-                             static_cast<int64_t>(ls.entries.size());
-        if (more > 0) {
-          st.Update(kv_cache_->Allocate(static_cast<int>(more), ls.entries));
-        }
+      auto grow = [&](int64_t rows, std::vector<int32_t>& blocks) {
+        const int64_t m = more(rows, blocks);
+        if (m > 0) st.Update(kv_cache_->Allocate(static_cast<int>(m), blocks));
+      };
+      grow(dims_.sliding_window, ls.window);
+      grow(StateRows(l), ls.state);
+      grow(IndexStateRows(l), ls.index_state);
+      if (dims_.HasCompressor(l)) {
+        const int64_t own =
+            dcp.OwnedEntriesBefore(end / dims_.compress_ratios[l]);
+        grow(own, ls.entries);
+        if (dims_.OwnsIndexKeys(l)) grow(own, ls.index_keys);
       }
       RETURN_IF_ERROR(st);  // Cannot happen: reserved above.
     }
@@ -501,6 +527,16 @@ absl::Status Model::Forward(const StepInput& input,
   RETURN_IF_ERROR(Embed(ctx, weights_->embedding_head, vocab_, ids, X));
   ASSIGN_OR_RETURN(HcScratch hc_scratch, TakeHcScratch(ws, T, d));
   ASSIGN_OR_RETURN(WorkBuffer xn, ws.Take(T * D));
+  // V4.1's staggered mixing: the pre mix each sub-layer collapses with
+  // (layer 0: copy 0), and this layer's attention mix for its FFN.
+  ASSIGN_OR_RETURN(WorkBuffer carry, ws.TakeZeroed(T * hc));
+  ASSIGN_OR_RETURN(WorkBuffer attn_pre, ws.Take(T * hc));
+  if (d.IsV41()) {
+    std::vector<float> one_hot(T * hc, 0.0f);
+    for (int64_t t = 0; t < T; ++t) one_hot[t * hc] = 1.0f;
+    backend_.CopyFromHost(one_hot, carry.data());
+  }
+  StepSelections selections;
 
   for (int l = 0; l < d.num_layers; ++l) {
     const LayerWeights& lw = weights_->layers[l];
@@ -519,43 +555,66 @@ absl::Status Model::Forward(const StepInput& input,
     // Attention, then the MoE, each between its hyper-connection mixing.
     {
       Workspace::Scope sublayer(ws);
-      const MatrixView src = HcPre(ctx, lw.hc_attn, X, hc_scratch);
+      HcMix(ctx, lw.hc_attn, X, hc_scratch);
+      MatrixView src;
+      if (d.IsV41()) {
+        src = HcCollapse(ctx, X, carry.view(T, hc), hc_scratch);
+        backend_.CopyColumns(hc_scratch.pre.view(T, hc), 0,
+                             attn_pre.view(T, hc));
+      } else {
+        src = HcCollapse(ctx, X, hc_scratch.pre.view(T, hc), hc_scratch);
+      }
       backend_.RmsNorm(src, lw.attn_norm->data(), d.rms_norm_eps,
                        xn.view(T, D));
       ASSIGN_OR_RETURN(WorkBuffer a, ws.Take(T * D));
       RETURN_IF_ERROR(AttentionForward(ctx, lw.attn, l, *kv_cache_, batch,
-                                       xn.view(T, D), a.view(T, D)));
+                                       selections, xn.view(T, D),
+                                       a.view(T, D)));
       HcPost(ctx, a.view(T, D), hc_scratch, X);
     }
     {
       Workspace::Scope sublayer(ws);
-      const MatrixView src = HcPre(ctx, lw.hc_ffn, X, hc_scratch);
+      HcMix(ctx, lw.hc_ffn, X, hc_scratch);
+      MatrixView src;
+      if (d.IsV41()) {
+        src = HcCollapse(ctx, X, attn_pre.view(T, hc), hc_scratch);
+        backend_.CopyColumns(hc_scratch.pre.view(T, hc), 0, carry.view(T, hc));
+      } else {
+        src = HcCollapse(ctx, X, hc_scratch.pre.view(T, hc), hc_scratch);
+      }
       backend_.RmsNorm(src, lw.ffn_norm->data(), d.rms_norm_eps, xn.view(T, D));
       ASSIGN_OR_RETURN(WorkBuffer a, ws.TakeZeroed(T * D));
-      RETURN_IF_ERROR(MoeForward(ctx, lw.ffn, xn.view(T, D), a.view(T, D)));
+      RETURN_IF_ERROR(
+          MoeForward(ctx, lw.ffn, ids, xn.view(T, D), a.view(T, D)));
       HcPost(ctx, a.view(T, D), hc_scratch, X);
     }
   }
-  return Head(ctx, weights_->embedding_head, vocab_, input, X, out);
+  return Head(ctx, weights_->embedding_head, vocab_, input, X,
+              carry.view(T, hc), out);
 }
 
 int64_t Model::KvFixedBlocksPerSequence() const {
   const int64_t br = kv_cache_->block_rows();
   int64_t blocks = 0;
-  for (int r : dims_.compress_ratios) {
-    blocks += CeilDiv(dims_.sliding_window, br);
-    // The compressor's partial block, plus rounding of the entry blocks.
-    if (r > 0)
-      blocks += CeilDiv(int64_t{2} * r, br) + 1 +
-                CeilDiv(options_.dcp_interleave, br);
+  for (int l = 0; l < dims_.num_layers; ++l) {
+    blocks += CeilDiv(dims_.sliding_window, br) + CeilDiv(StateRows(l), br) +
+              CeilDiv(IndexStateRows(l), br);
+    // Rounding of the entry blocks.
+    if (dims_.HasCompressor(l)) {
+      const int64_t runs = dims_.OwnsIndexKeys(l) ? 2 : 1;
+      blocks += runs * (1 + CeilDiv(options_.dcp_interleave, br));
+    }
   }
   return blocks;
 }
 
 int64_t Model::KvBytesPerToken() const {
+  // Every compressed entry and index key takes a pool row.
   double bytes = 0;
-  for (int r : dims_.compress_ratios) {
-    if (r > 0) bytes += dims_.head_dim * 4.0 / r;
+  for (int l = 0; l < dims_.num_layers; ++l) {
+    if (!dims_.HasCompressor(l)) continue;
+    const double rows = dims_.OwnsIndexKeys(l) ? 2.0 : 1.0;
+    bytes += rows * dims_.head_dim * 4.0 / dims_.compress_ratios[l];
   }
   return static_cast<int64_t>(std::ceil(bytes));
 }

@@ -148,6 +148,9 @@ class Model {
   // the state of new sequences); ResourceExhausted (nothing taken) when any
   // rank of a DCP group cannot hold them.
   absl::StatusOr<std::vector<SequenceState*>> Admit(const StepInput& input);
+  // Pool rows of layer `layer`'s compressor state (and its indexer's, V4).
+  int64_t StateRows(int layer) const;
+  int64_t IndexStateRows(int layer) const;
   // This rank's Engram rows of the step, by Engram layer (empty without
   // Engram layers), after the ranks agreed that every lookup succeeded;
   // StepNotRunError (or InvalidArgument) on every rank otherwise.

@@ -40,6 +40,12 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelWeights(
     WeightLoader& load, const ModelDims& dims, const VocabShard& vocab,
     const EngramLayout& engram, int tp_rank, int tp_size);
 
+// Checks the headers (names, dtypes, shapes) of the draft layers (V4's MTP
+// block, the DSpark stages of V4-Flash-0731 and V4.1) without loading them:
+// the drafter is not run here, but a checkpoint with a broken draft is
+// refused at load. NotFound / InvalidArgument naming the tensor.
+absl::Status CheckDraftLayers(const WeightLoader& load, const ModelDims& dims);
+
 }  // namespace mneme::model
 
 #endif  // MNEME_MODEL_MODEL_WEIGHTS_H_

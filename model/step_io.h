@@ -45,9 +45,11 @@ struct StepOutput {
 struct SequenceState {
   std::vector<int64_t> tokens;
   struct LayerState {
-    std::vector<int32_t> window;   // Ring of sliding_window rows.
-    std::vector<int32_t> entries;  // Compressed entries, in order.
-    std::vector<int32_t> partial;  // Compressor: r kv rows, then r scores.
+    std::vector<int32_t> window;       // Ring of sliding_window rows.
+    std::vector<int32_t> entries;      // Compressed entries, in order.
+    std::vector<int32_t> index_keys;   // Their index keys, in order.
+    std::vector<int32_t> state;        // The compressor's incomplete block.
+    std::vector<int32_t> index_state;  // The indexer compressor's (V4).
   };
   std::vector<LayerState> layers;
 };

@@ -1,5 +1,6 @@
 #include "model/weight_loader.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -234,6 +235,86 @@ absl::StatusOr<std::vector<float>> WeightLoader::Floats(
     }
   }
   return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> WeightLoader::Integers(
+    absl::string_view name, const std::vector<int64_t>& shape) {
+  checkpoint::TensorSpec spec;
+  ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes,
+                   Read(name, {DType::kI64, DType::kI32}, shape, &spec));
+  const size_t width = spec.dtype == DType::kI64 ? 8 : 4;
+  std::vector<int64_t> out(bytes.size() / width);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (width == 8) {
+      std::memcpy(&out[i], bytes.data() + i * 8, 8);
+    } else {
+      int32_t v;
+      std::memcpy(&v, bytes.data() + i * 4, 4);
+      out[i] = v;
+    }
+  }
+  return out;
+}
+
+absl::Status WeightLoader::Check(absl::string_view name,
+                                 const std::vector<checkpoint::DType>& dtypes,
+                                 const std::vector<int64_t>& shape) const {
+  absl::StatusOr<checkpoint::TensorSpec> spec = source_.GetTensorSpec(name);
+  if (!spec.ok()) {
+    return absl::NotFoundError(
+        absl::StrCat(Where(), "tensor ", name, " is missing"));
+  }
+  if (std::find(dtypes.begin(), dtypes.end(), spec->dtype) == dtypes.end()) {
+    std::string want;
+    for (DType d : dtypes) {
+      absl::StrAppend(&want, want.empty() ? "" : " or ",
+                      checkpoint::DTypeName(d));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(), name, " has dtype ",
+                     checkpoint::DTypeName(spec->dtype), ", expected ", want));
+  }
+  if (spec->shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(), name, " has shape [", absl::StrJoin(spec->shape, ", "),
+        "], expected [", absl::StrJoin(shape, ", "), "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WeightLoader::CheckLinear(absl::string_view name, int64_t rows,
+                                       int64_t cols) const {
+  const std::string w = absl::StrCat(name, ".weight");
+  absl::StatusOr<checkpoint::TensorSpec> spec = source_.GetTensorSpec(w);
+  if (!spec.ok()) {
+    return absl::NotFoundError(
+        absl::StrCat(Where(), "tensor ", w, " is missing"));
+  }
+  switch (spec->dtype) {
+    case DType::kF32:
+    case DType::kBf16:
+      return Check(w, {DType::kF32, DType::kBf16}, {rows, cols});
+    case DType::kF8E4M3: {
+      RETURN_IF_ERROR(Check(w, {DType::kF8E4M3}, {rows, cols}));
+      return Check(absl::StrCat(name, ".scale"), {DType::kF8E8M0, DType::kF32},
+                   {(rows + fp8_block_rows_ - 1) / fp8_block_rows_,
+                    (cols + fp8_block_cols_ - 1) / fp8_block_cols_});
+    }
+    case DType::kU8:
+    case DType::kI8: {
+      RETURN_IF_ERROR(Check(w, {DType::kU8, DType::kI8}, {rows, cols / 2}));
+      if (source_.GetTensorSpec(absl::StrCat(name, ".weight_scale")).ok()) {
+        return Check(absl::StrCat(name, ".weight_scale"), {DType::kF8E4M3},
+                     {rows, cols / 16});
+      }
+      return Check(absl::StrCat(name, ".scale"), {DType::kF8E8M0},
+                   {rows, cols / 32});
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(), w, " has dtype ", checkpoint::DTypeName(spec->dtype),
+          ", not a linear weight format"));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::FloatMatrix(

@@ -72,6 +72,19 @@ class WeightLoader {
       absl::string_view name, const std::vector<int64_t>& shape,
       int64_t begin = 0, int64_t count = -1);
 
+  // An integer tensor (I64 or I32) `name` of `shape`, all elements.
+  absl::StatusOr<std::vector<int64_t>> Integers(
+      absl::string_view name, const std::vector<int64_t>& shape);
+  // Checks the header of tensor `name` (exact name) without reading it:
+  // NotFound when missing, InvalidArgument naming the dtype or shape.
+  absl::Status Check(absl::string_view name,
+                     const std::vector<checkpoint::DType>& dtypes,
+                     const std::vector<int64_t>& shape) const;
+  // The same for the linear weight `name` of shape [rows, cols] in any of
+  // Linear's formats (with its scales).
+  absl::Status CheckLinear(absl::string_view name, int64_t rows,
+                           int64_t cols) const;
+
   // Whether the source has a tensor `name` (an optional weight).
   bool Has(absl::string_view name) const {
     return source_.GetTensorSpec(name).ok();

@@ -173,7 +173,8 @@ void CpuBackend::RmsNorm(ConstMatrixView x, const float* weight, float eps,
   });
 }
 
-void CpuBackend::Rope(MatrixView x, int head_dim, int rope_dim, float theta,
+void CpuBackend::Rope(MatrixView x, int head_dim, int rope_dim,
+                      absl::Span<const double> inv_freq,
                       absl::Span<const int32_t> positions,
                       RopeDirection direction) {
   CHECK_GT(head_dim, 0);
@@ -185,10 +186,7 @@ void CpuBackend::Rope(MatrixView x, int head_dim, int rope_dim, float theta,
   if (rope_dim == 0) return;
   const int64_t heads = x.cols / head_dim;
   const int half = rope_dim / 2;
-  std::vector<double> inv_freq(half);
-  for (int i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(double{theta}, -2.0 * i / rope_dim);
-  }
+  CHECK_EQ(static_cast<int64_t>(inv_freq.size()), half);
   const double sign = direction == RopeDirection::kInverse ? -1.0 : 1.0;
   pool_.ParallelFor(
       x.rows, Grain(heads * rope_dim * 2 + int64_t{half} * 20),
@@ -223,6 +221,18 @@ void CpuBackend::Add(ConstMatrixView a, ConstMatrixView b, MatrixView y) {
       y.rows * y.cols, 4 * kMinWorkPerTask, [&](int64_t begin, int64_t end) {
         k::Add(a.data + begin, b.data + begin, y.data + begin, end - begin);
       });
+}
+
+void CpuBackend::PlaceColumns(ConstMatrixView x, MatrixView y,
+                              int64_t dst_col) {
+  CHECK_EQ(y.rows, x.rows);
+  CHECK_GE(dst_col, 0);
+  CHECK_LE(dst_col + x.cols, y.cols);
+  if (x.cols == 0) return;
+  for (int64_t r = 0; r < x.rows; ++r) {
+    std::memcpy(y.data + r * y.cols + dst_col, x.data + r * x.cols,
+                static_cast<size_t>(x.cols) * sizeof(float));
+  }
 }
 
 void CpuBackend::CopyColumns(ConstMatrixView x, int64_t src_col, MatrixView y) {

@@ -92,10 +92,12 @@ class CpuBackend : public Backend {
               Accumulate accumulate) override;
   void RmsNorm(ConstMatrixView x, const float* weight, float eps,
                MatrixView y) override;
-  void Rope(MatrixView x, int head_dim, int rope_dim, float theta,
+  void Rope(MatrixView x, int head_dim, int rope_dim,
+            absl::Span<const double> inv_freq,
             absl::Span<const int32_t> positions,
             RopeDirection direction) override;
   void Add(ConstMatrixView a, ConstMatrixView b, MatrixView y) override;
+  void PlaceColumns(ConstMatrixView x, MatrixView y, int64_t dst_col) override;
   void CopyColumns(ConstMatrixView x, int64_t src_col, MatrixView y) override;
   void GatherRows(ConstMatrixView x, absl::Span<const int32_t> rows,
                   MatrixView y) override;
@@ -111,12 +113,21 @@ class CpuBackend : public Backend {
   void ApplySink(ConstMatrixView lse, const float* sink,
                  MatrixView out) override;
 
+  void SparseAttention(ConstMatrixView q, ConstMatrixView kv, int heads,
+                       absl::Span<const int32_t> idx, int width, float scale,
+                       const float* sink, MatrixView out,
+                       MatrixView lse) override;
+  void IndexScores(ConstMatrixView q, ConstMatrixView w, ConstMatrixView keys,
+                   MatrixView out) override;
   void SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
                    ConstMatrixView ape, MatrixView out) override;
 
-  void HcPre(ConstMatrixView x_stream, const Weight& fn, const float* base,
-             const float* scale, int hc, int sinkhorn_iters, float eps,
-             MatrixView x, MatrixView post, MatrixView comb) override;
+  void HcMix(ConstMatrixView x_stream, const Weight& fn, const float* base,
+             const float* scale, int hc, int sinkhorn_iters, float hc_eps,
+             float norm_eps, MatrixView pre, MatrixView post,
+             MatrixView comb) override;
+  void HcCollapse(ConstMatrixView x_stream, ConstMatrixView pre, int hc,
+                  MatrixView x) override;
   void HcPost(ConstMatrixView a, ConstMatrixView post, ConstMatrixView comb,
               int hc, MatrixView x_stream) override;
   void HcHead(ConstMatrixView x_stream, const Weight& fn, const float* base,

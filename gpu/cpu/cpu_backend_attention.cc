@@ -135,6 +135,92 @@ void CpuBackend::Attention(ConstMatrixView q, ConstMatrixView kv, int heads,
                     });
 }
 
+void CpuBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
+                                 int heads, absl::Span<const int32_t> idx,
+                                 int width, float scale, const float* sink,
+                                 MatrixView out, MatrixView lse) {
+  CHECK_GT(heads, 0);
+  CHECK_GE(width, 0);
+  const int64_t hd = kv.cols;
+  const int64_t tokens = q.rows;
+  CHECK_EQ(q.cols, heads * hd);
+  CHECK_EQ(out.rows, tokens);
+  CHECK_EQ(out.cols, q.cols);
+  CHECK_EQ(lse.rows, tokens);
+  CHECK_EQ(lse.cols, heads);
+  CHECK_EQ(static_cast<int64_t>(idx.size()), tokens * width);
+  for (const int32_t i : idx) {
+    CHECK_GE(i, -1);
+    CHECK_LT(i, kv.rows);
+  }
+  if (tokens == 0) return;
+  // Each query's keys are gathered once into a contiguous block, then every
+  // head attends over it.
+  pool_.ParallelFor(tokens, Grain(2 * hd * (width + 1) * heads),
+                    [&](int64_t begin, int64_t end) {
+                      std::vector<float> keys(static_cast<size_t>(width) * hd);
+                      for (int64_t t = begin; t < end; ++t) {
+                        int32_t n = 0;
+                        for (int j = 0; j < width; ++j) {
+                          const int32_t row = idx[t * width + j];
+                          if (row < 0) continue;
+                          std::memcpy(
+                              keys.data() + static_cast<int64_t>(n) * hd,
+                              kv.data + static_cast<int64_t>(row) * hd,
+                              hd * sizeof(float));
+                          ++n;
+                        }
+                        KeySpans spans;
+                        if (n > 0) {
+                          spans.end[0] = n;
+                          spans.count = 1;
+                        }
+                        for (int h = 0; h < heads; ++h) {
+                          float* o = out.data + t * out.cols + h * hd;
+                          float* l = lse.data + t * lse.cols + h;
+                          AttendOne(q.data + t * q.cols + h * hd, keys.data(),
+                                    hd, spans, scale, o, l);
+                          if (sink != nullptr)
+                            k::Scale(Sigmoid(*l - sink[h]), o, hd);
+                        }
+                      }
+                    });
+}
+
+void CpuBackend::IndexScores(ConstMatrixView q, ConstMatrixView w,
+                             ConstMatrixView keys, MatrixView out) {
+  const int64_t tokens = q.rows;
+  const int64_t d = keys.cols;
+  CHECK_GT(d, 0);
+  CHECK_EQ(q.cols % d, 0);
+  const int64_t heads = q.cols / d;
+  CHECK_EQ(w.rows, tokens);
+  CHECK_EQ(w.cols, heads);
+  CHECK_EQ(out.rows, tokens);
+  CHECK_EQ(out.cols, keys.rows);
+  const int64_t n = keys.rows;
+  if (tokens == 0 || n == 0) return;
+  pool_.ParallelFor(
+      tokens, Grain(2 * heads * d * n), [&](int64_t begin, int64_t end) {
+        std::vector<float> dots(kKeyChunk);
+        for (int64_t t = begin; t < end; ++t) {
+          float* o = out.data + t * n;
+          std::fill(o, o + n, 0.0f);
+          for (int64_t h = 0; h < heads; ++h) {
+            const float* qh = q.data + t * q.cols + h * d;
+            const float wh = w.data[t * heads + h];
+            for (int64_t j = 0; j < n; j += kKeyChunk) {
+              const int64_t m = std::min<int64_t>(kKeyChunk, n - j);
+              k::DotRows(qh, keys.data + j * d, m, d, 1.0f, dots.data());
+              for (int64_t i = 0; i < m; ++i) {
+                o[j + i] += wh * std::max(dots[i], 0.0f);
+              }
+            }
+          }
+        }
+      });
+}
+
 void CpuBackend::ApplySink(ConstMatrixView lse, const float* sink,
                            MatrixView out) {
   CHECK_EQ(lse.rows, out.rows);

@@ -28,21 +28,21 @@ float Silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 }  // namespace
 
-void CpuBackend::HcPre(ConstMatrixView x_stream, const Weight& fn,
+void CpuBackend::HcMix(ConstMatrixView x_stream, const Weight& fn,
                        const float* base, const float* scale, int hc,
-                       int sinkhorn_iters, float eps, MatrixView x,
-                       MatrixView post, MatrixView comb) {
+                       int sinkhorn_iters, float hc_eps, float norm_eps,
+                       MatrixView pre, MatrixView post, MatrixView comb) {
   const CpuWeight& weight = AsCpu(fn);
   CHECK_GE(hc, 1);
-  CHECK_GE(sinkhorn_iters, 0);
+  CHECK_GE(sinkhorn_iters, 1);
   const int64_t tokens = x_stream.rows;
-  const int64_t d = x.cols;
-  const int64_t width = hc * d;
+  const int64_t width = x_stream.cols;
   const int64_t num_mix = int64_t{2 + hc} * hc;
-  CHECK_EQ(x_stream.cols, width);
-  CHECK_EQ(x.rows, tokens);
+  CHECK_EQ(width % hc, 0);
   CHECK_EQ(weight.rows(), num_mix);
   CHECK_EQ(weight.cols(), width);
+  CHECK_EQ(pre.rows, tokens);
+  CHECK_EQ(pre.cols, hc);
   CHECK_EQ(post.rows, tokens);
   CHECK_EQ(post.cols, hc);
   CHECK_EQ(comb.rows, tokens);
@@ -52,45 +52,78 @@ void CpuBackend::HcPre(ConstMatrixView x_stream, const Weight& fn,
   Gemm(x_stream.data, tokens, width, weight.values(), num_mix, mix.data(),
        Accumulate::kNo);
   pool_.ParallelFor(tokens, Grain(3 * width), [&](int64_t begin, int64_t end) {
+    std::vector<double> c(hc * hc);
     for (int64_t t = begin; t < end; ++t) {
       const float* stream = x_stream.data + t * width;
-      const float norm =
-          Rsqrt(k::SumSquares(stream, width) / static_cast<float>(width) + eps);
+      const double norm =
+          1.0 / std::sqrt(static_cast<double>(k::SumSquares(stream, width)) /
+                              static_cast<double>(width) +
+                          norm_eps);
       const float* m = mix.data() + t * num_mix;
+      for (int h = 0; h < hc; ++h) {
+        pre.data[t * hc + h] =
+            Sigmoid(static_cast<float>(m[h] * norm) * scale[0] + base[h]) +
+            hc_eps;
+        post.data[t * hc + h] =
+            2.0f * Sigmoid(static_cast<float>(m[hc + h] * norm) * scale[1] +
+                           base[hc + h]);
+      }
+      for (int i = 0; i < hc * hc; ++i) {
+        c[i] = static_cast<double>(static_cast<float>(m[2 * hc + i] * norm) *
+                                       scale[2] +
+                                   base[2 * hc + i]);
+      }
+      // Softmax over each row, + eps, then the column normalisation.
+      for (int i = 0; i < hc; ++i) {
+        double row_max = c[i * hc];
+        for (int j = 1; j < hc; ++j) row_max = std::max(row_max, c[i * hc + j]);
+        double sum = 0.0;
+        for (int j = 0; j < hc; ++j) {
+          c[i * hc + j] = std::exp(c[i * hc + j] - row_max);
+          sum += c[i * hc + j];
+        }
+        for (int j = 0; j < hc; ++j)
+          c[i * hc + j] = c[i * hc + j] / sum + hc_eps;
+      }
+      auto normalise_columns = [&] {
+        for (int j = 0; j < hc; ++j) {
+          double sum = 0.0;
+          for (int i = 0; i < hc; ++i) sum += c[i * hc + j];
+          for (int i = 0; i < hc; ++i) c[i * hc + j] /= sum + hc_eps;
+        }
+      };
+      normalise_columns();
+      for (int iter = 1; iter < sinkhorn_iters; ++iter) {
+        for (int i = 0; i < hc; ++i) {
+          double sum = 0.0;
+          for (int j = 0; j < hc; ++j) sum += c[i * hc + j];
+          for (int j = 0; j < hc; ++j) c[i * hc + j] /= sum + hc_eps;
+        }
+        normalise_columns();
+      }
+      for (int i = 0; i < hc * hc; ++i) {
+        comb.data[t * hc * hc + i] = static_cast<float>(c[i]);
+      }
+    }
+  });
+}
+
+void CpuBackend::HcCollapse(ConstMatrixView x_stream, ConstMatrixView pre,
+                            int hc, MatrixView x) {
+  CHECK_GE(hc, 1);
+  const int64_t tokens = x_stream.rows;
+  const int64_t d = x.cols;
+  CHECK_EQ(x_stream.cols, hc * d);
+  CHECK_EQ(x.rows, tokens);
+  CHECK_EQ(pre.rows, tokens);
+  CHECK_EQ(pre.cols, hc);
+  pool_.ParallelFor(tokens, Grain(2 * hc * d), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
       float* x_row = x.data + t * d;
       std::fill(x_row, x_row + d, 0.0f);
       for (int h = 0; h < hc; ++h) {
-        const float pre = Sigmoid(m[h] * norm * scale[0] + base[h]) + eps;
-        k::Axpy(pre, stream + h * d, x_row, d);
-        post.data[t * hc + h] =
-            2.0f * Sigmoid(m[hc + h] * norm * scale[1] + base[hc + h]);
-      }
-      float* c = comb.data + t * hc * hc;
-      for (int i = 0; i < hc * hc; ++i) {
-        c[i] = m[2 * hc + i] * norm * scale[2] + base[2 * hc + i];
-      }
-      if (sinkhorn_iters > 0) {
-        // The first row normalisation cancels a per-row shift: taking each
-        // row's maximum out keeps exp from overflowing.
-        for (int i = 0; i < hc; ++i) {
-          const float row_max =
-              *std::max_element(c + static_cast<ptrdiff_t>(i) * hc,
-                                c + static_cast<ptrdiff_t>(i + 1) * hc);
-          for (int j = 0; j < hc; ++j) c[i * hc + j] -= row_max;
-        }
-      }
-      for (int i = 0; i < hc * hc; ++i) c[i] = std::exp(c[i]);
-      for (int iter = 0; iter < sinkhorn_iters; ++iter) {
-        for (int i = 0; i < hc; ++i) {
-          float sum = 0.0f;
-          for (int j = 0; j < hc; ++j) sum += c[i * hc + j];
-          for (int j = 0; j < hc; ++j) c[i * hc + j] /= sum;
-        }
-        for (int j = 0; j < hc; ++j) {
-          float sum = 0.0f;
-          for (int i = 0; i < hc; ++i) sum += c[i * hc + j];
-          for (int i = 0; i < hc; ++i) c[i * hc + j] /= sum;
-        }
+        k::Axpy(pre.data[t * hc + h], x_stream.data + t * hc * d + h * d, x_row,
+                d);
       }
     }
   });

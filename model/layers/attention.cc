@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <numeric>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "model/dcp_merge.h"
@@ -13,10 +16,16 @@ namespace mneme::model {
 using gpu::ConstMatrixView;
 using gpu::MatrixView;
 
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+}  // namespace
+
 absl::StatusOr<AttentionWeights> LoadAttentionWeights(WeightLoader& load,
                                                       const std::string& prefix,
                                                       const ModelDims& dims,
-                                                      int ratio, int tp_rank,
+                                                      int layer, int tp_rank,
                                                       int tp_size) {
   const ModelDims& d = dims;
   const int rank = tp_rank;
@@ -24,8 +33,10 @@ absl::StatusOr<AttentionWeights> LoadAttentionWeights(WeightLoader& load,
   const int64_t heads_local = d.num_heads / tp_size;
   const int64_t groups_local = d.o_groups / tp_size;
   const int64_t heads_per_group = d.num_heads / d.o_groups;
+  const int ratio = d.compress_ratios[layer];
   const std::string& a = prefix;
   AttentionWeights w;
+  w.rope = d.RopeFrequencies(layer);
   ASSIGN_OR_RETURN(w.wq_a, load.Linear(a + "wq_a", d.q_lora_rank, D));
   ASSIGN_OR_RETURN(w.q_norm, load.Vector(a + "q_norm.weight", {d.q_lora_rank}));
   ASSIGN_OR_RETURN(
@@ -47,10 +58,46 @@ absl::StatusOr<AttentionWeights> LoadAttentionWeights(WeightLoader& load,
                                      groups_local * d.o_lora_rank}));
   ASSIGN_OR_RETURN(w.attn_sink, load.Vector(a + "attn_sink", {d.num_heads},
                                             rank * heads_local, heads_local));
-  if (ratio > 0) {
-    ASSIGN_OR_RETURN(CompressorWeights c,
-                     LoadCompressorWeights(load, a + "compressor.", d, ratio));
+  const bool v41 = d.IsV41();
+  if (d.HasCompressor(layer)) {
+    ASSIGN_OR_RETURN(
+        CompressorWeights c,
+        LoadCompressorWeights(load, a + "compressor.", d, ratio, hd,
+                              /*overlap=*/!v41 && ratio == 4,
+                              /*with_ape=*/!v41));
     w.compressor = std::make_unique<CompressorWeights>(std::move(c));
+  } else if (load.Has(a + "compressor.wkv.weight")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(a, "compressor.wkv.weight: layer ", layer,
+                     " is not a kv source layer and has no compressor in this "
+                     "architecture"));
+  }
+  const std::string ix = a + "indexer.";
+  if (d.HasIndexer(layer)) {
+    const int64_t nI = d.index_heads, dI = d.index_head_dim;
+    const int64_t hl = nI / tp_size;
+    auto iw = std::make_unique<IndexerWeights>();
+    ASSIGN_OR_RETURN(iw->wq_b, load.Linear(ix + "wq_b", nI * dI, d.q_lora_rank,
+                                           Slice{rank * hl * dI, hl * dI}));
+    ASSIGN_OR_RETURN(iw->weights_proj, load.Linear(ix + "weights_proj", nI, D,
+                                                   Slice{rank * hl, hl}));
+    if (!v41) {
+      ASSIGN_OR_RETURN(CompressorWeights c,
+                       LoadCompressorWeights(load, ix + "compressor.", d, ratio,
+                                             dI, /*overlap=*/ratio == 4,
+                                             /*with_ape=*/true));
+      iw->compressor = std::make_unique<CompressorWeights>(std::move(c));
+    }
+    w.indexer = std::move(iw);
+  } else if (load.Has(ix + "wq_b.weight")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ix, "wq_b.weight: layer ", layer,
+                     " has no indexer in this architecture"));
+  }
+  if (v41 && d.HasCompressor(layer)) {
+    ASSIGN_OR_RETURN(w.index_wk, load.Linear(ix + "wk", d.index_head_dim, hd));
+    ASSIGN_OR_RETURN(w.index_k_norm,
+                     load.Vector(ix + "k_norm.weight", {d.index_head_dim}));
   }
   return w;
 }
@@ -73,71 +120,265 @@ absl::Status GatherHeads(const LayerContext& ctx, ConstMatrixView q_local,
   return absl::OkStatus();
 }
 
+std::vector<int32_t> SelectEntries(absl::Span<const float> scores,
+                                   int64_t visible, int topk,
+                                   const std::vector<int32_t>* candidate_blocks,
+                                   int block_size) {
+  std::vector<int32_t> eligible;
+  visible = std::min<int64_t>(visible, static_cast<int64_t>(scores.size()));
+  if (candidate_blocks == nullptr) {
+    eligible.resize(visible);
+    std::iota(eligible.begin(), eligible.end(), 0);
+  } else {
+    for (const int32_t b : *candidate_blocks) {
+      const int64_t end =
+          std::min<int64_t>(visible, int64_t{b + 1} * block_size);
+      for (int64_t e = int64_t{b} * block_size; e < end; ++e) {
+        eligible.push_back(static_cast<int32_t>(e));
+      }
+    }
+  }
+  const int64_t k = std::min<int64_t>(topk, visible);
+  if (static_cast<int64_t>(eligible.size()) > k) {
+    auto better = [&](int32_t a, int32_t b) {
+      return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+    };
+    std::nth_element(eligible.begin(), eligible.begin() + k, eligible.end(),
+                     better);
+    eligible.resize(k);
+  }
+  std::sort(eligible.begin(), eligible.end());
+  return eligible;
+}
+
+std::vector<int32_t> SelectCandidateBlocks(absl::Span<const float> scores,
+                                           int64_t visible, int topk_blocks,
+                                           int block_size) {
+  visible = std::min<int64_t>(visible, static_cast<int64_t>(scores.size()));
+  const int64_t blocks = (visible + block_size - 1) / block_size;
+  std::vector<float> block_score(blocks, kNegInf);
+  for (int64_t e = 0; e < visible; ++e) {
+    float& s = block_score[e / block_size];
+    s = std::max(s, scores[e]);
+  }
+  if (visible > 0) {
+    block_score[(visible - 1) / block_size] =
+        std::numeric_limits<float>::infinity();
+  }
+  std::vector<int32_t> order(blocks);
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t k = std::min<int64_t>(topk_blocks, blocks);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) {
+                      return block_score[a] > block_score[b] ||
+                             (block_score[a] == block_score[b] && a < b);
+                    });
+  order.resize(k);
+  order.erase(
+      std::remove_if(order.begin(), order.end(),
+                     [&](int32_t b) { return block_score[b] == kNegInf; }),
+      order.end());
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
 namespace {
 
-// Attention of one chunk's queries (rows [t0, t0 + n) of q) over its keys:
-// this rank's compressed entries, then the window positions it attends
-// (all of them, or with DCP the ones it owns): earlier tokens from the
-// window ring, this chunk's from kv. Then remembers the chunk's last window
-// tokens in the ring.
+// Writes entries [count, d] (d <= the pool width) to the pool rows of
+// entries [first, first + count) of `blocks` that this rank owns.
+absl::Status StoreEntries(const LayerContext& ctx, KvCache& cache,
+                          const std::vector<int32_t>& blocks, int64_t first,
+                          ConstMatrixView entries) {
+  const MatrixView pool = cache.pool();
+  const int64_t count = entries.rows;
+  std::vector<int32_t> rows(count);
+  for (int64_t i = 0; i < count; ++i) {
+    rows[i] = cache.Row(blocks, ctx.dcp.OwnedEntriesBefore(first + i));
+  }
+  if (entries.cols == pool.cols) {
+    ctx.backend.ScatterRows(entries, rows, pool);
+    return absl::OkStatus();
+  }
+  Workspace::Scope scope(ctx.workspace);
+  ASSIGN_OR_RETURN(WorkBuffer wide,
+                   ctx.workspace.TakeZeroed(count * pool.cols));
+  ctx.backend.PlaceColumns(entries, wide.view(count, pool.cols), 0);
+  ctx.backend.ScatterRows(wide.view(count, pool.cols), rows, pool);
+  return absl::OkStatus();
+}
+
+// Positions of `count` entries from `first` at ratio `r`: e * r.
+std::vector<int32_t> EntryPositions(int64_t first, int64_t count, int r) {
+  std::vector<int32_t> pos(count);
+  for (int64_t i = 0; i < count; ++i) {
+    pos[i] = static_cast<int32_t>((first + i) * r);
+  }
+  return pos;
+}
+
+// The indexer scores of one chunk's queries (rows [t0, t0 + n) of qi / wi,
+// every head or this rank's) against every entry of the cache `src_state`
+// (entries [0, total)): full scores [n][total] on every rank.
+absl::Status ChunkIndexScores(const LayerContext& ctx, KvCache& cache,
+                              const std::vector<int32_t>& index_keys,
+                              ConstMatrixView qi, ConstMatrixView wi,
+                              int64_t t0, int64_t n, int64_t total,
+                              std::vector<float>& scores) {
+  const ModelDims& d = ctx.dims;
+  gpu::Backend& backend = ctx.backend;
+  Workspace& ws = ctx.workspace;
+  const int64_t dI = d.index_head_dim;
+  const MatrixView pool = cache.pool();
+  const bool dcp = ctx.dcp.enabled();
+  const int64_t own = ctx.dcp.OwnedEntriesBefore(total);
+  scores.assign(n * total, 0.0f);
+  Workspace::Scope scope(ws);
+  ASSIGN_OR_RETURN(WorkBuffer local,
+                   ws.TakeZeroed(std::max<int64_t>(n * own, 1)));
+  if (own > 0) {
+    ASSIGN_OR_RETURN(WorkBuffer keys, ws.Take(own * pool.cols));
+    std::vector<int32_t> rows(own);
+    for (int64_t e = 0; e < own; ++e) rows[e] = cache.Row(index_keys, e);
+    backend.GatherRows(pool, rows, keys.view(own, pool.cols));
+    MatrixView k = keys.view(own, pool.cols);
+    WorkBuffer narrow;
+    if (dI != pool.cols) {
+      ASSIGN_OR_RETURN(narrow, ws.Take(own * dI));
+      backend.CopyColumns(k, 0, narrow.view(own, dI));
+      k = narrow.view(own, dI);
+    }
+    backend.IndexScores(ConstMatrixView(qi.data + t0 * qi.cols, n, qi.cols),
+                        ConstMatrixView(wi.data + t0 * wi.cols, n, wi.cols), k,
+                        local.view(n, own));
+  }
+  const float scale =
+      static_cast<float>(std::pow(static_cast<double>(dI), -0.5) *
+                         std::pow(static_cast<double>(d.index_heads), -0.5));
+  if (!dcp) {
+    // Each rank scored with its heads: the sum over ranks is the score.
+    if (ctx.tp_size > 1 && own > 0) {
+      RETURN_IF_ERROR(ctx.comm->AllReduceSum(local.data(), n * own));
+    }
+    if (own > 0) backend.CopyToHost(local.data(), absl::MakeSpan(scores));
+    for (float& s : scores) s *= scale;
+    return absl::OkStatus();
+  }
+  // DCP: every rank scored its own entries with every head; gather them.
+  const int ranks = ctx.dcp.size;
+  int64_t most = 0;
+  for (int q = 0; q < ranks; ++q) {
+    const DcpLayout l{
+        .rank = q, .size = ranks, .interleave = ctx.dcp.interleave};
+    most = std::max(most, l.OwnedEntriesBefore(total));
+  }
+  if (most == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(WorkBuffer padded, ws.TakeZeroed(n * most));
+  if (own > 0) {
+    backend.PlaceColumns(local.view(n, own), padded.view(n, most), 0);
+  }
+  ASSIGN_OR_RETURN(WorkBuffer all, ws.Take(ranks * n * most));
+  RETURN_IF_ERROR(ctx.comm->AllGather(padded.data(), n * most, all.data()));
+  std::vector<float> host(ranks * n * most);
+  backend.CopyToHost(all.data(), absl::MakeSpan(host));
+  std::vector<int64_t> next(ranks, 0);
+  for (int64_t e = 0; e < total; ++e) {
+    int owner = 0;
+    for (int q = 0; q < ranks; ++q) {
+      const DcpLayout l{
+          .rank = q, .size = ranks, .interleave = ctx.dcp.interleave};
+      if (l.OwnsEntry(e)) owner = q;
+    }
+    const int64_t j = next[owner]++;
+    for (int64_t t = 0; t < n; ++t) {
+      scores[t * total + e] = host[(owner * n + t) * most + j] * scale;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Attention of one chunk's queries (rows [t0, t0 + n) of q) over the
+// window positions this rank attends and the selected entries it owns.
+// Then remembers the chunk's last window tokens in the ring.
 absl::Status ChunkAttention(const LayerContext& ctx, const AttentionWeights& w,
-                            int ratio, KvCache& cache,
-                            SequenceState::LayerState& ls, int64_t n_entries,
+                            KvCache& cache, SequenceState::LayerState& ls,
+                            const std::vector<int32_t>* entry_blocks,
+                            const std::vector<std::vector<int32_t>>& selected,
                             int64_t t0, int64_t p0, int64_t n, MatrixView q,
                             int64_t heads, MatrixView kv, MatrixView o_att,
                             MatrixView lse) {
   const ModelDims& d = ctx.dims;
   gpu::Backend& backend = ctx.backend;
   const int64_t hd = d.head_dim;
-  const int r = ratio;
   const int W = d.sliding_window;
   const bool dcp = ctx.dcp.enabled();
   const MatrixView pool = cache.pool();
   Workspace::Scope scope(ctx.workspace);
+  // Key rows: earlier window positions (ring), this chunk's tokens, then
+  // the selected entries this rank owns.
   const int64_t first_prev = p0 - std::min<int64_t>(p0, W - 1);
-  std::vector<int64_t> window_pos;
-  for (int64_t p = first_prev; p < p0 + n; ++p) {
-    if (!dcp || ctx.dcp.OwnsEntry(p)) window_pos.push_back(p);
-  }
-  const int64_t K = n_entries + static_cast<int64_t>(window_pos.size());
-  ASSIGN_OR_RETURN(WorkBuffer keys, ctx.workspace.Take(K * hd));
-  // Keys [0, m) come from the pool (the entries, then the earlier window
-  // positions, which sort first), keys [m, K) from this chunk's kv rows.
   std::vector<int32_t> pool_rows, chunk_rows;
-  for (int64_t e = 0; e < n_entries; ++e) {
-    pool_rows.push_back(cache.Row(ls.entries, e));
+  absl::flat_hash_map<int64_t, int32_t> key_of_pos;
+  for (int64_t p = first_prev; p < p0; ++p) {
+    if (dcp && !ctx.dcp.OwnsEntry(p)) continue;
+    key_of_pos[p] = static_cast<int32_t>(pool_rows.size());
+    pool_rows.push_back(cache.Row(ls.window, p % W));
   }
-  for (int64_t p : window_pos) {
-    if (p < p0) {
-      pool_rows.push_back(cache.Row(ls.window, p % W));
-    } else {
-      chunk_rows.push_back(static_cast<int32_t>(t0 + p - p0));
+  const int64_t n_prev = static_cast<int64_t>(pool_rows.size());
+  for (int64_t p = p0; p < p0 + n; ++p) {
+    if (dcp && !ctx.dcp.OwnsEntry(p)) continue;
+    key_of_pos[p] = static_cast<int32_t>(n_prev + chunk_rows.size());
+    chunk_rows.push_back(static_cast<int32_t>(t0 + p - p0));
+  }
+  const int64_t n_window = n_prev + static_cast<int64_t>(chunk_rows.size());
+  absl::flat_hash_map<int32_t, int32_t> key_of_entry;
+  std::vector<int32_t> entry_rows;
+  size_t width_sel = 0;
+  for (const std::vector<int32_t>& s : selected) {
+    width_sel = std::max(width_sel, s.size());
+    for (const int32_t e : s) {
+      if (dcp && !ctx.dcp.OwnsEntry(e)) continue;
+      if (key_of_entry.contains(e)) continue;
+      key_of_entry[e] = static_cast<int32_t>(n_window + entry_rows.size());
+      entry_rows.push_back(
+          cache.Row(*entry_blocks, ctx.dcp.OwnedEntriesBefore(e)));
     }
   }
-  const int64_t m = static_cast<int64_t>(pool_rows.size());
+  const int64_t K = n_window + static_cast<int64_t>(entry_rows.size());
+  ASSIGN_OR_RETURN(WorkBuffer keys,
+                   ctx.workspace.Take(std::max<int64_t>(K, 1) * hd));
   const MatrixView keys_view = keys.view(K, hd);
-  if (m > 0) backend.GatherRows(pool, pool_rows, Rows(keys_view, 0, m));
-  if (K > m) backend.GatherRows(kv, chunk_rows, Rows(keys_view, m, K - m));
-  std::vector<gpu::KeyRanges> ranges(n);
+  if (n_prev > 0) {
+    backend.GatherRows(pool, pool_rows, Rows(keys_view, 0, n_prev));
+  }
+  if (!chunk_rows.empty()) {
+    backend.GatherRows(kv, chunk_rows,
+                       Rows(keys_view, n_prev, n_window - n_prev));
+  }
+  if (!entry_rows.empty()) {
+    backend.GatherRows(pool, entry_rows,
+                       Rows(keys_view, n_window, K - n_window));
+  }
+  const int width = W + static_cast<int>(width_sel);
+  std::vector<int32_t> idx(n * width, -1);
   for (int64_t j = 0; j < n; ++j) {
     const int64_t p = p0 + j;
-    if (r > 0) {
-      ranges[j].end[0] =
-          static_cast<int32_t>(ctx.dcp.OwnedEntriesBefore((p + 1) / r));
+    int32_t* row = idx.data() + j * width;
+    int c = 0;
+    for (int64_t q = std::max<int64_t>(0, p - W + 1); q <= p; ++q) {
+      auto it = key_of_pos.find(q);
+      if (it != key_of_pos.end()) row[c++] = it->second;
     }
-    const int64_t lo = std::max<int64_t>(0, p - W + 1);
-    ranges[j].begin[1] = static_cast<int32_t>(
-        n_entries +
-        (std::lower_bound(window_pos.begin(), window_pos.end(), lo) -
-         window_pos.begin()));
-    ranges[j].end[1] = static_cast<int32_t>(
-        n_entries + (std::upper_bound(window_pos.begin(), window_pos.end(), p) -
-                     window_pos.begin()));
+    if (j < static_cast<int64_t>(selected.size())) {
+      for (const int32_t e : selected[j]) {
+        auto it = key_of_entry.find(e);
+        if (it != key_of_entry.end()) row[c++] = it->second;
+      }
+    }
   }
-  backend.Attention(Rows(q, t0, n), keys_view, static_cast<int>(heads), ranges,
-                    1.0f / std::sqrt(static_cast<float>(hd)),
-                    dcp ? nullptr : w.attn_sink->data(), Rows(o_att, t0, n),
-                    Rows(lse, t0, n));
+  backend.SparseAttention(Rows(q, t0, n), keys_view, static_cast<int>(heads),
+                          idx, width, 1.0f / std::sqrt(static_cast<float>(hd)),
+                          dcp ? nullptr : w.attn_sink->data(),
+                          Rows(o_att, t0, n), Rows(lse, t0, n));
   // Remember the last W tokens of the chunk in the window ring.
   std::vector<int32_t> src_rows, dst_rows;
   for (int64_t p = std::max(p0, p0 + n - W); p < p0 + n; ++p) {
@@ -187,16 +428,22 @@ absl::Status OutputProjection(const LayerContext& ctx,
 absl::Status AttentionForward(const LayerContext& ctx,
                               const AttentionWeights& w, int layer,
                               KvCache& cache, const StepBatch& batch,
-                              ConstMatrixView xn, MatrixView out) {
+                              StepSelections& shared, ConstMatrixView xn,
+                              MatrixView out) {
   const ModelDims& d = ctx.dims;
   gpu::Backend& backend = ctx.backend;
   Workspace& ws = ctx.workspace;
   const int64_t T = xn.rows, hd = d.head_dim, ql = d.q_lora_rank;
   const int64_t hl = d.num_heads / ctx.tp_size;
   const int r = d.compress_ratios[layer];
+  const bool v41 = d.IsV41();
   const auto fwd = gpu::Backend::RopeDirection::kForward;
   const std::vector<int32_t>& positions = batch.positions;
+  const bool dcp = ctx.dcp.enabled();
   Workspace::Scope scope(ws);
+  if (shared.chunks.size() != batch.input.chunks.size()) {
+    shared.chunks.assign(batch.input.chunks.size(), {});
+  }
 
   ASSIGN_OR_RETURN(WorkBuffer qa, ws.Take(T * ql));
   backend.Linear(xn, *w.wq_a, qa.view(T, ql));
@@ -204,29 +451,73 @@ absl::Status AttentionForward(const LayerContext& ctx,
                   qa.view(T, ql));
   ASSIGN_OR_RETURN(WorkBuffer q, ws.Take(T * hl * hd));
   backend.Linear(qa.view(T, ql), *w.wq_b, q.view(T, hl * hd));
-  backend.Rope(q.view(T, hl * hd), static_cast<int>(hd), d.rope_dim,
-               d.rope_theta, positions, fwd);
+  if (!v41) {
+    // V4 re-normalises every query head (no weight).
+    backend.RmsNorm(q.view(T * hl, hd), nullptr, d.rms_norm_eps,
+                    q.view(T * hl, hd));
+  }
+  backend.Rope(q.view(T, hl * hd), static_cast<int>(hd), d.rope_dim, w.rope,
+               positions, fwd);
   ASSIGN_OR_RETURN(WorkBuffer kv, ws.Take(T * hd));
   backend.Linear(xn, *w.wkv, kv.view(T, hd));
   backend.RmsNorm(kv.view(T, hd), w.kv_norm->data(), d.rms_norm_eps,
                   kv.view(T, hd));
-  backend.Rope(kv.view(T, hd), static_cast<int>(hd), d.rope_dim, d.rope_theta,
+  backend.Rope(kv.view(T, hd), static_cast<int>(hd), d.rope_dim, w.rope,
                positions, fwd);
-  WorkBuffer ckv, cscore;
-  if (r > 0) {
-    ASSIGN_OR_RETURN(ckv, ws.Take(T * hd));
-    ASSIGN_OR_RETURN(cscore, ws.Take(T * hd));
-    CompressorProject(ctx, *w.compressor, xn, ckv.view(T, hd),
-                      cscore.view(T, hd));
+
+  // The compressor's projections.
+  WorkBuffer ckv, cscore, ikv, iscore;
+  const CompressorWeights* comp = w.compressor.get();
+  const CompressorWeights* icomp =
+      w.indexer != nullptr ? w.indexer->compressor.get() : nullptr;
+  if (comp != nullptr) {
+    ASSIGN_OR_RETURN(ckv, ws.Take(T * comp->width()));
+    ASSIGN_OR_RETURN(cscore, ws.Take(T * comp->width()));
+    RETURN_IF_ERROR(CompressorProject(ctx, *comp, xn, positions,
+                                      ckv.view(T, comp->width()),
+                                      cscore.view(T, comp->width())));
   }
+  if (icomp != nullptr) {
+    ASSIGN_OR_RETURN(ikv, ws.Take(T * icomp->width()));
+    ASSIGN_OR_RETURN(iscore, ws.Take(T * icomp->width()));
+    RETURN_IF_ERROR(CompressorProject(ctx, *icomp, xn, positions,
+                                      ikv.view(T, icomp->width()),
+                                      iscore.view(T, icomp->width())));
+  }
+  // The indexer's queries and head weights (every head under DCP).
+  WorkBuffer qi, wi;
+  const int64_t dI = d.index_head_dim;
+  if (w.indexer != nullptr) {
+    const int64_t hlI = d.index_heads / ctx.tp_size;
+    ASSIGN_OR_RETURN(WorkBuffer qi_local, ws.Take(T * hlI * dI));
+    ASSIGN_OR_RETURN(WorkBuffer wi_local, ws.Take(T * hlI));
+    backend.Linear(qa.view(T, ql), *w.indexer->wq_b,
+                   qi_local.view(T, hlI * dI));
+    backend.Rope(qi_local.view(T, hlI * dI), static_cast<int>(dI), d.rope_dim,
+                 w.rope, positions, fwd);
+    backend.Linear(xn, *w.indexer->weights_proj, wi_local.view(T, hlI));
+    if (dcp) {
+      ASSIGN_OR_RETURN(qi, ws.Take(T * d.index_heads * dI));
+      ASSIGN_OR_RETURN(wi, ws.Take(T * d.index_heads));
+      RETURN_IF_ERROR(GatherHeads(ctx, qi_local.view(T, hlI * dI),
+                                  qi.view(T, d.index_heads * dI)));
+      RETURN_IF_ERROR(
+          GatherHeads(ctx, wi_local.view(T, hlI), wi.view(T, d.index_heads)));
+    } else {
+      qi = std::move(qi_local);
+      wi = std::move(wi_local);
+    }
+  }
+  const int64_t hI = dcp ? d.index_heads : d.index_heads / ctx.tp_size;
+
   // With DCP every rank attends with all heads over the entries it owns and
   // the partial results are merged across ranks; otherwise each rank
   // attends with its own heads over every entry.
-  const bool dcp = ctx.dcp.enabled();
   const int64_t heads = dcp ? d.num_heads : hl;
   MatrixView qv = q.view(T, hl * hd);
+  WorkBuffer q_all;
   if (dcp) {
-    ASSIGN_OR_RETURN(WorkBuffer q_all, ws.Take(T * d.num_heads * hd));
+    ASSIGN_OR_RETURN(q_all, ws.Take(T * d.num_heads * hd));
     RETURN_IF_ERROR(
         GatherHeads(ctx, q.view(T, hl * hd), q_all.view(T, d.num_heads * hd)));
     qv = q_all.view(T, heads * hd);
@@ -234,32 +525,115 @@ absl::Status AttentionForward(const LayerContext& ctx,
   ASSIGN_OR_RETURN(WorkBuffer o_att, ws.Take(T * heads * hd));
   ASSIGN_OR_RETURN(WorkBuffer lse, ws.Take(T * heads));
 
+  const int src = d.CacheSource(layer);
   int64_t t0 = 0;
   for (size_t ci = 0; ci < batch.input.chunks.size(); ++ci) {
     const SequenceChunk& c = batch.input.chunks[ci];
-    SequenceState::LayerState& ls = batch.seqs[ci]->layers[layer];
+    SequenceState& seq = *batch.seqs[ci];
+    SequenceState::LayerState& ls = seq.layers[layer];
     const int64_t n = static_cast<int64_t>(c.tokens.size());
     const int64_t p0 = c.start_position;
-    int64_t n_entries = 0;  // This rank's entries after the chunk.
-    if (r > 0) {
-      ASSIGN_OR_RETURN(n_entries, CompressChunk(ctx, *w.compressor, r, cache,
-                                                ls, ckv.view(T, hd),
-                                                cscore.view(T, hd), t0, p0, n));
+    auto owned = [&](int64_t e) { return ctx.dcp.OwnsEntry(e); };
+    if (comp != nullptr) {
+      const bool keys_here = v41 && w.index_wk != nullptr;
+      RETURN_IF_ERROR(CompressChunk(
+          ctx, *comp, cache, ls.state, ckv.view(T, comp->width()),
+          cscore.view(T, comp->width()), t0, p0, n, owned,
+          [&](int64_t first, int64_t count, MatrixView e) -> absl::Status {
+            if (keys_here) {
+              // V4.1 index keys: k_norm(wk(entry before RoPE)), rotated.
+              Workspace::Scope keys_scope(ws);
+              ASSIGN_OR_RETURN(WorkBuffer k, ws.Take(count * dI));
+              backend.Linear(e, *w.index_wk, k.view(count, dI));
+              backend.RmsNorm(k.view(count, dI), w.index_k_norm->data(),
+                              d.rms_norm_eps, k.view(count, dI));
+              backend.Rope(k.view(count, dI), static_cast<int>(dI), d.rope_dim,
+                           w.rope, EntryPositions(first, count, r), fwd);
+              RETURN_IF_ERROR(StoreEntries(ctx, cache, ls.index_keys, first,
+                                           k.view(count, dI)));
+            }
+            backend.Rope(e, static_cast<int>(hd), d.rope_dim, w.rope,
+                         EntryPositions(first, count, r), fwd);
+            return StoreEntries(ctx, cache, ls.entries, first, e);
+          }));
     }
+    if (icomp != nullptr) {
+      RETURN_IF_ERROR(CompressChunk(
+          ctx, *icomp, cache, ls.index_state, ikv.view(T, icomp->width()),
+          iscore.view(T, icomp->width()), t0, p0, n, owned,
+          [&](int64_t first, int64_t count, MatrixView e) -> absl::Status {
+            backend.Rope(e, static_cast<int>(dI), d.rope_dim, w.rope,
+                         EntryPositions(first, count, r), fwd);
+            return StoreEntries(ctx, cache, ls.index_keys, first, e);
+          }));
+    }
+    // Which entries each query attends.
+    std::vector<std::vector<int32_t>> selected;
+    StepSelections::Chunk& sc = shared.chunks[ci];
+    if (r > 0) {
+      const int64_t total = (p0 + n) / r;
+      if (w.indexer != nullptr) {
+        const std::vector<int32_t>& key_blocks =
+            seq.layers[v41 ? src : layer].index_keys;
+        std::vector<float> scores;
+        RETURN_IF_ERROR(ChunkIndexScores(ctx, cache, key_blocks,
+                                         qi.view(T, hI * dI), wi.view(T, hI),
+                                         t0, n, total, scores));
+        const bool is_candidate_source =
+            v41 && layer == d.candidate_source_layer;
+        const bool uses_candidates = v41 && d.candidate_source_layer >= 0 &&
+                                     d.candidate_source_layer < layer;
+        if (is_candidate_source) sc.candidate_blocks.assign(n, {});
+        selected.resize(n);
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t visible = (p0 + j + 1) / r;
+          const absl::Span<const float> row(scores.data() + j * total, total);
+          if (is_candidate_source) {
+            sc.candidate_blocks[j] = SelectCandidateBlocks(
+                row, visible, d.candidate_topk_blocks, d.candidate_block_size);
+          }
+          const std::vector<int32_t>* cand =
+              uses_candidates && sc.has_candidates ? &sc.candidate_blocks[j]
+                                                   : nullptr;
+          selected[j] = SelectEntries(row, visible, d.index_topk, cand,
+                                      d.candidate_block_size);
+        }
+        if (is_candidate_source) sc.has_candidates = true;
+        sc.selected = selected;
+        sc.has_selection = true;
+      } else if (v41) {
+        if (!sc.has_selection) {
+          return absl::InternalError(absl::StrCat(
+              "layer ", layer, " reuses a selection no index source made"));
+        }
+        selected = sc.selected;
+      } else {
+        // V4 without an indexer: every visible entry.
+        selected.resize(n);
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t visible = (p0 + j + 1) / r;
+          selected[j].resize(visible);
+          std::iota(selected[j].begin(), selected[j].end(), 0);
+        }
+      }
+    }
+    const std::vector<int32_t>* entry_blocks =
+        r > 0 ? &seq.layers[src].entries : nullptr;
     RETURN_IF_ERROR(ChunkAttention(
-        ctx, w, r, cache, ls, n_entries, t0, p0, n, qv, heads, kv.view(T, hd),
-        o_att.view(T, heads * hd), lse.view(T, heads)));
+        ctx, w, cache, ls, entry_blocks, selected, t0, p0, n, qv, heads,
+        kv.view(T, hd), o_att.view(T, heads * hd), lse.view(T, heads)));
     t0 += n;
   }
   MatrixView o = o_att.view(T, hl * hd);
+  WorkBuffer mine;
   if (dcp) {
-    ASSIGN_OR_RETURN(WorkBuffer mine, ws.Take(T * hl * hd));
+    ASSIGN_OR_RETURN(mine, ws.Take(T * hl * hd));
     RETURN_IF_ERROR(MergeAttention(
         backend, *ctx.comm, ws, o_att.view(T, heads * hd), lse.view(T, heads),
         w.attn_sink->data(), mine.view(T, hl * hd)));
     o = mine.view(T, hl * hd);
   }
-  backend.Rope(o, static_cast<int>(hd), d.rope_dim, d.rope_theta, positions,
+  backend.Rope(o, static_cast<int>(hd), d.rope_dim, w.rope, positions,
                gpu::Backend::RopeDirection::kInverse);
   RETURN_IF_ERROR(OutputProjection(ctx, w, o, out));
   return ctx.AllReduce(out);

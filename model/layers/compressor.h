@@ -2,46 +2,78 @@
 #define MNEME_MODEL_LAYERS_COMPRESSOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "gpu/backend.h"
 #include "model/kv_cache.h"
 #include "model/layers/layer_context.h"
-#include "model/step_io.h"
 #include "model/weight_loader.h"
 
 namespace mneme::model {
 
-// The reference's Compressor: every `ratio` tokens of a layer with
-// compress_ratio > 0 become one compressed attention entry, a softmax pool
-// of their projections (plus a learned position bias), normalised and
-// rotated to the block's first position.
+// The official Compressor: every `ratio` tokens become one compressed entry,
+// a per-channel softmax pool of their projections wkv(x) weighted by
+// wgate(x) (+ the position bias ape[t mod ratio] where the release has
+// one), then RMSNorm. Variants:
+//  - V4, ratio 4 ("overlap"): wkv / wgate are [2 dim, D]; an entry pools 8
+//    slots per channel, the previous block's tokens at the first half of the
+//    channels and this block's at the second half (the previous slots are
+//    empty for block 0).
+//  - V4, other ratios, and V4.1 ratios > 1: wkv / wgate [dim, D], the block's
+//    own tokens.
+//  - V4.1 ratio 1: no gate, the entry is norm(wkv(x)).
+// The caller rotates and stores the entries.
 struct CompressorWeights {
-  std::unique_ptr<gpu::Weight> wkv, wgate;
-  std::unique_ptr<gpu::Buffer> ape, norm;
+  int ratio = 0;
+  bool overlap = false;
+  int64_t dim = 0;
+  std::unique_ptr<gpu::Weight> wkv, wgate;  // wgate null for ratio 1.
+  std::unique_ptr<gpu::Buffer> ape;         // [ratio, c * dim] or null.
+  std::unique_ptr<gpu::Buffer> norm;
+
+  // Projection width per token: 2 dim with overlap, else dim.
+  int64_t width() const { return overlap ? 2 * dim : dim; }
+  // Pool rows (KvCache rows of at least `dim` floats) of the per-sequence
+  // state: the tokens of the incomplete block (and with overlap the
+  // previous block), projections and scores.
+  int64_t StateRows() const;
 };
-// Loads `prefix` ("layers.<l>.attn.compressor.")wkv, wgate, ape, norm.weight.
+
+// Loads `prefix` ("layers.<l>.attn.compressor.") wkv, wgate (ratio > 1),
+// ape (with_ape), norm.weight.
 absl::StatusOr<CompressorWeights> LoadCompressorWeights(
     WeightLoader& load, const std::string& prefix, const ModelDims& dims,
-    int ratio);
+    int ratio, int64_t dim, bool overlap, bool with_ape);
 
-// The compressor's projections of xn [T, D]: kv and score, [T, head_dim]
-// each.
-void CompressorProject(const LayerContext& ctx, const CompressorWeights& w,
-                       gpu::ConstMatrixView xn, gpu::MatrixView kv,
-                       gpu::MatrixView score);
+// The projections of xn [T, D] at `positions`: kv = wkv(xn) and score =
+// wgate(xn) + ape[position mod ratio], [T, width()] each (score untouched
+// for ratio 1).
+absl::Status CompressorProject(const LayerContext& ctx,
+                               const CompressorWeights& w,
+                               gpu::ConstMatrixView xn,
+                               absl::Span<const int32_t> positions,
+                               gpu::MatrixView kv, gpu::MatrixView score);
 
-// Feeds one chunk to the compressor token by token: rows [t0, t0 + n) of kv
-// and score, positions [p0, p0 + n). The partial block lives in
-// state.partial; each completed block becomes an entry in state.entries if
-// this rank owns it (ctx.dcp), whose blocks the caller reserved. Returns
-// this rank's entry count after the chunk.
-absl::StatusOr<int64_t> CompressChunk(
-    const LayerContext& ctx, const CompressorWeights& w, int ratio,
-    KvCache& cache, SequenceState::LayerState& state, gpu::ConstMatrixView kv,
-    gpu::ConstMatrixView score, int64_t t0, int64_t p0, int64_t n);
+// Receives completed entries: `count` consecutive entries starting at entry
+// index `first`, normalised, [count, dim] (before RoPE).
+using EntrySink = std::function<absl::Status(int64_t first, int64_t count,
+                                             gpu::MatrixView entries)>;
+
+// Feeds one chunk to the compressor: rows [t0, t0 + n) of kv and score,
+// positions [p0, p0 + n). The incomplete block is kept in the pool rows
+// `state` (StateRows() of them, reserved by the caller); entries that
+// `want(e)` are pooled and handed to `sink` in order.
+absl::Status CompressChunk(const LayerContext& ctx, const CompressorWeights& w,
+                           KvCache& cache, const std::vector<int32_t>& state,
+                           gpu::ConstMatrixView kv, gpu::ConstMatrixView score,
+                           int64_t t0, int64_t p0, int64_t n,
+                           const std::function<bool(int64_t)>& want,
+                           const EntrySink& sink);
 
 }  // namespace mneme::model
 

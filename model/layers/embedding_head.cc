@@ -30,7 +30,13 @@ absl::StatusOr<EmbeddingHeadWeights> LoadEmbeddingHeadWeights(
   ASSIGN_OR_RETURN(w.embed, load.Linear("embed", dims.vocab_size, D, rows));
   ASSIGN_OR_RETURN(w.head, load.Linear("head", dims.vocab_size, D, rows));
   ASSIGN_OR_RETURN(w.norm, load.Vector("norm.weight", {D}));
-  ASSIGN_OR_RETURN(w.hc_head, LoadHcHeadWeights(load, dims));
+  if (!dims.IsV41()) {
+    ASSIGN_OR_RETURN(w.hc_head, LoadHcHeadWeights(load, dims));
+  } else if (load.Has("hc_head_fn")) {
+    return absl::InvalidArgumentError(
+        "hc_head_fn: DeepSeek-V4.1 has no head hyper-connection (a V4 "
+        "checkpoint with model_type deepseek_v41?)");
+  }
   return w;
 }
 
@@ -52,7 +58,8 @@ absl::Status Embed(const LayerContext& ctx, const EmbeddingHeadWeights& w,
 
 absl::Status Head(const LayerContext& ctx, const EmbeddingHeadWeights& w,
                   const VocabShard& vocab, const StepInput& input,
-                  gpu::ConstMatrixView stream, StepOutput& out) {
+                  gpu::ConstMatrixView stream, gpu::ConstMatrixView final_pre,
+                  StepOutput& out) {
   const ModelDims& d = ctx.dims;
   gpu::Backend& backend = ctx.backend;
   const int64_t D = d.hidden_size, hc = d.hc_mult, V = d.vocab_size;
@@ -79,7 +86,14 @@ absl::Status Head(const LayerContext& ctx, const EmbeddingHeadWeights& w,
   ASSIGN_OR_RETURN(WorkBuffer xs, ctx.workspace.Take(R * hc * D));
   backend.GatherRows(stream, rows, xs.view(R, hc * D));
   ASSIGN_OR_RETURN(WorkBuffer xh, ctx.workspace.Take(R * D));
-  HcHead(ctx, w.hc_head, xs.view(R, hc * D), xh.view(R, D));
+  if (d.IsV41()) {
+    ASSIGN_OR_RETURN(WorkBuffer pre, ctx.workspace.Take(R * hc));
+    backend.GatherRows(final_pre, rows, pre.view(R, hc));
+    backend.HcCollapse(xs.view(R, hc * D), pre.view(R, hc),
+                       static_cast<int>(hc), xh.view(R, D));
+  } else {
+    HcHead(ctx, w.hc_head, xs.view(R, hc * D), xh.view(R, D));
+  }
   backend.RmsNorm(xh.view(R, D), w.norm->data(), d.rms_norm_eps, xh.view(R, D));
   ASSIGN_OR_RETURN(WorkBuffer local, ctx.workspace.Take(R * vocab.rows));
   backend.Linear(xh.view(R, D), *w.head, local.view(R, vocab.rows));

@@ -26,8 +26,10 @@ struct VocabShard {
 absl::StatusOr<VocabShard> ShardVocabulary(int64_t vocab_size, int tp_rank,
                                            int tp_size);
 
-// The reference's embed, norm, head and hc_head: the vocabulary-sharded
-// embedding and output head, the final norm and the head's hyper-connection.
+// The reference's embed, norm, head and (V4) hc_head: the
+// vocabulary-sharded embedding and output head, the final norm and the
+// head's hyper-connection. V4.1 has no hc_head: the final stream is
+// collapsed with the last layer's FFN mix (see Head).
 struct EmbeddingHeadWeights {
   std::unique_ptr<gpu::Weight> embed, head;
   std::unique_ptr<gpu::Buffer> norm;
@@ -44,10 +46,13 @@ absl::Status Embed(const LayerContext& ctx, const EmbeddingHeadWeights& w,
 
 // The logits each chunk asks for (SequenceChunk::logits) from the final
 // stream [T, hc * D], into out.logits (one entry per chunk, already sized).
-// Collective with tp_size > 1; errors are the communicator's.
+// V4 collapses the copies with hc_head; V4.1 with `final_pre` [T, hc] (the
+// last layer's FFN pre mix; unused for V4). Collective with tp_size > 1;
+// errors are the communicator's.
 absl::Status Head(const LayerContext& ctx, const EmbeddingHeadWeights& w,
                   const VocabShard& vocab, const StepInput& input,
-                  gpu::ConstMatrixView stream, StepOutput& out);
+                  gpu::ConstMatrixView stream, gpu::ConstMatrixView final_pre,
+                  StepOutput& out);
 
 }  // namespace mneme::model
 

@@ -9,7 +9,6 @@ absl::StatusOr<HcWeights> LoadHc(WeightLoader& load, const std::string& prefix,
                                  int64_t rows, int64_t scales,
                                  const ModelDims& dims) {
   HcWeights w;
-  if (dims.hc_mult == 1) return w;
   const int64_t hc = dims.hc_mult, D = dims.hidden_size;
   ASSIGN_OR_RETURN(w.fn, load.FloatMatrix(prefix + "_fn", rows, hc * D));
   ASSIGN_OR_RETURN(w.base, load.Vector(prefix + "_base", {rows}));
@@ -36,30 +35,33 @@ absl::StatusOr<HcScratch> TakeHcScratch(Workspace& workspace, int64_t tokens,
   const int64_t hc = dims.hc_mult;
   HcScratch s;
   ASSIGN_OR_RETURN(s.x, workspace.Take(tokens * dims.hidden_size));
+  ASSIGN_OR_RETURN(s.pre, workspace.Take(tokens * hc));
   ASSIGN_OR_RETURN(s.post, workspace.Take(tokens * hc));
   ASSIGN_OR_RETURN(s.comb, workspace.Take(tokens * hc * hc));
   return s;
 }
 
-gpu::MatrixView HcPre(const LayerContext& ctx, const HcWeights& w,
-                      gpu::MatrixView stream, const HcScratch& scratch) {
+void HcMix(const LayerContext& ctx, const HcWeights& w,
+           gpu::ConstMatrixView stream, const HcScratch& scratch) {
   const ModelDims& d = ctx.dims;
   const int64_t T = stream.rows, hc = d.hc_mult;
-  if (hc == 1) return stream;
-  ctx.backend.HcPre(stream, *w.fn, w.base->data(), w.scale->data(),
+  ctx.backend.HcMix(stream, *w.fn, w.base->data(), w.scale->data(),
                     static_cast<int>(hc), d.hc_sinkhorn_iters, d.hc_eps,
-                    scratch.x.view(T, d.hidden_size), scratch.post.view(T, hc),
-                    scratch.comb.view(T, hc * hc));
-  return scratch.x.view(T, d.hidden_size);
+                    d.rms_norm_eps, scratch.pre.view(T, hc),
+                    scratch.post.view(T, hc), scratch.comb.view(T, hc * hc));
+}
+
+gpu::MatrixView HcCollapse(const LayerContext& ctx, gpu::ConstMatrixView stream,
+                           gpu::ConstMatrixView pre, const HcScratch& scratch) {
+  const int64_t T = stream.rows;
+  const gpu::MatrixView x = scratch.x.view(T, ctx.dims.hidden_size);
+  ctx.backend.HcCollapse(stream, pre, ctx.dims.hc_mult, x);
+  return x;
 }
 
 void HcPost(const LayerContext& ctx, gpu::ConstMatrixView a,
             const HcScratch& scratch, gpu::MatrixView stream) {
   const int64_t T = stream.rows, hc = ctx.dims.hc_mult;
-  if (hc == 1) {
-    ctx.backend.Add(stream, a, stream);
-    return;
-  }
   ctx.backend.HcPost(a, scratch.post.view(T, hc), scratch.comb.view(T, hc * hc),
                      static_cast<int>(hc), stream);
 }
@@ -67,10 +69,6 @@ void HcPost(const LayerContext& ctx, gpu::ConstMatrixView a,
 void HcHead(const LayerContext& ctx, const HcWeights& w,
             gpu::ConstMatrixView xs, gpu::MatrixView x) {
   const int64_t hc = ctx.dims.hc_mult;
-  if (hc == 1) {
-    ctx.backend.CopyColumns(xs, 0, x);
-    return;
-  }
   ctx.backend.HcHead(xs, *w.fn, w.base->data(), w.scale->data(),
                      static_cast<int>(hc), ctx.dims.hc_eps, x);
 }

@@ -14,9 +14,11 @@
 namespace mneme::model {
 
 // Hyper-connections (the reference's hc_pre / hc_post / hc_head): the
-// residual stream holds hc_mult copies of each token, mixed before and after
-// every sub-layer. With hc_mult == 1 the same calls are a plain residual
-// (the stream is the hidden state; no weights).
+// residual stream holds hc_mult (>= 2) copies of each token, mixed before
+// and after every sub-layer. V4 collapses the copies before a sub-layer with
+// that sub-layer's own pre mix; V4.1 with the mix the previous sub-layer
+// computed (the staggered single pass: attention uses the previous layer's
+// FFN mix, the FFN this layer's attention mix, layer 0 copy 0).
 //
 // The weights of one mixing point: fn [rows, hc * D], base [rows], scale.
 struct HcWeights {
@@ -26,7 +28,6 @@ struct HcWeights {
 
 // Loads `prefix`_fn, `prefix`_base and `prefix`_scale of a sub-layer's
 // mixing ((2 + hc) * hc rows, 3 scales), e.g. prefix "layers.0.hc_attn".
-// Nothing (null members) when dims.hc_mult == 1.
 absl::StatusOr<HcWeights> LoadHcSublayerWeights(WeightLoader& load,
                                                 const std::string& prefix,
                                                 const ModelDims& dims);
@@ -34,17 +35,22 @@ absl::StatusOr<HcWeights> LoadHcSublayerWeights(WeightLoader& load,
 absl::StatusOr<HcWeights> LoadHcHeadWeights(WeightLoader& load,
                                             const ModelDims& dims);
 
-// The per-step buffers of the mixing ([T, D], [T, hc], [T, hc * hc]).
+// The per-step buffers of the mixing ([T, D], [T, hc], [T, hc], [T, hc *
+// hc]).
 struct HcScratch {
-  WorkBuffer x, post, comb;
+  WorkBuffer x, pre, post, comb;
 };
 absl::StatusOr<HcScratch> TakeHcScratch(Workspace& workspace, int64_t tokens,
                                         const ModelDims& dims);
 
-// Before a sub-layer: the sub-layer's input [T, D] from the stream [T, hc *
-// D] (the stream itself when hc == 1).
-gpu::MatrixView HcPre(const LayerContext& ctx, const HcWeights& w,
-                      gpu::MatrixView stream, const HcScratch& scratch);
+// Before a sub-layer: its mix (scratch.pre, .post, .comb) from the stream
+// [T, hc * D].
+void HcMix(const LayerContext& ctx, const HcWeights& w,
+           gpu::ConstMatrixView stream, const HcScratch& scratch);
+// The sub-layer's input scratch.x [T, D]: the copies of the stream weighted
+// by pre [T, hc].
+gpu::MatrixView HcCollapse(const LayerContext& ctx, gpu::ConstMatrixView stream,
+                           gpu::ConstMatrixView pre, const HcScratch& scratch);
 // After a sub-layer with output a [T, D]: folds it into the stream.
 void HcPost(const LayerContext& ctx, gpu::ConstMatrixView a,
             const HcScratch& scratch, gpu::MatrixView stream);

@@ -1,5 +1,8 @@
 #include "model/layers/moe.h"
 
+#include <cmath>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -7,16 +10,34 @@ namespace mneme::model {
 
 absl::StatusOr<MoeWeights> LoadMoeWeights(WeightLoader& load,
                                           const std::string& prefix,
-                                          const ModelDims& dims, int tp_rank,
-                                          int tp_size) {
+                                          const ModelDims& dims, int layer,
+                                          int tp_rank, int tp_size) {
   const int64_t D = dims.hidden_size, I = dims.moe_intermediate;
   const int n = tp_size, rank = tp_rank;
   const std::string& f = prefix;
   MoeWeights w;
   ASSIGN_OR_RETURN(w.gate, load.Linear(f + "gate", dims.num_experts, D));
-  if (load.Has(f + "gate.bias")) {
+  const bool hash = !dims.IsV41() && layer < dims.num_hash_layers;
+  if (hash) {
+    const int64_t k = dims.experts_per_token;
+    ASSIGN_OR_RETURN(std::vector<int64_t> table,
+                     load.Integers(f + "gate.tid2eid", {dims.vocab_size, k}));
+    w.tid2eid.resize(table.size());
+    for (size_t i = 0; i < table.size(); ++i) {
+      if (table[i] < 0 || table[i] >= dims.num_experts) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(f, "gate.tid2eid: entry ", i, " (", table[i],
+                         ") is not an expert in [0, ", dims.num_experts, ")"));
+      }
+      w.tid2eid[i] = static_cast<int32_t>(table[i]);
+    }
+  } else {
     ASSIGN_OR_RETURN(w.gate_bias,
                      load.Vector(f + "gate.bias", {dims.num_experts}));
+  }
+  if (load.Has(f + "gate.bias_vl")) {
+    RETURN_IF_ERROR(load.Check(f + "gate.bias_vl", {checkpoint::DType::kF32},
+                               {dims.num_experts}));
   }
   const int64_t experts_local = dims.num_experts / n;
   w.experts.resize(experts_local);
@@ -44,7 +65,27 @@ absl::StatusOr<MoeWeights> LoadMoeWeights(WeightLoader& load,
   return w;
 }
 
+absl::Status CheckDraftMoe(const WeightLoader& load, const std::string& prefix,
+                           const ModelDims& dims, int experts) {
+  const int64_t D = dims.hidden_size, I = dims.moe_intermediate;
+  const std::string& f = prefix;
+  RETURN_IF_ERROR(load.CheckLinear(f + "gate", experts, D));
+  RETURN_IF_ERROR(
+      load.Check(f + "gate.bias", {checkpoint::DType::kF32}, {experts}));
+  for (int e = 0; e < experts; ++e) {
+    const std::string x = absl::StrCat(f, "experts.", e, ".");
+    RETURN_IF_ERROR(load.CheckLinear(x + "w1", I, D));
+    RETURN_IF_ERROR(load.CheckLinear(x + "w3", I, D));
+    RETURN_IF_ERROR(load.CheckLinear(x + "w2", D, I));
+  }
+  const std::string x = f + "shared_experts.";
+  RETURN_IF_ERROR(load.CheckLinear(x + "w1", I, D));
+  RETURN_IF_ERROR(load.CheckLinear(x + "w3", I, D));
+  return load.CheckLinear(x + "w2", D, I);
+}
+
 absl::Status MoeForward(const LayerContext& ctx, const MoeWeights& w,
+                        absl::Span<const int32_t> tokens,
                         gpu::ConstMatrixView xn, gpu::MatrixView out) {
   const ModelDims& d = ctx.dims;
   const int64_t T = xn.rows, E = d.num_experts, k = d.experts_per_token;
@@ -54,10 +95,31 @@ absl::Status MoeForward(const LayerContext& ctx, const MoeWeights& w,
     Workspace::Scope scope(ctx.workspace);
     ASSIGN_OR_RETURN(WorkBuffer logits, ctx.workspace.Take(T * E));
     ctx.backend.Linear(xn, *w.gate, logits.view(T, E));
-    ctx.backend.MoeRoute(logits.view(T, E),
-                         w.gate_bias ? w.gate_bias->data() : nullptr,
-                         static_cast<int>(k), d.routed_scaling,
-                         absl::MakeSpan(ids), absl::MakeSpan(weights));
+    if (!w.tid2eid.empty()) {
+      // Hash routing: the token's experts, weighted by their normalised
+      // sqrt-softplus scores.
+      std::vector<float> host(T * E);
+      ctx.backend.CopyToHost(logits.data(), absl::MakeSpan(host));
+      for (int64_t t = 0; t < T; ++t) {
+        double sum = 0.0;
+        for (int64_t i = 0; i < k; ++i) {
+          const int32_t e = w.tid2eid[tokens[t] * k + i];
+          const double x = host[t * E + e];
+          const double s = std::sqrt(x > 20.0 ? x : std::log1p(std::exp(x)));
+          ids[t * k + i] = e;
+          weights[t * k + i] = static_cast<float>(s);
+          sum += s;
+        }
+        for (int64_t i = 0; i < k; ++i) {
+          weights[t * k + i] =
+              static_cast<float>(weights[t * k + i] / sum * d.routed_scaling);
+        }
+      }
+    } else {
+      ctx.backend.MoeRoute(logits.view(T, E), w.gate_bias->data(),
+                           static_cast<int>(k), d.routed_scaling,
+                           absl::MakeSpan(ids), absl::MakeSpan(weights));
+    }
   }
   const int64_t local = static_cast<int64_t>(w.experts.size());
   const int64_t first = ctx.tp_rank * local;

@@ -25,23 +25,34 @@ struct ExpertWeights {
 // 0).
 struct MoeWeights {
   std::unique_ptr<gpu::Weight> gate;
-  std::unique_ptr<gpu::Buffer> gate_bias;  // May be null.
-  std::vector<ExpertWeights> experts;      // This rank's, by local index.
-  ExpertWeights shared;                    // Null members: none here.
+  std::unique_ptr<gpu::Buffer> gate_bias;  // Null on hash layers.
+  // V4 hash layers: the experts of each token id, [vocab_size *
+  // experts_per_token] (ffn.gate.tid2eid).
+  std::vector<int32_t> tid2eid;
+  std::vector<ExpertWeights> experts;  // This rank's, by local index.
+  ExpertWeights shared;                // Null members: none here.
 };
 
-// Loads `prefix` ("layers.<l>.ffn.")gate, gate.bias (if present),
-// experts.<e>.w{1,3,2} and shared_experts.w{1,3,2}.
+// Loads `prefix` ("layers.<l>.ffn.") of main layer `layer`: gate, gate.bias
+// (or on V4 hash layers gate.tid2eid; V4.1's image-token bias gate.bias_vl is
+// checked and not used), experts.<e>.w{1,3,2} and shared_experts.w{1,3,2}.
 absl::StatusOr<MoeWeights> LoadMoeWeights(WeightLoader& load,
                                           const std::string& prefix,
-                                          const ModelDims& dims, int tp_rank,
-                                          int tp_size);
+                                          const ModelDims& dims, int layer,
+                                          int tp_rank, int tp_size);
+
+// Checks the headers of a draft layer's MoE (`prefix` "mtp.<s>.ffn.") with
+// `experts` routed experts, without loading it.
+absl::Status CheckDraftMoe(const WeightLoader& load, const std::string& prefix,
+                           const ModelDims& dims, int experts);
 
 // out [T, D] += the MoE of xn [T, D] (summed over the group): `out` must be
 // zero on entry (the experts accumulate into it). Errors are the
 // communicator's or the workspace's.
+// `ids` are the step's token ids (for hash routing).
 absl::Status MoeForward(const LayerContext& ctx, const MoeWeights& w,
-                        gpu::ConstMatrixView xn, gpu::MatrixView out);
+                        absl::Span<const int32_t> ids, gpu::ConstMatrixView xn,
+                        gpu::MatrixView out);
 
 }  // namespace mneme::model
 

@@ -99,10 +99,11 @@ TEST_P(NormsRopeTest, RopeMatchesReferenceAndInverts) {
       }
     }
     Mat xm = Upload(x, c.tokens, cols);
-    backend_->Rope(xm.view, c.head_dim, c.rope_dim, theta, positions,
+    const std::vector<double> freqs = RopeInverseFrequencies(theta, c.rope_dim);
+    backend_->Rope(xm.view, c.head_dim, c.rope_dim, freqs, positions,
                    Backend::RopeDirection::kForward);
     ExpectAllNear(Download(xm), ref, 1e-5);
-    backend_->Rope(xm.view, c.head_dim, c.rope_dim, theta, positions,
+    backend_->Rope(xm.view, c.head_dim, c.rope_dim, freqs, positions,
                    Backend::RopeDirection::kInverse);
     ExpectAllNear(Download(xm), std::vector<double>(x.begin(), x.end()), 1e-5);
   }
