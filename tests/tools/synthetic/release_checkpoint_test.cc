@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -474,6 +475,85 @@ std::vector<int64_t> EngramRows(const nlohmann::json& text_config) {
   return text_config["engram_num_embeddings"].get<std::vector<int64_t>>();
 }
 
+// The 82 key patterns of the released V4-Flash model.safetensors.index.json
+// (layer, expert and w1..w3 numbers replaced by 0), as MODEL_V4.md [HD]
+// cites them.
+std::set<std::string> V4FlashKeyPatterns() {
+  std::set<std::string> p = {"embed.weight",  "hc_head_base", "hc_head_fn",
+                             "hc_head_scale", "head.weight",  "norm.weight"};
+  const char* block[] = {"attn.attn_sink",
+                         "attn.kv_norm.weight",
+                         "attn.q_norm.weight",
+                         "attn.wkv.scale",
+                         "attn.wkv.weight",
+                         "attn.wo_a.scale",
+                         "attn.wo_a.weight",
+                         "attn.wo_b.scale",
+                         "attn.wo_b.weight",
+                         "attn.wq_a.scale",
+                         "attn.wq_a.weight",
+                         "attn.wq_b.scale",
+                         "attn.wq_b.weight",
+                         "attn_norm.weight",
+                         "ffn.experts.0.w0.scale",
+                         "ffn.experts.0.w0.weight",
+                         "ffn.gate.bias",
+                         "ffn.gate.weight",
+                         "ffn.shared_experts.w0.scale",
+                         "ffn.shared_experts.w0.weight",
+                         "ffn_norm.weight",
+                         "hc_attn_base",
+                         "hc_attn_fn",
+                         "hc_attn_scale",
+                         "hc_ffn_base",
+                         "hc_ffn_fn",
+                         "hc_ffn_scale"};
+  for (const char* b : block) {
+    p.insert(absl::StrCat("layers.0.", b));
+    p.insert(absl::StrCat("mtp.0.", b));
+  }
+  for (const char* b :
+       {"attn.compressor.ape", "attn.compressor.norm.weight",
+        "attn.compressor.wgate.weight", "attn.compressor.wkv.weight",
+        "attn.indexer.compressor.ape", "attn.indexer.compressor.norm.weight",
+        "attn.indexer.compressor.wgate.weight",
+        "attn.indexer.compressor.wkv.weight",
+        "attn.indexer.weights_proj.weight", "attn.indexer.wq_b.scale",
+        "attn.indexer.wq_b.weight", "ffn.gate.tid2eid"}) {
+    p.insert(absl::StrCat("layers.0.", b));
+  }
+  for (const char* b :
+       {"e_proj.scale", "e_proj.weight", "enorm.weight", "h_proj.scale",
+        "h_proj.weight", "hc_head_base", "hc_head_fn", "hc_head_scale",
+        "hnorm.weight", "norm.weight"}) {
+    p.insert(absl::StrCat("mtp.0.", b));
+  }
+  return p;
+}
+
+std::set<std::string> KeyPatterns(const Written& got) {
+  std::set<std::string> out;
+  for (const auto& [name, w] : got.table) {
+    std::string p;
+    for (size_t i = 0; i < name.size(); ++i) {
+      // A number that is a whole dotted component, or follows "w" (w1..w3);
+      // "tid2eid" stays as it is.
+      if (std::isdigit(static_cast<unsigned char>(name[i])) && i > 0 &&
+          (name[i - 1] == '.' || name[i - 1] == 'w')) {
+        p += '0';
+        while (i + 1 < name.size() &&
+               std::isdigit(static_cast<unsigned char>(name[i + 1]))) {
+          ++i;
+        }
+      } else {
+        p += name[i];
+      }
+    }
+    out.insert(p);
+  }
+  return out;
+}
+
 // --- Tiny models ---
 
 TEST(ReleaseCheckpointTest, TinyV4FlashHasEveryReleasedTensor) {
@@ -482,6 +562,9 @@ TEST(ReleaseCheckpointTest, TinyV4FlashHasEveryReleasedTensor) {
   const Table want = TableBuilder(TinyV4(SyntheticVocabSize())).Build();
   EXPECT_EQ(want.size(), 792u);  // MODEL_V4.md §2: 792 tensors
   ExpectTable(got, want);
+  const std::set<std::string> patterns = V4FlashKeyPatterns();
+  EXPECT_EQ(patterns.size(), 82u);
+  EXPECT_EQ(KeyPatterns(got), patterns);
   const nlohmann::json c = ReadJson(dir + "/config.json");
   EXPECT_EQ(c["model_type"], "deepseek_v4");
   EXPECT_EQ(c["architectures"][0], "DeepseekV4ForCausalLM");
@@ -644,6 +727,7 @@ TEST(ReleaseCheckpointTest, FullShapesV4Flash) {
   const Written got = ReadCheckpoint(dir);
   ExpectTable(got, TableBuilder(FullV4()).Build());
   ExpectSparse(got);
+  EXPECT_EQ(KeyPatterns(got), V4FlashKeyPatterns());
   const nlohmann::json c = ReadJson(dir + "/config.json");
   EXPECT_EQ(c["vocab_size"], 129280);
   EXPECT_EQ(c["n_routed_experts"], 256);
