@@ -9,6 +9,7 @@ Usage:
        [--numpy-checkpoint])
       [--tokens 1,2,3 | --random-tokens N [--seed S]]
       [--max-new-tokens N] [--tolerance 2e-3] [--threads N]
+      [--mneme-arg=--chunk-tokens=7 ...]
 
 --make-checkpoint writes a tiny checkpoint with `mneme make-checkpoint
 --model --arch ARCH --out DIR` (or, with --numpy-checkpoint, with this
@@ -32,13 +33,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 
-def run_mneme(binary, checkpoint, tokens, new_tokens, threads):
+def run_mneme(binary, checkpoint, tokens, new_tokens, threads, extra=()):
     cmd = [binary, "run", "--checkpoint", checkpoint, "--tokens",
            ",".join(map(str, tokens)), "--prompt-logprobs", "--json",
            "--max-new-tokens", str(new_tokens), "--temperature", "0",
            "--ignore-eos"]
     if threads:
         cmd += ["--threads", str(threads)]
+    cmd += list(extra)
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed "
@@ -128,6 +130,9 @@ def main(argv=None):
     ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--tolerance", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--mneme-arg", action="append", default=[],
+                    help="extra argument for mneme run (repeatable), e.g. "
+                    "--mneme-arg=--chunk-tokens=7")
     a = ap.parse_args(argv)
     if not 0 <= a.max_new_tokens <= 256:
         ap.error("--max-new-tokens out of range")
@@ -161,7 +166,7 @@ def main(argv=None):
         import deepseek_reference
         ref = deepseek_reference.run(checkpoint, tokens, a.max_new_tokens)
         got = run_mneme(binary, checkpoint, tokens, a.max_new_tokens,
-                        a.threads)
+                        a.threads, a.mneme_arg)
     except (RuntimeError, ValueError, OSError) as e:
         print(f"ERROR: {e}")
         return 2

@@ -3,7 +3,8 @@
 forward passes (test-only), written from the official inference code:
 
 - V4:   DeepSeek-V4 `inference/model.py` (copy: Nicooo-Wang/DeepSeek-V4-Pro-code
-        @2074660, cited [P:line]) and the kernel semantics of
+        @2074660, whose forward code equals @0ec3a03; cited [P:line]) and the
+        kernel semantics of
         ../shared/docs/MODEL_V4.md section 4 (sparse_attn, hc_split_sinkhorn).
 - V4.1: DeepSeek-V4.1-Flash `inference/model.py` and `engram.py` (vendored in
         tenstorrent/tt-metal models/demos/deepseek_v3_d_p/reference/
@@ -101,8 +102,6 @@ class Config:
         block = q.get("weight_block_size") or ([32, 32] if self.v41
                                                else [128, 128])
         c["block"] = tuple(int(b) for b in block)
-        if not self.v41 and c["norm_eps"] is None:
-            c["norm_eps"] = 1e-6
         for k, v in c.items():
             setattr(self, k, v)
         need = ["dim", "n_layers", "n_heads", "head_dim", "rope_head_dim",
@@ -213,7 +212,7 @@ class Model:
         self.freqs = {}
         for i in range(c.n_layers):
             m = c.compress_ratios[i]
-            # [P:490-497]: YaRN and compress_rope_theta only when m > 0.
+            # [P:494-500]: YaRN and compress_rope_theta only when m > 0.
             if m:
                 self.freqs[i] = rope_freqs(c.rope_head_dim,
                                            c.compress_rope_theta, True, c)
@@ -282,10 +281,8 @@ class Model:
         """Gate [P:590-610] / [Q:Gate] and MoE [P:655-670]."""
         c = self.cfg
         logits = x @ self.V(pre + "ffn.gate.weight").T
-        if not c.v41:
-            pass
-        else:
-            logits = logits / c.gate_temp
+        if c.v41:
+            logits = logits / c.gate_temp  # [Q:Gate.forward]
         if c.score_func == "softmax":
             scores = softmax(logits, -1)
         elif c.score_func == "sigmoid":
@@ -315,7 +312,7 @@ class Model:
             if len(rows) == 0:
                 continue
             # `y[idx] += expert(...)` is a non-accumulating indexed write
-            # [P:668]: a repeated expert in one row counts once (with the
+            # [P:666]: a repeated expert in one row counts once (with the
             # weight of that row's first occurrence; equal values anyway).
             first = hit[rows].argmax(1)
             y[rows] += self.expert(f"{pre}ffn.experts.{e}", x[rows],
@@ -333,7 +330,7 @@ class Model:
         q = (qr @ self.W(pre + "attn.wq_b").T).reshape(
             x.shape[0], c.n_heads, c.head_dim)
         if not c.v41:
-            # [P:523]: per-head q re-normalisation (V4 only).
+            # [P:518]: per-head q re-normalisation (V4 only).
             q = q / np.sqrt(np.mean(q * q, -1, keepdims=True) + c.norm_eps)
         return qr, q
 
@@ -343,7 +340,7 @@ class Model:
 
     def attend(self, pre, i, q, keys, allowed, pos):
         """sparse_attn with the sink (MODEL_V4.md 4.3 step 6), the inverse
-        RoPE and the grouped output [P:541-563]. q [T, H, D], keys [N, D],
+        RoPE and the grouped output [P:554-563]. q [T, H, D], keys [N, D],
         allowed [T, N] bool."""
         c = self.cfg
         s = np.einsum("thd,nd->thn", q, keys) / np.sqrt(c.head_dim)
@@ -392,7 +389,7 @@ class Model:
 
     def v4_finish_entries(self, cpre, pooled, first_pos, i, rotate):
         """norm, RoPE at the block's first token, Hadamard for the indexer
-        [P:379-386]."""
+        [P:382-393]."""
         e = rms(pooled, self.V(cpre + "norm.weight"), self.cfg.norm_eps)
         e = rope(e, first_pos, self.freqs[i])
         if rotate:
@@ -404,7 +401,7 @@ class Model:
         qI = (qr @ self.W(pre + "attn.indexer.wq_b").T).reshape(
             qr.shape[0], c.index_n_heads, c.index_head_dim)
         qI = rope(qI, pos, self.freqs[i])
-        qI = qI @ hadamard(c.index_head_dim).T  # [P:436]
+        qI = qI @ hadamard(c.index_head_dim).T  # [P:434]
         w = (x @ self.V(pre + "attn.indexer.weights_proj.weight").T) * (
             c.index_head_dim ** -0.5 * c.index_n_heads ** -0.5)
         return qI, w
@@ -457,7 +454,7 @@ class Model:
         c = self.cfg
         tokens = np.asarray(tokens)
         e = self.V("embed.weight")[tokens]
-        X = np.repeat(e[:, None, :], c.hc_mult, 1)  # [P:830-832]
+        X = np.repeat(e[:, None, :], c.hc_mult, 1)  # [P:831]
         for i in range(c.n_layers):
             X = self.v4_block(i, X, tokens)
         return self.v4_head(X)
