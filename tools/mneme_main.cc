@@ -15,6 +15,7 @@
 #include "tools/cli/inspect_command.h"
 #include "tools/cli/localize_command.h"
 #include "tools/cli/make_checkpoint_command.h"
+#include "tools/cli/plan_command.h"
 #include "tools/cli/quantize_engram_command.h"
 #include "tools/cli/run_command.h"
 
@@ -48,7 +49,16 @@ constexpr char kUsage[] =
     "               [--threads N] [--tokens-per-step N] [--steps N] [--json]\n"
     "      Engram lookups driven by a realistic token stream; rows/s, p50/p99\n"
     "  inspect DIR\n"
-    "      tensors, dtypes, shapes, shards and the Engram configuration\n"
+    "      the architecture, its layer types, draft stages, Engram layers,\n"
+    "      expert format; tensors, dtypes, shapes, shards and the Engram\n"
+    "      configuration\n"
+    "  plan --checkpoint DIR --tp N [--dcp N] --kv-cache-bytes B [--json]\n"
+    "       [--kv-block-rows N] [--dcp-interleave N]\n"
+    "      from config.json and the tensor headers only: weight bytes per\n"
+    "      rank, KV bytes per token by layer type (the worker's fp32 pool and\n"
+    "      the release's compact storage), fixed bytes per sequence, and the\n"
+    "      KV pool in tokens and the longest sequence for B bytes per rank\n"
+    "      (B like 6GiB)\n"
     "  engram lookup --server ADDR --layer L (--ids I0,... | --tokens T0,...\n"
     "                [--context N]) [--encoding bf16|fp32] [--stream]\n"
     "      rows from a running engram store, one line per row\n"
@@ -122,6 +132,8 @@ int main(int argc, char** argv) {
         std::vector<std::string>(rest.begin() + 1, rest.end()), std::cout);
   } else if (command == "bench") {
     status = mneme::cli::RunBenchEngram(rest, std::cout);
+  } else if (command == "plan") {
+    status = mneme::cli::RunPlan(rest, std::cout);
   } else if (command == "inspect") {
     status = mneme::cli::RunInspect(rest, std::cout);
   } else if (command == "engram" && !rest.empty() && rest[0] == "lookup") {
