@@ -409,7 +409,15 @@ absl::StatusOr<ModelDims> LoadModelDims(const checkpoint::ModelConfig& config) {
   }
 
   // compress_ratios: one non-negative integer per layer and per draft
-  // layer (absent: all 0).
+  // layer (absent: all 0). The draft layers are counted from the list: the
+  // V4-Flash-0731 release writes num_nextn_predict_layers 1 next to three
+  // DSpark stages.
+  if (const nlohmann::json* cr = config.Find("compress_ratios");
+      cr != nullptr && cr->is_array() &&
+      static_cast<int>(cr->size()) > d.num_layers + d.num_draft_layers &&
+      d.dspark_block_size > 0) {
+    d.num_draft_layers = static_cast<int>(cr->size()) - d.num_layers;
+  }
   const int total_layers = d.num_layers + d.num_draft_layers;
   d.compress_ratios.assign(d.num_layers, 0);
   d.draft_compress_ratios.assign(d.num_draft_layers, 0);

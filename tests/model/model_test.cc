@@ -26,12 +26,13 @@
 #include "gpu/cpu/cpu_backend.h"
 #include "gpu/host_weight.h"
 #include "gtest/gtest.h"
+#include "model/layers/attention.h"
 #include "model/model_config.h"
 #include "model/weight_loader.h"
 #include "nlohmann/json.hpp"
 #include "services/worker/local_model.h"
 #include "tools/quant/expert_caster.h"
-#include "tools/synthetic/synthetic_checkpoint.h"
+#include "tools/synthetic/release_checkpoint.h"
 
 namespace mneme::model {
 namespace {
@@ -45,17 +46,29 @@ std::string TempDir(const std::string& name) {
   return absl::StrCat(getenv("TEST_TMPDIR"), "/", name);
 }
 
-// The tiny model, written once.
+std::string MakeTiny(synthetic::ReleaseArch arch, const std::string& name) {
+  const std::string dir = TempDir(name);
+  synthetic::ReleaseCheckpointOptions o;
+  o.out_dir = dir;
+  o.arch = arch;
+  o.seed = 3;
+  o.threads = 1;
+  const absl::Status st = synthetic::MakeReleaseCheckpoint(o);
+  EXPECT_TRUE(st.ok()) << st;
+  return dir;
+}
+
+// The tiny V4.1-Flash model, written once.
 const std::string& TinyCheckpoint() {
-  static const std::string* dir = [] {
-    auto* d = new std::string(TempDir("tiny"));
-    synthetic::SyntheticCheckpointOptions o = synthetic::TinyModelOptions();
-    o.out_dir = *d;
-    o.seed = 3;
-    const absl::Status st = synthetic::MakeSyntheticCheckpoint(o);
-    EXPECT_TRUE(st.ok()) << st;
-    return d;
-  }();
+  static const std::string* dir =
+      new std::string(MakeTiny(synthetic::ReleaseArch::kV41Flash, "tiny-v41"));
+  return *dir;
+}
+
+// The tiny V4-Flash model, written once.
+const std::string& TinyV4Checkpoint() {
+  static const std::string* dir =
+      new std::string(MakeTiny(synthetic::ReleaseArch::kV4Flash, "tiny-v4"));
   return *dir;
 }
 
@@ -119,21 +132,96 @@ absl::StatusOr<ModelDims> Dims(const std::string& text_config) {
   return LoadModelDims(**c);
 }
 
+// A V4 layout at miniature size (one window-only, one ratio-4 layer with an
+// indexer, one MTP layer).
 constexpr char kGoodConfig[] = R"({
+  "model_type": "deepseek_v4",
   "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
   "num_attention_heads": 8, "head_dim": 32, "qk_rope_head_dim": 8,
-  "q_lora_rank": 32, "o_lora_rank": 32, "o_groups": 4,
+  "q_lora_rank": 32, "o_lora_rank": 32, "o_groups": 4, "hc_mult": 4,
   "sliding_window": 8, "n_routed_experts": 8, "num_experts_per_tok": 2,
-  "moe_intermediate_size": 32, "compress_ratios": [0, 2]})";
+  "n_shared_experts": 1, "moe_intermediate_size": 32,
+  "num_nextn_predict_layers": 1, "compress_ratios": [0, 4, 0],
+  "index_n_heads": 4, "index_head_dim": 16, "index_topk": 4,
+  "num_hash_layers": 1, "rope_theta": 10000, "compress_rope_theta": 160000,
+  "rope_scaling": {"type": "yarn", "factor": 16,
+                   "original_max_position_embeddings": 65536,
+                   "beta_fast": 32, "beta_slow": 1}})";
+
+// The same in the official inference code's spelling.
+constexpr char kInferenceConfig[] = R"({
+  "vocab_size": 100, "dim": 64, "n_layers": 2,
+  "n_heads": 8, "head_dim": 32, "rope_head_dim": 8,
+  "q_lora_rank": 32, "o_lora_rank": 32, "o_groups": 4, "hc_mult": 4,
+  "window_size": 8, "n_routed_experts": 8, "n_activated_experts": 2,
+  "n_shared_experts": 1, "moe_inter_dim": 32,
+  "n_mtp_layers": 1, "compress_ratios": [0, 4, 0],
+  "index_n_heads": 4, "index_head_dim": 16, "index_topk": 4,
+  "n_hash_layers": 1, "rope_theta": 10000, "compress_rope_theta": 160000,
+  "original_seq_len": 65536, "rope_factor": 16, "beta_fast": 32,
+  "beta_slow": 1})";
 
 TEST(ModelDimsTest, ReadsKeysAndDefaults) {
   absl::StatusOr<ModelDims> d = Dims(kGoodConfig);
   ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->arch, Arch::kV4);
   EXPECT_EQ(d->hidden_size, 64);
-  EXPECT_EQ(d->compress_ratios, (std::vector<int>{0, 2}));
-  EXPECT_EQ(d->hc_mult, 1);
+  EXPECT_EQ(d->compress_ratios, (std::vector<int>{0, 4}));
+  EXPECT_EQ(d->draft_compress_ratios, (std::vector<int>{0}));
+  EXPECT_EQ(d->hc_mult, 4);
   EXPECT_EQ(d->fp8_block_rows, 128);
+  EXPECT_TRUE(d->HasIndexer(1));
+  EXPECT_FALSE(d->HasIndexer(0));
+  EXPECT_EQ(d->CacheSource(1), 1);
+  EXPECT_EQ(d->CacheSource(0), -1);
+  EXPECT_EQ(d->yarn.original_seq_len, 65536);
   EXPECT_TRUE(CheckTensorParallel(*d, 4).ok());
+}
+
+TEST(ModelDimsTest, TheInferenceSpellingReadsTheSame) {
+  absl::StatusOr<ModelDims> hf = Dims(kGoodConfig);
+  absl::StatusOr<ModelDims> inf = Dims(kInferenceConfig);
+  ASSERT_TRUE(hf.ok() && inf.ok()) << inf.status();
+  EXPECT_EQ(inf->hidden_size, hf->hidden_size);
+  EXPECT_EQ(inf->num_layers, hf->num_layers);
+  EXPECT_EQ(inf->sliding_window, hf->sliding_window);
+  EXPECT_EQ(inf->experts_per_token, hf->experts_per_token);
+  EXPECT_EQ(inf->num_hash_layers, hf->num_hash_layers);
+  EXPECT_EQ(inf->num_draft_layers, hf->num_draft_layers);
+  EXPECT_EQ(inf->yarn.original_seq_len, hf->yarn.original_seq_len);
+  EXPECT_EQ(inf->RopeFrequencies(1), hf->RopeFrequencies(1));
+}
+
+// YaRN on compressed layers only, with the official correction range:
+// V4-Flash (rope dim 64, base 160000) interpolates dims 15..25.
+TEST(ModelDimsTest, YarnOnCompressedLayersOnly) {
+  std::string text = kGoodConfig;
+  auto replace = [&](const std::string& from, const std::string& to) {
+    ASSERT_NE(text.find(from), std::string::npos) << from;
+    text.replace(text.find(from), from.size(), to);
+  };
+  replace("\"qk_rope_head_dim\": 8", "\"qk_rope_head_dim\": 64");
+  replace("\"head_dim\": 32", "\"head_dim\": 128");
+  replace("\"index_head_dim\": 16", "\"index_head_dim\": 64");
+  absl::StatusOr<ModelDims> d = Dims(text);
+  ASSERT_TRUE(d.ok()) << d.status();
+  const std::vector<double> plain = d->RopeFrequencies(0);
+  const std::vector<double> yarn = d->RopeFrequencies(1);
+  ASSERT_EQ(plain.size(), 32u);
+  for (int i = 0; i < 32; ++i) {
+    const double base = std::pow(160000.0, -2.0 * i / 64);
+    EXPECT_DOUBLE_EQ(plain[i], std::pow(10000.0, -2.0 * i / 64));
+    if (i <= 15) {
+      EXPECT_NEAR(yarn[i], base, 1e-15) << i;
+    }
+    if (i >= 25) {
+      EXPECT_NEAR(yarn[i], base / 16, 1e-15) << i;
+    }
+    if (i > 15 && i < 25) {
+      EXPECT_LT(yarn[i], base);
+      EXPECT_GT(yarn[i], base / 16);
+    }
+  }
 }
 
 TEST(ModelDimsTest, RejectsBadValuesNamingTheKey) {
@@ -144,19 +232,86 @@ TEST(ModelDimsTest, RejectsBadValuesNamingTheKey) {
       {"\"o_groups\": 4", "\"o_groups\": 3", "o_groups"},
       {"\"qk_rope_head_dim\": 8", "\"qk_rope_head_dim\": 40",
        "qk_rope_head_dim"},
-      {"\"compress_ratios\": [0, 2]", "\"compress_ratios\": [0]",
+      // One entry per main layer and one per draft layer.
+      {"\"compress_ratios\": [0, 4, 0]", "\"compress_ratios\": [0, 4]",
+       "compress_ratios"},
+      {"\"compress_ratios\": [0, 4, 0]", "\"compress_ratios\": [0, 4, 4]",
        "compress_ratios"},
       {"\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 9",
        "num_experts_per_tok"},
       {"\"hidden_size\": 64", "\"hidden_size\": -1", "hidden_size"},
       {"\"vocab_size\": 100, ", "", "vocab_size"},
+      {"\"hc_mult\": 4", "\"hc_mult\": 1", "hc_mult"},
+      {"\"model_type\": \"deepseek_v4\"", "\"model_type\": \"llama\"",
+       "model_type"},
+      {"\"index_topk\": 4", "\"index_topk\": 0", "index_n_heads"},
+      {"\"index_head_dim\": 16", "\"index_head_dim\": 64", "index_head_dim"},
+      {"\"n_shared_experts\": 1", "\"n_shared_experts\": 2",
+       "n_shared_experts"},
+      {"\"type\": \"yarn\"", "\"type\": \"linear\"", "rope_scaling"},
+      {"\"num_hash_layers\": 1", "\"num_hash_layers\": 3", "num_hash_layers"},
   };
   for (const Case& c : cases) {
     std::string text = kGoodConfig;
+    ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
     text.replace(text.find(c.from), c.from.size(), c.to);
     absl::StatusOr<ModelDims> d = Dims(text);
     EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << c.key;
     EXPECT_THAT(d.status().message(), HasSubstr(c.key));
+  }
+}
+
+// V4.1: consumers read the latest kv source of the same ratio, reuse the
+// latest index source's selection, and the candidate blocks must cover
+// index_topk.
+constexpr char kV41Config[] = R"({
+  "model_type": "deepseek_v41", "text_config": {
+  "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 6,
+  "num_attention_heads": 8, "head_dim": 32, "qk_rope_head_dim": 8,
+  "q_lora_rank": 32, "o_lora_rank": 32, "o_groups": 4, "hc_mult": 4,
+  "sliding_window": 8, "n_routed_experts": 8, "num_experts_per_tok": 2,
+  "n_shared_experts": 1, "moe_intermediate_size": 32,
+  "compress_ratios": [0, 2, 2, 1, 1, 1],
+  "kv_source_layer_ids": [1, 3], "index_source_layer_ids": [1, 3, 5],
+  "candidate_source_layer_id": 3, "candidate_topk_blocks": 4,
+  "candidate_block_size": 4, "index_n_heads": 4, "index_head_dim": 16,
+  "index_topk": 8, "rms_norm_eps": 1e-20}})";
+
+TEST(ModelDimsTest, V41SourcesAndSelections) {
+  absl::StatusOr<ModelDims> d = Dims(kV41Config);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->arch, Arch::kV41);
+  EXPECT_EQ(d->rms_norm_eps, 1e-20f);
+  EXPECT_EQ(d->CacheSource(0), -1);
+  EXPECT_EQ(d->CacheSource(2), 1);
+  EXPECT_EQ(d->CacheSource(4), 3);
+  EXPECT_TRUE(d->HasCompressor(3));
+  EXPECT_FALSE(d->HasCompressor(4));
+  EXPECT_TRUE(d->HasIndexer(5));
+  EXPECT_FALSE(d->HasIndexer(2));
+  EXPECT_TRUE(d->OwnsIndexKeys(1));
+  struct Case {
+    std::string from, to, key;
+  };
+  const std::vector<Case> cases = {
+      // Layer 2 (ratio 1) would read layer 1's ratio-2 cache.
+      {"[0, 2, 2, 1, 1, 1]", "[0, 2, 1, 1, 1, 1]", "compress_ratios"},
+      {"\"kv_source_layer_ids\": [1, 3]", "\"kv_source_layer_ids\": [3]",
+       "kv_source_layer_ids"},
+      {"\"index_source_layer_ids\": [1, 3, 5]",
+       "\"index_source_layer_ids\": [3, 5]", "index_source_layer_ids"},
+      {"\"candidate_topk_blocks\": 4", "\"candidate_topk_blocks\": 2",
+       "candidate_topk_blocks"},
+      {"\"candidate_source_layer_id\": 3", "\"candidate_source_layer_id\": 2",
+       "candidate_source_layer_id"},
+  };
+  for (const Case& c : cases) {
+    std::string text = kV41Config;
+    ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    absl::StatusOr<ModelDims> bad = Dims(text);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << c.key;
+    EXPECT_THAT(bad.status().message(), HasSubstr(c.key));
   }
 }
 
@@ -168,6 +323,37 @@ TEST(ModelDimsTest, TensorParallelMustDivideHeadsGroupsExperts) {
   EXPECT_THAT(st.message(), HasSubstr("does not divide"));
   EXPECT_EQ(CheckTensorParallel(*d, 0).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// ---- selection ---------------------------------------------------------
+
+TEST(SelectionTest, TopKOfVisibleEntriesLowerIndexOnTies) {
+  const std::vector<float> scores = {0.5f, 2.0f, 2.0f, -1.0f, 3.0f, 9.0f};
+  // Entry 5 is not visible yet; 1 and 2 tie, 1 wins.
+  EXPECT_EQ(SelectEntries(scores, 5, 2, nullptr, 1),
+            (std::vector<int32_t>{1, 4}));
+  EXPECT_EQ(SelectEntries(scores, 5, 3, nullptr, 1),
+            (std::vector<int32_t>{1, 2, 4}));
+  EXPECT_EQ(SelectEntries(scores, 2, 4, nullptr, 1),
+            (std::vector<int32_t>{0, 1}));
+  EXPECT_TRUE(SelectEntries(scores, 0, 4, nullptr, 1).empty());
+  // Among candidate blocks of 2 only: block 0 and 2 (entries 0, 1, 4).
+  const std::vector<int32_t> blocks = {0, 2};
+  EXPECT_EQ(SelectEntries(scores, 5, 2, &blocks, 2),
+            (std::vector<int32_t>{1, 4}));
+}
+
+TEST(SelectionTest, CandidateBlocksPinTheNewestAndDropUnreachable) {
+  const std::vector<float> scores = {5, 1, 4, 0, -2, -3, 0, 0};
+  // 7 visible entries in blocks of 2: block scores 5, 4, -2, pinned 3.
+  EXPECT_EQ(SelectCandidateBlocks(scores, 7, 2, 2),
+            (std::vector<int32_t>{0, 3}));
+  EXPECT_EQ(SelectCandidateBlocks(scores, 7, 3, 2),
+            (std::vector<int32_t>{0, 1, 3}));
+  // Fewer reachable blocks than asked for.
+  EXPECT_EQ(SelectCandidateBlocks(scores, 3, 8, 2),
+            (std::vector<int32_t>{0, 1}));
+  EXPECT_TRUE(SelectCandidateBlocks(scores, 0, 8, 2).empty());
 }
 
 // ---- load errors ---------------------------------------------------------
@@ -245,8 +431,9 @@ TEST_F(ModelStepTest, InvalidStepsChangeNothing) {
   const int free_blocks = model().kv_cache().free_blocks();
 
   std::vector<StepInput> bad(5);
-  bad[0].chunks.push_back(Chunk(1, {}, 5));              // No tokens.
-  bad[1].chunks.push_back(Chunk(1, {3, 638}, 5));        // Past vocab.
+  bad[0].chunks.push_back(Chunk(1, {}, 5));  // No tokens.
+  bad[1].chunks.push_back(
+      Chunk(1, {3, model().dims().vocab_size}, 5));      // Past vocab.
   bad[2].chunks.push_back(Chunk(1, {3}, 7));             // Wrong start.
   bad[3].chunks.push_back(Chunk(2, {3}, 4));             // New, not at 0.
   bad[4].chunks = {Chunk(3, {3}, 0), Chunk(3, {4}, 0)};  // Repeated.
@@ -378,6 +565,80 @@ TEST(ModelEngramFaultTest, FailedLookupIsAStepThatDidNotRun) {
   EXPECT_LE(model.engram_vocab_size(), model.dims().vocab_size);
 }
 
+// Prefill, chunked prefill and token-by-token decode compute the same
+// function, at split points that cross the window, the compression blocks
+// and the indexer's selection (index_topk 16 drops entries past 64 tokens at
+// ratio 4, past 32 at ratio 2).
+class ModelChunkingTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ModelChunkingTest, PrefillEqualsChunkedPrefillEqualsDecode) {
+  const std::string& dir = GetParam() ? TinyV4Checkpoint() : TinyCheckpoint();
+  absl::StatusOr<std::unique_ptr<LocalModel>> m = Open(dir, 64 << 20);
+  ASSERT_TRUE(m.ok()) << m.status();
+  Model& model = (*m)->model();
+  const int64_t v = model.dims().vocab_size;
+  const std::vector<int64_t> a = Tokens(150, 7);
+  StepInput whole;
+  whole.chunks.push_back(Chunk(1, a, 0, SequenceChunk::Logits::kAll));
+  absl::StatusOr<StepOutput> want = model.Step(whole);
+  ASSERT_TRUE(want.ok()) << want.status();
+  model.Release(1);
+  uint64_t id = 10;
+  for (const std::vector<int>& splits :
+       std::vector<std::vector<int>>{{1},
+                                     {3, 4, 5},
+                                     {15, 16, 17},
+                                     {63, 64, 65},
+                                     {127, 128, 129},
+                                     {1, 2, 3, 4, 5, 6, 7, 8, 9, 100},
+                                     {149}}) {
+    SCOPED_TRACE(testing::Message() << "splits from " << splits[0]);
+    ++id;
+    std::vector<float> got;
+    int64_t begin = 0;
+    std::vector<int> ends = splits;
+    ends.push_back(static_cast<int>(a.size()));
+    for (const int end : ends) {
+      if (end <= begin) continue;
+      StepInput in;
+      in.chunks.push_back(
+          Chunk(id, std::vector<int64_t>(a.begin() + begin, a.begin() + end),
+                begin, SequenceChunk::Logits::kAll));
+      absl::StatusOr<StepOutput> o = model.Step(in);
+      ASSERT_TRUE(o.ok()) << o.status();
+      got.insert(got.end(), o->logits[0].begin(), o->logits[0].end());
+      begin = end;
+    }
+    ASSERT_EQ(got.size(), a.size() * v);
+    EXPECT_LE(MaxDiff(got, want->logits[0]), 2e-4);
+    model.Release(id);
+  }
+  // Decode token by token after a prefill of 60.
+  ++id;
+  std::vector<float> got;
+  StepInput pre;
+  pre.chunks.push_back(Chunk(id,
+                             std::vector<int64_t>(a.begin(), a.begin() + 60), 0,
+                             SequenceChunk::Logits::kAll));
+  absl::StatusOr<StepOutput> o = model.Step(pre);
+  ASSERT_TRUE(o.ok());
+  got = o->logits[0];
+  for (size_t p = 60; p < a.size(); ++p) {
+    StepInput in;
+    in.chunks.push_back(Chunk(id, {a[p]}, static_cast<int64_t>(p)));
+    o = model.Step(in);
+    ASSERT_TRUE(o.ok()) << o.status();
+    got.insert(got.end(), o->logits[0].begin(), o->logits[0].end());
+  }
+  EXPECT_LE(MaxDiff(got, want->logits[0]), 2e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothArchitectures, ModelChunkingTest,
+                         ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "V4Flash" : "V41Flash";
+                         });
+
 TEST_F(ModelStepTest, BatchingAndChunkingDoNotChangeLogits) {
   const std::vector<int64_t> a = Tokens(37, 1), b = Tokens(11, 2);
   StepInput alone_a, alone_b, both;
@@ -421,7 +682,7 @@ TEST_F(ModelStepTest, BatchingAndChunkingDoNotChangeLogits) {
 TEST(ModelCacheTest, FullCacheIsResourceExhaustedAndChangesNothing) {
   // Room for about one short sequence only.
   absl::StatusOr<std::unique_ptr<LocalModel>> m =
-      Open(TinyCheckpoint(), 64 << 10);
+      Open(TinyCheckpoint(), 256 << 10);
   ASSERT_TRUE(m.ok()) << m.status();
   Model& model = (*m)->model();
   StepInput first;
@@ -468,13 +729,14 @@ TEST(WeightLoaderTest, UnalignedSlicesEqualTheDequantizedRows) {
   ASSERT_TRUE(backend.ok());
   WeightLoader load(**ckpt, **backend, 32, 32);
   const std::string name = "layers.0.ffn.shared_experts.w2";
-  // [256, 64] FP8; columns [16, 32) split a 32-wide scale block.
+  // [256, 128] FP8 (V4.1: 32 x 32 blocks); columns [16, 32) split a
+  // 32-wide scale block. Only the first 64 columns are compared.
   absl::StatusOr<std::unique_ptr<gpu::Weight>> full =
-      load.Linear(name, 256, 64);
+      load.Linear(name, 256, 128, {}, Slice{0, 64});
   absl::StatusOr<std::unique_ptr<gpu::Weight>> part =
-      load.Linear(name, 256, 64, {}, Slice{16, 16});
+      load.Linear(name, 256, 128, {}, Slice{16, 16});
   absl::StatusOr<std::unique_ptr<gpu::Weight>> rows =
-      load.Linear(name, 256, 64, Slice{32, 64}, {});
+      load.Linear(name, 256, 128, Slice{32, 64}, Slice{0, 64});
   ASSERT_TRUE(full.ok() && part.ok() && rows.ok());
   EXPECT_EQ((*part)->format(), gpu::WeightFormat::kF32);
   EXPECT_EQ((*rows)->format(), gpu::WeightFormat::kFp8Block);
@@ -511,7 +773,7 @@ TEST(WeightLoaderTest, UnalignedSlicesEqualTheDequantizedRows) {
     }
   }
   // A slice outside the tensor and a wrong shape are refused.
-  EXPECT_EQ(load.Linear(name, 256, 64, Slice{250, 10}).status().code(),
+  EXPECT_EQ(load.Linear(name, 256, 128, Slice{250, 10}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(load.Linear(name, 128, 64).status().code(),
             absl::StatusCode::kInvalidArgument);

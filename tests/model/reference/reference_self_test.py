@@ -301,6 +301,23 @@ class V41Test(unittest.TestCase):
     def test_expert_permutation(self):
         check_permutation(self, self.model)
 
+    def test_nvfp4_tables_equal_fp8(self):
+        # The same table values stored as NVFP4 (E2M1 + E4M3 per 16 +
+        # global scale) give the same logits as the FP8 tables.
+        d = os.path.join(TMP, "ckpt_v41_nvfp4")
+        if not os.path.exists(os.path.join(d, "config.json")):
+            tiny_checkpoint.write_tiny(d, "v4.1-flash", seed=7,
+                                       engram_format="nvfp4")
+        nv = R.Model(d)
+        self.assertEqual(nv.ckpt.dtype("layers.1.engram.embed.weight"), "U8")
+        t = tokens(50, 16)
+        self.assertLess(np.abs(nv.logits(t) - self.model.logits(t)).max(),
+                        1e-12)
+        # a wrong global scale is noticed
+        nv.cfg.engram_quant_global_scale = {"1": 1.0, "3": 0.5}
+        self.assertGreater(np.abs(nv.logits(t) - self.model.logits(t)).max(),
+                           1e-6)
+
 
 class CompareDriverTest(unittest.TestCase):
     """compare_with_mneme.py against a stand-in binary that prints a given

@@ -239,8 +239,35 @@ def _write_shards(out_dir, tensors, shards=3):
                    "weight_map": weight_map}, f, indent=1)
 
 
-def write_tiny(out_dir, arch, seed=0, vocab_size=320):
-    """Writes a tiny checkpoint; arch is "v4-flash" or "v4.1-flash"."""
+def _engram_table(w, pre, rows, hd, seed, fmt):
+    """Table rows e2m1 * 2^s (s per 16 values in -3..0), so that the FP8
+    (E4M3 + E8M0 per 32) and the NVFP4 (E2M1 + E4M3 per 16 + global 0.5)
+    encodings hold exactly the same values."""
+    rng = np.random.default_rng(seed)
+    nib = rng.integers(0, 16, (rows, hd)).astype(np.uint8)
+    s16 = rng.integers(-3, 1, (rows, hd // 16))
+    if fmt == "fp8":
+        s32 = s16.reshape(rows, hd // 32, 2).max(-1)
+        vals = sf.E2M1[nib] * 2.0 ** (np.repeat(s16, 16, 1)
+                                     - np.repeat(s32, 32, 1))
+        q = sf.e4m3_bits(vals)
+        if not np.array_equal(sf.E4M3[q], vals):
+            raise AssertionError("fp8 table values not exact")
+        w.tensors.append((pre + "embed.weight", "F8_E4M3", q))
+        w.tensors.append((pre + "embed.scale", "F8_E8M0",
+                          (s32 + 127).astype(np.uint8)))
+    elif fmt == "nvfp4":
+        packed = (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8)
+        w.tensors.append((pre + "embed.weight", "U8", packed))
+        w.tensors.append((pre + "embed.scale", "F8_E4M3",
+                          sf.e4m3_bits(2.0 ** (s16 + 1))))
+    else:
+        raise ValueError(fmt)
+
+
+def write_tiny(out_dir, arch, seed=0, vocab_size=320, engram_format="fp8"):
+    """Writes a tiny checkpoint; arch is "v4-flash" or "v4.1-flash";
+    engram_format "fp8" or "nvfp4" (V4.1 tables)."""
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
         json.dump(tokenizer_json(vocab_size), f)
@@ -317,19 +344,18 @@ def write_tiny(out_dir, arch, seed=0, vocab_size=320):
                     total += cur
             nums.append(total)
             pre = f"layers.{layer}.engram."
-            rows = w.n((total, hd), 1.0)
-            blocks = rows.reshape(total, hd // 32, 32)
-            e = np.clip(np.ceil(np.log2(np.abs(blocks).max(-1) / 448.0)),
-                        -127, 127)
-            q = sf.e4m3_bits(blocks / (2.0 ** e)[..., None]).reshape(
-                total, hd)
-            w.tensors.append((pre + "embed.weight", "F8_E4M3", q))
-            w.tensors.append((pre + "embed.scale", "F8_E8M0",
-                              (e + 127).astype(np.uint8)))
+            _engram_table(w, pre, total, hd, seed * 1000 + layer,
+                          engram_format)
             w.fp8(pre + "wkv", (hc + 1) * d, ncol * hd)
             w.bf16(pre + "q_weight", 1.0 + w.n((hc, d), 0.2))
             w.bf16(pre + "k_weight", 1.0 + w.n((hc, d), 0.2))
         c["engram_num_embeddings"] = nums
+        if engram_format == "nvfp4":
+            c["engram_quant"] = "nvfp4"
+            c["engram_quant_block_size"] = 16
+            c["engram_quant_method"] = "rtn-amax"
+            c["engram_quant_global_scale"] = {
+                str(layer): 0.5 for layer in c["engram_layer_ids"]}
         config = {"model_type": "deepseek_v41",
                   "architectures": ["DeepseekV41ForCausalLM"],
                   "text_config": c, "vision_config": {},
