@@ -2,8 +2,8 @@
 """Independent float64 reference of the DeepSeek-V4-Flash and V4.1-Flash
 forward passes (test-only), written from the official inference code:
 
-- V4:   DeepSeek-V4 `inference/model.py` (copy: Nicooo-Wang/DeepSeek-V4-Pro-code
-        @2074660, whose forward code equals @0ec3a03; cited [P:line]) and the
+- V4:   DeepSeek-V4 `inference/model.py` (copy:
+        Nicooo-Wang/DeepSeek-V4-Pro-code @2074660, whose forward code equals @0ec3a03; cited [P:line]) and the
         kernel semantics of
         ../shared/docs/MODEL_V4.md section 4 (sparse_attn, hc_split_sinkhorn).
 - V4.1: DeepSeek-V4.1-Flash `inference/model.py` and `engram.py` (vendored in
@@ -736,9 +736,10 @@ class Model:
         out = {}
         for t, layer in enumerate(c.engram_layer_ids):
             want = c.engram_num_embeddings[t]
-            if meta_j["layers"][t]["num_rows"] != want:
-                raise ValueError(f"engram layer {layer}: rows "
-                                 f"{meta_j['layers'][t]['num_rows']} != {want}")
+            got = meta_j["layers"][t]["num_rows"]
+            if got != want:
+                raise ValueError(f"engram layer {layer}: rows {got} != "
+                                 f"{want}")
             out[layer] = ids[t]
         return out
 
