@@ -3,8 +3,8 @@
 forward passes (test-only), written from the official inference code:
 
 - V4:   DeepSeek-V4 `inference/model.py` (copy:
-        Nicooo-Wang/DeepSeek-V4-Pro-code @2074660, whose forward code equals @0ec3a03; cited [P:line]) and the
-        kernel semantics of
+        Nicooo-Wang/DeepSeek-V4-Pro-code @2074660, whose forward code equals
+        @0ec3a03; cited [P:line]) and the kernel semantics of
         ../shared/docs/MODEL_V4.md section 4 (sparse_attn, hc_split_sinkhorn).
 - V4.1: DeepSeek-V4.1-Flash `inference/model.py` and `engram.py` (vendored in
         tenstorrent/tt-metal models/demos/deepseek_v3_d_p/reference/
