@@ -2,14 +2,17 @@
 
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_index.h"
 #include "checkpoint/dtype.h"
 #include "checkpoint/model_config.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "common/status_macros.h"
 #include "engram_store/engram_checkpoint.h"
+#include "model/model_config.h"
 #include "tools/cli/args.h"
 
 namespace mneme::cli {
@@ -36,6 +39,109 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+std::string LayerList(const std::vector<int>& layers) {
+  return layers.empty() ? std::string("none")
+                        : absl::StrCat("[", absl::StrJoin(layers, ", "), "]");
+}
+
+// The format of the routed experts, from the first expert's w1 tensors.
+std::string ExpertFormat(const checkpoint::ShardedCheckpoint& ckpt) {
+  std::string prefix;
+  for (const auto& [name, location] : ckpt.tensors()) {
+    const size_t at = name.find(".ffn.experts.");
+    if (at != std::string::npos && absl::EndsWith(name, ".w1.weight")) {
+      prefix = name.substr(0, name.size() - std::string("weight").size());
+      break;
+    }
+  }
+  if (prefix.empty()) return "none (no routed experts)";
+  const checkpoint::TensorLocation* w = ckpt.FindOrNull(prefix + "weight");
+  using checkpoint::DType;
+  const DType dt = w->info->dtype;
+  if (dt == DType::kU8 || dt == DType::kI8) {
+    if (ckpt.FindOrNull(prefix + "weight_scale") != nullptr) {
+      return "NVFP4 (e2m1, E4M3 scale per 16 + fp32 global scale)";
+    }
+    return "MXFP4 (e2m1, E8M0 scale per 32)";
+  }
+  if (dt == DType::kF8E4M3) return "FP8 (e4m3, block scales)";
+  return std::string(checkpoint::DTypeName(dt));
+}
+
+// What the config and the tensor names say about the architecture.
+void PrintArchitecture(const checkpoint::ModelConfig& config,
+                       const checkpoint::ShardedCheckpoint& ckpt,
+                       std::ostream& out) {
+  absl::StatusOr<model::ModelDims> dims = model::LoadModelDims(config);
+  out << "architecture\n";
+  if (!dims.ok()) {
+    out << "  not a released architecture: " << dims.status().message() << "\n";
+    return;
+  }
+  const model::ModelDims& d = *dims;
+  std::string name = d.IsV41() ? "DeepSeek-V4.1-Flash (deepseek_v41)"
+                               : "DeepSeek-V4-Flash (deepseek_v4)";
+  if (!d.IsV41() && d.dspark_block_size > 0) name += " with DSpark stages";
+  out << absl::StrFormat("  %-28s %s\n", "model", name);
+  out << absl::StrFormat("  %-28s %d\n", "main layers", d.num_layers);
+  std::vector<int> window, sources, readers, indexers, hashed;
+  std::map<int, std::vector<int>> by_ratio;
+  for (int l = 0; l < d.num_layers; ++l) {
+    const int r = d.compress_ratios[l];
+    if (d.CacheSource(l) < 0) {
+      window.push_back(l);
+    } else {
+      by_ratio[r].push_back(l);
+    }
+    if (d.IsV41() && d.HasCompressor(l)) sources.push_back(l);
+    if (d.IsV41() && !d.HasCompressor(l) && d.CacheSource(l) >= 0) {
+      readers.push_back(l);
+    }
+    if (d.HasIndexer(l)) indexers.push_back(l);
+    if (!d.IsV41() && l < d.num_hash_layers) hashed.push_back(l);
+  }
+  out << absl::StrFormat("  %-28s %s\n", "window-only", LayerList(window));
+  for (const auto& [ratio, layers] : by_ratio) {
+    out << absl::StrFormat("  %-28s %s\n",
+                           absl::StrCat("compressed ratio ", ratio),
+                           LayerList(layers));
+  }
+  if (d.IsV41()) {
+    out << absl::StrFormat("  %-28s %s\n", "kv source", LayerList(sources));
+    out << absl::StrFormat("  %-28s %s\n", "reads a kv source",
+                           LayerList(readers));
+    out << absl::StrFormat("  %-28s %s\n", "index source", LayerList(indexers));
+    out << absl::StrFormat(
+        "  %-28s %s\n", "candidate source",
+        d.candidate_source_layer < 0
+            ? std::string("none")
+            : absl::StrFormat("%d (%d blocks of %d)", d.candidate_source_layer,
+                              d.candidate_topk_blocks, d.candidate_block_size));
+  } else {
+    out << absl::StrFormat("  %-28s %s\n", "indexer", LayerList(indexers));
+  }
+  out << absl::StrFormat("  %-28s %s\n", "hash-routed", LayerList(hashed));
+  out << absl::StrFormat(
+      "  %-28s %d (%s)\n", "draft stages", d.num_draft_layers,
+      d.dspark_block_size > 0
+          ? absl::StrFormat("DSpark, block %d, target layers %s",
+                            d.dspark_block_size,
+                            LayerList(d.dspark_target_layers))
+          : std::string(d.num_draft_layers > 0 ? "MTP" : "none"));
+  out << absl::StrFormat("  %-28s %s\n", "Engram layers",
+                         LayerList(d.engram_layers));
+  int64_t image = 0;
+  for (const auto& [tensor, location] : ckpt.tensors()) {
+    if (absl::StartsWith(tensor, "vision.") ||
+        absl::StartsWith(tensor, "aligner.") ||
+        absl::StartsWith(tensor, "image_")) {
+      ++image;
+    }
+  }
+  out << absl::StrFormat("  %-28s %d\n", "image tensors", image);
+  out << absl::StrFormat("  %-28s %s\n", "expert format", ExpertFormat(ckpt));
+}
+
 }  // namespace
 
 absl::Status RunInspect(const std::vector<std::string>& argv,
@@ -48,9 +154,29 @@ absl::Status RunInspect(const std::vector<std::string>& argv,
   ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::ModelConfig> model,
                    checkpoint::ModelConfig::Create(
                        absl::StrCat(dir, "/", checkpoint::kConfigFileName)));
-  ASSIGN_OR_RETURN(std::unique_ptr<engram::EngramCheckpoint> checkpoint,
-                   engram::EngramCheckpoint::Open(dir));
-  const engram::EngramCheckpoint& c = *checkpoint;
+  // The Engram section needs the Engram configuration; a checkpoint
+  // without Engram layers (V4-Flash) has none.
+  // An Engram configuration that does not open (e.g. a tokenizer that
+  // disagrees with it) is reported after everything else is printed.
+  std::unique_ptr<engram::EngramCheckpoint> engram_checkpoint;
+  absl::Status engram_status;
+  std::unique_ptr<checkpoint::ShardedCheckpoint> own_checkpoint;
+  const checkpoint::ShardedCheckpoint* tensors = nullptr;
+  if (model->Find("engram_layer_ids") != nullptr) {
+    absl::StatusOr<std::unique_ptr<engram::EngramCheckpoint>> opened =
+        engram::EngramCheckpoint::Open(dir);
+    if (opened.ok()) {
+      engram_checkpoint = *std::move(opened);
+      tensors = &engram_checkpoint->checkpoint();
+    } else {
+      engram_status = opened.status();
+    }
+  }
+  if (tensors == nullptr) {
+    ASSIGN_OR_RETURN(own_checkpoint,
+                     checkpoint::ShardedCheckpoint::Create(dir));
+    tensors = own_checkpoint.get();
+  }
 
   out << "checkpoint " << dir << "\n";
   out << "model\n";
@@ -61,9 +187,11 @@ absl::Status RunInspect(const std::vector<std::string>& argv,
       out << absl::StrFormat("  %-20s %s\n", key, value->dump());
   }
 
+  PrintArchitecture(*model, *tensors, out);
+
   out << "shards\n";
   uint64_t total = 0;
-  for (const auto& shard : c.checkpoint().shards()) {
+  for (const auto& shard : tensors->shards()) {
     total += shard->file_size();
     out << absl::StrFormat(
         "  %-40s %10s  %d tensors\n", BaseName(shard->path()),
@@ -72,13 +200,22 @@ absl::Status RunInspect(const std::vector<std::string>& argv,
   out << absl::StrFormat("  %-40s %10s\n", "total", HumanBytes(total));
 
   out << "tensors\n";
-  for (const auto& [name, location] : c.checkpoint().tensors()) {
+  for (const auto& [name, location] : tensors->tensors()) {
     out << absl::StrFormat("  %-36s %-8s %-16s %s\n", name,
                            checkpoint::DTypeName(location.info->dtype),
                            ShapeText(location.info->shape),
                            BaseName(location.shard->path()));
   }
 
+  if (!engram_status.ok()) {
+    out << "engram\n  not readable: " << engram_status.message() << "\n";
+    return engram_status;
+  }
+  if (engram_checkpoint == nullptr) {
+    out << "engram\n  none\n";
+    return absl::OkStatus();
+  }
+  const engram::EngramCheckpoint& c = *engram_checkpoint;
   const checkpoint::EngramConfig& e = c.config();
   out << "engram\n";
   out << absl::StrFormat("  %-28s [%s]\n", "layers",

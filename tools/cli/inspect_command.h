@@ -10,8 +10,10 @@
 namespace mneme::cli {
 
 // mneme inspect DIR
-// Prints, for people: the model config, the shards, every tensor (dtype,
-// shape, shard) and the Engram configuration with its tables.
+// Prints, for people: the model config, the architecture (model, layer types,
+// draft stages, Engram layers, image tensors, expert format) when config.json
+// describes a released one, the shards, every tensor (dtype, shape, shard)
+// and the Engram configuration with its tables.
 absl::Status RunInspect(const std::vector<std::string>& argv,
                         std::ostream& out);
 
