@@ -1,0 +1,251 @@
+#include "tests/bench/worker/timing_backend.h"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace mneme::bench {
+
+template <typename Fn>
+void TimingBackend::Timed(Kind kind, Fn&& fn) {
+  const Clock::time_point t0 = Clock::now();
+  std::forward<Fn>(fn)();
+  Book(kind, std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+void TimingBackend::Book(Kind kind, double seconds) {
+  if (kind == Kind::kGather) {
+    pending_gather_s_ += seconds;
+    return;
+  }
+  // The gathers before this call fed it.
+  switch (kind) {
+    case Kind::kAttention:
+      times_.attention_gather_s += pending_gather_s_;
+      times_.attention_s += seconds;
+      break;
+    case Kind::kIndexScores:
+      times_.index_gather_s += pending_gather_s_;
+      times_.index_scores_s += seconds;
+      break;
+    case Kind::kCopyToHost:
+      times_.other_s += pending_gather_s_;
+      if (after_index_scores_) {
+        times_.index_copy_s += seconds;
+      } else {
+        times_.other_s += seconds;
+      }
+      break;
+    case Kind::kOther:
+    case Kind::kGather:
+      times_.other_s += pending_gather_s_ + seconds;
+      break;
+  }
+  pending_gather_s_ = 0;
+  after_index_scores_ = kind == Kind::kIndexScores;
+}
+
+void TimingBackend::Reset() {
+  times_ = BackendTimes{};
+  pending_gather_s_ = 0;
+  after_index_scores_ = false;
+}
+
+std::string TimingBackend::name() const { return inner_.name(); }
+
+absl::StatusOr<std::unique_ptr<gpu::Buffer>> TimingBackend::Allocate(
+    int64_t elements) {
+  absl::StatusOr<std::unique_ptr<gpu::Buffer>> buffer;
+  Timed(Kind::kOther, [&] { buffer = inner_.Allocate(elements); });
+  return buffer;
+}
+
+void TimingBackend::CopyFromHost(absl::Span<const float> src, float* dst) {
+  Timed(Kind::kOther, [&] { inner_.CopyFromHost(src, dst); });
+}
+
+void TimingBackend::CopyToHost(const float* src, absl::Span<float> dst) {
+  Timed(Kind::kCopyToHost, [&] { inner_.CopyToHost(src, dst); });
+}
+
+absl::Status TimingBackend::Synchronize() {
+  absl::Status status;
+  Timed(Kind::kOther, [&] { status = inner_.Synchronize(); });
+  return status;
+}
+
+absl::StatusOr<std::unique_ptr<gpu::Weight>> TimingBackend::UploadWeight(
+    const gpu::HostWeight& weight) {
+  absl::StatusOr<std::unique_ptr<gpu::Weight>> w;
+  Timed(Kind::kOther, [&] { w = inner_.UploadWeight(weight); });
+  return w;
+}
+
+void TimingBackend::Linear(gpu::ConstMatrixView x, const gpu::Weight& w,
+                           gpu::MatrixView y, Accumulate accumulate) {
+  Timed(Kind::kOther, [&] { inner_.Linear(x, w, y, accumulate); });
+}
+
+void TimingBackend::RmsNorm(gpu::ConstMatrixView x, const float* weight,
+                            float eps, gpu::MatrixView y) {
+  Timed(Kind::kOther, [&] { inner_.RmsNorm(x, weight, eps, y); });
+}
+
+void TimingBackend::Rope(gpu::MatrixView x, int head_dim, int rope_dim,
+                         absl::Span<const double> inv_freq,
+                         absl::Span<const int32_t> positions,
+                         RopeDirection direction) {
+  Timed(Kind::kOther, [&] {
+    inner_.Rope(x, head_dim, rope_dim, inv_freq, positions, direction);
+  });
+}
+
+void TimingBackend::Add(gpu::ConstMatrixView a, gpu::ConstMatrixView b,
+                        gpu::MatrixView y) {
+  Timed(Kind::kOther, [&] { inner_.Add(a, b, y); });
+}
+
+void TimingBackend::CopyColumns(gpu::ConstMatrixView x, int64_t src_col,
+                                gpu::MatrixView y) {
+  Timed(Kind::kGather, [&] { inner_.CopyColumns(x, src_col, y); });
+}
+
+void TimingBackend::PlaceColumns(gpu::ConstMatrixView x, gpu::MatrixView y,
+                                 int64_t dst_col) {
+  Timed(Kind::kOther, [&] { inner_.PlaceColumns(x, y, dst_col); });
+}
+
+void TimingBackend::GatherRows(gpu::ConstMatrixView x,
+                               absl::Span<const int32_t> rows,
+                               gpu::MatrixView y) {
+  Timed(Kind::kGather, [&] { inner_.GatherRows(x, rows, y); });
+}
+
+void TimingBackend::ScatterRows(gpu::ConstMatrixView src,
+                                absl::Span<const int32_t> rows,
+                                gpu::MatrixView x) {
+  Timed(Kind::kOther, [&] { inner_.ScatterRows(src, rows, x); });
+}
+
+void TimingBackend::Embedding(absl::Span<const int32_t> ids, int64_t first_id,
+                              const gpu::Weight& table, gpu::MatrixView y) {
+  Timed(Kind::kOther, [&] { inner_.Embedding(ids, first_id, table, y); });
+}
+
+void TimingBackend::Attention(gpu::ConstMatrixView q, gpu::ConstMatrixView kv,
+                              int heads,
+                              absl::Span<const gpu::KeyRanges> ranges,
+                              float scale, const float* sink,
+                              gpu::MatrixView out, gpu::MatrixView lse) {
+  Timed(Kind::kAttention,
+        [&] { inner_.Attention(q, kv, heads, ranges, scale, sink, out, lse); });
+  ++times_.attention_calls;
+  for (const gpu::KeyRanges& r : ranges) {
+    for (int i = 0; i < 2; ++i) times_.attended_keys += r.end[i] - r.begin[i];
+  }
+}
+
+void TimingBackend::ApplySink(gpu::ConstMatrixView lse, const float* sink,
+                              gpu::MatrixView out) {
+  Timed(Kind::kAttention, [&] { inner_.ApplySink(lse, sink, out); });
+}
+
+void TimingBackend::SparseAttention(gpu::ConstMatrixView q,
+                                    gpu::ConstMatrixView kv, int heads,
+                                    absl::Span<const int32_t> idx, int width,
+                                    float scale, const float* sink,
+                                    gpu::MatrixView out, gpu::MatrixView lse) {
+  Timed(Kind::kAttention, [&] {
+    inner_.SparseAttention(q, kv, heads, idx, width, scale, sink, out, lse);
+  });
+  ++times_.attention_calls;
+  for (const int32_t i : idx) times_.attended_keys += i >= 0 ? 1 : 0;
+}
+
+void TimingBackend::IndexScores(gpu::ConstMatrixView q, gpu::ConstMatrixView w,
+                                gpu::ConstMatrixView keys,
+                                gpu::MatrixView out) {
+  Timed(Kind::kIndexScores, [&] { inner_.IndexScores(q, w, keys, out); });
+  ++times_.index_calls;
+  times_.index_pairs += q.rows * keys.rows;
+}
+
+void TimingBackend::SoftmaxPool(gpu::ConstMatrixView kv,
+                                gpu::ConstMatrixView score,
+                                gpu::ConstMatrixView ape, gpu::MatrixView out) {
+  Timed(Kind::kOther, [&] { inner_.SoftmaxPool(kv, score, ape, out); });
+}
+
+void TimingBackend::HcPost(gpu::ConstMatrixView a, gpu::ConstMatrixView post,
+                           gpu::ConstMatrixView comb, int hc,
+                           gpu::MatrixView x_stream) {
+  Timed(Kind::kOther, [&] { inner_.HcPost(a, post, comb, hc, x_stream); });
+}
+
+void TimingBackend::HcHead(gpu::ConstMatrixView x_stream, const gpu::Weight& fn,
+                           const float* base, const float* scale, int hc,
+                           float eps, gpu::MatrixView x) {
+  Timed(Kind::kOther,
+        [&] { inner_.HcHead(x_stream, fn, base, scale, hc, eps, x); });
+}
+
+void TimingBackend::HcMix(gpu::ConstMatrixView x_stream, const gpu::Weight& fn,
+                          const float* base, const float* scale, int hc,
+                          int sinkhorn_iters, float hc_eps, float norm_eps,
+                          gpu::MatrixView pre, gpu::MatrixView post,
+                          gpu::MatrixView comb) {
+  Timed(Kind::kOther, [&] {
+    inner_.HcMix(x_stream, fn, base, scale, hc, sinkhorn_iters, hc_eps,
+                 norm_eps, pre, post, comb);
+  });
+}
+
+void TimingBackend::HcCollapse(gpu::ConstMatrixView x_stream,
+                               gpu::ConstMatrixView pre, int hc,
+                               gpu::MatrixView x) {
+  Timed(Kind::kOther, [&] { inner_.HcCollapse(x_stream, pre, hc, x); });
+}
+
+void TimingBackend::EngramGate(gpu::ConstMatrixView kv, const float* q_w,
+                               const float* k_w, int hc, float eps,
+                               gpu::MatrixView x_stream) {
+  Timed(Kind::kOther,
+        [&] { inner_.EngramGate(kv, q_w, k_w, hc, eps, x_stream); });
+}
+
+void TimingBackend::MoeRoute(gpu::ConstMatrixView logits, const float* bias,
+                             int top_k, float routed_scaling,
+                             absl::Span<int32_t> expert_ids,
+                             absl::Span<float> weights) {
+  Timed(Kind::kOther, [&] {
+    inner_.MoeRoute(logits, bias, top_k, routed_scaling, expert_ids, weights);
+  });
+}
+
+void TimingBackend::ExpertForward(gpu::ConstMatrixView x_all,
+                                  absl::Span<const int32_t> rows,
+                                  absl::Span<const float> weights,
+                                  const gpu::Weight& w1, const gpu::Weight& w2,
+                                  const gpu::Weight& w3, float limit,
+                                  gpu::MatrixView y_all) {
+  Timed(Kind::kOther, [&] {
+    inner_.ExpertForward(x_all, rows, weights, w1, w2, w3, limit, y_all);
+  });
+}
+
+void TimingBackend::Sample(gpu::ConstMatrixView logits,
+                           absl::Span<const gpu::SamplingParams> params,
+                           absl::Span<int32_t> ids,
+                           absl::Span<float> logprobs) {
+  Timed(Kind::kOther, [&] { inner_.Sample(logits, params, ids, logprobs); });
+}
+
+void TimingBackend::LogProbs(gpu::ConstMatrixView logits,
+                             absl::Span<const int32_t> ids,
+                             absl::Span<float> logprobs) {
+  Timed(Kind::kOther, [&] { inner_.LogProbs(logits, ids, logprobs); });
+}
+
+}  // namespace mneme::bench
