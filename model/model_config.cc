@@ -393,6 +393,20 @@ absl::StatusOr<ModelDims> LoadModelDims(const checkpoint::ModelConfig& config) {
   check(GetLayerList(config, "dspark_target_layer_ids", d.num_layers,
                      d.dspark_target_layers));
   if (!st.ok()) return st;
+  // The V4.1 gate divides its logits by gate_temp; the releases use 1.
+  float gate_temp = 1.0f;
+  RETURN_IF_ERROR(
+      GetOptionalFloat(config, "gate_temp", 1e-6, 1e6, 1.0f, gate_temp));
+  if (gate_temp != 1.0f) {
+    return config.KeyError("gate_temp",
+                           absl::StrCat(gate_temp, ": only 1 is supported"));
+  }
+  if (const nlohmann::json* s = config.Find("scoring_func")) {
+    if (!s->is_string() || s->get<std::string>() != "sqrtsoftplus") {
+      return config.KeyError("scoring_func",
+                             "only sqrtsoftplus (the releases') is supported");
+    }
+  }
   if (d.draft_num_experts == 0) d.draft_num_experts = d.num_experts;
   if (d.draft_experts_per_token == 0) {
     d.draft_experts_per_token = d.experts_per_token;

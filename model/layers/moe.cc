@@ -106,7 +106,14 @@ absl::Status MoeForward(const LayerContext& ctx, const MoeWeights& w,
           const int32_t e = w.tid2eid[tokens[t] * k + i];
           const double x = host[t * E + e];
           const double s = std::sqrt(x > 20.0 ? x : std::log1p(std::exp(x)));
-          ids[t * k + i] = e;
+          // The official code adds an expert listed twice in a row once
+          // (its indexed write does not accumulate); every listing counts in
+          // the normalisation.
+          bool repeated = false;
+          for (int64_t j = 0; j < i; ++j) {
+            repeated = repeated || ids[t * k + j] == e;
+          }
+          ids[t * k + i] = repeated ? -1 : e;
           weights[t * k + i] = static_cast<float>(s);
           sum += s;
         }

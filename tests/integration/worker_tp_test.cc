@@ -38,16 +38,21 @@ std::string TestDir(const std::string& name) {
   return absl::StrCat(getenv("TEST_TMPDIR"), "/", name);
 }
 
-// A tiny model checkpoint, made once per (engram format, hc_mult).
-std::string Checkpoint(const std::string& format, int hc) {
+// A tiny model checkpoint of a released layout, made once per (engram
+// format, architecture).
+std::string Checkpoint(const std::string& format, const std::string& arch) {
   static std::map<std::string, std::string>* made =
       new std::map<std::string, std::string>();
-  const std::string key = absl::StrCat(format, "-hc", hc);
+  const std::string key = absl::StrCat(format, "-", arch);
   if (auto it = made->find(key); it != made->end()) return it->second;
   const std::string dir = TestDir("ckpt-" + key);
-  const testing::CommandResult r = testing::RunMneme(
-      {"make-checkpoint", "--model", "--out", dir, "--engram-format", format,
-       "--hc-mult", absl::StrCat(hc), "--seed", "11"});
+  std::vector<std::string> argv = {
+      "make-checkpoint", "--model", "--out",  dir,
+      "--arch",          arch,      "--seed", "11"};
+  if (arch == "v4.1-flash") {
+    argv.insert(argv.end(), {"--engram-format", format});
+  }
+  const testing::CommandResult r = testing::RunMneme(argv);
   EXPECT_EQ(r.code, 0) << r.err;
   return (*made)[key] = dir;
 }
@@ -183,14 +188,14 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
       << what << ": max |diff| " << max_diff << ", max |logit| " << max_ref;
 }
 
-// tp, engram format, hc_mult, dcp, dcp interleave.
-using Config = std::tuple<int, std::string, int, int, int>;
+// tp, engram format, architecture, dcp, dcp interleave.
+using Config = std::tuple<int, std::string, std::string, int, int>;
 
 class WorkerTpTest : public ::testing::TestWithParam<Config> {};
 
 TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
-  const auto [tp, format, hc, dcp, interleave] = GetParam();
-  const std::string ckpt = Checkpoint(format, hc);
+  const auto [tp, format, arch, dcp, interleave] = GetParam();
+  const std::string ckpt = Checkpoint(format, arch);
   worker::LocalModelOptions lo;
   lo.checkpoint_dir = ckpt;
   lo.threads = 1;
@@ -202,9 +207,11 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
   ASSERT_EQ(cluster->stubs.size(), static_cast<size_t>(tp));
 
   // Sequences 1..3 prefill whole prompts in one batched step; sequence 4
-  // prefills a long prompt in chunks of 9 tokens.
+  // prefills a long prompt in chunks of 9 tokens, long enough that the
+  // indexers drop entries (index_topk 16: past 64 tokens at ratio 4, 32 at
+  // ratio 2) and the V4.1 candidate blocks leave some out.
   const std::vector<int> lengths = {1, 7, 40};
-  const std::vector<int64_t> long_prompt = Prompt(45, 9);
+  const std::vector<int64_t> long_prompt = Prompt(150, 9);
   std::map<uint64_t, int64_t> position;
   std::map<uint64_t, int64_t> next_token;
   v1::StepRequest request;
@@ -339,26 +346,28 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
 }
 
 std::string Name(const ::testing::TestParamInfo<Config>& info) {
-  const auto& [tp, format, hc, dcp, interleave] = info.param;
+  const auto& [tp, format, arch, dcp, interleave] = info.param;
   return absl::StrCat(
-      "tp", tp, "_", format, "_hc", hc,
+      "tp", tp, "_", arch == "v4-flash" ? "v4" : "v41", "_", format,
       dcp > 1 ? absl::StrCat("_dcp", dcp, "i", interleave) : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Tp, WorkerTpTest,
-                         ::testing::Combine(::testing::Values(2, 4),
-                                            ::testing::Values("fp8", "nvfp4"),
-                                            ::testing::Values(4, 1),
-                                            ::testing::Values(1),
-                                            ::testing::Values(1)),
+                         ::testing::Values(Config{2, "fp8", "v4.1-flash", 1, 1},
+                                           Config{4, "nvfp4", "v4.1-flash", 1,
+                                                  1},
+                                           Config{2, "fp8", "v4-flash", 1, 1},
+                                           Config{4, "fp8", "v4-flash", 1, 1}),
                          Name);
 
 // Decode context parallelism: the compressed entries split across the
 // ranks (interleave 1 and 3), the partial attentions merged by log-sum-exp.
 INSTANTIATE_TEST_SUITE_P(Dcp, WorkerTpTest,
-                         ::testing::Values(Config{2, "fp8", 4, 2, 1},
-                                           Config{4, "fp8", 4, 4, 1},
-                                           Config{4, "nvfp4", 1, 4, 3}),
+                         ::testing::Values(Config{2, "fp8", "v4.1-flash", 2, 1},
+                                           Config{4, "nvfp4", "v4.1-flash", 4,
+                                                  3},
+                                           Config{2, "fp8", "v4-flash", 2, 3},
+                                           Config{4, "fp8", "v4-flash", 4, 1}),
                          Name);
 
 }  // namespace

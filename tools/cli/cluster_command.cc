@@ -24,7 +24,7 @@
 #include "tools/cli/args.h"
 #include "tools/cluster/daemon_binaries.h"
 #include "tools/cluster/local_cluster.h"
-#include "tools/synthetic/synthetic_checkpoint.h"
+#include "tools/synthetic/release_checkpoint.h"
 
 namespace mneme::cli {
 namespace {
@@ -88,10 +88,12 @@ absl::StatusOr<std::string> ResolveCheckpoint(const std::string& flag,
   }
   const std::string dir = workdir + "/checkpoint";
   if (IsFile(dir + "/config.json")) return dir;
-  synthetic::SyntheticCheckpointOptions options = synthetic::TinyModelOptions();
+  synthetic::ReleaseCheckpointOptions options;
   options.out_dir = dir;
-  out << "writing the tiny model to " << dir << "\n" << std::flush;
-  RETURN_IF_ERROR(synthetic::MakeSyntheticCheckpoint(options));
+  out << "writing the tiny model (DeepSeek-V4.1-Flash layout) to " << dir
+      << "\n"
+      << std::flush;
+  RETURN_IF_ERROR(synthetic::MakeReleaseCheckpoint(options));
   return dir;
 }
 

@@ -15,7 +15,7 @@ namespace mneme::cli {
 //     [--comm-timeout D] [--ready-timeout D]
 // Runs a whole cluster on this machine (tools/cluster/local_cluster.h): an
 // engram store, --tp workers (CPU backend) and the coordinator. Without
-// --checkpoint it writes the tiny model (TinyModelOptions) to
+// --checkpoint it writes the tiny V4.1-Flash model (MakeReleaseCheckpoint) to
 // WORKDIR/checkpoint, or reuses the one already there. WORKDIR (default: a
 // new directory under $TMPDIR or /tmp, removed on a clean exit) holds the
 // daemons' logs. The daemons come from --bin-dir, else next to this

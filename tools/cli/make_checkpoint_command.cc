@@ -13,10 +13,6 @@
 namespace mneme::cli {
 namespace {
 
-// Flags that only shape the full model (--model).
-constexpr const char* kModelOnlyFlags[] = {"heads", "head-dim", "top-k",
-                                           "sliding-window", "compress-ratios"};
-
 // An int flag in [min, max] into `field` (left as is when absent).
 absl::Status SetInt(const Args& args, const std::string& name, int64_t min,
                     int64_t max, int& field) {
@@ -42,33 +38,33 @@ absl::Status SetIntList(const Args& args, const std::string& name, int64_t min,
   return absl::OkStatus();
 }
 
-// Flags that shape the simplified layout only: not with --arch (the
+// Flags that shape the Engram-only checkpoint: not with --model (the
 // released layouts have fixed dimensions).
-constexpr const char* kNotWithArchFlags[] = {
-    "engram-format",  "wkv",
-    "expert-layers",  "draft-stages",
-    "experts",        "hidden-size",
-    "layers",         "engram-layers",
-    "hc-mult",        "moe-intermediate-size",
-    "heads",          "head-dim",
-    "top-k",          "sliding-window",
-    "compress-ratios"};
+constexpr const char* kNotWithModelFlags[] = {
+    "wkv",           "expert-layers", "draft-stages",
+    "experts",       "hidden-size",   "layers",
+    "engram-layers", "hc-mult",       "moe-intermediate-size"};
 
-// `make-checkpoint --model --arch A [--full-shapes]`.
+// `make-checkpoint --model [--arch A] [--full-shapes]`: the released
+// layouts (V4.1-Flash unless --arch says otherwise).
 absl::Status RunReleaseLayout(const Args& args, std::ostream& out) {
-  for (const char* flag : kNotWithArchFlags) {
+  for (const char* flag : kNotWithModelFlags) {
     if (args.Has(flag)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--", flag,
-          " cannot be combined with --arch (the released layouts have fixed "
-          "dimensions; only --out, --seed, --engram-vocab-size, --threads and "
-          "--full-shapes apply)"));
+          " cannot be combined with --model (the released layouts have fixed "
+          "dimensions; only --arch, --out, --seed, --engram-vocab-size, "
+          "--engram-format, --threads and --full-shapes apply)"));
     }
   }
   synthetic::ReleaseCheckpointOptions options;
   ASSIGN_OR_RETURN(options.out_dir, args.Required("out"));
   ASSIGN_OR_RETURN(options.arch,
-                   synthetic::ParseReleaseArch(args.Get("arch", "")));
+                   synthetic::ParseReleaseArch(args.Get("arch", "v4.1-flash")));
+  ASSIGN_OR_RETURN(std::string format,
+                   args.GetChoice("engram-format", "fp8", {"fp8", "nvfp4"}));
+  options.engram_format =
+      format == "fp8" ? formats::RowFormat::kFp8 : formats::RowFormat::kNvfp4;
   options.full_shapes = args.Has("full-shapes");
   ASSIGN_OR_RETURN(
       int64_t seed,
@@ -93,60 +89,27 @@ absl::Status RunReleaseLayout(const Args& args, std::ostream& out) {
 
 absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
                                std::ostream& out) {
-  ASSIGN_OR_RETURN(Args args, Args::Parse(argv,
-                                          {"out",
-                                           "engram-format",
-                                           "seed",
-                                           "engram-vocab-size",
-                                           "threads",
-                                           "wkv",
-                                           "expert-layers",
-                                           "draft-stages",
-                                           "experts",
-                                           "hidden-size",
-                                           "layers",
-                                           "engram-layers",
-                                           "hc-mult",
-                                           "moe-intermediate-size",
-                                           "heads",
-                                           "head-dim",
-                                           "top-k",
-                                           "sliding-window",
-                                           "compress-ratios",
-                                           "arch"},
-                                          {"model", "full-shapes"}));
+  ASSIGN_OR_RETURN(
+      Args args,
+      Args::Parse(argv,
+                  {"out", "engram-format", "seed", "engram-vocab-size",
+                   "threads", "wkv", "expert-layers", "draft-stages", "experts",
+                   "hidden-size", "layers", "engram-layers", "hc-mult",
+                   "moe-intermediate-size", "arch"},
+                  {"model", "full-shapes"}));
   if (!args.positionals().empty()) {
     return absl::InvalidArgumentError(
         "make-checkpoint takes no positional arguments");
   }
   const bool model = args.Has("model");
-  if (args.Has("full-shapes") && !args.Has("arch")) {
-    return absl::InvalidArgumentError("--full-shapes requires --arch");
-  }
-  if (args.Has("arch")) {
-    if (!model) return absl::InvalidArgumentError("--arch requires --model");
-    return RunReleaseLayout(args, out);
-  }
-  if (!model) {
-    for (const char* flag : kModelOnlyFlags) {
-      if (args.Has(flag)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--", flag, " requires --model"));
-      }
-    }
-  } else {
-    for (const char* flag : {"expert-layers", "draft-stages"}) {
-      if (args.Has(flag)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--", flag,
-            " cannot be combined with --model (every layer has experts; "
-            "no draft stages)"));
-      }
+  for (const char* flag : {"arch", "full-shapes"}) {
+    if (args.Has(flag) && !model) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " requires --model"));
     }
   }
-  synthetic::SyntheticCheckpointOptions options =
-      model ? synthetic::TinyModelOptions()
-            : synthetic::SyntheticCheckpointOptions{};
+  if (model) return RunReleaseLayout(args, out);
+  synthetic::SyntheticCheckpointOptions options;
   ASSIGN_OR_RETURN(std::string out_dir, args.Required("out"));
   options.out_dir = out_dir;
   ASSIGN_OR_RETURN(std::string format,
@@ -180,39 +143,19 @@ absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
            {"hidden-size", &options.hidden_size},
            {"layers", &options.num_hidden_layers},
            {"hc-mult", &options.hc_mult},
-           {"moe-intermediate-size", &options.moe_intermediate_size},
-           {"heads", &options.num_attention_heads},
-           {"head-dim", &options.head_dim},
-           {"top-k", &options.num_experts_per_tok},
-           {"sliding-window", &options.sliding_window}}) {
+           {"moe-intermediate-size", &options.moe_intermediate_size}}) {
     RETURN_IF_ERROR(SetInt(args, flag, 1, 1 << 16, *field));
   }
   RETURN_IF_ERROR(
       SetIntList(args, "engram-layers", 0, 1 << 16, options.engram_layer_ids));
-  if (model && args.Has("layers") && !args.Has("compress-ratios")) {
-    // The preset's pattern 0, 1, 2, 4 repeated over the layers.
-    constexpr int kRatios[] = {0, 1, 2, 4};
-    options.compress_ratios.clear();
-    for (int layer = 0; layer < options.num_hidden_layers; ++layer) {
-      options.compress_ratios.push_back(kRatios[layer % 4]);
-    }
-  }
-  RETURN_IF_ERROR(
-      SetIntList(args, "compress-ratios", 0, 1 << 16, options.compress_ratios));
 
   const absl::Time start = absl::Now();
   RETURN_IF_ERROR(synthetic::MakeSyntheticCheckpoint(options));
-  const std::string what =
-      model ? absl::StrFormat(
-                  "synthetic model (%d layers, hidden %d, %d heads, %d "
-                  "experts top-%d, hc_mult %d)",
-                  options.num_hidden_layers, options.hidden_size,
-                  options.num_attention_heads, options.num_routed_experts,
-                  options.num_experts_per_tok, options.hc_mult)
-            : std::string("synthetic checkpoint");
-  out << absl::StrFormat("wrote %s: %s, %s Engram tables, seed %d, %.1f s\n",
-                         options.out_dir, what, format, options.seed,
-                         absl::ToDoubleSeconds(absl::Now() - start));
+  out << absl::StrFormat(
+      "wrote %s: synthetic checkpoint, %s Engram tables, "
+      "seed %d, %.1f s\n",
+      options.out_dir, format, options.seed,
+      absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
 }
 

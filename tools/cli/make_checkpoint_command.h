@@ -14,17 +14,16 @@ namespace mneme::cli {
 //     [--expert-layers L0,L1,...] [--draft-stages N] [--experts N]
 //     [--hidden-size N] [--layers N] [--engram-layers L0,L1,...]
 //     [--hc-mult N] [--moe-intermediate-size N]
-// mneme make-checkpoint --model --out DIR [the flags above but
-//     --expert-layers and --draft-stages] [--heads N] [--head-dim N]
-//     [--top-k N] [--sliding-window N] [--compress-ratios R0,R1,...]
-// Writes a synthetic V4.1-layout checkpoint (tools/synthetic) and prints
-// one summary line to `out`. Without --model: the Engram layers (and any
-// experts asked for), with the library's defaults. With --model: the
-// complete tiny model of docs/MODEL_LAYOUT.md (TinyModelOptions: hidden 256,
-// 4 layers, Engram layers 1 and 3, 16 experts top-2, hc_mult 4), the flags
-// overriding its dimensions; --layers without --compress-ratios repeats the
-// ratios 0, 1, 2, 4 over the layers. The model-only flags without --model
-// are InvalidArgument, as are bad values (naming the flag or the option).
+// mneme make-checkpoint --model [--arch v4-flash|v4.1-flash|v4-flash-0731]
+//     --out DIR [--full-shapes] [--seed N] [--engram-vocab-size N]
+//     [--engram-format fp8|nvfp4] [--threads N]
+// Writes a synthetic checkpoint (tools/synthetic) and prints one summary
+// line to `out`. Without --model: the Engram layers (and any experts asked
+// for), with the library's defaults. With --model: a model of the released
+// layout of --arch (default v4.1-flash; release_checkpoint.h), tiny or with
+// --full-shapes the release's shapes as sparse files. Flags that do not
+// apply are InvalidArgument, as are bad values (naming the flag or the
+// option).
 absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
                                std::ostream& out);
 

@@ -25,6 +25,7 @@
 #include "engram_store/hashing/primes.h"
 #include "formats/bf16.h"
 #include "formats/e4m3.h"
+#include "formats/row_encode.h"
 #include "formats/row_format.h"
 #include "nlohmann/json.hpp"
 #include "tools/synthetic/synthetic_checkpoint.h"
@@ -110,7 +111,7 @@ Dims MakeDims(ReleaseArch arch, bool full) {
       m.vision_inter = 2816;
     } else {
       m.vocab = SyntheticVocabSize(), m.d = 256, m.layers = 9, m.heads = 8;
-      m.hd = 128, m.rope = 64, m.q_lora = 128, m.o_lora = 64, m.groups = 2;
+      m.hd = 128, m.rope = 64, m.q_lora = 128, m.o_lora = 64, m.groups = 4;
       m.window = 16, m.n_i = 4, m.d_i = 128, m.index_topk = 16;
       m.experts = 16, m.topk = 6, m.inter = 128, m.dspark_experts = 8;
       m.markov_rank = 32, m.noise_token = SyntheticVocabSize() - 1;
@@ -137,7 +138,7 @@ Dims MakeDims(ReleaseArch arch, bool full) {
     m.markov_rank = 256, m.noise_token = 128799, m.targets = {40, 41, 42};
   } else {
     m.vocab = SyntheticVocabSize(), m.d = 256, m.layers = 5, m.heads = 8;
-    m.hd = 128, m.rope = 64, m.q_lora = 128, m.o_lora = 128, m.groups = 2;
+    m.hd = 128, m.rope = 64, m.q_lora = 128, m.o_lora = 128, m.groups = 4;
     m.window = 16, m.n_i = 8, m.d_i = 128, m.index_topk = 16;
     m.experts = 16, m.topk = 6, m.inter = 128;
     m.markov_rank = 32, m.noise_token = SyntheticVocabSize() - 1;
@@ -350,7 +351,8 @@ struct ShardPlan {
 
 class Planner {
  public:
-  explicit Planner(const Dims& m) : m_(m) {}
+  Planner(const Dims& m, formats::RowFormat engram_format)
+      : m_(m), engram_format_(engram_format) {}
 
   void Norm(const std::string& name, int64_t dim) {
     Add({name, DType::kBf16, {dim}}, Init::kNorm, 1.0f, 0.05f);
@@ -551,10 +553,17 @@ class Planner {
       const int64_t out = (m.hc + 1) * m.d;
       const int64_t in =
           int64_t{synthetic_internal::kColumns} * formats::kRowDim;
-      // As MakeSyntheticCheckpoint declares them (FP8 tables, 32 blocks).
-      Add({p + "embed.weight", DType::kF8E4M3, {rows, formats::kRowDim}},
+      // As MakeSyntheticCheckpoint declares them.
+      const bool nvfp4 = engram_format_ == formats::RowFormat::kNvfp4;
+      Add({p + "embed.weight",
+           nvfp4 ? DType::kU8 : DType::kF8E4M3,
+           {rows,
+            static_cast<int64_t>(formats::RowWeightBytes(engram_format_))}},
           Init::kEngram, 0, 0);
-      Add({p + "embed.scale", DType::kF8E8M0, {rows, formats::kRowDim / 32}},
+      Add({p + "embed.scale",
+           nvfp4 ? DType::kF8E4M3 : DType::kF8E8M0,
+           {rows,
+            static_cast<int64_t>(formats::RowScaleBytes(engram_format_))}},
           Init::kEngram, 0, 0);
       Add({p + "wkv.weight", DType::kF8E4M3, {out, in}}, Init::kEngram, 0, 0);
       Add({p + "wkv.scale", DType::kF8E8M0, {(out + 31) / 32, (in + 31) / 32}},
@@ -593,6 +602,7 @@ class Planner {
 
  private:
   const Dims& m_;
+  const formats::RowFormat engram_format_;
   std::vector<ShardPlan> shards_;
 };
 
@@ -895,7 +905,12 @@ absl::Status MakeReleaseCheckpoint(const ReleaseCheckpointOptions& o) {
     }
   }
 
-  Planner planner(m);
+  if (o.engram_format == formats::RowFormat::kNvfp4 &&
+      (o.arch != ReleaseArch::kV41Flash || o.full_shapes)) {
+    return absl::InvalidArgumentError(
+        "NVFP4 Engram tables are written for the tiny v4.1-flash model only");
+  }
+  Planner planner(m, o.engram_format);
   planner.Build(engram_rows);
   const std::vector<ShardPlan>& shards = planner.shards();
   const int num_shards = static_cast<int>(shards.size());
@@ -908,6 +923,9 @@ absl::Status MakeReleaseCheckpoint(const ReleaseCheckpointOptions& o) {
   engram_options.engram_layer_ids = m.engram_layers;
   engram_options.hidden_size = static_cast<int>(m.d);
   engram_options.hc_mult = m.hc;
+  engram_options.engram_format = o.engram_format;
+  const bool nvfp4 = o.engram_format == formats::RowFormat::kNvfp4;
+  nlohmann::ordered_json global_scales = nlohmann::ordered_json::object();
 
   checkpoint::CheckpointIndex index;
   uint64_t total_size = 0;
@@ -933,9 +951,16 @@ absl::Status MakeReleaseCheckpoint(const ReleaseCheckpointOptions& o) {
     if (shard.engram_layer >= 0) {
       const int layer = shard.engram_layer;
       const int64_t out = (m.hc + 1) * m.d;
+      // The NVFP4 tables' global scale from the FP8 table's amax, as
+      // MakeSyntheticCheckpoint does.
+      const float global_scale =
+          nvfp4
+              ? formats::Nvfp4GlobalScale(SyntheticTableAmax(layer < 2 ? 0 : 1))
+              : 1.0f;
+      if (nvfp4) global_scales[std::to_string(layer)] = global_scale;
       RETURN_IF_ERROR(synthetic_internal::WriteTable(
-          engram_options, layer, shard.engram_index, shard.engram_rows, 1.0f,
-          *writer));
+          engram_options, layer, shard.engram_index, shard.engram_rows,
+          global_scale, *writer));
       RETURN_IF_ERROR(
           synthetic_internal::WriteWkv(engram_options, layer, out, *writer));
       for (const char* n : {"q_weight", "k_weight"}) {
@@ -957,6 +982,13 @@ absl::Status MakeReleaseCheckpoint(const ReleaseCheckpointOptions& o) {
   nlohmann::ordered_json config;
   if (o.arch == ReleaseArch::kV41Flash) {
     config = V41Config(m, engram_rows, engram_vocab, compressed);
+    if (nvfp4) {
+      nlohmann::ordered_json& t = config["text_config"];
+      t["engram_quant"] = "nvfp4";
+      t["engram_quant_block_size"] = formats::kNvfp4BlockSize;
+      t["engram_quant_method"] = "rtn-amax";
+      t["engram_quant_global_scale"] = global_scales;
+    }
   } else {
     config = nlohmann::ordered_json::parse(V4Config(m).dump());
   }

@@ -7,8 +7,6 @@
 // random but healthy values; --full-shapes writes the release's exact config
 // and shapes as sparse files (headers and index real, data left as holes).
 //
-// The simplified layout of synthetic_checkpoint.h (Contents::kFullModel) is
-// a different, older layout and is unaffected by this.
 
 #include <cstdint>
 #include <string>
@@ -16,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "formats/row_format.h"
 
 namespace mneme::synthetic {
 
@@ -50,6 +49,10 @@ struct ReleaseCheckpointOptions {
   // Tiny V4.1 only: start of the Engram prime search, as
   // SyntheticCheckpointOptions::engram_vocab_size; range [100, 2^31).
   int64_t engram_vocab_size = 1000;
+  // Format of the tiny V4.1 Engram tables (as SyntheticCheckpointOptions:
+  // an NVFP4 table is the round-to-nearest quantization of the FP8 table of
+  // the same seed, with the global scale from its amax). Default kFp8.
+  formats::RowFormat engram_format = formats::RowFormat::kFp8;
   // Threads generating the Engram tables; 0 = all cores. Range [0, 1024].
   int threads = 0;
 };

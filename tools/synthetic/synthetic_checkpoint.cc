@@ -44,8 +44,6 @@ using formats::RowFormat;
 using synthetic_internal::AddExpertDecls;
 using synthetic_internal::kColumns;
 using synthetic_internal::kEngramOnlyExpertExponents;
-using synthetic_internal::kFp8Block;
-using synthetic_internal::kHcEps;
 using synthetic_internal::kHeads;
 using synthetic_internal::kMaxNgramSize;
 using synthetic_internal::RowSeed;
@@ -55,7 +53,6 @@ using synthetic_internal::Validate;
 using synthetic_internal::WriteBf16;
 using synthetic_internal::WriteCorrelatedWkv;
 using synthetic_internal::WriteExperts;
-using synthetic_internal::WriteFullModelShards;
 using synthetic_internal::WriteTable;
 using synthetic_internal::WriteWkv;
 
@@ -72,20 +69,6 @@ std::string ShardName(int index, int count) {
 }
 
 }  // namespace synthetic_internal
-
-SyntheticCheckpointOptions TinyModelOptions() {
-  SyntheticCheckpointOptions o;
-  o.contents = Contents::kFullModel;
-  o.hidden_size = 256;
-  o.num_hidden_layers = 4;
-  o.engram_layer_ids = {1, 3};
-  o.hc_mult = 4;
-  o.num_routed_experts = 16;
-  o.moe_intermediate_size = 64;
-  o.num_experts_per_tok = 2;
-  o.compress_ratios = {0, 1, 2, 4};
-  return o;
-}
 
 float SyntheticTableAmax(int layer_index) {
   return layer_index == 0 ? 11.0f : 24.0f;
@@ -147,13 +130,10 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
                    engram::CompressedVocabulary::Create(
                        {.tokenizer_json_path = tokenizer_path}));
 
-  const bool full_model = o.contents == Contents::kFullModel;
   const int num_tables = static_cast<int>(o.engram_layer_ids.size());
-  // Full model: one shard per layer and one for embed / head / norm.
-  const int num_shards =
-      num_tables + (full_model ? o.num_hidden_layers + 1
-                               : static_cast<int>(o.expert_layer_ids.size()) +
-                                     (o.draft_stages > 0 ? 1 : 0));
+  const int num_shards = num_tables +
+                         static_cast<int>(o.expert_layer_ids.size()) +
+                         (o.draft_stages > 0 ? 1 : 0);
   ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> primes,
                    engram::SearchColumnPrimes(o.engram_vocab_size, num_tables,
                                               kMaxNgramSize, kHeads));
@@ -241,10 +221,6 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
     total_size += writer->data_bytes();
     RETURN_IF_ERROR(writer->Finish());
   }
-  if (full_model) {
-    RETURN_IF_ERROR(WriteFullModelShards(o, partial, num_tables, num_shards,
-                                         index, total_size));
-  }
   index.total_size = total_size;
   RETURN_IF_ERROR(checkpoint::WriteCheckpointIndex(
       partial + "/" + std::string(checkpoint::kIndexFileName), index));
@@ -267,25 +243,7 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
       {"engram_compressed_vocab_size", vocab->size()},
       {"engram_pad_token_id", kPadTokenId},
   };
-  if (full_model) {
-    text_config["hc_sinkhorn_iters"] = o.hc_sinkhorn_iters;
-    text_config["hc_eps"] = kHcEps;
-    text_config["num_attention_heads"] = o.num_attention_heads;
-    text_config["head_dim"] = o.head_dim;
-    text_config["qk_rope_head_dim"] = o.qk_rope_head_dim;
-    text_config["rope_theta"] = o.rope_theta;
-    text_config["q_lora_rank"] = o.q_lora_rank;
-    text_config["o_lora_rank"] = o.o_lora_rank;
-    text_config["o_groups"] = o.o_groups;
-    text_config["sliding_window"] = o.sliding_window;
-    text_config["compress_ratios"] = o.compress_ratios;
-    text_config["n_routed_experts"] = o.num_routed_experts;
-    text_config["num_experts_per_tok"] = o.num_experts_per_tok;
-    text_config["n_shared_experts"] = o.n_shared_experts;
-    text_config["moe_intermediate_size"] = o.moe_intermediate_size;
-    text_config["routed_scaling_factor"] = o.routed_scaling_factor;
-    text_config["swiglu_limit"] = o.swiglu_limit;
-  } else if (!o.expert_layer_ids.empty() || o.draft_stages > 0) {
+  if (!o.expert_layer_ids.empty() || o.draft_stages > 0) {
     text_config["n_routed_experts"] = o.num_routed_experts;
     text_config["moe_intermediate_size"] = o.moe_intermediate_size;
   }
@@ -303,15 +261,6 @@ absl::Status MakeSyntheticCheckpoint(const SyntheticCheckpointOptions& o) {
       {"model_type", "deepseek_v4"},
       {"text_config", text_config},
   };
-  if (full_model) {
-    // As Hugging Face checkpoints of the family state their FP8 blocks.
-    config["quantization_config"] = {
-        {"quant_method", "fp8"},
-        {"fmt", "e4m3"},
-        {"scale_fmt", "ue8m0"},
-        {"weight_block_size", {kFp8Block, kFp8Block}},
-    };
-  }
   config["mneme_synthetic"] = {{"seed", o.seed}};
   RETURN_IF_ERROR(WriteText(partial + "/config.json", config.dump(2) + "\n"));
   if (fs::exists(o.out_dir, ec)) fs::remove(o.out_dir, ec);  // Empty dir.

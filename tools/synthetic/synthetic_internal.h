@@ -103,16 +103,6 @@ absl::Status WriteExperts(const SyntheticCheckpointOptions& o,
                           const ExpertExponents& exponents,
                           checkpoint::SafetensorsWriter& writer);
 
-// The shards of a full model after the `num_tables` Engram shards: one per
-// layer (its tensors but the Engram ones, with its routed experts), then
-// embed / head / norm, into `dir`, mapped in `index`; adds their data bytes
-// to `total_size`.
-absl::Status WriteFullModelShards(const SyntheticCheckpointOptions& o,
-                                  const std::string& dir, int num_tables,
-                                  int num_shards,
-                                  checkpoint::CheckpointIndex& index,
-                                  uint64_t& total_size);
-
 // "model-00001-of-00003.safetensors" for index 0 of 3.
 std::string ShardName(int index, int count);
 

@@ -39,93 +39,7 @@ namespace mneme::synthetic::synthetic_internal {
 
 using formats::RowFormat;
 
-namespace {
-
-// The options only kFullModel uses.
-absl::Status ValidateFullModel(const SyntheticCheckpointOptions& o) {
-  if (!o.expert_layer_ids.empty()) {
-    return absl::InvalidArgumentError(
-        "expert_layer_ids must be empty with contents kFullModel (every "
-        "layer has routed experts)");
-  }
-  if (o.draft_stages != 0) {
-    return absl::InvalidArgumentError(
-        "draft_stages must be 0 with contents kFullModel");
-  }
-  if (o.o_groups < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("o_groups=", o.o_groups, " must be >= 1"));
-  }
-  if (o.num_attention_heads < 1 || o.num_attention_heads % o.o_groups != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_attention_heads=", o.num_attention_heads,
-                     " must be a positive multiple of o_groups=", o.o_groups));
-  }
-  if (o.qk_rope_head_dim < 2 || o.qk_rope_head_dim % 2 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("qk_rope_head_dim=", o.qk_rope_head_dim,
-                     " must be even and >= 2 (RoPE rotates pairs)"));
-  }
-  if (o.head_dim < o.qk_rope_head_dim || o.head_dim % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "head_dim=", o.head_dim,
-        " must be even and >= qk_rope_head_dim=", o.qk_rope_head_dim));
-  }
-  if (o.q_lora_rank < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("q_lora_rank=", o.q_lora_rank, " must be >= 1"));
-  }
-  if (o.o_lora_rank < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("o_lora_rank=", o.o_lora_rank, " must be >= 1"));
-  }
-  if (o.sliding_window < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sliding_window=", o.sliding_window, " must be >= 1"));
-  }
-  if (static_cast<int64_t>(o.compress_ratios.size()) != o.num_hidden_layers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("compress_ratios has ", o.compress_ratios.size(),
-                     " entries; it needs one per layer (num_hidden_layers=",
-                     o.num_hidden_layers, ")"));
-  }
-  for (size_t i = 0; i < o.compress_ratios.size(); ++i) {
-    if (o.compress_ratios[i] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "compress_ratios[", i, "]=", o.compress_ratios[i], " must be >= 0"));
-    }
-  }
-  if (o.num_experts_per_tok < 1 ||
-      o.num_experts_per_tok > o.num_routed_experts) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_experts_per_tok=", o.num_experts_per_tok,
-        " must be in [1, num_routed_experts=", o.num_routed_experts, "]"));
-  }
-  if (o.n_shared_experts < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("n_shared_experts=", o.n_shared_experts, " must be >= 0"));
-  }
-  if (!std::isfinite(o.routed_scaling_factor) || o.routed_scaling_factor <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("routed_scaling_factor=", o.routed_scaling_factor,
-                     " must be finite and > 0"));
-  }
-  if (!std::isfinite(o.swiglu_limit) || o.swiglu_limit < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "swiglu_limit=", o.swiglu_limit, " must be finite and >= 0"));
-  }
-  if (!std::isfinite(o.rope_theta) || o.rope_theta <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rope_theta=", o.rope_theta, " must be finite and > 0"));
-  }
-  if (o.hc_sinkhorn_iters < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hc_sinkhorn_iters=", o.hc_sinkhorn_iters, " must be >= 1"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 absl::Status Validate(const SyntheticCheckpointOptions& o) {
   if (o.out_dir.empty()) {
@@ -181,14 +95,7 @@ absl::Status Validate(const SyntheticCheckpointOptions& o) {
       o.wkv_kind != WkvKind::kCorrelated) {
     return absl::InvalidArgumentError("unknown wkv_kind");
   }
-  switch (o.contents) {
-    case Contents::kEngramOnly:
-      return absl::OkStatus();
-    case Contents::kFullModel:
-      return ValidateFullModel(o);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "contents=", static_cast<int>(o.contents), " is not a Contents value"));
+  return absl::OkStatus();
 }
 
 }  // namespace mneme::synthetic::synthetic_internal

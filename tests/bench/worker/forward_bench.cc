@@ -9,7 +9,7 @@
 // EngramStore (RAM cache, warm after the first step) through one
 // InProcessEngramClient. Every rank runs the same loop of steps with the same
 // inputs and no barrier: the collectives inside Step() keep the ranks in step.
-// The model is the tiny synthetic one (synthetic::TinyModelOptions()),
+// The model is the tiny V4.1-Flash one (synthetic::MakeReleaseCheckpoint),
 // written to a temporary directory at start and removed at the end.
 //
 //   bazel build //tests/bench/worker:forward_bench
@@ -66,7 +66,7 @@
 #include "gpu/cpu/cpu_backend.h"
 #include "nlohmann/json.hpp"
 #include "tests/bench/worker/forward_bench_util.h"
-#include "tools/synthetic/synthetic_checkpoint.h"
+#include "tools/synthetic/release_checkpoint.h"
 
 ABSL_FLAG(std::string, configs, "1x1,1x2,2x1,4x1",
           "Comma-separated TxN: TP size T with N CPU backend threads per rank");
@@ -124,9 +124,9 @@ int Main() {
       return 1;
     }
     tmp = *std::move(t);
-    synthetic::SyntheticCheckpointOptions so = synthetic::TinyModelOptions();
+    synthetic::ReleaseCheckpointOptions so;
     so.out_dir = tmp->path() + "/ckpt";
-    if (absl::Status st = synthetic::MakeSyntheticCheckpoint(so); !st.ok()) {
+    if (absl::Status st = synthetic::MakeReleaseCheckpoint(so); !st.ok()) {
       std::fprintf(stderr, "making the checkpoint: %s\n",
                    st.ToString().c_str());
       return 1;

@@ -146,11 +146,46 @@ def softmax(x, axis):
     return e / e.sum(axis=axis, keepdims=True)
 
 
+# Per query position, the smallest relative gap between the k-th and the
+# (k+1)-th score of any top-k taken for that position (indexer, candidate
+# blocks, MoE gate) while it is a numpy array; None = not collected. A gap
+# below what fp32 arithmetic resolves (~1e-6) makes the selection, and so
+# the logits there, ambiguous for an fp32 engine.
+_GAPS = None
+
+
+def _record_gaps(scores, k):
+    if _GAPS is None or scores.ndim != 2 or scores.shape[0] != len(_GAPS):
+        return
+    n = scores.shape[1]
+    if k <= 0 or k >= n:
+        return
+    part = -np.sort(-scores, axis=-1)
+    kth, nxt = part[:, k - 1], part[:, k]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gap = np.where(np.isfinite(nxt) & np.isfinite(kth),
+                       np.abs(kth - nxt) / np.maximum(np.abs(kth), 1e-30),
+                       np.inf)
+    np.minimum(_GAPS, gap, out=_GAPS)
+
+
 def topk_lower_first(scores, k):
     """Indices of the k largest along the last axis; ties -> lower index
     first (a stable sort of -score)."""
+    _record_gaps(scores, k)
     order = np.argsort(-scores, axis=-1, kind="stable")
     return order[..., :k]
+
+
+def logits_with_gaps(model, tokens):
+    """model.logits(tokens) and the per-position selection gaps."""
+    global _GAPS
+    _GAPS = np.full(len(tokens), np.inf)
+    try:
+        logits = model.logits(tokens)
+        return logits, _GAPS.copy()
+    finally:
+        _GAPS = None
 
 
 def hadamard(n):
@@ -909,23 +944,28 @@ def log_softmax(x):
 
 def run(checkpoint, tokens, greedy=0, logits_positions=()):
     model = Model(checkpoint)
-    logits = model.logits(tokens)
+    logits, gaps = logits_with_gaps(model, tokens)
     lp = log_softmax(logits)
     prompt_lp = [None] + [float(lp[p - 1, tokens[p]])
                           for p in range(1, len(tokens))]
     out = {"model_type": model.cfg.model_type, "tokens": list(tokens),
            "prompt_logprobs": prompt_lp,
-           "last_argmax": int(np.argmax(logits[-1]))}
+           "last_argmax": int(np.argmax(logits[-1])),
+           # Query positions whose top-k selections have a near tie.
+           "selection_gaps": [float(g) for g in gaps]}
     seq = list(tokens)
     gen = []
-    last = logits
+    gen_gaps = []
+    last, last_gaps = logits, gaps
     for _ in range(greedy):
         nxt = int(np.argmax(last[-1]))
         gen.append(nxt)
+        gen_gaps.append(float(last_gaps[-1]))
         seq.append(nxt)
         if len(gen) < greedy:
-            last = model.logits(seq)
+            last, last_gaps = logits_with_gaps(model, seq)
     out["greedy"] = gen
+    out["greedy_selection_gaps"] = gen_gaps
     out["logits"] = {str(p): [float(v) for v in logits[p]]
                      for p in logits_positions}
     return out

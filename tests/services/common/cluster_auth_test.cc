@@ -34,7 +34,7 @@
 #include "services/worker/worker_service.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/tls_certs.h"
-#include "tools/synthetic/synthetic_checkpoint.h"
+#include "tools/synthetic/release_checkpoint.h"
 
 namespace mneme {
 namespace {
@@ -59,10 +59,11 @@ std::string WriteFile(const std::string& name, const std::string& text) {
 const std::string& TinyCheckpoint() {
   static const std::string* dir = [] {
     auto* d = new std::string(mneme::testing::MakeTempDir("tiny") + "/ckpt");
-    synthetic::SyntheticCheckpointOptions o = synthetic::TinyModelOptions();
+    synthetic::ReleaseCheckpointOptions o;
+    o.threads = 1;
     o.out_dir = *d;
     o.seed = 5;
-    const absl::Status st = synthetic::MakeSyntheticCheckpoint(o);
+    const absl::Status st = synthetic::MakeReleaseCheckpoint(o);
     EXPECT_TRUE(st.ok()) << st;
     return d;
   }();
@@ -196,11 +197,11 @@ TEST_F(SecretFiles, RendezvousServiceNeedsTheSecret) {
 }
 
 TEST_F(SecretFiles, EngramStoreNeedsTheSecret) {
-  synthetic::SyntheticCheckpointOptions checkpoint;
+  synthetic::ReleaseCheckpointOptions checkpoint;
   checkpoint.out_dir = mneme::testing::MakeTempDir("engram") + "/ckpt";
   checkpoint.seed = 9;
   checkpoint.threads = 2;
-  ASSERT_TRUE(synthetic::MakeSyntheticCheckpoint(checkpoint).ok());
+  ASSERT_TRUE(synthetic::MakeReleaseCheckpoint(checkpoint).ok());
   engram::EngramStoreOptions store_options;
   store_options.checkpoint_dir = checkpoint.out_dir;
   store_options.io_threads = 2;

@@ -22,7 +22,7 @@
 #include "proto/worker/v1/worker.grpc.pb.h"
 #include "services/common/server_runner.h"
 #include "services/worker/local_model.h"
-#include "tools/synthetic/synthetic_checkpoint.h"
+#include "tools/synthetic/release_checkpoint.h"
 
 namespace mneme::worker {
 namespace {
@@ -32,10 +32,11 @@ using ::testing::HasSubstr;
 const std::string& TinyCheckpoint() {
   static const std::string* dir = [] {
     auto* d = new std::string(absl::StrCat(getenv("TEST_TMPDIR"), "/tiny"));
-    synthetic::SyntheticCheckpointOptions o = synthetic::TinyModelOptions();
+    synthetic::ReleaseCheckpointOptions o;
+    o.threads = 1;
     o.out_dir = *d;
     o.seed = 5;
-    const absl::Status st = synthetic::MakeSyntheticCheckpoint(o);
+    const absl::Status st = synthetic::MakeReleaseCheckpoint(o);
     EXPECT_TRUE(st.ok()) << st;
     return d;
   }();

@@ -19,7 +19,7 @@
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "services/worker/local_model.h"
-#include "tools/synthetic/synthetic_checkpoint.h"
+#include "tools/synthetic/release_checkpoint.h"
 
 namespace mneme::cli {
 namespace {
@@ -29,10 +29,11 @@ using ::testing::HasSubstr;
 const std::string& Checkpoint(int seed) {
   static std::map<int, std::string>* dirs = new std::map<int, std::string>();
   if (auto it = dirs->find(seed); it != dirs->end()) return it->second;
-  synthetic::SyntheticCheckpointOptions o = synthetic::TinyModelOptions();
+  synthetic::ReleaseCheckpointOptions o;
+  o.threads = 1;
   o.out_dir = absl::StrCat(getenv("TEST_TMPDIR"), "/tiny", seed);
   o.seed = seed;
-  const absl::Status st = synthetic::MakeSyntheticCheckpoint(o);
+  const absl::Status st = synthetic::MakeReleaseCheckpoint(o);
   EXPECT_TRUE(st.ok()) << st;
   return (*dirs)[seed] = o.out_dir;
 }
