@@ -61,35 +61,32 @@ absl::StatusOr<std::vector<float>> ScoreAll(
   return std::move(out->logits[0]);
 }
 
-// {"token_id": id, "logprob": x|null[, "top_logprobs": [{"token_id",
-// "logprob"}...]]}: one position's entry of the JSON output.
-nlohmann::ordered_json PositionJson(int64_t token_id,
-                                    const model::PositionLogprobs& lp,
-                                    bool with_top) {
-  nlohmann::ordered_json j = {{"token_id", token_id}};
-  j["logprob"] = std::isnan(lp.target_logprob)
-                     ? nlohmann::ordered_json(nullptr)
-                     : nlohmann::ordered_json(lp.target_logprob);
-  if (with_top) {
-    nlohmann::ordered_json top = nlohmann::ordered_json::array();
-    for (size_t k = 0; k < lp.top_ids.size(); ++k) {
-      top.push_back(
-          {{"token_id", lp.top_ids[k]}, {"logprob", lp.top_logprobs[k]}});
-    }
-    j["top_logprobs"] = std::move(top);
+// A log-probability, or null (the first prompt position has none).
+nlohmann::ordered_json LogprobJson(float logprob) {
+  return std::isnan(logprob) ? nlohmann::ordered_json(nullptr)
+                             : nlohmann::ordered_json(logprob);
+}
+
+// [{"token_id", "logprob"}...]: one position's most likely tokens.
+nlohmann::ordered_json TopJson(const model::PositionLogprobs& lp) {
+  nlohmann::ordered_json top = nlohmann::ordered_json::array();
+  for (size_t k = 0; k < lp.top_ids.size(); ++k) {
+    top.push_back(
+        {{"token_id", lp.top_ids[k]}, {"logprob", lp.top_logprobs[k]}});
   }
-  return j;
+  return top;
 }
 
 }  // namespace
 
 absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
-  ASSIGN_OR_RETURN(Args args,
-                   Args::Parse(argv,
-                               WithSamplingFlags(
-                                   {"checkpoint", "tokens", "max-new-tokens",
-                                    "chunk-tokens", "threads", "top-logprobs"}),
-                               {"json", "ignore-eos", "prompt-logprobs"}));
+  ASSIGN_OR_RETURN(
+      Args args,
+      Args::Parse(argv,
+                  WithSamplingFlags({"checkpoint", "tokens", "max-new-tokens",
+                                     "chunk-tokens", "threads", "logprobs",
+                                     "top-logprobs"}),
+                  {"json", "ignore-eos", "prompt-logprobs"}));
   ASSIGN_OR_RETURN(std::string dir, args.Required("checkpoint"));
   if (!args.Has("tokens")) {
     return absl::InvalidArgumentError("--tokens is required");
@@ -101,8 +98,13 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
       args.GetInt("max-new-tokens", 16, 0, 1 << 20);
   absl::StatusOr<int64_t> chunk = args.GetInt("chunk-tokens", 0, 0, 1 << 20);
   absl::StatusOr<int64_t> threads = args.GetInt("threads", 0, 0, 1024);
+  if (args.Has("logprobs") && args.Has("top-logprobs")) {
+    return absl::InvalidArgumentError(
+        "--logprobs and --top-logprobs are the same flag; give one");
+  }
   absl::StatusOr<int64_t> top =
-      args.GetInt("top-logprobs", 0, 0, model::kMaxTopLogprobs);
+      args.GetInt(args.Has("top-logprobs") ? "top-logprobs" : "logprobs", 0, 0,
+                  model::kMaxTopLogprobs);
   absl::StatusOr<gpu::SamplingParams> sampling = SamplingFromArgs(args);
   for (const absl::Status& st :
        {max_new.status(), chunk.status(), threads.status(), top.status(),
@@ -133,20 +135,25 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
         {"seconds", seconds},
     };
     if (*top > 0) {
+      // Per generated token, its distribution's top N.
       nlohmann::ordered_json tops = nlohmann::ordered_json::array();
-      for (size_t i = 0; i < result.top_logprobs.size(); ++i) {
-        tops.push_back(
-            PositionJson(result.token_ids[i], result.top_logprobs[i], true));
+      for (const model::PositionLogprobs& lp : result.top_logprobs) {
+        tops.push_back(TopJson(lp));
       }
       j["top_logprobs"] = std::move(tops);
     }
     if (prompt_logprobs) {
-      nlohmann::ordered_json positions = nlohmann::ordered_json::array();
+      // One number per prompt position: the log-probability of its token
+      // given the tokens before it; null for the first.
+      nlohmann::ordered_json values = nlohmann::ordered_json::array();
+      nlohmann::ordered_json tops = nlohmann::ordered_json::array();
       for (size_t i = 0; i < result.prompt_logprobs.size(); ++i) {
-        positions.push_back(PositionJson(prompt[i], result.prompt_logprobs[i],
-                                         *top > 0 && i > 0));
+        const model::PositionLogprobs& lp = result.prompt_logprobs[i];
+        values.push_back(LogprobJson(lp.target_logprob));
+        tops.push_back(i == 0 ? nlohmann::ordered_json(nullptr) : TopJson(lp));
       }
-      j["prompt_logprobs"] = std::move(positions);
+      j["prompt_logprobs"] = std::move(values);
+      if (*top > 0) j["prompt_top_logprobs"] = std::move(tops);
     }
     out << j.dump() << "\n";
   } else {
