@@ -234,11 +234,14 @@ class Backend {
                                absl::Span<const int32_t> idx, int width,
                                float scale, const float* sink, MatrixView out,
                                MatrixView lse) = 0;
-  // The indexer's scores of keys [K, d] for queries q [T, heads * d] with
-  // per-head weights w [T, heads]: out[t, j] = sum_h w[t, h] * max(0,
-  // q[t, h] . keys[j]), out [T, K].
+  // The indexer's scores for queries q [T, heads * d] with per-head weights
+  // w [T, heads] against the keys in rows `rows` (host values) of `keys`,
+  // each read from its first d = q.cols / heads columns (keys.cols >= d):
+  // out[t, j] = sum_h w[t, h] * max(0, q[t, h] . keys[rows[j], :d]),
+  // out [T, rows.size()]. The keys stay where they are (the cache pool).
   virtual void IndexScores(ConstMatrixView q, ConstMatrixView w,
-                           ConstMatrixView keys, MatrixView out) = 0;
+                           ConstMatrixView keys, absl::Span<const int32_t> rows,
+                           MatrixView out) = 0;
 
   // ---- compressor ----------------------------------------------------------
   // One compressed entry from a block of r tokens: out[d] = sum_i

@@ -213,6 +213,31 @@ absl::Status Model::Load() {
   return absl::OkStatus();
 }
 
+absl::Status CheckCheckpointLoads(const std::string& dir, int tp_size,
+                                  gpu::Backend& backend) {
+  ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::ModelConfig> config,
+                   checkpoint::ModelConfig::Create(dir + "/config.json"));
+  ASSIGN_OR_RETURN(ModelDims dims, LoadModelDims(*config));
+  RETURN_IF_ERROR(CheckTensorParallel(dims, tp_size));
+  EngramLayout engram;
+  if (!dims.engram_layers.empty()) {
+    ASSIGN_OR_RETURN(engram, MakeEngramLayout(*config, tp_size));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::ShardedCheckpoint> ckpt,
+                   checkpoint::ShardedCheckpoint::Create(dir));
+  // The first and the last rank cover every slice's bounds.
+  for (const int rank : {0, tp_size - 1}) {
+    WeightLoader load(*ckpt, backend, dims.fp8_block_rows, dims.fp8_block_cols,
+                      ckpt->dir());
+    load.set_headers_only(true);
+    ASSIGN_OR_RETURN(VocabShard vocab,
+                     ShardVocabulary(dims.vocab_size, rank, tp_size));
+    RETURN_IF_ERROR(
+        LoadModelWeights(load, dims, vocab, engram, rank, tp_size).status());
+  }
+  return absl::OkStatus();
+}
+
 LayerContext Model::Context() const {
   return LayerContext{
       .dims = dims_,

@@ -83,6 +83,16 @@ absl::Status StepNotRunError(absl::string_view message);
 // Whether `status` is marked by StepNotRunError().
 bool IsStepNotRun(const absl::Status& status);
 
+// Checks that the checkpoint in `dir` loads for tensor-parallel size
+// `tp_size` without reading any tensor data: config.json (LoadModelDims,
+// CheckTensorParallel) and every tensor the ranks would load, with its
+// dtype, shape and slices, plus the draft layers' headers. Works on
+// full-shape checkpoints whose data are holes. The first problem, naming the
+// key or the tensor (NotFound for a missing one, InvalidArgument for a wrong
+// dtype or shape).
+absl::Status CheckCheckpointLoads(const std::string& dir, int tp_size,
+                                  gpu::Backend& backend);
+
 class Model {
  public:
   // Loads the rank's weights. `comm` is required when tp_size > 1 (its rank

@@ -69,6 +69,7 @@ absl::StatusOr<std::vector<uint8_t>> WeightLoader::Read(
         ", the config implies ", ShapeString(shape)));
   }
   if (spec != nullptr) *spec = t;
+  if (headers_only_) return std::vector<uint8_t>();
   return source_.ReadTensorBytes(name);
 }
 
@@ -138,6 +139,7 @@ absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::Linear(
                      ") cols [", col_slice.begin, ", +", col_slice.count,
                      ") is outside ", wname, " [", rows, ", ", cols, "]"));
   }
+  if (headers_only_) return std::unique_ptr<gpu::Weight>();
   const int64_t r0 = row_slice.begin, rn = row_slice.count;
   const int64_t c0 = col_slice.begin, cn = col_slice.count;
   const bool whole = rn == rows && cn == cols;
@@ -225,6 +227,7 @@ absl::StatusOr<std::vector<float>> WeightLoader::Floats(
         absl::StrCat("elements [", begin, ", +", count, ") outside ", name));
   }
   std::vector<float> out(static_cast<size_t>(count));
+  if (headers_only_) return out;
   for (int64_t i = 0; i < count; ++i) {
     if (spec.dtype == DType::kF32) {
       std::memcpy(&out[i], bytes.data() + (begin + i) * 4, 4);
@@ -320,6 +323,7 @@ absl::Status WeightLoader::CheckLinear(absl::string_view name, int64_t rows,
 absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::FloatMatrix(
     absl::string_view name, int64_t rows, int64_t cols) {
   ASSIGN_OR_RETURN(const std::vector<float> values, Floats(name, {rows, cols}));
+  if (headers_only_) return std::unique_ptr<gpu::Weight>();
   gpu::HostWeight w;
   w.format = gpu::WeightFormat::kF32;
   w.rows = rows;
@@ -337,6 +341,7 @@ absl::StatusOr<std::unique_ptr<gpu::Buffer>> WeightLoader::Vector(
     int64_t count) {
   ASSIGN_OR_RETURN(const std::vector<float> values,
                    Floats(name, shape, begin, count));
+  if (headers_only_) return std::unique_ptr<gpu::Buffer>();
   ASSIGN_OR_RETURN(std::unique_ptr<gpu::Buffer> buffer,
                    backend_.Allocate(static_cast<int64_t>(values.size())));
   backend_.CopyFromHost(values, buffer->data());

@@ -90,6 +90,13 @@ class WeightLoader {
     return source_.GetTensorSpec(name).ok();
   }
 
+  // Checks names, dtypes, shapes and slices against the headers only: no
+  // tensor data is read and nothing is uploaded (Linear, FloatMatrix and
+  // Vector return null, Floats zeros, Integers nothing). For validating a
+  // checkpoint without its data (mneme plan on full-shape checkpoints).
+  void set_headers_only(bool headers_only) { headers_only_ = headers_only; }
+  bool headers_only() const { return headers_only_; }
+
   // Bytes uploaded so far.
   int64_t uploaded_bytes() const { return uploaded_bytes_; }
 
@@ -106,6 +113,7 @@ class WeightLoader {
   const int fp8_block_cols_;
   const std::string source_name_;
   int64_t uploaded_bytes_ = 0;
+  bool headers_only_ = false;
 };
 
 }  // namespace mneme::model

@@ -118,7 +118,7 @@ class CpuBackend : public Backend {
                        const float* sink, MatrixView out,
                        MatrixView lse) override;
   void IndexScores(ConstMatrixView q, ConstMatrixView w, ConstMatrixView keys,
-                   MatrixView out) override;
+                   absl::Span<const int32_t> rows, MatrixView out) override;
   void SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
                    ConstMatrixView ape, MatrixView out) override;
 

@@ -188,34 +188,37 @@ void CpuBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
 }
 
 void CpuBackend::IndexScores(ConstMatrixView q, ConstMatrixView w,
-                             ConstMatrixView keys, MatrixView out) {
+                             ConstMatrixView keys,
+                             absl::Span<const int32_t> rows, MatrixView out) {
   const int64_t tokens = q.rows;
-  const int64_t d = keys.cols;
-  CHECK_GT(d, 0);
-  CHECK_EQ(q.cols % d, 0);
-  const int64_t heads = q.cols / d;
   CHECK_EQ(w.rows, tokens);
-  CHECK_EQ(w.cols, heads);
+  CHECK_GT(w.cols, 0);
+  const int64_t heads = w.cols;
+  CHECK_EQ(q.cols % heads, 0);
+  const int64_t d = q.cols / heads;
+  CHECK_LE(d, keys.cols);
+  const int64_t n = static_cast<int64_t>(rows.size());
   CHECK_EQ(out.rows, tokens);
-  CHECK_EQ(out.cols, keys.rows);
-  const int64_t n = keys.rows;
+  CHECK_EQ(out.cols, n);
+  for (const int32_t r : rows) {
+    CHECK_GE(r, 0);
+    CHECK_LT(r, keys.rows);
+  }
   if (tokens == 0 || n == 0) return;
+  // Over the keys (each read once per token block), then the tokens and
+  // heads.
   pool_.ParallelFor(
-      tokens, Grain(2 * heads * d * n), [&](int64_t begin, int64_t end) {
-        std::vector<float> dots(kKeyChunk);
-        for (int64_t t = begin; t < end; ++t) {
-          float* o = out.data + t * n;
-          std::fill(o, o + n, 0.0f);
-          for (int64_t h = 0; h < heads; ++h) {
-            const float* qh = q.data + t * q.cols + h * d;
-            const float wh = w.data[t * heads + h];
-            for (int64_t j = 0; j < n; j += kKeyChunk) {
-              const int64_t m = std::min<int64_t>(kKeyChunk, n - j);
-              k::DotRows(qh, keys.data + j * d, m, d, 1.0f, dots.data());
-              for (int64_t i = 0; i < m; ++i) {
-                o[j + i] += wh * std::max(dots[i], 0.0f);
-              }
+      n, Grain(2 * heads * d * tokens), [&](int64_t begin, int64_t end) {
+        for (int64_t j = begin; j < end; ++j) {
+          const float* key =
+              keys.data + static_cast<int64_t>(rows[j]) * keys.cols;
+          for (int64_t t = 0; t < tokens; ++t) {
+            float score = 0.0f;
+            for (int64_t h = 0; h < heads; ++h) {
+              const float dot = k::Dot(q.data + t * q.cols + h * d, key, d);
+              score += w.data[t * heads + h] * std::max(dot, 0.0f);
             }
+            out.data[t * n + j] = score;
           }
         }
       });

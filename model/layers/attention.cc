@@ -236,20 +236,12 @@ absl::Status ChunkIndexScores(const LayerContext& ctx, KvCache& cache,
   ASSIGN_OR_RETURN(WorkBuffer local,
                    ws.TakeZeroed(std::max<int64_t>(n * own, 1)));
   if (own > 0) {
-    ASSIGN_OR_RETURN(WorkBuffer keys, ws.Take(own * pool.cols));
+    // The keys are scored where they sit in the pool.
     std::vector<int32_t> rows(own);
     for (int64_t e = 0; e < own; ++e) rows[e] = cache.Row(index_keys, e);
-    backend.GatherRows(pool, rows, keys.view(own, pool.cols));
-    MatrixView k = keys.view(own, pool.cols);
-    WorkBuffer narrow;
-    if (dI != pool.cols) {
-      ASSIGN_OR_RETURN(narrow, ws.Take(own * dI));
-      backend.CopyColumns(k, 0, narrow.view(own, dI));
-      k = narrow.view(own, dI);
-    }
     backend.IndexScores(ConstMatrixView(qi.data + t0 * qi.cols, n, qi.cols),
-                        ConstMatrixView(wi.data + t0 * wi.cols, n, wi.cols), k,
-                        local.view(n, own));
+                        ConstMatrixView(wi.data + t0 * wi.cols, n, wi.cols),
+                        pool, rows, local.view(n, own));
   }
   const float scale =
       static_cast<float>(std::pow(static_cast<double>(dI), -0.5) *

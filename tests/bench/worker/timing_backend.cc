@@ -166,10 +166,11 @@ void TimingBackend::SparseAttention(gpu::ConstMatrixView q,
 
 void TimingBackend::IndexScores(gpu::ConstMatrixView q, gpu::ConstMatrixView w,
                                 gpu::ConstMatrixView keys,
+                                absl::Span<const int32_t> rows,
                                 gpu::MatrixView out) {
-  Timed(Kind::kIndexScores, [&] { inner_.IndexScores(q, w, keys, out); });
+  Timed(Kind::kIndexScores, [&] { inner_.IndexScores(q, w, keys, rows, out); });
   ++times_.index_calls;
-  times_.index_pairs += q.rows * keys.rows;
+  times_.index_pairs += q.rows * static_cast<int64_t>(rows.size());
 }
 
 void TimingBackend::SoftmaxPool(gpu::ConstMatrixView kv,

@@ -110,7 +110,8 @@ class TimingBackend : public gpu::Backend {
                        float scale, const float* sink, gpu::MatrixView out,
                        gpu::MatrixView lse) override;
   void IndexScores(gpu::ConstMatrixView q, gpu::ConstMatrixView w,
-                   gpu::ConstMatrixView keys, gpu::MatrixView out) override;
+                   gpu::ConstMatrixView keys, absl::Span<const int32_t> rows,
+                   gpu::MatrixView out) override;
   void SoftmaxPool(gpu::ConstMatrixView kv, gpu::ConstMatrixView score,
                    gpu::ConstMatrixView ape, gpu::MatrixView out) override;
   void HcPost(gpu::ConstMatrixView a, gpu::ConstMatrixView post,

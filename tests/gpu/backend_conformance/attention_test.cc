@@ -184,6 +184,111 @@ TEST_P(AttentionTest, SoftmaxPoolMatchesReference) {
   }
 }
 
+// The official sparse_attn: per query its own key list (-1 = none), a
+// softmax with the sink's logit in the denominator.
+TEST_P(AttentionTest, SparseAttentionOverPerQueryKeyLists) {
+  const int heads = 3;
+  const int64_t hd = 20, keys = 11, tokens = 4;
+  const int width = 5;
+  const std::vector<float> q = Random(tokens * heads * hd);
+  const std::vector<float> kv = Random(keys * hd);
+  const std::vector<float> sink = {0.5f, -1.0f, 2.0f};
+  // Query 2 has no key at all; query 3 lists a key twice.
+  const std::vector<int32_t> idx = {0,  4,  10, -1, 7,   //
+                                    -1, -1, 3,  -1, -1,  //
+                                    -1, -1, -1, -1, -1,  //
+                                    2,  2,  9,  1,  0};
+  const float scale = 0.3f;
+  for (const bool with_sink : {false, true}) {
+    std::vector<double> ref_out(tokens * heads * hd, 0.0),
+        ref_lse(tokens * heads);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int h = 0; h < heads; ++h) {
+        std::vector<double> s;
+        std::vector<int32_t> rows;
+        for (int j = 0; j < width; ++j) {
+          const int32_t r = idx[t * width + j];
+          if (r < 0) continue;
+          double dot = 0;
+          for (int64_t i = 0; i < hd; ++i) {
+            dot += double{q[(t * heads + h) * hd + i]} * kv[r * hd + i];
+          }
+          s.push_back(dot * scale);
+          rows.push_back(r);
+        }
+        double* o = &ref_out[(t * heads + h) * hd];
+        if (s.empty()) {
+          ref_lse[t * heads + h] = -kInf;
+          continue;
+        }
+        const double m = *std::max_element(s.begin(), s.end());
+        double den = 0;
+        for (double v : s) den += std::exp(v - m);
+        ref_lse[t * heads + h] = m + std::log(den);
+        const double total =
+            den + (with_sink ? std::exp(double{sink[h]} - m) : 0.0);
+        for (size_t j = 0; j < s.size(); ++j) {
+          const double p = std::exp(s[j] - m) / total;
+          for (int64_t i = 0; i < hd; ++i) o[i] += p * kv[rows[j] * hd + i];
+        }
+      }
+    }
+    Mat qm = Upload(q, tokens, heads * hd), km = Upload(kv, keys, hd);
+    Mat sm = Upload(sink, 1, heads);
+    Mat out = Zeros(tokens, heads * hd), lse = Zeros(tokens, heads);
+    backend_->SparseAttention(qm.view, km.view, heads, idx, width, scale,
+                              with_sink ? sm.data() : nullptr, out.view,
+                              lse.view);
+    ExpectAllNear(Download(out), ref_out, 1e-5);
+    const std::vector<float> got_lse = Download(lse);
+    for (size_t i = 0; i < got_lse.size(); ++i) {
+      if (std::isinf(ref_lse[i])) {
+        EXPECT_TRUE(std::isinf(got_lse[i]) && got_lse[i] < 0) << i;
+      } else {
+        EXPECT_NEAR(got_lse[i], ref_lse[i], 1e-5) << i;
+      }
+    }
+  }
+}
+
+// The indexer's score: sum_h w_h relu(q_h . k), keys read in place from
+// rows of a wider matrix.
+TEST_P(AttentionTest, IndexScoresOfKeyRowsInPlace) {
+  const int64_t heads = 4, d = 16, width = 24, tokens = 3, pool_rows = 9;
+  const std::vector<float> q = Random(tokens * heads * d);
+  const std::vector<float> w = Random(tokens * heads);
+  const std::vector<float> pool = Random(pool_rows * width);
+  const std::vector<int32_t> rows = {8, 0, 3, 3, 5};
+  const int64_t n = static_cast<int64_t>(rows.size());
+  std::vector<double> ref(tokens * n, 0.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t h = 0; h < heads; ++h) {
+        double dot = 0;
+        for (int64_t i = 0; i < d; ++i) {
+          dot += double{q[(t * heads + h) * d + i]} * pool[rows[j] * width + i];
+        }
+        ref[t * n + j] += w[t * heads + h] * std::max(dot, 0.0);
+      }
+    }
+  }
+  Mat qm = Upload(q, tokens, heads * d), wm = Upload(w, tokens, heads);
+  Mat pm = Upload(pool, pool_rows, width), out = Zeros(tokens, n);
+  backend_->IndexScores(qm.view, wm.view, pm.view, rows, out.view);
+  ExpectAllNear(Download(out), ref, 1e-5);
+}
+
+TEST_P(AttentionTest, PlaceColumnsWritesASpanOfColumns) {
+  const std::vector<float> x = Random(3 * 4);
+  Mat xm = Upload(x, 3, 4), y = Upload(std::vector<float>(3 * 9, 7.0f), 3, 9);
+  backend_->PlaceColumns(xm.view, y.view, 2);
+  std::vector<double> want(3 * 9, 7.0);
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 4; ++c) want[r * 9 + 2 + c] = x[r * 4 + c];
+  }
+  ExpectAllNear(Download(y), want, 0.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionTest,
                          ::testing::ValuesIn(BackendFactories()),
                          BackendFactoryName);
