@@ -15,6 +15,8 @@
 #include "checkpoint/model_config.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/status_macros.h"
+#include "gpu/cpu/cpu_backend.h"
+#include "model/model.h"
 #include "model/model_config.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/args.h"
@@ -462,6 +464,11 @@ absl::Status RunPlan(const std::vector<std::string>& argv, std::ostream& out) {
         absl::StrCat("--tp=", tp, " leaves the last rank no rows of the ",
                      d.vocab_size, "-token vocabulary"));
   }
+  // The checkpoint must load as the workers load it: every tensor they
+  // read, checked against its header only (no data read).
+  ASSIGN_OR_RETURN(std::unique_ptr<gpu::CpuBackend> backend,
+                   gpu::CpuBackend::Create({.threads = 1}));
+  RETURN_IF_ERROR(model::CheckCheckpointLoads(dir, tp, *backend));
   ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::ShardedCheckpoint> ckpt,
                    checkpoint::ShardedCheckpoint::Create(dir));
 
