@@ -1,6 +1,7 @@
 #include "model/weight_loader.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -8,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "formats/bf16.h"
+#include "formats/e4m3.h"
 #include "gpu/host_weight.h"
 
 namespace mneme::model {
@@ -95,10 +97,37 @@ absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::Linear(
     w.block_rows = fp8_block_rows_;
     w.block_cols = fp8_block_cols_;
     ASSIGN_OR_RETURN(data, Read(wname, {dtype}, {rows, cols}, nullptr));
-    ASSIGN_OR_RETURN(scale, Read(absl::StrCat(name, ".scale"), {DType::kF8E8M0},
-                                 {CeilDiv(rows, fp8_block_rows_),
-                                  CeilDiv(cols, fp8_block_cols_)},
-                                 nullptr));
+    checkpoint::TensorSpec scale_spec;
+    const int64_t scale_rows = CeilDiv(rows, fp8_block_rows_);
+    const int64_t scale_cols = CeilDiv(cols, fp8_block_cols_);
+    ASSIGN_OR_RETURN(
+        scale, Read(absl::StrCat(name, ".scale"), {DType::kF8E8M0, DType::kF32},
+                    {scale_rows, scale_cols}, &scale_spec));
+    if (scale_spec.dtype == DType::kF32 && !headers_only_) {
+      // FP8 with float32 block scales (the V4-Flash Base release's
+      // experts): dequantized here, exactly, into an fp32 weight.
+      std::vector<uint8_t> values(static_cast<size_t>(rows * cols * 4));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          float s;
+          std::memcpy(&s,
+                      scale.data() + ((r / fp8_block_rows_) * scale_cols +
+                                      c / fp8_block_cols_) *
+                                         4,
+                      4);
+          if (!std::isfinite(s)) {
+            return absl::DataLossError(absl::StrCat(
+                Where(), "tensor ", name, ".scale has a non-finite value"));
+          }
+          const float v = static_cast<float>(
+              double{formats::E4m3ToFloat(data[r * cols + c])} * s);
+          std::memcpy(values.data() + (r * cols + c) * 4, &v, 4);
+        }
+      }
+      data = std::move(values);
+      scale.clear();
+      w.format = gpu::WeightFormat::kF32;
+    }
   } else if (dtype == DType::kU8 || dtype == DType::kI8) {
     const std::string nv_scale = absl::StrCat(name, ".weight_scale");
     const bool nvfp4 = Has(nv_scale);

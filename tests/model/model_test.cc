@@ -18,10 +18,13 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "checkpoint/model_config.h"
+#include "checkpoint/safetensors_reader.h"
+#include "checkpoint/safetensors_writer.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "engram_store/client/engram_client.h"
 #include "engram_store/client/in_process_engram_client.h"
 #include "engram_store/engram_store.h"
+#include "formats/e4m3.h"
 #include "gmock/gmock.h"
 #include "gpu/cpu/cpu_backend.h"
 #include "gpu/host_weight.h"
@@ -779,6 +782,80 @@ TEST(WeightLoaderTest, UnalignedSlicesEqualTheDequantizedRows) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(load.Linear("layers.0.attn.nope", 1, 1).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// FP8 weights with float32 block scales (the V4-Flash Base release's
+// experts) load as the same numbers as with UE8M0 scales of equal value, and
+// a scale that is not a power of two scales exactly.
+TEST(WeightLoaderTest, Fp8WithFloat32Scales) {
+  const std::string path = TempDir("fp8-f32-scales.safetensors");
+  const int64_t rows = 64, cols = 64;
+  std::vector<uint8_t> codes(rows * cols);
+  for (size_t i = 0; i < codes.size(); ++i) {
+    codes[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+    if ((codes[i] & 0x7F) == 0x7F) codes[i] = 0x3C;  // No NaN codes.
+  }
+  const std::vector<uint8_t> e8m0 = {127, 128, 126, 130};  // 1, 2, 1/2, 8
+  const std::vector<float> f32 = {1.0f, 2.0f, 0.5f, 8.0f};
+  const std::vector<float> f32_odd = {1.0f, 2.0f, 0.5f, 0.3f};
+  auto bytes = [](const std::vector<float>& v) {
+    return std::vector<uint8_t>(
+        reinterpret_cast<const uint8_t*>(v.data()),
+        reinterpret_cast<const uint8_t*>(v.data()) + v.size() * 4);
+  };
+  using checkpoint::DType;
+  {
+    auto w = checkpoint::SafetensorsWriter::Create(
+        path, {{"a.weight", DType::kF8E4M3, {rows, cols}},
+               {"a.scale", DType::kF8E8M0, {2, 2}},
+               {"b.weight", DType::kF8E4M3, {rows, cols}},
+               {"b.scale", DType::kF32, {2, 2}},
+               {"c.weight", DType::kF8E4M3, {rows, cols}},
+               {"c.scale", DType::kF32, {2, 2}}});
+    ASSERT_TRUE(w.ok()) << w.status();
+    for (const char* n : {"a.weight", "b.weight", "c.weight"}) {
+      ASSERT_TRUE((*w)->Append(n, codes).ok());
+    }
+    ASSERT_TRUE((*w)->Append("a.scale", e8m0).ok());
+    ASSERT_TRUE((*w)->Append("b.scale", bytes(f32)).ok());
+    ASSERT_TRUE((*w)->Append("c.scale", bytes(f32_odd)).ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  absl::StatusOr<std::unique_ptr<checkpoint::SafetensorsReader>> reader =
+      checkpoint::SafetensorsReader::Create(path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  absl::StatusOr<std::unique_ptr<gpu::CpuBackend>> backend =
+      gpu::CpuBackend::Create({});
+  ASSERT_TRUE(backend.ok());
+  WeightLoader load(**reader, **backend, 32, 32);
+  gpu::Backend& b = **backend;
+  auto x = b.Allocate(cols * cols);
+  ASSERT_TRUE(x.ok());
+  std::vector<float> eye(cols * cols, 0.0f);
+  for (int64_t i = 0; i < cols; ++i) eye[i * cols + i] = 1.0f;
+  b.CopyFromHost(eye, (*x)->data());
+  // Row j of Linear(I) is column j of W.
+  auto columns = [&](const std::string& name) {
+    absl::StatusOr<std::unique_ptr<gpu::Weight>> wt =
+        load.Linear(name, rows, cols);
+    EXPECT_TRUE(wt.ok()) << wt.status();
+    auto y = b.Allocate(cols * rows);
+    b.Linear((*x)->view(cols, cols), **wt, (*y)->view(cols, rows));
+    std::vector<float> out(cols * rows);
+    b.CopyToHost((*y)->data(), absl::MakeSpan(out));
+    return out;
+  };
+  const std::vector<float> a = columns("a"), bw = columns("b"),
+                           c = columns("c");
+  EXPECT_EQ(a, bw);
+  for (int64_t col = 0; col < cols; ++col) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float want = static_cast<float>(
+          double{formats::E4m3ToFloat(codes[r * cols + col])} *
+          f32_odd[(r / 32) * 2 + col / 32]);
+      ASSERT_EQ(c[col * rows + r], want) << r << "," << col;
+    }
+  }
 }
 
 }  // namespace
