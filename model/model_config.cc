@@ -313,7 +313,8 @@ absl::StatusOr<ModelDims> LoadModelDims(const checkpoint::ModelConfig& config) {
   check(GetIntIn(config, "vocab_size", 1, int64_t{1} << 24, d.vocab_size));
   check(GetIntIn(config, "hidden_size", 1, kMaxDim, d.hidden_size));
   check(GetIntIn(config, "num_hidden_layers", 1, 1024, d.num_layers));
-  check(GetIntIn(config, "hc_mult", 2, 16, d.hc_mult));
+  // Defaults of absent keys are the official ModelArgs'.
+  check(GetOptionalIntIn(config, "hc_mult", 2, 16, 4, d.hc_mult));
   check(GetOptionalIntIn(config, "hc_sinkhorn_iters", 1, 1000, 20,
                          d.hc_sinkhorn_iters));
   check(GetOptionalFloat(config, "hc_eps", 0, 1, 1e-6f, d.hc_eps));
@@ -329,7 +330,7 @@ absl::StatusOr<ModelDims> LoadModelDims(const checkpoint::ModelConfig& config) {
   check(GetIntIn(config, "sliding_window", 1, 1 << 20, d.sliding_window));
   check(GetIntIn(config, "n_routed_experts", 1, 65536, d.num_experts));
   check(GetIntIn(config, "num_experts_per_tok", 1, 65536, d.experts_per_token));
-  check(GetOptionalIntIn(config, "n_shared_experts", 0, 64, 0,
+  check(GetOptionalIntIn(config, "n_shared_experts", 0, 64, 1,
                          d.num_shared_experts));
   check(GetIntIn(config, "moe_intermediate_size", 1, kMaxDim,
                  d.moe_intermediate));
@@ -363,7 +364,7 @@ absl::StatusOr<ModelDims> LoadModelDims(const checkpoint::ModelConfig& config) {
   }
   check(GetOptionalIntIn(config, "num_nextn_predict_layers", 0, 64, 0,
                          d.num_draft_layers));
-  check(GetOptionalFloat(config, "compress_rope_theta", 1, 1e12, d.rope_theta,
+  check(GetOptionalFloat(config, "compress_rope_theta", 1, 1e12, 40000.0f,
                          d.compress_rope_theta));
   check(GetYarn(config, d.yarn));
   check(GetOptionalIntIn(config, "index_n_heads", 0, 4096, 0, d.index_heads));
@@ -400,6 +401,11 @@ absl::StatusOr<ModelDims> LoadModelDims(const checkpoint::ModelConfig& config) {
   if (gate_temp != 1.0f) {
     return config.KeyError("gate_temp",
                            absl::StrCat(gate_temp, ": only 1 is supported"));
+  }
+  if (const nlohmann::json* n = config.Find("norm_topk_prob");
+      n != nullptr && d.IsV41() && !(n->is_boolean() && n->get<bool>())) {
+    return config.KeyError("norm_topk_prob",
+                           "only true (the releases') is supported");
   }
   if (const nlohmann::json* s = config.Find("scoring_func")) {
     if (!s->is_string() || s->get<std::string>() != "sqrtsoftplus") {
@@ -487,10 +493,16 @@ absl::StatusOr<ModelDims> LoadModelDims(const checkpoint::ModelConfig& config) {
       return config.KeyError("engram_layer_ids", "repeats a layer");
     }
   }
-  // FP8 block size: quantization_config.weight_block_size (top level).
-  if (auto it = config.root().find("quantization_config");
-      it != config.root().end()) {
-    const nlohmann::json& q = *it;
+  // FP8 block size: quantization_config.weight_block_size (top level or in
+  // text_config); without it the architecture's (the official code's
+  // block_size: V4 128, V4.1 32).
+  d.fp8_block_rows = d.fp8_block_cols = d.IsV41() ? 32 : 128;
+  // V4.1's norm eps is 1e-20 unless the config says otherwise.
+  if (d.IsV41() && config.Find("rms_norm_eps") == nullptr) {
+    d.rms_norm_eps = 1e-20f;
+  }
+  if (const nlohmann::json* qc = config.Find("quantization_config")) {
+    const nlohmann::json& q = *qc;
     if (!q.is_object()) {
       return config.KeyError("quantization_config", "must be an object");
     }
