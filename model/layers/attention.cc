@@ -20,6 +20,9 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// Host floats of indexer scores held at once (queries x entries): 64 MiB.
+constexpr int64_t kMaxScoreFloats = int64_t{16} << 20;
+
 }  // namespace
 
 absl::StatusOr<AttentionWeights> LoadAttentionWeights(WeightLoader& load,
@@ -567,28 +570,39 @@ absl::Status AttentionForward(const LayerContext& ctx,
       if (w.indexer != nullptr) {
         const std::vector<int32_t>& key_blocks =
             seq.layers[v41 ? src : layer].index_keys;
-        std::vector<float> scores;
-        RETURN_IF_ERROR(ChunkIndexScores(ctx, cache, key_blocks,
-                                         qi.view(T, hI * dI), wi.view(T, hI),
-                                         t0, n, total, scores));
         const bool is_candidate_source =
             v41 && layer == d.candidate_source_layer;
         const bool uses_candidates = v41 && d.candidate_source_layer >= 0 &&
                                      d.candidate_source_layer < layer;
         if (is_candidate_source) sc.candidate_blocks.assign(n, {});
         selected.resize(n);
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t visible = (p0 + j + 1) / r;
-          const absl::Span<const float> row(scores.data() + j * total, total);
-          if (is_candidate_source) {
-            sc.candidate_blocks[j] = SelectCandidateBlocks(
-                row, visible, d.candidate_topk_blocks, d.candidate_block_size);
+        // The scores of a block of queries at a time: bounded host memory
+        // however long the context (every rank blocks the same way, so the
+        // collectives inside stay in step).
+        const int64_t block = std::max<int64_t>(
+            1, std::min<int64_t>(
+                   n, kMaxScoreFloats / std::max<int64_t>(total, 1)));
+        std::vector<float> scores;
+        for (int64_t j0 = 0; j0 < n; j0 += block) {
+          const int64_t nb = std::min(block, n - j0);
+          RETURN_IF_ERROR(ChunkIndexScores(ctx, cache, key_blocks,
+                                           qi.view(T, hI * dI), wi.view(T, hI),
+                                           t0 + j0, nb, total, scores));
+          for (int64_t j = j0; j < j0 + nb; ++j) {
+            const int64_t visible = (p0 + j + 1) / r;
+            const absl::Span<const float> row(scores.data() + (j - j0) * total,
+                                              total);
+            if (is_candidate_source) {
+              sc.candidate_blocks[j] =
+                  SelectCandidateBlocks(row, visible, d.candidate_topk_blocks,
+                                        d.candidate_block_size);
+            }
+            const std::vector<int32_t>* cand =
+                uses_candidates && sc.has_candidates ? &sc.candidate_blocks[j]
+                                                     : nullptr;
+            selected[j] = SelectEntries(row, visible, d.index_topk, cand,
+                                        d.candidate_block_size);
           }
-          const std::vector<int32_t>* cand =
-              uses_candidates && sc.has_candidates ? &sc.candidate_blocks[j]
-                                                   : nullptr;
-          selected[j] = SelectEntries(row, visible, d.index_topk, cand,
-                                      d.candidate_block_size);
         }
         if (is_candidate_source) sc.has_candidates = true;
         sc.selected = selected;
