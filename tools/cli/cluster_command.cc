@@ -153,7 +153,7 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
   absl::StatusOr<int64_t> chunk =
       args.GetInt("chunk-tokens", 8192, 1, int64_t{1} << 30);
   absl::StatusOr<int64_t> kv =
-      args.GetInt("kv-cache-bytes", int64_t{64} << 20, 1, int64_t{1} << 50);
+      args.GetInt("kv-cache-bytes", int64_t{256} << 20, 1, int64_t{1} << 50);
   absl::StatusOr<int64_t> seqs =
       args.GetInt("max-num-seqs", 256, 1, int64_t{1} << 30);
   absl::StatusOr<int64_t> threads =

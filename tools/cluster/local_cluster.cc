@@ -16,9 +16,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "checkpoint/model_config.h"
 #include "common/grpc_channel.h"
 #include "common/host_port.h"
 #include "common/status_macros.h"
+#include "nlohmann/json.hpp"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 
 namespace mneme::cluster {
@@ -189,6 +191,14 @@ absl::Status LocalCluster::StartOnce() {
   RETURN_IF_ERROR(WriteRandomSecret(secret_file));
   secret_flag_ = Flag("cluster_secret_file", secret_file);
 
+  // A checkpoint without Engram layers (V4-Flash) needs no engram store.
+  ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::ModelConfig> config,
+                   checkpoint::ModelConfig::Create(options_.checkpoint_dir +
+                                                   "/config.json"));
+  const nlohmann::json* engram_layers = config->Find("engram_layer_ids");
+  with_store_ = engram_layers != nullptr && engram_layers->is_array() &&
+                !engram_layers->empty();
+
   store_.name = "engram_store";
   store_.log_path = options_.workdir + "/engram_store.log";
   store_.argv = {options_.binaries.engram_store,
@@ -200,7 +210,7 @@ absl::Status LocalCluster::StartOnce() {
                  secret_flag_,
                  drain};
   store_.listen = kAnyLocalPort;
-  RETURN_IF_ERROR(SpawnAndWait(store_, deadline));
+  if (with_store_) RETURN_IF_ERROR(SpawnAndWait(store_, deadline));
 
   workers_.resize(options_.tp_size);
   for (int r = 0; r < options_.tp_size; ++r) {
@@ -260,13 +270,13 @@ std::vector<std::string> LocalCluster::WorkerArgv(int rank) const {
       absl::StrCat("--rank=", rank),
       absl::StrCat("--tp_size=", options_.tp_size),
       absl::StrCat("--dcp_size=", options_.dcp_size),
-      Flag("engram_store", store_.listen),
       "--backend=cpu",
       absl::StrCat("--threads=", options_.threads_per_worker),
       absl::StrCat("--kv_cache_bytes=", options_.kv_cache_bytes),
       DurationFlag("comm_timeout", options_.comm_timeout),
       DurationFlag("drain_timeout", options_.drain_timeout),
       secret_flag_};
+  if (with_store_) argv.push_back(Flag("engram_store", store_.listen));
   // Rank 0 hosts the group's rendezvous on its own address.
   if (rank > 0) argv.push_back(Flag("group", workers_[0].listen));
   return argv;
@@ -399,6 +409,7 @@ absl::Status LocalCluster::Run() {
 
 void LocalCluster::Supervise() {
   for (Daemon* d : {&store_, &coordinator_}) {
+    if (d->process == nullptr) continue;
     if (d->process->Exited() && !d->exit_reported) {
       d->exit_reported = true;
       Emit(absl::StrCat(d->name, " pid ", d->process->pid(), " ",
@@ -413,7 +424,8 @@ void LocalCluster::Supervise() {
   }
 
   const absl::Duration interval = options_.restart_interval;
-  if (store_.process->Exited() && absl::Now() - store_.started >= interval) {
+  if (store_.process != nullptr && store_.process->Exited() &&
+      absl::Now() - store_.started >= interval) {
     // The workers keep their weights: their lookups fail until the store is
     // back (only the requests of those steps fail).
     Emit(absl::StrCat("restarting ", store_.name, " on ", store_.listen));

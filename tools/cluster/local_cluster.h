@@ -41,8 +41,9 @@ struct LocalClusterOptions {
   int64_t max_num_batched_tokens = 8192;
   // The coordinator's most running requests; >= 1. Default: 256.
   int64_t max_num_seqs = 256;
-  // KV cache budget of each worker, bytes; >= 1. Default: 64 MiB.
-  int64_t kv_cache_bytes = int64_t{64} << 20;
+  // KV cache budget of each worker, bytes; >= 1. Default: 256 MiB (256
+  // sequences of the tiny V4-Flash model reserve 78 MiB of fixed state).
+  int64_t kv_cache_bytes = int64_t{256} << 20;
   // CPU backend threads of each worker; in [1, 1024]. Default: 1.
   int threads_per_worker = 1;
   // More flags for the coordinator (e.g. "--max_queued_requests=4").
@@ -188,6 +189,8 @@ class LocalCluster {
   absl::Notification cancelled_;
   bool started_ = false;
   bool start_ok_ = false;
+  // Whether the checkpoint has Engram layers (then an engram store runs).
+  bool with_store_ = true;
   bool stopped_ = false;
   Daemon store_;
   std::vector<Daemon> workers_;
