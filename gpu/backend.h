@@ -99,14 +99,6 @@ class Buffer {
   }
 };
 
-// Where each query of an attention call looks: up to two half-open ranges of
-// rows of the key/value matrix (e.g. the compressed entries visible to it and
-// its sliding window). An empty range has begin == end.
-struct KeyRanges {
-  int32_t begin[2] = {0, 0};
-  int32_t end[2] = {0, 0};
-};
-
 // One sequence's sampling parameters.
 struct SamplingParams {
   // 0 = greedy (argmax, lowest id on ties). Otherwise logits / temperature.
@@ -209,27 +201,21 @@ class Backend {
                          const Weight& table, MatrixView y) = 0;
 
   // ---- attention -----------------------------------------------------------
-  // Multi-query attention with K = V: q [T, heads * head_dim], kv [K,
-  // head_dim] shared by every head. For query t and head h the keys are the
-  // rows of kv in ranges[t]; s_j = scale * q[t, h] . kv[j];
-  // lse[t, h] = logsumexp_j s_j (-inf when no key is visible);
-  // out[t, h] = sum_j softmax(s)_j kv[j] (zeros when none is visible).
-  // With sink (heads host-or-backend floats; null = none) the output is
-  // then multiplied by sigmoid(lse - sink[h]) (the sink's logit added to the
-  // softmax denominator); lse is always reported without the sink, so
-  // partial results can be merged first (MergeAttention) and the sink
-  // applied once after.
-  virtual void Attention(ConstMatrixView q, ConstMatrixView kv, int heads,
-                         absl::Span<const KeyRanges> ranges, float scale,
-                         const float* sink, MatrixView out, MatrixView lse) = 0;
-  // out *= sigmoid(lse - sink[h]) per head (see Attention).
+  // out *= sigmoid(lse - sink[h]) per head (see SparseAttention).
   virtual void ApplySink(ConstMatrixView lse, const float* sink,
                          MatrixView out) = 0;
 
-  // Attention over per-query key lists (the official sparse_attn): for
-  // query t the keys are the rows idx[t * width + j] of kv, j < width, with
-  // -1 = no key (host values). Otherwise as Attention (sink optional, lse
-  // without the sink).
+  // Multi-query attention with K = V over per-query key lists (the
+  // official sparse_attn): q [T, heads * head_dim], kv [K, head_dim] shared
+  // by every head; for query t the keys are the rows idx[t * width + j] of
+  // kv, j < width, -1 = none (host values; a row listed twice counts
+  // twice). s_j = scale * q[t, h] . kv[j]; lse[t, h] = logsumexp_j s_j
+  // (-inf when there is no key); out[t, h] = sum_j softmax(s)_j kv[j] (zeros
+  // without keys). With sink (heads backend floats; null = none) the output
+  // is then multiplied by sigmoid(lse - sink[h]) (the sink's logit added to
+  // the softmax denominator); lse is always reported without the sink, so
+  // partial results can be merged first (MergeAttention) and the sink
+  // applied once after.
   virtual void SparseAttention(ConstMatrixView q, ConstMatrixView kv, int heads,
                                absl::Span<const int32_t> idx, int width,
                                float scale, const float* sink, MatrixView out,

@@ -107,9 +107,6 @@ class CpuBackend : public Backend {
   void Embedding(absl::Span<const int32_t> ids, int64_t first_id,
                  const Weight& table, MatrixView y) override;
 
-  void Attention(ConstMatrixView q, ConstMatrixView kv, int heads,
-                 absl::Span<const KeyRanges> ranges, float scale,
-                 const float* sink, MatrixView out, MatrixView lse) override;
   void ApplySink(ConstMatrixView lse, const float* sink,
                  MatrixView out) override;
 

@@ -20,51 +20,20 @@ using cpu_backend_internal::Grain;
 using cpu_backend_internal::kInf;
 using cpu_backend_internal::Sigmoid;
 
-// The visible keys of one query: up to two disjoint ascending spans.
-struct KeySpans {
-  int32_t begin[2] = {0, 0};
-  int32_t end[2] = {0, 0};
-  int count = 0;
-};
-
-KeySpans MergeRanges(const KeyRanges& ranges, int64_t keys) {
-  KeySpans spans;
-  for (int i = 0; i < 2; ++i) {
-    CHECK_LE(0, ranges.begin[i]);
-    CHECK_LE(ranges.begin[i], ranges.end[i]);
-    CHECK_LE(ranges.end[i], keys);
-    if (ranges.begin[i] == ranges.end[i]) continue;
-    spans.begin[spans.count] = ranges.begin[i];
-    spans.end[spans.count] = ranges.end[i];
-    ++spans.count;
-  }
-  if (spans.count == 2) {
-    if (spans.begin[1] < spans.begin[0]) {
-      std::swap(spans.begin[0], spans.begin[1]);
-      std::swap(spans.end[0], spans.end[1]);
-    }
-    if (spans.begin[1] <= spans.end[0]) {  // overlapping or adjacent
-      spans.end[0] = std::max(spans.end[0], spans.end[1]);
-      spans.count = 1;
-    }
-  }
-  return spans;
-}
-
 // Keys scored per step of the online softmax.
 constexpr int kKeyChunk = 128;
 
-// One (query, head): out[hd] and its lse over the keys in `spans`.
-void AttendOne(const float* q, const float* kv, int64_t hd,
-               const KeySpans& spans, float scale, float* out, float* lse) {
+// One (query, head): out[hd] and its lse over the `keys` rows of kv.
+void AttendOne(const float* q, const float* kv, int64_t hd, int64_t keys,
+               float scale, float* out, float* lse) {
   float scores[kKeyChunk];
   float max = -kInf;
   float denominator = 0.0f;
   bool any = false;
   std::fill(out, out + hd, 0.0f);
-  for (int s = 0; s < spans.count; ++s) {
-    for (int64_t j = spans.begin[s]; j < spans.end[s]; j += kKeyChunk) {
-      const int64_t n = std::min<int64_t>(kKeyChunk, spans.end[s] - j);
+  {
+    for (int64_t j = 0; j < keys; j += kKeyChunk) {
+      const int64_t n = std::min<int64_t>(kKeyChunk, keys - j);
       const float* rows = kv + j * hd;
       k::DotRows(q, rows, n, hd, scale, scores);
       const float chunk_max = *std::max_element(scores, scores + n);
@@ -94,46 +63,6 @@ void AttendOne(const float* q, const float* kv, int64_t hd,
 }
 
 }  // namespace
-
-void CpuBackend::Attention(ConstMatrixView q, ConstMatrixView kv, int heads,
-                           absl::Span<const KeyRanges> ranges, float scale,
-                           const float* sink, MatrixView out, MatrixView lse) {
-  CHECK_GT(heads, 0);
-  const int64_t hd = kv.cols;
-  const int64_t tokens = q.rows;
-  CHECK_EQ(q.cols, heads * hd);
-  CHECK_EQ(out.rows, tokens);
-  CHECK_EQ(out.cols, q.cols);
-  CHECK_EQ(lse.rows, tokens);
-  CHECK_EQ(lse.cols, heads);
-  CHECK_EQ(static_cast<int64_t>(ranges.size()), tokens);
-  std::vector<KeySpans> spans(ranges.size());
-  int64_t total_keys = 0;
-  for (size_t t = 0; t < ranges.size(); ++t) {
-    spans[t] = MergeRanges(ranges[t], kv.rows);
-    for (int s = 0; s < spans[t].count; ++s) {
-      total_keys += spans[t].end[s] - spans[t].begin[s];
-    }
-  }
-  const int64_t items = tokens * heads;
-  if (items == 0) return;
-  const int64_t work_per_item = std::max<int64_t>(
-      1,
-      2 * hd * std::max<int64_t>(1, total_keys / std::max<int64_t>(1, tokens)));
-  pool_.ParallelFor(items, Grain(work_per_item),
-                    [&](int64_t begin, int64_t end) {
-                      for (int64_t item = begin; item < end; ++item) {
-                        const int64_t t = item / heads;
-                        const int64_t h = item % heads;
-                        float* o = out.data + t * out.cols + h * hd;
-                        float* l = lse.data + t * lse.cols + h;
-                        AttendOne(q.data + t * q.cols + h * hd, kv.data, hd,
-                                  spans[t], scale, o, l);
-                        if (sink != nullptr)
-                          k::Scale(Sigmoid(*l - sink[h]), o, hd);
-                      }
-                    });
-}
 
 void CpuBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
                                  int heads, absl::Span<const int32_t> idx,
@@ -170,16 +99,11 @@ void CpuBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
                               hd * sizeof(float));
                           ++n;
                         }
-                        KeySpans spans;
-                        if (n > 0) {
-                          spans.end[0] = n;
-                          spans.count = 1;
-                        }
                         for (int h = 0; h < heads; ++h) {
                           float* o = out.data + t * out.cols + h * hd;
                           float* l = lse.data + t * lse.cols + h;
                           AttendOne(q.data + t * q.cols + h * hd, keys.data(),
-                                    hd, spans, scale, o, l);
+                                    hd, n, scale, o, l);
                           if (sink != nullptr)
                             k::Scale(Sigmoid(*l - sink[h]), o, hd);
                         }

@@ -134,19 +134,6 @@ void TimingBackend::Embedding(absl::Span<const int32_t> ids, int64_t first_id,
   Timed(Kind::kOther, [&] { inner_.Embedding(ids, first_id, table, y); });
 }
 
-void TimingBackend::Attention(gpu::ConstMatrixView q, gpu::ConstMatrixView kv,
-                              int heads,
-                              absl::Span<const gpu::KeyRanges> ranges,
-                              float scale, const float* sink,
-                              gpu::MatrixView out, gpu::MatrixView lse) {
-  Timed(Kind::kAttention,
-        [&] { inner_.Attention(q, kv, heads, ranges, scale, sink, out, lse); });
-  ++times_.attention_calls;
-  for (const gpu::KeyRanges& r : ranges) {
-    for (int i = 0; i < 2; ++i) times_.attended_keys += r.end[i] - r.begin[i];
-  }
-}
-
 void TimingBackend::ApplySink(gpu::ConstMatrixView lse, const float* sink,
                               gpu::MatrixView out) {
   Timed(Kind::kAttention, [&] { inner_.ApplySink(lse, sink, out); });

@@ -99,10 +99,6 @@ class TimingBackend : public gpu::Backend {
                    gpu::MatrixView x) override;
   void Embedding(absl::Span<const int32_t> ids, int64_t first_id,
                  const gpu::Weight& table, gpu::MatrixView y) override;
-  void Attention(gpu::ConstMatrixView q, gpu::ConstMatrixView kv, int heads,
-                 absl::Span<const gpu::KeyRanges> ranges, float scale,
-                 const float* sink, gpu::MatrixView out,
-                 gpu::MatrixView lse) override;
   void ApplySink(gpu::ConstMatrixView lse, const float* sink,
                  gpu::MatrixView out) override;
   void SparseAttention(gpu::ConstMatrixView q, gpu::ConstMatrixView kv,

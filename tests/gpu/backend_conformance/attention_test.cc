@@ -27,6 +27,36 @@ namespace {
 
 using AttentionTest = BackendConformanceTest;
 
+// The keys of one query: up to two ranges [begin, end), which may overlap
+// (a key in both counts once).
+struct KeyRanges {
+  int32_t begin[2] = {0, 0};
+  int32_t end[2] = {0, 0};
+};
+
+// SparseAttention's key lists for `ranges`: every key once, ascending, -1
+// padded to the longest list (`width`).
+std::vector<int32_t> KeyLists(const std::vector<KeyRanges>& ranges,
+                              int* width) {
+  std::vector<std::set<int32_t>> keys(ranges.size());
+  size_t longest = 0;
+  for (size_t t = 0; t < ranges.size(); ++t) {
+    for (int i = 0; i < 2; ++i) {
+      for (int32_t j = ranges[t].begin[i]; j < ranges[t].end[i]; ++j) {
+        keys[t].insert(j);
+      }
+    }
+    longest = std::max(longest, keys[t].size());
+  }
+  *width = static_cast<int>(longest);
+  std::vector<int32_t> idx(ranges.size() * longest, -1);
+  for (size_t t = 0; t < ranges.size(); ++t) {
+    size_t n = 0;
+    for (const int32_t j : keys[t]) idx[t * longest + n++] = j;
+  }
+  return idx;
+}
+
 // ---- attention
 // -----------------------------------------------------------------
 
@@ -72,7 +102,7 @@ void RefAttention(const std::vector<float>& q, const std::vector<float>& kv,
   }
 }
 
-TEST_P(AttentionTest, AttentionMatchesReference) {
+TEST_P(AttentionTest, SparseAttentionMatchesReference) {
   struct Case {
     int64_t tokens;
     int heads;
@@ -109,10 +139,13 @@ TEST_P(AttentionTest, AttentionMatchesReference) {
     Mat out = Zeros(c.tokens, c.heads * c.hd), lse = Zeros(c.tokens, c.heads);
     std::vector<double> ref_out, ref_lse;
 
+    int width = 0;
+    const std::vector<int32_t> idx = KeyLists(ranges, &width);
     RefAttention(q, kv, c.hd, c.heads, ranges, scale, nullptr, &ref_out,
                  &ref_lse);
-    backend_->Attention(qm.view, kvm.view, c.heads, ranges,
-                        static_cast<float>(scale), nullptr, out.view, lse.view);
+    backend_->SparseAttention(qm.view, kvm.view, c.heads, idx, width,
+                              static_cast<float>(scale), nullptr, out.view,
+                              lse.view);
     ExpectAllNear(Download(out), ref_out, 1e-5);
     const std::vector<float> got_lse = Download(lse);
     for (size_t i = 0; i < ref_lse.size(); ++i) {
@@ -128,9 +161,9 @@ TEST_P(AttentionTest, AttentionMatchesReference) {
     // afterwards.
     RefAttention(q, kv, c.hd, c.heads, ranges, scale, &sink, &ref_out,
                  &ref_lse);
-    backend_->Attention(qm.view, kvm.view, c.heads, ranges,
-                        static_cast<float>(scale), sinkm.data(), out.view,
-                        lse.view);
+    backend_->SparseAttention(qm.view, kvm.view, c.heads, idx, width,
+                              static_cast<float>(scale), sinkm.data(), out.view,
+                              lse.view);
     ExpectAllNear(Download(out), ref_out, 1e-5);
     EXPECT_EQ(Download(lse), got_lse);
     Mat applied = Upload(no_sink_out, c.tokens, c.heads * c.hd);
@@ -139,7 +172,7 @@ TEST_P(AttentionTest, AttentionMatchesReference) {
   }
 }
 
-TEST_P(AttentionTest, AttentionWithNoVisibleKeyGivesZerosAndMinusInf) {
+TEST_P(AttentionTest, SparseAttentionWithNoKeyGivesZerosAndMinusInf) {
   const std::vector<KeyRanges> ranges = {KeyRanges{{3, 0}, {3, 0}},
                                          KeyRanges{}};
   Mat q = Upload(Random(int64_t{2} * 2 * 8), 2, 16);
@@ -149,8 +182,10 @@ TEST_P(AttentionTest, AttentionWithNoVisibleKeyGivesZerosAndMinusInf) {
                          static_cast<const float*>(sink.data())}) {
     Mat out = Upload(std::vector<float>(size_t{2} * 16, 9.0f), 2, 16);
     Mat lse = Zeros(2, 2);
-    backend_->Attention(q.view, kv.view, 2, ranges, 0.3f, s, out.view,
-                        lse.view);
+    int width = 0;
+    const std::vector<int32_t> idx = KeyLists(ranges, &width);
+    backend_->SparseAttention(q.view, kv.view, 2, idx, width, 0.3f, s, out.view,
+                              lse.view);
     EXPECT_EQ(Download(out), std::vector<float>(size_t{2} * 16, 0.0f));
     EXPECT_EQ(Download(lse),
               std::vector<float>(4, -std::numeric_limits<float>::infinity()));
