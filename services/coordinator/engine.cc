@@ -458,8 +458,21 @@ bool Engine::CheckReady() {
   if (scheduler_ == nullptr) {
     SchedulerOptions so = options_.scheduler;
     KvBlockPoolOptions& kv = so.kv_pool;
-    const int64_t usable =
-        pool_bytes - so.max_num_seqs * first.kv_fixed_bytes_per_sequence();
+    // Every running sequence holds fixed state (windows, compressor blocks)
+    // beside its tokens' entries. When max_num_seqs sequences' fixed state
+    // would take more than half the pool, fewer run at once.
+    const int64_t fixed =
+        std::max<int64_t>(first.kv_fixed_bytes_per_sequence(), 1);
+    if (so.max_num_seqs * fixed > pool_bytes / 2 && pool_bytes / 2 >= fixed) {
+      const int64_t fit = pool_bytes / 2 / fixed;
+      LOG(WARNING) << "max_num_seqs lowered from " << so.max_num_seqs << " to "
+                   << fit << ": the workers' KV cache (" << pool_bytes
+                   << " bytes per rank) holds the fixed state (" << fixed
+                   << " bytes per sequence) of that many in half of it; raise "
+                      "the workers' --kv_cache_bytes for more";
+      so.max_num_seqs = fit;
+    }
+    const int64_t usable = pool_bytes - so.max_num_seqs * fixed;
     kv.bytes_per_rank =
         kv.bytes_per_rank > 0 ? std::min(kv.bytes_per_rank, usable) : usable;
     kv.bytes_per_token = std::max<int64_t>(first.kv_bytes_per_token(), 1);
