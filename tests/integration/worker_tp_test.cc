@@ -93,14 +93,18 @@ struct Cluster {
   }
 };
 
+// Workers of `checkpoint` (and an engram store when it has Engram layers).
 std::unique_ptr<Cluster> StartCluster(const std::string& checkpoint, int tp,
-                                      int dcp = 1, int interleave = 1) {
+                                      bool engram, int dcp = 1,
+                                      int interleave = 1) {
   auto c = std::make_unique<Cluster>();
-  c->store =
-      StartDaemon({RunfilePath("mneme/services/engram/mneme_engram_store"),
-                   "--checkpoint=" + checkpoint, "--listen=127.0.0.1:0",
-                   "--metrics_listen=none", "--io_threads=2",
-                   "--worker_threads=2", "--ram_cache_bytes=8388608"});
+  if (engram) {
+    c->store =
+        StartDaemon({RunfilePath("mneme/services/engram/mneme_engram_store"),
+                     "--checkpoint=" + checkpoint, "--listen=127.0.0.1:0",
+                     "--metrics_listen=none", "--io_threads=2",
+                     "--worker_threads=2", "--ram_cache_bytes=8388608"});
+  }
   std::string group;
   for (int r = 0; r < tp; ++r) {
     std::vector<std::string> argv = {
@@ -110,12 +114,12 @@ std::unique_ptr<Cluster> StartCluster(const std::string& checkpoint, int tp,
         "--metrics_listen=none",
         absl::StrCat("--rank=", r),
         absl::StrCat("--tp_size=", tp),
-        "--engram_store=" + c->store.address,
         "--threads=1",
         "--comm_timeout=60s",
         "--kv_cache_bytes=16777216",
         absl::StrCat("--dcp_size=", dcp),
         absl::StrCat("--dcp_interleave=", interleave)};
+    if (engram) argv.push_back("--engram_store=" + c->store.address);
     if (r > 0) argv.push_back("--group=" + group);
     c->workers.push_back(StartDaemon(argv));
     if (r == 0) group = c->workers[0].address;
@@ -203,7 +207,8 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
       worker::LocalModel::Create(lo);
   ASSERT_TRUE(ref.ok()) << ref.status();
   model::Model& model = (*ref)->model();
-  std::unique_ptr<Cluster> cluster = StartCluster(ckpt, tp, dcp, interleave);
+  std::unique_ptr<Cluster> cluster =
+      StartCluster(ckpt, tp, arch == "v4.1-flash", dcp, interleave);
   ASSERT_EQ(cluster->stubs.size(), static_cast<size_t>(tp));
 
   // Sequences 1..3 prefill whole prompts in one batched step; sequence 4
