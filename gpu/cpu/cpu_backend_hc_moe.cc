@@ -52,7 +52,7 @@ void CpuBackend::HcMix(ConstMatrixView x_stream, const Weight& fn,
   Gemm(x_stream.data, tokens, width, weight.values(), num_mix, mix.data(),
        Accumulate::kNo);
   pool_.ParallelFor(tokens, Grain(3 * width), [&](int64_t begin, int64_t end) {
-    std::vector<double> c(hc * hc);
+    std::vector<double> c(static_cast<size_t>(hc) * hc);
     for (int64_t t = begin; t < end; ++t) {
       const float* stream = x_stream.data + t * width;
       const double norm =
@@ -75,7 +75,7 @@ void CpuBackend::HcMix(ConstMatrixView x_stream, const Weight& fn,
       }
       // Softmax over each row, + eps, then the column normalisation.
       for (int i = 0; i < hc; ++i) {
-        double row_max = c[i * hc];
+        double row_max = c[static_cast<size_t>(i) * hc];
         for (int j = 1; j < hc; ++j) row_max = std::max(row_max, c[i * hc + j]);
         double sum = 0.0;
         for (int j = 0; j < hc; ++j) {
@@ -117,16 +117,17 @@ void CpuBackend::HcCollapse(ConstMatrixView x_stream, ConstMatrixView pre,
   CHECK_EQ(x.rows, tokens);
   CHECK_EQ(pre.rows, tokens);
   CHECK_EQ(pre.cols, hc);
-  pool_.ParallelFor(tokens, Grain(2 * hc * d), [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* x_row = x.data + t * d;
-      std::fill(x_row, x_row + d, 0.0f);
-      for (int h = 0; h < hc; ++h) {
-        k::Axpy(pre.data[t * hc + h], x_stream.data + t * hc * d + h * d, x_row,
-                d);
-      }
-    }
-  });
+  pool_.ParallelFor(tokens, Grain(int64_t{2} * hc * d),
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t t = begin; t < end; ++t) {
+                        float* x_row = x.data + t * d;
+                        std::fill(x_row, x_row + d, 0.0f);
+                        for (int h = 0; h < hc; ++h) {
+                          k::Axpy(pre.data[t * hc + h],
+                                  x_stream.data + t * hc * d + h * d, x_row, d);
+                        }
+                      }
+                    });
 }
 
 void CpuBackend::HcPost(ConstMatrixView a, ConstMatrixView post,

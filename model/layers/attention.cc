@@ -499,8 +499,8 @@ absl::Status AttentionForward(const LayerContext& ctx,
       RETURN_IF_ERROR(
           GatherHeads(ctx, wi_local.view(T, hlI), wi.view(T, d.index_heads)));
     } else {
-      qi = std::move(qi_local);
-      wi = std::move(wi_local);
+      qi = qi_local;
+      wi = wi_local;
     }
   }
   const int64_t hI = dcp ? d.index_heads : d.index_heads / ctx.tp_size;

@@ -49,10 +49,10 @@ absl::Status CheckDraftMoe(const WeightLoader& load, const std::string& prefix,
 // out [T, D] += the MoE of xn [T, D] (summed over the group): `out` must be
 // zero on entry (the experts accumulate into it). Errors are the
 // communicator's or the workspace's.
-// `ids` are the step's token ids (for hash routing).
+// `tokens` are the step's token ids (for hash routing).
 absl::Status MoeForward(const LayerContext& ctx, const MoeWeights& w,
-                        absl::Span<const int32_t> ids, gpu::ConstMatrixView xn,
-                        gpu::MatrixView out);
+                        absl::Span<const int32_t> tokens,
+                        gpu::ConstMatrixView xn, gpu::MatrixView out);
 
 }  // namespace mneme::model
 

@@ -23,8 +23,8 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 std::string FullShapes(synthetic::ReleaseArch arch) {
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/full-",
-                                       synthetic::ReleaseArchName(arch));
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/full-",
+                                 synthetic::ReleaseArchName(arch));
   if (fs::exists(dir + "/config.json")) return dir;
   synthetic::ReleaseCheckpointOptions o;
   o.out_dir = dir;
@@ -38,7 +38,7 @@ std::string FullShapes(synthetic::ReleaseArch arch) {
 // A copy whose index or config is edited: the JSON files copied, the shards
 // linked (copying a sparse shard would write its holes out in full).
 std::string Copy(const std::string& from, const std::string& name) {
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const fs::directory_entry& e : fs::directory_iterator(from)) {

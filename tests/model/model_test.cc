@@ -50,7 +50,7 @@ std::string TempDir(const std::string& name) {
 }
 
 std::string MakeTiny(synthetic::ReleaseArch arch, const std::string& name) {
-  const std::string dir = TempDir(name);
+  std::string dir = TempDir(name);
   synthetic::ReleaseCheckpointOptions o;
   o.out_dir = dir;
   o.arch = arch;
@@ -836,12 +836,15 @@ TEST(WeightLoaderTest, Fp8WithFloat32Scales) {
   b.CopyFromHost(eye, (*x)->data());
   // Row j of Linear(I) is column j of W.
   auto columns = [&](const std::string& name) {
+    const int64_t out_features = rows, in_features = cols;
     absl::StatusOr<std::unique_ptr<gpu::Weight>> wt =
-        load.Linear(name, rows, cols);
+        load.Linear(name, out_features, in_features);
     EXPECT_TRUE(wt.ok()) << wt.status();
-    auto y = b.Allocate(cols * rows);
-    b.Linear((*x)->view(cols, cols), **wt, (*y)->view(cols, rows));
-    std::vector<float> out(cols * rows);
+    const int64_t tokens = in_features;  // One unit vector per input.
+    auto y = b.Allocate(tokens * out_features);
+    b.Linear((*x)->view(tokens, in_features), **wt,
+             (*y)->view(tokens, out_features));
+    std::vector<float> out(tokens * out_features);
     b.CopyToHost((*y)->data(), absl::MakeSpan(out));
     return out;
   };

@@ -314,10 +314,11 @@ TEST_P(AttentionTest, IndexScoresOfKeyRowsInPlace) {
 }
 
 TEST_P(AttentionTest, PlaceColumnsWritesASpanOfColumns) {
-  const std::vector<float> x = Random(3 * 4);
-  Mat xm = Upload(x, 3, 4), y = Upload(std::vector<float>(3 * 9, 7.0f), 3, 9);
+  const std::vector<float> x = Random(int64_t{3} * 4);
+  Mat xm = Upload(x, 3, 4),
+      y = Upload(std::vector<float>(size_t{3} * 9, 7.0f), 3, 9);
   backend_->PlaceColumns(xm.view, y.view, 2);
-  std::vector<double> want(3 * 9, 7.0);
+  std::vector<double> want(size_t{3} * 9, 7.0);
   for (int r = 0; r < 3; ++r) {
     for (int c = 0; c < 4; ++c) want[r * 9 + 2 + c] = x[r * 4 + c];
   }

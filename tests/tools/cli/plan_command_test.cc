@@ -69,7 +69,7 @@ TEST_F(PlanTest, V41KvBytesPerToken) {
   EXPECT_EQ(types[1]["layers"], 4);   // sources
   EXPECT_EQ(types[2]["layers"], 34);  // readers
   // Pool: whole blocks of 16 rows; tokens over all four ranks.
-  const int64_t blocks = (int64_t{6} << 30) / (16 * 2048);
+  const int64_t blocks = (int64_t{6} << 30) / (int64_t{16} * 2048);
   EXPECT_EQ(j["kv_pool"]["blocks"], blocks);
   EXPECT_EQ(j["kv_pool"]["tokens"],
             static_cast<int64_t>(std::floor(blocks * 16 * 2048 * 4 / pool)));
@@ -122,7 +122,7 @@ TEST_F(PlanTest, WeightsSplitAcrossRanks) {
   }
   const uint64_t split1 = w1["ranks"][0]["split_bytes"];
   EXPECT_LE(split, split1);
-  EXPECT_GE(split + 4 * 100000, split1);
+  EXPECT_GE(split + int64_t{4} * 100000, split1);
   EXPECT_EQ(w4["ranks"][0]["replicated_bytes"].get<uint64_t>(),
             w1["ranks"][0]["replicated_bytes"].get<uint64_t>());
 }
