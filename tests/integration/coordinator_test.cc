@@ -241,10 +241,11 @@ TEST(CoordinatorTest, Tp4Dcp4ChunkedPrefillMatchesReference) {
 }
 
 TEST(CoordinatorTest, ConcurrentRequestsWithPreemptionMatchSequentialRuns) {
-  // A KV budget that holds only a few of the 32 sequences at once.
+  // A KV budget that holds only a few of the 32 sequences at once (about
+  // 220 tokens of the tiny V4.1-Flash model, 2 KiB of entries per token).
   Cluster c({.tp = 2,
              .coordinator_flags = {"--max_num_batched_tokens=64",
-                                   "--kv_cache_bytes=100000"}});
+                                   "--kv_cache_bytes=460000"}});
   constexpr int kRequests = 32;
   std::vector<std::vector<int64_t>> prompts;
   std::vector<int> max_new;
