@@ -191,13 +191,16 @@ absl::Status LocalCluster::StartOnce() {
   RETURN_IF_ERROR(WriteRandomSecret(secret_file));
   secret_flag_ = Flag("cluster_secret_file", secret_file);
 
-  // A checkpoint without Engram layers (V4-Flash) needs no engram store.
-  ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::ModelConfig> config,
-                   checkpoint::ModelConfig::Create(options_.checkpoint_dir +
-                                                   "/config.json"));
-  const nlohmann::json* engram_layers = config->Find("engram_layer_ids");
-  with_store_ = engram_layers != nullptr && engram_layers->is_array() &&
-                !engram_layers->empty();
+  // A checkpoint without Engram layers (V4-Flash) needs no engram store; one
+  // whose config does not parse gets a store, which reports the problem.
+  absl::StatusOr<std::unique_ptr<checkpoint::ModelConfig>> config =
+      checkpoint::ModelConfig::Create(options_.checkpoint_dir + "/config.json");
+  with_store_ = true;
+  if (config.ok()) {
+    const nlohmann::json* engram_layers = (*config)->Find("engram_layer_ids");
+    with_store_ = engram_layers != nullptr && engram_layers->is_array() &&
+                  !engram_layers->empty();
+  }
 
   store_.name = "engram_store";
   store_.log_path = options_.workdir + "/engram_store.log";

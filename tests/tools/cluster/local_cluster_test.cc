@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -286,6 +287,23 @@ TEST_F(LocalClusterTest, StartsInOrderWithTheRightFlags) {
   cluster_->Stop();
   for (const auto& [name, info] : d) EXPECT_TRUE(Gone(info.pid)) << name;
   cluster_->Stop();  // Idempotent.
+}
+
+// A checkpoint whose config has no Engram layers (V4-Flash) runs without an
+// engram store, and its workers get no --engram_store.
+TEST_F(LocalClusterTest, NoEngramLayersNoStore) {
+  const std::string ckpt = dir_ + "/v4-checkpoint";
+  std::filesystem::create_directories(ckpt);
+  std::ofstream(ckpt + "/config.json")
+      << R"({"model_type": "deepseek_v4", "hidden_size": 256})";
+  options_.checkpoint_dir = ckpt;
+  ASSERT_TRUE(Start().ok());
+  std::map<std::string, LocalCluster::DaemonInfo> d = Daemons();
+  EXPECT_EQ(d.count("engram_store"), 0u);
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_THAT(Runs(dir_ + "/worker1.log"),
+              ElementsAre(::testing::Not(HasSubstr("--engram_store"))));
+  cluster_->Stop();
 }
 
 TEST_F(LocalClusterTest, AKilledWorkerIsRestartedAloneOnItsPorts) {
