@@ -107,14 +107,12 @@ absl::Status CheckDraftLayers(const WeightLoader& load, const ModelDims& dims) {
       // V4.1 names the Markov head's tensors embed / head, V4-Flash-0731
       // markov_w1 (the embedding) / markov_w2 (the projection).
       const bool w_names = load.Has(p + "markov_head.markov_w1.weight");
-      RETURN_IF_ERROR(load.Check(
-          p + (w_names ? "markov_head.markov_w1.weight"
-                       : "markov_head.embed.weight"),
-          dense, {dims.vocab_size, rank}));
-      RETURN_IF_ERROR(load.Check(
-          p + (w_names ? "markov_head.markov_w2.weight"
-                       : "markov_head.head.weight"),
-          dense, {dims.vocab_size, rank}));
+      RETURN_IF_ERROR(load.Check(p + (w_names ? "markov_head.markov_w1.weight"
+                                              : "markov_head.embed.weight"),
+                                 dense, {dims.vocab_size, rank}));
+      RETURN_IF_ERROR(load.Check(p + (w_names ? "markov_head.markov_w2.weight"
+                                              : "markov_head.head.weight"),
+                                 dense, {dims.vocab_size, rank}));
       RETURN_IF_ERROR(
           load.Check(p + "confidence_head.proj.weight", dense, {1, D + rank}));
     }
