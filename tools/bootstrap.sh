@@ -25,6 +25,11 @@ PACKAGES=(
   python3-prometheus-client python3-yaml
   # Deploy checks (systemd-analyze verify).
   systemd
+  # The Arm tests (tests/arm): the aarch64 cross compiler, qemu user-mode
+  # emulation, and the arm64 builds of the libraries those tests link
+  # (multiarch: dpkg gets the arm64 architecture added below).
+  g++-aarch64-linux-gnu qemu-user
+  libhwy-dev:arm64 libgtest-dev:arm64 libabsl-dev:arm64 libicu-dev:arm64
 )
 
 missing=()
@@ -53,6 +58,10 @@ else
   fi
   echo "bootstrap: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  if [[ " ${missing[*]}" == *":arm64"* ]] &&
+     ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $SUDO dpkg --add-architecture arm64
+  fi
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   node --version >/dev/null || { echo "bootstrap: node does not run" >&2; exit 1; }
