@@ -21,12 +21,14 @@
 #include "gpu/backend.h"
 #include "gpu/cpu/cpu_backend_internal.h"
 #include "gpu/cpu/cpu_kernels.h"
+#include "gpu/cpu/quant_kernels.h"
 #include "gpu/host_weight.h"
 
 namespace mneme::gpu {
 namespace {
 
 namespace k = cpu_kernels;
+using cpu_backend_internal::AlignedBytes;
 using cpu_backend_internal::AlignedFloats;
 using cpu_backend_internal::AsCpu;
 using cpu_backend_internal::CpuWeight;
@@ -35,6 +37,11 @@ using cpu_backend_internal::kMinWorkPerTask;
 using cpu_backend_internal::Rsqrt;
 
 constexpr int64_t kAlignment = 64;
+// Products with at most this many tokens run on packed weights directly
+// (quant_kernels::DotRows); more tokens decode panels for OpenBLAS.
+constexpr int64_t kMaxDecodeTokens = 16;
+// Floats of one decoded panel of a packed weight (4 MiB).
+constexpr int64_t kPanelFloats = int64_t{1} << 20;
 // Requests above this many bytes are refused without asking the allocator
 // (it could only fail, or overcommit what can never be backed).
 constexpr int64_t kMaxAllocationBytes = int64_t{1} << 46;
@@ -48,6 +55,18 @@ AlignedFloats AllocateAligned(int64_t elements) {
   if (p == nullptr) return nullptr;
   std::memset(p, 0, static_cast<size_t>(bytes));
   return AlignedFloats(static_cast<float*>(p));
+}
+
+// `bytes` bytes aligned to kAlignment (rounded up; the padding zeroed); null
+// when out of memory. 0 <= bytes <= kMaxAllocationBytes.
+AlignedBytes AllocateAlignedBytes(int64_t bytes) {
+  const int64_t rounded = std::max<int64_t>(
+      kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  void* p = std::aligned_alloc(kAlignment, static_cast<size_t>(rounded));
+  if (p == nullptr) return nullptr;
+  std::memset(static_cast<uint8_t*>(p) + bytes, 0,
+              static_cast<size_t>(rounded - bytes));
+  return AlignedBytes(static_cast<uint8_t*>(p));
 }
 
 class CpuBuffer final : public Buffer {
@@ -78,7 +97,8 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
                          1, kMaxCpuBackendThreads);
   }
   openblas_set_num_threads(threads);
-  return std::unique_ptr<CpuBackend>(new CpuBackend(threads));
+  return std::unique_ptr<CpuBackend>(
+      new CpuBackend(threads, options.dequantize_weights));
 }
 
 const char* CpuBackend::SimdTargetName() { return k::SimdTargetName(); }
@@ -108,42 +128,96 @@ void CpuBackend::CopyToHost(const float* src, absl::Span<float> dst) {
 absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::UploadWeight(
     const HostWeight& weight) {
   RETURN_IF_ERROR(ValidateHostWeight(weight));
-  AlignedFloats values = AllocateAligned(weight.rows * weight.cols);
-  if (values == nullptr) {
+  if (dequantize_weights_ || weight.format == WeightFormat::kF32) {
+    AlignedFloats values = AllocateAligned(weight.rows * weight.cols);
+    if (values == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("out of host memory for a ", weight.rows, " x ",
+                       weight.cols, " fp32 weight"));
+    }
+    float* out = values.get();
+    pool_.ParallelFor(weight.rows, Grain(weight.cols),
+                      [&](int64_t begin, int64_t end) {
+                        DequantizeRows(weight, begin, end, out);
+                      });
+    return std::make_unique<CpuWeight>(weight.format, weight.rows,
+                                       weight.cols, std::move(values));
+  }
+  // The checkpoint's bytes as they are: codes, then the scales.
+  const int64_t data_bytes = static_cast<int64_t>(weight.data.size());
+  const int64_t total = data_bytes + static_cast<int64_t>(weight.scale.size());
+  AlignedBytes bytes = AllocateAlignedBytes(total);
+  if (bytes == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("out of host memory for a ", weight.rows, " x ",
-                     weight.cols, " fp32 weight"));
+                     weight.cols, " ", WeightFormatName(weight.format),
+                     " weight (", total, " bytes)"));
   }
-  float* out = values.get();
-  pool_.ParallelFor(weight.rows, Grain(weight.cols),
-                    [&](int64_t begin, int64_t end) {
-                      DequantizeRows(weight, begin, end, out);
-                    });
-  return std::make_unique<CpuWeight>(weight.format, weight.rows, weight.cols,
-                                     std::move(values));
+  std::memcpy(bytes.get(), weight.data.data(), weight.data.size());
+  if (!weight.scale.empty()) {
+    std::memcpy(bytes.get() + data_bytes, weight.scale.data(),
+                weight.scale.size());
+  }
+  const quant_kernels::PackedMatrix packed{
+      .format = weight.format,
+      .rows = weight.rows,
+      .cols = weight.cols,
+      .data = bytes.get(),
+      .scale = bytes.get() + data_bytes,
+      .block_rows = weight.block_rows,
+      .block_cols = weight.block_cols,
+      .global_scale = weight.global_scale};
+  return std::make_unique<CpuWeight>(packed, std::move(bytes), total);
 }
 
-void CpuBackend::Gemm(const float* x, int64_t tokens, int64_t k, const float* w,
-                      int64_t n, float* y, Accumulate accumulate) {
+void CpuBackend::Gemm(const float* x, int64_t tokens, const CpuWeight& w,
+                      float* y, Accumulate accumulate) {
+  const int64_t k = w.cols();
+  const int64_t n = w.rows();
   if (tokens == 0 || n == 0) return;
   const bool add = accumulate == Accumulate::kYes;
-  if (k == 0) {
-    if (!add) std::fill(y, y + tokens * n, 0.0f);
+  if (w.values() == nullptr) {
+    if (tokens <= kMaxDecodeTokens) {
+      // Each row decoded once (a tile at a time) for all the tokens.
+      pool_.ParallelFor(n, Grain(k * tokens), [&](int64_t begin, int64_t end) {
+        quant_kernels::DotRows(w.packed(), x, tokens, begin, end, y, n, add);
+      });
+      return;
+    }
+    // Many tokens (prefill): panels of rows decoded to fp32, each multiplied
+    // by OpenBLAS, so the decoding is shared by all the tokens.
+    const int64_t panel_rows = std::clamp<int64_t>(kPanelFloats / k, 1, n);
+    AlignedFloats panel = AllocateAligned(panel_rows * k);
+    CHECK(panel != nullptr) << "out of host memory for a " << panel_rows
+                            << " x " << k << " weight panel";
+    for (int64_t r0 = 0; r0 < n; r0 += panel_rows) {
+      const int64_t rows = std::min(panel_rows, n - r0);
+      pool_.ParallelFor(rows, Grain(k), [&](int64_t begin, int64_t end) {
+        quant_kernels::DecodeRows(w.packed(), r0 + begin, r0 + end,
+                                  panel.get() + begin * k);
+      });
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+                  static_cast<int>(tokens), static_cast<int>(rows),
+                  static_cast<int>(k), 1.0f, x, static_cast<int>(k),
+                  panel.get(), static_cast<int>(k), add ? 1.0f : 0.0f, y + r0,
+                  static_cast<int>(n));
+    }
     return;
   }
+  const float* values = w.values();
   if (tokens == 1) {
     // Zeroed first rather than relying on beta = 0 ignoring y, so that
     // whatever the buffer held (NaN included) is not read.
     if (!add) std::fill(y, y + n, 0.0f);
     cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n),
-                static_cast<int>(k), 1.0f, w, static_cast<int>(k), x, 1, 1.0f,
-                y, 1);
+                static_cast<int>(k), 1.0f, values, static_cast<int>(k), x, 1,
+                1.0f, y, 1);
     return;
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(tokens),
               static_cast<int>(n), static_cast<int>(k), 1.0f, x,
-              static_cast<int>(k), w, static_cast<int>(k), add ? 1.0f : 0.0f, y,
-              static_cast<int>(n));
+              static_cast<int>(k), values, static_cast<int>(k),
+              add ? 1.0f : 0.0f, y, static_cast<int>(n));
 }
 
 void CpuBackend::Linear(ConstMatrixView x, const Weight& w, MatrixView y,
@@ -152,8 +226,7 @@ void CpuBackend::Linear(ConstMatrixView x, const Weight& w, MatrixView y,
   CHECK_EQ(x.cols, weight.cols());
   CHECK_EQ(y.rows, x.rows);
   CHECK_EQ(y.cols, weight.rows());
-  Gemm(x.data, x.rows, x.cols, weight.values(), weight.rows(), y.data,
-       accumulate);
+  Gemm(x.data, x.rows, weight, y.data, accumulate);
 }
 
 void CpuBackend::RmsNorm(ConstMatrixView x, const float* weight, float eps,
@@ -283,8 +356,10 @@ void CpuBackend::Embedding(absl::Span<const int32_t> ids, int64_t first_id,
   for (size_t t = 0; t < ids.size(); ++t) {
     const int64_t row = int64_t{ids[t]} - first_id;
     float* dst = y.data + t * y.cols;
-    if (row >= 0 && row < weight.rows()) {
+    if (row >= 0 && row < weight.rows() && weight.values() != nullptr) {
       std::memcpy(dst, weight.values() + row * weight.cols(), row_bytes);
+    } else if (row >= 0 && row < weight.rows()) {
+      quant_kernels::DecodeRows(weight.packed(), row, row + 1, dst);
     } else {
       std::memset(dst, 0, row_bytes);
     }

@@ -13,6 +13,10 @@
 
 namespace mneme::gpu {
 
+namespace cpu_backend_internal {
+class CpuWeight;
+}  // namespace cpu_backend_internal
+
 // The most threads CpuBackendOptions.threads may ask for.
 inline constexpr int kMaxCpuBackendThreads = 1024;
 
@@ -22,17 +26,27 @@ struct CpuBackendOptions {
   // 0 = std::thread::hardware_concurrency() (1 where that is unknown); at
   // most kMaxCpuBackendThreads. Default: 0.
   int threads = 0;
+  // Keep every weight as fp32 (4 bytes per parameter, every product through
+  // OpenBLAS) instead of in its checkpoint format: the yardstick of the
+  // quantized kernels in tests and benchmarks. Default: false.
+  bool dequantize_weights = false;
 };
 
 // Backend (gpu/backend.h) on the host, the reference implementation and the
 // backend of machines without a GPU.
 //
 // Memory: buffers are zero-filled host arrays aligned to 64 bytes. Weights
-// are dequantized to fp32 by UploadWeight whatever their checkpoint format
-// (FP8 / MXFP4 / NVFP4 / bf16), so every weight costs 4 bytes per parameter
-// of host memory: the price of running every Linear as one OpenBLAS sgemm
-// (sgemv for a single token) instead of a dequantizing kernel per format.
-// Weight::bytes() reports those fp32 bytes.
+// stay in their checkpoint format (bf16 / FP8 block / MXFP4 / NVFP4 codes and
+// scales, copied as they are), so a loaded model holds its weight bytes and
+// no more; Weight::bytes() reports them. Products with up to 16 tokens
+// (decode) run on the packed weights (quant_kernels.h: each row decoded a
+// tile at a time into L1 and multiplied there, each weight byte read once per
+// 16 tokens); with more tokens (prefill), panels of 4 MiB are decoded to fp32
+// and multiplied by OpenBLAS's sgemm. The decoded values are exactly those of
+// gpu/host_weight.h's DequantizeHostWeight, so results differ from an fp32
+// copy of the weights by the order of the fp32 sums only. fp32 weights, and
+// every weight with CpuBackendOptions.dequantize_weights, are fp32 arrays
+// multiplied by OpenBLAS (sgemv for a single token).
 //
 // Compute: elementwise loops and dot products (RmsNorm, attention scores,
 // hyper-connections, the Engram gate) are Highway SIMD, dispatched at run
@@ -147,13 +161,17 @@ class CpuBackend : public Backend {
                 absl::Span<float> logprobs) override;
 
  private:
-  explicit CpuBackend(int threads) : pool_(threads) {}
+  CpuBackend(int threads, bool dequantize_weights)
+      : pool_(threads), dequantize_weights_(dequantize_weights) {}
 
-  // x [T, K] . w^T -> y [T, N] (w: N x K fp32, row-major); y = or +=.
-  void Gemm(const float* x, int64_t tokens, int64_t k, const float* w,
-            int64_t n, float* y, Accumulate accumulate);
+  // x [T, K] . w^T -> y [T, N] (w: N x K); y = or +=.
+  void Gemm(const float* x, int64_t tokens,
+            const cpu_backend_internal::CpuWeight& w, float* y,
+            Accumulate accumulate);
 
   ForkJoinPool pool_;
+  // CpuBackendOptions.dequantize_weights.
+  const bool dequantize_weights_;
 };
 
 }  // namespace mneme::gpu

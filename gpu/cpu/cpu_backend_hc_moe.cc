@@ -49,8 +49,7 @@ void CpuBackend::HcMix(ConstMatrixView x_stream, const Weight& fn,
   CHECK_EQ(comb.cols, hc * hc);
   if (tokens == 0) return;
   std::vector<float> mix(tokens * num_mix);
-  Gemm(x_stream.data, tokens, width, weight.values(), num_mix, mix.data(),
-       Accumulate::kNo);
+  Gemm(x_stream.data, tokens, weight, mix.data(), Accumulate::kNo);
   pool_.ParallelFor(tokens, Grain(3 * width), [&](int64_t begin, int64_t end) {
     std::vector<double> c(static_cast<size_t>(hc) * hc);
     for (int64_t t = begin; t < end; ++t) {
@@ -174,8 +173,7 @@ void CpuBackend::HcHead(ConstMatrixView x_stream, const Weight& fn,
   CHECK_EQ(weight.cols(), width);
   if (tokens == 0) return;
   std::vector<float> mix(tokens * hc);
-  Gemm(x_stream.data, tokens, width, weight.values(), hc, mix.data(),
-       Accumulate::kNo);
+  Gemm(x_stream.data, tokens, weight, mix.data(), Accumulate::kNo);
   pool_.ParallelFor(tokens, Grain(2 * width), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const float* stream = x_stream.data + t * width;
@@ -287,8 +285,8 @@ void CpuBackend::ExpertForward(ConstMatrixView x_all,
     std::copy_n(x_all.data + int64_t{rows[i]} * d, d, x.data() + i * d);
   }
   std::vector<float> h1(n * inter), h3(n * inter);
-  Gemm(x.data(), n, d, up1.values(), inter, h1.data(), Accumulate::kNo);
-  Gemm(x.data(), n, d, up3.values(), inter, h3.data(), Accumulate::kNo);
+  Gemm(x.data(), n, up1, h1.data(), Accumulate::kNo);
+  Gemm(x.data(), n, up3, h3.data(), Accumulate::kNo);
   const bool clamp = limit > 0.0f;
   for (int64_t i = 0; i < n * inter; ++i) {
     float a = h1[i];
@@ -300,7 +298,7 @@ void CpuBackend::ExpertForward(ConstMatrixView x_all,
     h1[i] = Silu(a) * b;
   }
   std::vector<float> out(n * d);
-  Gemm(h1.data(), n, inter, down.values(), d, out.data(), Accumulate::kNo);
+  Gemm(h1.data(), n, down, out.data(), Accumulate::kNo);
   // Sequential: rows may repeat.
   for (int64_t i = 0; i < n; ++i) {
     k::Axpy(weights[i], out.data() + i * d, y_all.data + int64_t{rows[i]} * d,

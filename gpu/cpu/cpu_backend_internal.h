@@ -13,6 +13,7 @@
 
 #include "glog/logging.h"
 #include "gpu/backend.h"
+#include "gpu/cpu/quant_kernels.h"
 
 namespace mneme::gpu::cpu_backend_internal {
 
@@ -33,27 +34,50 @@ inline float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float Rsqrt(float x) { return 1.0f / std::sqrt(x); }
 
 struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
+  void operator()(void* p) const { std::free(p); }
 };
 using AlignedFloats = std::unique_ptr<float[], FreeDeleter>;
 
-// A weight dequantized to a row-major fp32 [rows, cols] matrix.
+using AlignedBytes = std::unique_ptr<uint8_t[], FreeDeleter>;
+
+// A weight as the CPU backend holds it: fp32 values (kF32 weights, and every
+// weight of a backend made with dequantize_weights) or the checkpoint's own
+// bytes (codes then scales, in one allocation) read by quant_kernels.
 class CpuWeight final : public Weight {
  public:
+  // fp32 values, row-major [rows, cols].
   CpuWeight(WeightFormat format, int64_t rows, int64_t cols,
             AlignedFloats values)
       : format_(format), rows_(rows), cols_(cols), values_(std::move(values)) {}
+  // The checkpoint bytes: `bytes` holds data_bytes of codes then the scales.
+  CpuWeight(const quant_kernels::PackedMatrix& packed, AlignedBytes bytes,
+            int64_t total_bytes)
+      : format_(packed.format),
+        rows_(packed.rows),
+        cols_(packed.cols),
+        packed_(packed),
+        bytes_(std::move(bytes)),
+        packed_bytes_(total_bytes) {}
   int64_t rows() const override { return rows_; }
   int64_t cols() const override { return cols_; }
   WeightFormat format() const override { return format_; }
-  int64_t bytes() const override { return rows_ * cols_ * 4; }
+  int64_t bytes() const override {
+    return values_ != nullptr ? rows_ * cols_ * 4 : packed_bytes_;
+  }
+  // Null when the weight is packed.
   const float* values() const { return values_.get(); }
+  // The packed matrix (pointing into this weight); only when values() is
+  // null.
+  const quant_kernels::PackedMatrix& packed() const { return packed_; }
 
  private:
   const WeightFormat format_;
   const int64_t rows_;
   const int64_t cols_;
   const AlignedFloats values_;
+  const quant_kernels::PackedMatrix packed_;
+  const AlignedBytes bytes_;
+  const int64_t packed_bytes_ = 0;
 };
 
 inline const CpuWeight& AsCpu(const Weight& weight) {

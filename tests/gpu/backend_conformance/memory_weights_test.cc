@@ -189,6 +189,11 @@ TEST_P(MemoryWeightsTest, LinearMatchesReferenceForEveryFormat) {
       {WeightFormat::kMxfp4, 5, 31, 160},
       {WeightFormat::kNvfp4, 1, 11, 16},
       {WeightFormat::kNvfp4, 13, 20, 80},
+      // More tokens than a decode batch (the CPU backend's prefill path).
+      {WeightFormat::kBf16, 19, 40, 100},
+      {WeightFormat::kFp8Block, 20, 37, 41, 16, 8},
+      {WeightFormat::kMxfp4, 17, 9, 64},
+      {WeightFormat::kNvfp4, 24, 20, 80},
   };
   for (const LinearCase& c : cases) {
     SCOPED_TRACE(testing::Message()
