@@ -4,9 +4,9 @@
 //
 // Linear: a [1024, 256] weight (out x in, the size of a small model's
 // projections) in FP8 (32 x 32 blocks), MXFP4 and BF16, at 1 token (decode,
-// sgemv) and 256 tokens (prefill, sgemm). The CPU backend dequantizes at
-// upload, so the three formats should run at the same speed: a difference
-// would point at the upload path, not at Linear.
+// quant_kernels on the packed weight) and 256 tokens (prefill: decoded
+// panels through sgemm). quant_gemv_bench measures the decode path against
+// memcpy and against fp32 copies of the weights.
 // Attention: one query token, 8 heads of 64 over 1024 keys (decode with a
 // long context), and 256 query tokens over the same keys.
 

@@ -66,8 +66,8 @@ TEST_P(CpuBackendTest, UploadHoldsTheCheckpointBytes) {
     WeightFormat format;
     int64_t bytes;  // of a 64 x 96 weight, scales included
   };
-  for (const Case& c : {Case{WeightFormat::kF32, 64 * 96 * 4},
-                        Case{WeightFormat::kBf16, 64 * 96 * 2},
+  for (const Case& c : {Case{WeightFormat::kF32, int64_t{64} * 96 * 4},
+                        Case{WeightFormat::kBf16, int64_t{64} * 96 * 2},
                         Case{WeightFormat::kFp8Block, 64 * 96 + 2 * 3},
                         Case{WeightFormat::kMxfp4, 64 * 48 + 64 * 3},
                         Case{WeightFormat::kNvfp4, 64 * 48 + 64 * 6}}) {
@@ -79,8 +79,7 @@ TEST_P(CpuBackendTest, UploadHoldsTheCheckpointBytes) {
     EXPECT_EQ(w->cols(), 96);
     EXPECT_EQ(w->format(), c.format);
     EXPECT_EQ(w->bytes(), c.bytes);
-    EXPECT_EQ(w->bytes(),
-              static_cast<int64_t>(e.data.size() + e.scale.size()));
+    EXPECT_EQ(w->bytes(), static_cast<int64_t>(e.data.size() + e.scale.size()));
   }
 }
 
@@ -169,8 +168,8 @@ TEST_P(CpuBackendTest, PackedWeightsMatchFp32Copies) {
             // within cols unit roundoffs of the magnitude.
             double magnitude = 0;
             for (int64_t k = 0; k < c.cols; ++k) {
-              magnitude +=
-                  std::abs(double{x[t * c.cols + k]} * e.values[r * c.cols + k]);
+              magnitude += std::abs(double{x[t * c.cols + k]} *
+                                    e.values[r * c.cols + k]);
             }
             const size_t i = static_cast<size_t>(t * c.rows + r);
             ASSERT_NEAR(y[0][i], y[1][i],
@@ -187,13 +186,14 @@ TEST_P(CpuBackendTest, PackedEmbeddingRowsAreTheDequantizedRows) {
   const EncodedWeight e = Encode(WeightFormat::kBf16, 10, 48, rng_);
   std::unique_ptr<Weight> table = MustUpload(e.host());
   ASSERT_NE(table, nullptr);
-  absl::StatusOr<std::unique_ptr<Buffer>> yb = backend_->Allocate(4 * 48);
+  absl::StatusOr<std::unique_ptr<Buffer>> yb =
+      backend_->Allocate(int64_t{4} * 48);
   ASSERT_TRUE(yb.ok());
   const std::vector<int32_t> ids = {103, 100, 109, 42};
   backend_->Embedding(ids, 100, *table, MatrixView{(*yb)->data(), 4, 48});
-  std::vector<float> y(4 * 48);
+  std::vector<float> y(size_t{4} * 48);
   backend_->CopyToHost((*yb)->data(), absl::MakeSpan(y));
-  for (int t = 0; t < 4; ++t) {
+  for (int64_t t = 0; t < 4; ++t) {
     const int64_t row = ids[t] - 100;
     for (int64_t c = 0; c < 48; ++c) {
       const double expected =
