@@ -140,33 +140,31 @@ absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::UploadWeight(
                       [&](int64_t begin, int64_t end) {
                         DequantizeRows(weight, begin, end, out);
                       });
-    return std::make_unique<CpuWeight>(weight.format, weight.rows,
-                                       weight.cols, std::move(values));
+    return std::make_unique<CpuWeight>(weight.format, weight.rows, weight.cols,
+                                       std::move(values));
   }
   // The checkpoint's bytes as they are: codes, then the scales.
   const int64_t data_bytes = static_cast<int64_t>(weight.data.size());
   const int64_t total = data_bytes + static_cast<int64_t>(weight.scale.size());
   AlignedBytes bytes = AllocateAlignedBytes(total);
   if (bytes == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("out of host memory for a ", weight.rows, " x ",
-                     weight.cols, " ", WeightFormatName(weight.format),
-                     " weight (", total, " bytes)"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "out of host memory for a ", weight.rows, " x ", weight.cols, " ",
+        WeightFormatName(weight.format), " weight (", total, " bytes)"));
   }
   std::memcpy(bytes.get(), weight.data.data(), weight.data.size());
   if (!weight.scale.empty()) {
     std::memcpy(bytes.get() + data_bytes, weight.scale.data(),
                 weight.scale.size());
   }
-  const quant_kernels::PackedMatrix packed{
-      .format = weight.format,
-      .rows = weight.rows,
-      .cols = weight.cols,
-      .data = bytes.get(),
-      .scale = bytes.get() + data_bytes,
-      .block_rows = weight.block_rows,
-      .block_cols = weight.block_cols,
-      .global_scale = weight.global_scale};
+  const quant_kernels::PackedMatrix packed{.format = weight.format,
+                                           .rows = weight.rows,
+                                           .cols = weight.cols,
+                                           .data = bytes.get(),
+                                           .scale = bytes.get() + data_bytes,
+                                           .block_rows = weight.block_rows,
+                                           .block_cols = weight.block_cols,
+                                           .global_scale = weight.global_scale};
   return std::make_unique<CpuWeight>(packed, std::move(bytes), total);
 }
 
