@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "formats/e2m1.h"
 #include "formats/e4m3.h"
@@ -209,9 +210,181 @@ float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
   return sum;
 }
 
+// ---- One token: the row's values are decoded into registers and multiplied
+// there (no tile store); two accumulators.
+
+float Bf16DotRow(const PackedMatrix& w, int64_t r,
+                 const float* HWY_RESTRICT x) {
+  const hn::ScalableTag<float> df;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t cols = w.cols;
+  const uint8_t* row = w.data + r * cols * 2;
+  auto s0 = hn::Zero(df);
+  auto s1 = hn::Zero(df);
+  int64_t c = 0;
+  for (; c + 2 * n <= cols; c += 2 * n) {
+    s0 = hn::MulAdd(LoadBf16(df, row + c * 2), hn::LoadU(df, x + c), s0);
+    s1 = hn::MulAdd(LoadBf16(df, row + (c + n) * 2), hn::LoadU(df, x + c + n),
+                    s1);
+  }
+  for (; c + n <= cols; c += n) {
+    s0 = hn::MulAdd(LoadBf16(df, row + c * 2), hn::LoadU(df, x + c), s0);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
+  for (; c < cols; ++c) sum += Bf16ToFloat(row + c * 2) * x[c];
+  return sum;
+}
+
+float Fp8DotRow(const PackedMatrix& w, int64_t r, const float* HWY_RESTRICT x) {
+  const hn::ScalableTag<float> df;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t cols = w.cols;
+  const int64_t bc = w.block_cols;
+  const int64_t scale_cols = (cols + bc - 1) / bc;
+  const uint8_t* codes = w.data + r * cols;
+  const uint8_t* scales = w.scale + (r / w.block_rows) * scale_cols;
+  auto s0 = hn::Zero(df);
+  auto s1 = hn::Zero(df);
+  float tail = 0.0f;
+  for (int64_t b = 0; b < scale_cols; ++b) {
+    const float s = formats::Ue8m0ToFloat(scales[b]);
+    const auto vs = hn::Set(df, s);
+    const int64_t end = std::min(cols, (b + 1) * bc);
+    int64_t c = b * bc;
+    for (; c + 2 * n <= end; c += 2 * n) {
+      s0 = hn::MulAdd(hn::Mul(DecodeE4m3(df, LoadBytes(df, codes + c)), vs),
+                      hn::LoadU(df, x + c), s0);
+      s1 = hn::MulAdd(hn::Mul(DecodeE4m3(df, LoadBytes(df, codes + c + n)), vs),
+                      hn::LoadU(df, x + c + n), s1);
+    }
+    for (; c + n <= end; c += n) {
+      s0 = hn::MulAdd(hn::Mul(DecodeE4m3(df, LoadBytes(df, codes + c)), vs),
+                      hn::LoadU(df, x + c), s0);
+    }
+    for (; c < end; ++c) tail += formats::E4m3ToFloat(codes[c]) * s * x[c];
+  }
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1))) + tail;
+}
+
+// Twice the e2m1 values, as int8: the nibble's value through a byte shuffle.
+// (Code 8, -0, is 0 here: the sign of a zero product cannot change a sum
+// other than one of zeros.)
+alignas(16) constexpr int8_t kE2m1Twice[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                               0, -1, -2, -3, -4, -6, -8, -12};
+
+// MXFP4 (kGroup 32) / NVFP4 (kGroup 16) row times one token given as its even
+// columns xe and odd columns xo (a packed byte's low and high nibbles).
+template <int kGroup>
+float Fp4DotRow(const PackedMatrix& w, int64_t r, const float* HWY_RESTRICT xe,
+                const float* HWY_RESTRICT xo) {
+  constexpr bool kNvfp4 = kGroup == 16;
+  constexpr int64_t kGroupBytes = kGroup / 2;
+  // At most one group's bytes per vector: one scale per vector.
+  const hn::CappedTag<float, kGroupBytes> df;
+  const int64_t cols = w.cols;
+  const uint8_t* pairs = w.data + r * (cols / 2);
+  const uint8_t* scales = w.scale + r * (cols / kGroup);
+#if HWY_TARGET != HWY_SCALAR
+  const hn::Rebind<uint8_t, decltype(df)> d8;
+  const hn::Rebind<int8_t, decltype(df)> di8;
+  const hn::RebindToSigned<decltype(df)> di32;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(df));
+  const hn::CappedTag<int8_t, 16> d16;
+  const auto table = hn::LoadU(d16, kE2m1Twice);
+  const auto global = hn::Set(df, w.global_scale);
+#endif
+  auto s0 = hn::Zero(df);
+  auto s1 = hn::Zero(df);
+  float tail = 0.0f;
+  for (int64_t g = 0; g < cols / kGroup; ++g) {
+    const float s = kNvfp4 ? formats::E4m3ToFloat(scales[g])
+                           : formats::Ue8m0ToFloat(scales[g]);
+    const int64_t end = (g + 1) * kGroupBytes;
+    int64_t j = g * kGroupBytes;
+#if HWY_TARGET != HWY_SCALAR
+    // (2 * e2m1) * (s / 2) is e2m1 * s exactly.
+    const auto half_scale = hn::Set(df, s * 0.5f);
+    for (; j + n <= end; j += n) {
+      const auto bytes = hn::LoadU(d8, pairs + j);
+      const auto lo = hn::TableLookupBytes(
+          table, hn::BitCast(di8, hn::And(bytes, hn::Set(d8, 0x0F))));
+      const auto hi = hn::TableLookupBytes(
+          table, hn::BitCast(di8, hn::ShiftRight<4>(bytes)));
+      auto vlo =
+          hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di32, lo)), half_scale);
+      auto vhi =
+          hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di32, hi)), half_scale);
+      if (kNvfp4) {
+        vlo = hn::Mul(vlo, global);
+        vhi = hn::Mul(vhi, global);
+      }
+      s0 = hn::MulAdd(vlo, hn::LoadU(df, xe + j), s0);
+      s1 = hn::MulAdd(vhi, hn::LoadU(df, xo + j), s1);
+    }
+#endif
+    for (; j < end; ++j) {
+      float lo = formats::E2m1ToFloat(pairs[j]) * s;
+      float hi = formats::E2m1ToFloat(pairs[j] >> 4) * s;
+      if (kNvfp4) {
+        lo *= w.global_scale;
+        hi *= w.global_scale;
+      }
+      tail += lo * xe[j] + hi * xo[j];
+    }
+  }
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1))) + tail;
+}
+
+// One token: each row decoded in registers.
+void DotRowsOneToken(const PackedMatrix& w, const float* HWY_RESTRICT x,
+                     int64_t row_begin, int64_t row_end, float* HWY_RESTRICT y,
+                     bool accumulate) {
+  const int64_t cols = w.cols;
+  std::vector<float> split;
+  const bool fp4 =
+      w.format == WeightFormat::kMxfp4 || w.format == WeightFormat::kNvfp4;
+  if (fp4) {
+    // The token's even columns, then its odd ones.
+    split.resize(static_cast<size_t>(cols));
+    const int64_t half = cols / 2;
+    for (int64_t j = 0; j < half; ++j) {
+      split[j] = x[2 * j];
+      split[half + j] = x[2 * j + 1];
+    }
+  }
+  const float* xe = split.data();
+  const float* xo = split.data() + cols / 2;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    float sum = 0.0f;
+    switch (w.format) {
+      case WeightFormat::kBf16:
+        sum = Bf16DotRow(w, r, x);
+        break;
+      case WeightFormat::kFp8Block:
+        sum = Fp8DotRow(w, r, x);
+        break;
+      case WeightFormat::kMxfp4:
+        sum = Fp4DotRow<32>(w, r, xe, xo);
+        break;
+      case WeightFormat::kNvfp4:
+        sum = Fp4DotRow<16>(w, r, xe, xo);
+        break;
+      case WeightFormat::kF32:
+      case WeightFormat::kUnspecified:
+        break;
+    }
+    y[r] = accumulate ? y[r] + sum : sum;
+  }
+}
+
 void DotRowsKernel(const PackedMatrix& w, const float* HWY_RESTRICT x,
                    int64_t tokens, int64_t row_begin, int64_t row_end,
                    float* HWY_RESTRICT y, int64_t ldy, bool accumulate) {
+  if (tokens == 1) {
+    DotRowsOneToken(w, x, row_begin, row_end, y, accumulate);
+    return;
+  }
+  // Several tokens: each tile of a row decoded once into L1 for all.
   HWY_ALIGN float tile[kTileColumns];
   const int64_t cols = w.cols;
   for (int64_t r = row_begin; r < row_end; ++r) {

@@ -18,7 +18,7 @@
 //
 // The functions trust their arguments: the matrix passed
 // gpu/host_weight.h's ValidateHostWeight (no NaN codes or scales), pointers
-// are valid for the documented sizes. Thread-safe (no state); no allocation.
+// are valid for the documented sizes. Thread-safe (no state).
 
 #include <cstdint>
 
@@ -41,7 +41,9 @@ struct PackedMatrix {
 
 // For rows r in [row_begin, row_end) and tokens t < tokens:
 //   y[t * ldy + r] = sum_c x[t * w.cols + c] * W[r, c]   (+= with accumulate)
-// Each row is decoded once per 16 tokens, a tile at a time.
+// One token: each row decoded into registers and multiplied there (the fp4
+// formats take the token's even and odd columns apart first, one copy per
+// call). More: each row decoded once per 16 tokens, a tile at a time.
 void DotRows(const PackedMatrix& w, const float* x, int64_t tokens,
              int64_t row_begin, int64_t row_end, float* y, int64_t ldy,
              bool accumulate);
