@@ -151,6 +151,21 @@ absl::StatusOr<ResolvedRequest> RequestHandler::ResolveLookup(
                  request.encoding(), max_rows);
 }
 
+absl::Status RequestHandler::LookupRowsInto(const ResolvedRequest& resolved,
+                                            size_t first, size_t count,
+                                            absl::Time deadline,
+                                            absl::Span<uint8_t> out) const {
+  const absl::Span<const int64_t> ids =
+      absl::MakeConstSpan(resolved.row_ids).subspan(first, count);
+  if (out.size() != ids.size() * resolved.row_bytes) {
+    return absl::InternalError(absl::StrCat("LookupRowsInto: ", out.size(),
+                                            " output bytes for ", ids.size(),
+                                            " rows of ", resolved.row_bytes));
+  }
+  return store_->Lookup(resolved.layer_id, ids, resolved.encoding, out,
+                        deadline);
+}
+
 absl::Status RequestHandler::LookupRows(const ResolvedRequest& resolved,
                                         size_t first, size_t count,
                                         absl::Time deadline,

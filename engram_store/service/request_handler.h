@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "engram_store/engram_store.h"
 #include "proto/engram/v1/engram_store.pb.h"
 
@@ -74,6 +75,13 @@ class RequestHandler {
   absl::Status LookupRows(const ResolvedRequest& resolved, size_t first,
                           size_t count, absl::Time deadline,
                           v1::LookupResponse* response) const;
+
+  // As LookupRows, but the rows go to `out` (exactly count * row_bytes
+  // bytes), and nothing else is written: what a transport that owns the
+  // response memory (the shared-memory one) calls.
+  absl::Status LookupRowsInto(const ResolvedRequest& resolved, size_t first,
+                              size_t count, absl::Time deadline,
+                              absl::Span<uint8_t> out) const;
 
   // Resolve (max_rows_per_request) + LookupRows of every row.
   absl::Status Lookup(const v1::LookupRequest& request, absl::Time deadline,

@@ -88,22 +88,22 @@ absl::StatusOr<std::vector<uint16_t>> EngramLookup(
     for (int col : mine) req.add_columns(col);
     req.set_encoding(engram::v1::ROW_ENCODING_BF16);
     const int64_t n_tokens = static_cast<int64_t>(c.tokens.size());
-    absl::StatusOr<engram::v1::LookupResponse> resp =
-        n_tokens * ncols <= kMaxRowsPerLookup ? client.Lookup(req)
-                                              : client.LookupStream(req);
-    if (!resp.ok()) {
-      return absl::Status(resp.status().code(),
-                          absl::StrCat("Engram layer ", layer,
-                                       " lookup: ", resp.status().message()));
-    }
+    // The rows land in place (bf16: 2 bytes a value).
     const size_t want = static_cast<size_t>(n_tokens * ncols * rd * 2);
-    if (resp->rows().size() != want || resp->row_dim() != rd) {
-      return absl::DataLossError(absl::StrCat(
-          "Engram layer ", layer, " lookup returned ", resp->rows().size(),
-          " bytes of rows of ", resp->row_dim(), " values, expected ", want,
-          " bytes of ", rd));
+    absl::StatusOr<int32_t> row_dim = client.LookupInto(
+        req, /*stream=*/n_tokens * ncols > kMaxRowsPerLookup,
+        absl::MakeSpan(
+            reinterpret_cast<uint8_t*>(rows.data() + t0 * ncols * rd), want));
+    if (!row_dim.ok()) {
+      return absl::Status(row_dim.status().code(),
+                          absl::StrCat("Engram layer ", layer, " lookup: ",
+                                       row_dim.status().message()));
     }
-    std::memcpy(rows.data() + t0 * ncols * rd, resp->rows().data(), want);
+    if (*row_dim != rd) {
+      return absl::DataLossError(
+          absl::StrCat("Engram layer ", layer, " lookup returned rows of ",
+                       *row_dim, " values, expected ", rd));
+    }
     t0 += n_tokens;
   }
   return rows;

@@ -41,6 +41,11 @@ ABSL_FLAG(int64_t, max_stream_message_bytes, int64_t{4} << 20,
 ABSL_FLAG(int, worker_threads, 8, "Threads serving lookups.");
 ABSL_FLAG(int64_t, max_queued_tasks, 1024,
           "Most lookups waiting for a worker thread.");
+ABSL_FLAG(std::string, shm_socket, "",
+          "Unix socket of the same-node shared-memory transport (workers on "
+          "this node pass it as --engram_shm_socket); empty = off.");
+ABSL_FLAG(int, shm_max_connections, 64,
+          "Shared-memory connections served at once.");
 ABSL_FLAG(absl::Duration, default_timeout, absl::Seconds(30),
           "Deadline of calls that carry none.");
 
@@ -116,6 +121,14 @@ engram::EngramServiceOptions EngramServiceOptionsFromFlags() {
       absl::GetFlag(FLAGS_max_stream_message_bytes);
   o.worker_threads = absl::GetFlag(FLAGS_worker_threads);
   o.max_queued_tasks = absl::GetFlag(FLAGS_max_queued_tasks);
+  o.default_timeout = absl::GetFlag(FLAGS_default_timeout);
+  return o;
+}
+
+engram::ShmServerOptions ShmServerOptionsFromFlags() {
+  engram::ShmServerOptions o;
+  o.socket_path = absl::GetFlag(FLAGS_shm_socket);
+  o.max_connections = absl::GetFlag(FLAGS_shm_max_connections);
   o.default_timeout = absl::GetFlag(FLAGS_default_timeout);
   return o;
 }

@@ -4,6 +4,7 @@
 #include "absl/status/statusor.h"
 #include "engram_store/engram_store.h"
 #include "engram_store/service/engram_service.h"
+#include "engram_store/service/shm_server.h"
 
 namespace mneme {
 
@@ -24,6 +25,10 @@ absl::StatusOr<engram::EngramStoreOptions> EngramStoreOptionsFromFlags();
 // --max_stream_message_bytes, --worker_threads, --max_queued_tasks,
 // --default_timeout.
 engram::EngramServiceOptions EngramServiceOptionsFromFlags();
+
+// ShmServerOptions from --shm_socket (empty: no shared-memory transport),
+// --shm_max_connections and --default_timeout.
+engram::ShmServerOptions ShmServerOptionsFromFlags();
 
 }  // namespace mneme
 

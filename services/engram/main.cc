@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "common/inflight_gate.h"
@@ -12,6 +13,9 @@
 #include "common/metrics_http_server.h"
 #include "engram_store/engram_store.h"
 #include "engram_store/service/engram_service.h"
+#include "engram_store/service/request_handler.h"
+#include "engram_store/service/shm_server.h"
+#include "glog/logging.h"
 #include "services/common/daemon.h"
 #include "services/common/server_flags.h"
 #include "services/common/server_runner.h"
@@ -21,7 +25,8 @@
 int main(int argc, char** argv) {
   mneme::InitDaemon(argc, argv,
                     "mneme_engram_store --checkpoint=DIR [--listen=HOST:PORT] "
-                    "[--tp_size=N --ranks=R,...] [--tls_cert ...]");
+                    "[--tp_size=N --ranks=R,...] [--shm_socket=PATH] "
+                    "[--tls_cert ...]");
   absl::StatusOr<mneme::ServerOptions> server_options =
       mneme::ServerOptionsFromFlags(mneme::kEngramStorePort,
                                     mneme::kEngramStoreMetricsPort);
@@ -57,10 +62,25 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<mneme::MetricsHttpServer>> http =
       mneme::StartMetricsServer(*server_options, metrics, **runner);
   if (!http.ok()) mneme::ExitWithError(http.status());
+  // Workers on this node: the same API through shared memory.
+  const mneme::engram::RequestHandler shm_handler(store->get(),
+                                                  service_options.limits);
+  std::unique_ptr<mneme::engram::ShmEngramServer> shm;
+  if (const mneme::engram::ShmServerOptions shm_options =
+          mneme::ShmServerOptionsFromFlags();
+      !shm_options.socket_path.empty()) {
+    absl::StatusOr<std::unique_ptr<mneme::engram::ShmEngramServer>> server =
+        mneme::engram::ShmEngramServer::Create(shm_options, &shm_handler, &gate,
+                                               &metrics);
+    if (!server.ok()) mneme::ExitWithError(server.status());
+    shm = *std::move(server);
+    LOG(INFO) << "shared-memory transport on " << shm->socket_path();
+  }
   mneme::PrintListening(**runner);
 
   mneme::SystemdNotifier notifier;
   const int code = mneme::ServeUntilSignal(**runner, notifier);
+  if (shm != nullptr) shm->Shutdown();
   http->reset();
   runner->reset();
   return code;

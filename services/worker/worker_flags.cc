@@ -24,6 +24,10 @@ ABSL_FLAG(absl::Duration, comm_timeout, absl::Seconds(120),
 ABSL_FLAG(std::string, engram_store, "",
           "HOST:PORT of the node's engram store (required for models with "
           "Engram layers).");
+ABSL_FLAG(std::string, engram_shm_socket, "",
+          "The node's engram store's shared-memory socket (its "
+          "--shm_socket); --engram_store stays the fallback. Empty: gRPC "
+          "only.");
 ABSL_FLAG(absl::Duration, engram_timeout, absl::Seconds(10),
           "Deadline of each Engram lookup.");
 ABSL_FLAG(std::string, backend, "cpu",
@@ -102,6 +106,7 @@ absl::StatusOr<worker::WorkerRuntimeOptions> WorkerRuntimeOptionsFromFlags() {
       return hp.status();
     }
   }
+  o.engram_shm_socket = absl::GetFlag(FLAGS_engram_shm_socket);
   o.engram_timeout = absl::GetFlag(FLAGS_engram_timeout);
   if (o.engram_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--engram_timeout must be positive");

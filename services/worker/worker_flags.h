@@ -14,7 +14,8 @@ inline constexpr int kWorkerMetricsPort = 50162;
 // WorkerRuntimeOptions from the worker flags:
 //   --checkpoint=DIR (required), --rank, --tp_size, --group=HOST:PORT (the
 //   rank-0 worker; required when tp_size > 1), --group_name, --comm_host,
-//   --comm_timeout, --engram_store=HOST:PORT, --engram_timeout,
+//   --comm_timeout, --engram_store=HOST:PORT, --engram_shm_socket=PATH,
+//   --engram_timeout,
 //   --backend=cpu, --threads, --kv_cache_bytes, --kv_block_rows,
 //   --max_step_tokens, --dcp_size, --dcp_interleave.
 // InvalidArgument naming the flag on a malformed value.

@@ -8,6 +8,7 @@
 #include "checkpoint/model_config.h"
 #include "common/status_macros.h"
 #include "engram_store/client/grpc_engram_client.h"
+#include "engram_store/client/shm_engram_client.h"
 #include "gpu/comm/gloo_communicator.h"
 #include "gpu/comm/grpc_rendezvous_store.h"
 #include "gpu/cpu/cpu_backend.h"
@@ -105,11 +106,20 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     engram::GrpcEngramClientOptions eo;
     eo.target = options.engram_store;
     eo.timeout = options.engram_timeout;
-    ASSIGN_OR_RETURN(rt->engram_, engram::GrpcEngramClient::Create(eo));
+    ASSIGN_OR_RETURN(rt->engram_grpc_, engram::GrpcEngramClient::Create(eo));
   }
-  ASSIGN_OR_RETURN(rt->model_,
-                   model::Model::Create(mo, *rt->backend_, rt->comm_.get(),
-                                        rt->engram_.get()));
+  if (!options.engram_shm_socket.empty()) {
+    engram::ShmEngramClientOptions so;
+    so.socket_path = options.engram_shm_socket;
+    so.timeout = options.engram_timeout;
+    so.fallback = rt->engram_grpc_.get();
+    ASSIGN_OR_RETURN(rt->engram_shm_, engram::ShmEngramClient::Create(so));
+  }
+  engram::EngramClient* engram = rt->engram_shm_ != nullptr
+                                     ? rt->engram_shm_.get()
+                                     : rt->engram_grpc_.get();
+  ASSIGN_OR_RETURN(rt->model_, model::Model::Create(mo, *rt->backend_,
+                                                    rt->comm_.get(), engram));
   return rt;
 }
 

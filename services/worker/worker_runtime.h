@@ -55,6 +55,10 @@ struct WorkerRuntimeOptions {
   // "host:port" of the node's engram store. Required when the model has
   // Engram layers.
   std::string engram_store;
+  // The node's engram store's shared-memory socket (its --shm_socket):
+  // lookups go through shared memory, with engram_store (gRPC) as the
+  // fallback while the socket cannot be reached. Empty: gRPC only.
+  std::string engram_shm_socket;
   // Deadline of each Engram lookup. Default: 10 s.
   absl::Duration engram_timeout = absl::Seconds(10);
 };
@@ -86,7 +90,10 @@ class WorkerRuntime {
 
   std::unique_ptr<gpu::Backend> backend_;
   std::unique_ptr<gpu::GroupMembership> comm_;
-  std::unique_ptr<engram::EngramClient> engram_;
+  // The gRPC client (the fallback when shared memory is used).
+  std::unique_ptr<engram::EngramClient> engram_grpc_;
+  // What the model calls: engram_grpc_, or the shared-memory client.
+  std::unique_ptr<engram::EngramClient> engram_shm_;
   std::unique_ptr<model::Model> model_;
 };
 

@@ -84,9 +84,16 @@ std::vector<int64_t> Prompt(int length, int salt) {
   return p;
 }
 
-TEST(EngramFaultTest, StoreKilledRestartedAndStalledFailOnlyTheirRequests) {
+// Both transports: gRPC, and the same-node shared memory (with gRPC as its
+// fallback while the socket is unreachable).
+class EngramTransportFaultTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(EngramTransportFaultTest,
+       StoreKilledRestartedAndStalledFailOnlyTheirRequests) {
   const absl::Time start = absl::Now();
-  ServingCluster c;
+  ServingClusterOptions options;
+  options.engram_shm = GetParam();
+  ServingCluster c(options);
   const std::vector<int64_t> prompt = Prompt(12, 3);
   const Outcome baseline = c.Generate(prompt, 6);
   ASSERT_TRUE(baseline.status.ok()) << baseline.status.error_message();
@@ -124,7 +131,23 @@ TEST(EngramFaultTest, StoreKilledRestartedAndStalledFailOnlyTheirRequests) {
   EXPECT_EQ(o.tokens, baseline.tokens);
   c.ExpectWorkersRunning("after the faults");
   EXPECT_LT(absl::Now() - start, absl::Seconds(60));
+  if (GetParam()) {
+    // The lookups after the restart went through shared memory.
+    const std::string log = c.store().process->Stderr();
+    EXPECT_NE(log.find("shared-memory transport on " + c.ShmSocket()),
+              std::string::npos)
+        << log;
+    EXPECT_NE(log.find("shared-memory Engram connection from pid"),
+              std::string::npos)
+        << log;
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, EngramTransportFaultTest,
+                         ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "SharedMemory" : "Grpc";
+                         });
 
 // Checkpoints pad vocab_size past their tokenizer. The reference indexes
 // its compressed-id table with the token ids and cannot take such an id:

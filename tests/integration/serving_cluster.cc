@@ -1,5 +1,7 @@
 #include "tests/integration/serving_cluster.h"
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -44,6 +46,15 @@ ServingCluster::ServingCluster(ServingClusterOptions options)
   EXPECT_TRUE(WaitServing(absl::Seconds(60))) << coordinator_.process->Stderr();
 }
 
+const std::string& ServingCluster::ShmSocket() {
+  if (shm_socket_.empty()) {
+    static int clusters = 0;
+    shm_socket_ =
+        absl::StrCat("/tmp/mneme-test-", getpid(), "-", clusters++, ".sock");
+  }
+  return shm_socket_;
+}
+
 void ServingCluster::StartStore(const std::string& listen) {
   store_.argv = {RunfilePath("mneme/services/engram/mneme_engram_store"),
                  "--checkpoint=" + options_.checkpoint,
@@ -51,6 +62,9 @@ void ServingCluster::StartStore(const std::string& listen) {
                  "--metrics_listen=none",
                  "--io_threads=2",
                  "--worker_threads=2"};
+  if (options_.engram_shm) {
+    store_.argv.push_back("--shm_socket=" + ShmSocket());
+  }
   Launch(store_);
 }
 
@@ -67,6 +81,9 @@ void ServingCluster::StartWorker(int rank, const std::string& listen) {
             "--threads=1",
             "--comm_timeout=" + options_.comm_timeout,
             "--kv_cache_bytes=33554432"};
+  if (options_.engram_shm) {
+    w.argv.push_back("--engram_shm_socket=" + ShmSocket());
+  }
   if (rank > 0) w.argv.push_back("--group=" + workers_[0].address);
   Launch(w);
 }

@@ -34,6 +34,9 @@ struct ServingClusterOptions {
   std::string comm_timeout = "30s";
   // Coordinator's step deadline. Default: "20s".
   std::string step_timeout = "20s";
+  // Workers reach the store through its shared-memory socket (gRPC stays
+  // their fallback). Default: false (gRPC only).
+  bool engram_shm = false;
 };
 
 // A real serving cluster on loopback, started daemon by daemon as systemd
@@ -74,6 +77,8 @@ class ServingCluster {
   std::vector<grpc::Status> StepWorkers(const worker::v1::StepRequest& request);
 
   Daemon& store() { return store_; }
+  // The store's shared-memory socket path (made on first use).
+  const std::string& ShmSocket();
   Daemon& worker(int rank) { return workers_.at(rank); }
   Daemon& coordinator() { return coordinator_; }
   int tp_size() const { return static_cast<int>(workers_.size()); }
@@ -82,6 +87,9 @@ class ServingCluster {
  private:
   const ServingClusterOptions options_;
   Daemon store_;
+  // The store's shared-memory socket (engram_shm); short, under /tmp, as
+  // Unix socket paths are at most 107 bytes.
+  std::string shm_socket_;
   std::vector<Daemon> workers_;
   Daemon coordinator_;
   std::shared_ptr<grpc::Channel> channel_;

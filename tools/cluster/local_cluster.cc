@@ -212,6 +212,14 @@ absl::Status LocalCluster::StartOnce() {
                  absl::StrCat("--ram_cache_bytes=", int64_t{64} << 20),
                  secret_flag_,
                  drain};
+  // Workers reach the store through shared memory (gRPC stays their
+  // fallback). A Unix socket path is at most 107 bytes: under /tmp when the
+  // work directory's is too long.
+  shm_socket_ = options_.workdir + "/engram.sock";
+  if (shm_socket_.size() > 100) {
+    shm_socket_ = absl::StrCat("/tmp/mneme-engram-", getpid(), ".sock");
+  }
+  store_.argv.push_back(Flag("shm_socket", shm_socket_));
   store_.listen = kAnyLocalPort;
   if (with_store_) RETURN_IF_ERROR(SpawnAndWait(store_, deadline));
 
@@ -279,7 +287,10 @@ std::vector<std::string> LocalCluster::WorkerArgv(int rank) const {
       DurationFlag("comm_timeout", options_.comm_timeout),
       DurationFlag("drain_timeout", options_.drain_timeout),
       secret_flag_};
-  if (with_store_) argv.push_back(Flag("engram_store", store_.listen));
+  if (with_store_) {
+    argv.push_back(Flag("engram_store", store_.listen));
+    argv.push_back(Flag("engram_shm_socket", shm_socket_));
+  }
   // Rank 0 hosts the group's rendezvous on its own address.
   if (rank > 0) argv.push_back(Flag("group", workers_[0].listen));
   return argv;

@@ -199,6 +199,8 @@ class LocalCluster {
   std::string http_address_;
   // --cluster_secret_file=workdir/cluster_secret, set by StartOnce().
   std::string secret_flag_;
+  // The store's shared-memory socket.
+  std::string shm_socket_;
 };
 
 }  // namespace mneme::cluster
