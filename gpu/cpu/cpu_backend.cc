@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -173,6 +174,10 @@ void CpuBackend::Gemm(const float* x, int64_t tokens, const CpuWeight& w,
   const int64_t k = w.cols();
   const int64_t n = w.rows();
   if (tokens == 0 || n == 0) return;
+  // OpenBLAS takes int sizes.
+  CHECK_LE(k, std::numeric_limits<int>::max());
+  CHECK_LE(n, std::numeric_limits<int>::max());
+  CHECK_LE(tokens, std::numeric_limits<int>::max());
   const bool add = accumulate == Accumulate::kYes;
   if (w.values() == nullptr) {
     if (tokens <= kMaxDecodeTokens) {

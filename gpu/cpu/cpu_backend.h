@@ -39,12 +39,14 @@ struct CpuBackendOptions {
 // stay in their checkpoint format (bf16 / FP8 block / MXFP4 / NVFP4 codes and
 // scales, copied as they are), so a loaded model holds its weight bytes and
 // no more; Weight::bytes() reports them. Products with up to 16 tokens
-// (decode) run on the packed weights (quant_kernels.h: each row decoded a
-// tile at a time into L1 and multiplied there, each weight byte read once per
-// 16 tokens); with more tokens (prefill), panels of 4 MiB are decoded to fp32
-// and multiplied by OpenBLAS's sgemm. The decoded values are exactly those of
+// (decode) run on the packed weights (quant_kernels.h: for one token each
+// row is decoded into registers and multiplied there; for 2 to 16, a tile at
+// a time into L1, each weight byte read once for all of them); with more
+// tokens (prefill), panels of 4 MiB are decoded to fp32 and multiplied by
+// OpenBLAS's sgemm. The decoded values are exactly those of
 // gpu/host_weight.h's DequantizeHostWeight, so results differ from an fp32
-// copy of the weights by the order of the fp32 sums only. fp32 weights, and
+// copy of the weights by the order of the fp32 sums (and where each side
+// fuses multiply-adds) only. fp32 weights, and
 // every weight with CpuBackendOptions.dequantize_weights, are fp32 arrays
 // multiplied by OpenBLAS (sgemv for a single token).
 //

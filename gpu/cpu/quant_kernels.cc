@@ -340,7 +340,8 @@ void DotRowsOneToken(const PackedMatrix& w, const float* HWY_RESTRICT x,
                      int64_t row_begin, int64_t row_end, float* HWY_RESTRICT y,
                      bool accumulate) {
   const int64_t cols = w.cols;
-  std::vector<float> split;
+  // Reused by this thread's later calls: no allocation per call once grown.
+  thread_local std::vector<float> split;
   const bool fp4 =
       w.format == WeightFormat::kMxfp4 || w.format == WeightFormat::kNvfp4;
   if (fp4) {

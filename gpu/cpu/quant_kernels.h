@@ -18,7 +18,8 @@
 //
 // The functions trust their arguments: the matrix passed
 // gpu/host_weight.h's ValidateHostWeight (no NaN codes or scales), pointers
-// are valid for the documented sizes. Thread-safe (no state).
+// are valid for the documented sizes, and a bf16 matrix's data is 2-byte
+// aligned (it is read as uint16_t). Thread-safe (no state).
 
 #include <cstdint>
 
@@ -42,8 +43,9 @@ struct PackedMatrix {
 // For rows r in [row_begin, row_end) and tokens t < tokens:
 //   y[t * ldy + r] = sum_c x[t * w.cols + c] * W[r, c]   (+= with accumulate)
 // One token: each row decoded into registers and multiplied there (the fp4
-// formats take the token's even and odd columns apart first, one copy per
-// call). More: each row decoded once per 16 tokens, a tile at a time.
+// formats take the token's even and odd columns apart first, into a
+// thread-local buffer). More: each row decoded once per 16 tokens, a tile at a
+// time.
 void DotRows(const PackedMatrix& w, const float* x, int64_t tokens,
              int64_t row_begin, int64_t row_end, float* y, int64_t ldy,
              bool accumulate);

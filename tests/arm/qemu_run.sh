@@ -7,9 +7,10 @@
 # First runs PROBE under `qemu-aarch64 -cpu CPU` and fails unless Highway's
 # dispatch picks NAME with N-byte vectors there. Then runs each TEST (a gtest
 # binary) the same way and merges their XML reports into $XML_OUTPUT_FILE.
-# Exit status 0 when every test passed; with --expect-failure, 0 only when at
-# least one test failed (and no report is written, so Bazel records the
-# inverted verdict as one case).
+# Exit status 0 when every test passed; with --expect-failure, 0 only when a
+# test failed with failed test cases in its report (a crash, a binary that
+# does not load or a missing report fails instead), and no report is written,
+# so Bazel records the inverted verdict as one case.
 set -uo pipefail
 
 cpu="" target="" vector_bytes="" probe="" expect_failure=0
@@ -55,6 +56,7 @@ i=0
 for test in "$@"; do
   i=$((i + 1))
   echo "== $test (-cpu $cpu)"
+  rm -f "$report_dir/$i.xml"
   "$qemu" -cpu "$cpu" "$test" --gtest_output="xml:$report_dir/$i.xml"
   rc=$?
   [ "$rc" -eq 0 ] || failed+=("$test")
@@ -62,11 +64,23 @@ for test in "$@"; do
 done
 
 if [ "$expect_failure" -eq 1 ]; then
-  if [ ${#failed[@]} -eq 0 ]; then
+  # Only failed test cases count: a binary that crashed, could not load or
+  # wrote no report did not show the failure it is there to show.
+  shown=()
+  for result in "${results[@]}"; do
+    IFS='|' read -r report rc test <<<"$result"
+    if [ "$rc" -eq 1 ] && [ -f "$report" ] && grep -q "<failure" "$report"; then
+      shown+=("$test")
+    elif [ "$rc" -ne 0 ]; then
+      echo "qemu_run: $test exited $rc without a failed test case" >&2
+      exit 1
+    fi
+  done
+  if [ ${#shown[@]} -eq 0 ]; then
     echo "qemu_run: expected a failure under -cpu $cpu ($target), but every test passed" >&2
     exit 1
   fi
-  echo "qemu_run: failed under -cpu $cpu ($target) as expected: ${failed[*]}"
+  echo "qemu_run: failed under -cpu $cpu ($target) as expected: ${shown[*]}"
   exit 0
 fi
 

@@ -20,19 +20,31 @@ one. The gtest XML of every binary is merged into the target's test.xml.
 deliberately broken kernel must fail under the SVE targets).
 """
 
+def _no_sanitizers(flags):
+    # The sanitizers' runtimes are not installed for arm64, and qemu-user
+    # cannot host their shadow memory: --config=asan stays native.
+    return [f for f in flags if not f.startswith("-fsanitize")]
+
 def _aarch64_transition_impl(settings, attr):
-    _ignore = (settings, attr)
+    _ignore = attr
     return {
         "//command_line_option:cpu": "aarch64",
         "//command_line_option:crosstool_top": "//third_party/toolchains/aarch64:toolchain",
+        "//command_line_option:copt": _no_sanitizers(settings["//command_line_option:copt"]),
+        "//command_line_option:linkopt": _no_sanitizers(settings["//command_line_option:linkopt"]),
     }
 
 aarch64_transition = transition(
     implementation = _aarch64_transition_impl,
-    inputs = [],
+    inputs = [
+        "//command_line_option:copt",
+        "//command_line_option:linkopt",
+    ],
     outputs = [
         "//command_line_option:cpu",
         "//command_line_option:crosstool_top",
+        "//command_line_option:copt",
+        "//command_line_option:linkopt",
     ],
 )
 

@@ -1,9 +1,11 @@
-// The RPC overhead of the engram store service: the same lookups (a decode
-// step's rows, a prefill chunk's rows) through the in-process client and
-// through the gRPC client to a server in the same process, on the same
-// store, in the same run. The ratio of the two is the overhead.
+// The transport overhead of the engram store: the same lookups (a decode
+// step's rows, a prefill chunk's rows) through the in-process client, the
+// gRPC client to a server in the same process, and the same-node
+// shared-memory client to a ShmEngramServer in the same process, on the same
+// store, in the same run, each as the model calls it (LookupInto: the rows
+// into the caller's buffer). The ratios to in-process are the overheads.
 //
-//   bazel run -c opt //tests/bench/engram_service:rpc_overhead_bench
+//   bazel run //tests/bench/engram_service:rpc_overhead_bench
 
 #include <unistd.h>
 
@@ -11,13 +13,17 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "benchmark/benchmark.h"
 #include "common/inflight_gate.h"
 #include "engram_store/client/grpc_engram_client.h"
 #include "engram_store/client/in_process_engram_client.h"
+#include "engram_store/client/shm_engram_client.h"
 #include "engram_store/engram_store.h"
 #include "engram_store/service/engram_service.h"
+#include "engram_store/service/request_handler.h"
+#include "engram_store/service/shm_server.h"
 #include "services/common/server_runner.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
 
@@ -31,6 +37,9 @@ struct Fixture {
   std::unique_ptr<ServerRunner> runner;
   std::unique_ptr<GrpcEngramClient> grpc;
   std::unique_ptr<InProcessEngramClient> in_process;
+  std::unique_ptr<RequestHandler> shm_handler;
+  std::unique_ptr<ShmEngramServer> shm_server;
+  std::unique_ptr<ShmEngramClient> shm;
   int layer = 0;
   int64_t vocab = 0;
 };
@@ -59,6 +68,16 @@ Fixture& Get() {
     f->grpc = *GrpcEngramClient::Create(client_options);
     f->in_process = std::make_unique<InProcessEngramClient>(
         f->store.get(), service_options.limits);
+    f->shm_handler = std::make_unique<RequestHandler>(f->store.get(),
+                                                      service_options.limits);
+    ShmServerOptions shm_options;
+    shm_options.socket_path =
+        "/tmp/mneme_rpc_bench_" + std::to_string(getpid()) + ".sock";
+    f->shm_server = *ShmEngramServer::Create(shm_options, f->shm_handler.get(),
+                                             &f->gate, nullptr);
+    ShmEngramClientOptions shm_client;
+    shm_client.socket_path = shm_options.socket_path;
+    f->shm = *ShmEngramClient::Create(shm_client);
     f->layer = f->store->checkpoint().tables()[0].layer;
     f->vocab = f->store->checkpoint().hasher().vocabulary().num_tokens();
     return f;
@@ -67,37 +86,51 @@ Fixture& Get() {
 }
 
 // state.range(0): tokens per lookup (1 = decode step, 512 = prefill chunk);
-// state.range(1): 0 = in-process, 1 = gRPC.
+// state.range(1): 0 = in-process, 1 = gRPC, 2 = shared memory.
 void BM_Lookup(benchmark::State& state) {
   Fixture& f = Get();
-  EngramClient& client = state.range(1) == 0
-                             ? static_cast<EngramClient&>(*f.in_process)
-                             : static_cast<EngramClient&>(*f.grpc);
+  EngramClient* clients[] = {f.in_process.get(), f.grpc.get(), f.shm.get()};
+  EngramClient& client = *clients[state.range(1)];
+  const int64_t tokens = state.range(0);
   std::mt19937_64 rng(1);
-  int64_t rows = 0;
-  for (auto _ : state) {
+  auto make_request = [&] {
     v1::LookupRequest request;
     request.set_layer_id(f.layer);
-    for (int64_t i = 0; i < state.range(0) + 3; ++i) {
+    for (int64_t i = 0; i < tokens + 3; ++i) {
       request.add_token_ids(static_cast<int64_t>(rng() % f.vocab));
     }
     request.set_context_token_count(3);
-    absl::StatusOr<v1::LookupResponse> r = client.Lookup(request);
+    return request;
+  };
+  // The rows' size (every request of this shape has it).
+  absl::StatusOr<v1::LookupResponse> first = client.Lookup(make_request());
+  if (!first.ok()) {
+    state.SkipWithError(first.status().ToString().c_str());
+    return;
+  }
+  std::vector<uint8_t> rows(first->rows().size());
+  int64_t count = 0;
+  for (auto _ : state) {
+    const v1::LookupRequest request = make_request();
+    absl::StatusOr<int32_t> r =
+        client.LookupInto(request, false, absl::MakeSpan(rows));
     if (!r.ok()) {
       state.SkipWithError(r.status().ToString().c_str());
       break;
     }
-    rows += r->row_ids_size();
+    count += first->row_ids_size();
   }
   state.counters["rows_per_s"] = benchmark::Counter(
-      static_cast<double>(rows), benchmark::Counter::kIsRate);
+      static_cast<double>(count), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Lookup)
-    ->ArgNames({"tokens", "grpc"})
+    ->ArgNames({"tokens", "transport"})
     ->Args({1, 0})
     ->Args({1, 1})
+    ->Args({1, 2})
     ->Args({512, 0})
     ->Args({512, 1})
+    ->Args({512, 2})
     ->UseRealTime();
 
 }  // namespace

@@ -98,7 +98,8 @@ TEST_P(CpuBackendTest, DequantizeWeightsHoldsFp32Copies) {
 // the same decoded values, so only the order of the fp32 sums differs. Every
 // path: 1 to 16 tokens (decode: quant_kernels on the packed bytes), more
 // (prefill: decoded panels, several when a panel holds fewer rows than the
-// weight), accumulate, the expert FFN and the embedding rows.
+// weight), accumulate. (The expert FFN and the hyper-connection mixes run the
+// same Gemm; the conformance suite checks them against double references.)
 TEST_P(CpuBackendTest, PackedWeightsMatchFp32Copies) {
   absl::StatusOr<std::unique_ptr<CpuBackend>> fp32 = CpuBackend::Create(
       CpuBackendOptions{.threads = GetParam(), .dequantize_weights = true});

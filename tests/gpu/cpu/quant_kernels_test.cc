@@ -1,10 +1,12 @@
 #include "gpu/cpu/quant_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/backend.h"
@@ -157,13 +159,24 @@ TEST_P(QuantKernelsTest, DecodeRowsMatchesTheScalarDequantizationBitForBit) {
     SCOPED_TRACE(Describe(shape));
     const TestWeight w = MakeWeight(shape.format, shape.rows, shape.cols,
                                     seed++, shape.block_rows, shape.block_cols);
-    // Every row range that starts or ends inside the matrix.
-    for (int64_t begin : {int64_t{0}, int64_t{1}, shape.rows - 1}) {
-      const int64_t end = shape.rows;
-      std::vector<float> out(static_cast<size_t>((end - begin) * shape.cols),
-                             12345.0f);
+    // Row ranges from the first, the middle and up to the last row, and
+    // single rows; a canary after the output catches a write past its end.
+    const int64_t rows = shape.rows;
+    for (const auto& [begin, end] :
+         std::vector<std::pair<int64_t, int64_t>>{{0, rows},
+                                                  {1, rows},
+                                                  {0, rows - 1},
+                                                  {rows / 2, rows / 2 + 1},
+                                                  {rows - 1, rows}}) {
+      if (begin >= end) continue;
+      SCOPED_TRACE(testing::Message() << "rows " << begin << " to " << end);
+      const size_t n = static_cast<size_t>((end - begin) * shape.cols);
+      std::vector<float> out(n + 16, 12345.0f);
       DecodeRows(w.Packed(), begin, end, out.data());
-      for (size_t i = 0; i < out.size(); ++i) {
+      for (size_t i = n; i < out.size(); ++i) {
+        ASSERT_EQ(out[i], 12345.0f) << "written past the end";
+      }
+      for (size_t i = 0; i < n; ++i) {
         const float expected = w.values[begin * shape.cols + i];
         uint32_t a = 0, b = 0;
         std::memcpy(&a, &out[i], 4);
@@ -172,6 +185,35 @@ TEST_P(QuantKernelsTest, DecodeRowsMatchesTheScalarDequantizationBitForBit) {
                         << begin + static_cast<int64_t>(i) / shape.cols
                         << " col " << static_cast<int64_t>(i) % shape.cols
                         << ": " << out[i] << " vs " << expected;
+      }
+    }
+  }
+}
+
+// x = a unit vector picks one weight value out of each row: the product is
+// that value exactly (every other term is an exact zero), whatever the
+// scales of the other groups - so a wrong value in any group shows, on the
+// one-token path (decoded in registers) and the tile path (two tokens).
+TEST_P(QuantKernelsTest, DotRowsOfUnitVectorsAreTheValuesExactly) {
+  uint32_t seed = 50;
+  for (const Shape& shape : Shapes()) {
+    SCOPED_TRACE(Describe(shape));
+    const TestWeight w = MakeWeight(shape.format, shape.rows, shape.cols,
+                                    seed++, shape.block_rows, shape.block_cols);
+    const int64_t step = std::max<int64_t>(1, shape.cols / 97);
+    for (int64_t c = 0; c < shape.cols; c += step) {
+      for (int64_t tokens : {1, 2}) {
+        std::vector<float> x(static_cast<size_t>(tokens * shape.cols), 0.0f);
+        for (int64_t t = 0; t < tokens; ++t) x[t * shape.cols + c] = 1.0f;
+        std::vector<float> y(static_cast<size_t>(tokens * shape.rows));
+        DotRows(w.Packed(), x.data(), tokens, 0, shape.rows, y.data(),
+                shape.rows, false);
+        for (int64_t t = 0; t < tokens; ++t) {
+          for (int64_t r = 0; r < shape.rows; ++r) {
+            ASSERT_EQ(y[t * shape.rows + r], w.values[r * shape.cols + c])
+                << "row " << r << " col " << c << ", " << tokens << " tokens";
+          }
+        }
       }
     }
   }
@@ -191,30 +233,32 @@ TEST_P(QuantKernelsTest, DotRowsMatchesDoubleSumsOfTheDequantizedValues) {
       // y has a wider stride than the rows, and rows [1, rows) only are
       // computed: the others must keep their value.
       const int64_t ldy = shape.rows + 3;
-      std::vector<float> y(static_cast<size_t>(tokens * ldy), 7.0f);
-      const bool accumulate = tokens % 2 == 0;
-      DotRows(w.Packed(), x.data(), tokens, 1, shape.rows, y.data(), ldy,
-              accumulate);
-      for (int64_t t = 0; t < tokens; ++t) {
-        for (int64_t r = 0; r < ldy; ++r) {
-          const float got = y[t * ldy + r];
-          if (r == 0 || r >= shape.rows) {
-            ASSERT_EQ(got, 7.0f) << "token " << t << " row " << r;
-            continue;
+      for (const bool accumulate : {false, true}) {
+        std::vector<float> y(static_cast<size_t>(tokens * ldy), 7.0f);
+        DotRows(w.Packed(), x.data(), tokens, 1, shape.rows, y.data(), ldy,
+                accumulate);
+        for (int64_t t = 0; t < tokens; ++t) {
+          for (int64_t r = 0; r < ldy; ++r) {
+            const float got = y[t * ldy + r];
+            if (r == 0 || r >= shape.rows) {
+              ASSERT_EQ(got, 7.0f) << "token " << t << " row " << r;
+              continue;
+            }
+            double sum = accumulate ? 7.0 : 0.0;
+            double magnitude = accumulate ? 7.0 : 0.0;
+            for (int64_t c = 0; c < shape.cols; ++c) {
+              const double p =
+                  double{x[t * shape.cols + c]} * w.values[r * shape.cols + c];
+              sum += p;
+              magnitude += std::abs(p);
+            }
+            // n unit roundoffs of the magnitude (fp32 sums in any order).
+            const double tolerance =
+                (static_cast<double>(shape.cols) + 2) * 0x1p-24 * magnitude +
+                1e-30;
+            ASSERT_NEAR(got, sum, tolerance) << "token " << t << " row " << r
+                                             << " accumulate " << accumulate;
           }
-          double sum = accumulate ? 7.0 : 0.0;
-          double magnitude = accumulate ? 7.0 : 0.0;
-          for (int64_t c = 0; c < shape.cols; ++c) {
-            const double p =
-                double{x[t * shape.cols + c]} * w.values[r * shape.cols + c];
-            sum += p;
-            magnitude += std::abs(p);
-          }
-          // n unit roundoffs of the magnitude (fp32 sums in any order).
-          const double tolerance =
-              (static_cast<double>(shape.cols) + 2) * 0x1p-24 * magnitude +
-              1e-30;
-          ASSERT_NEAR(got, sum, tolerance) << "token " << t << " row " << r;
         }
       }
     }
