@@ -104,11 +104,13 @@ constexpr char kUsage[] =
     "             [--workdir DIR] [--bin-dir DIR] [--kv-cache-bytes N]\n"
     "             [--max-num-seqs N] [--threads-per-worker N]\n"
     "             [--listen HOST:PORT] [--comm-timeout D] [--ready-timeout D]\n"
-    "             [--coordinator-flags \"--flag=value ...\"]\n"
+    "             [--coordinator-flags \"--flag=value ...\"] [--all-metrics]\n"
     "      a local cluster (engram store, workers, coordinator; the tiny\n"
     "      model without --checkpoint) until Ctrl-C; prints\n"
     "      `coordinator at HOST:PORT` and `http at HOST:PORT` (the OpenAI-\n"
-    "      compatible API) when it is ready\n";
+    "      compatible API) when it is ready; --all-metrics gives the store\n"
+    "      and the workers metrics endpoints too (printed with their "
+    "address)\n";
 
 }  // namespace
 

@@ -68,10 +68,12 @@ absl::StatusOr<std::unique_ptr<ShmEngramClient>> ShmEngramClient::Create(
   if (options.timeout <= absl::ZeroDuration() || options.max_attempts < 1 ||
       options.initial_backoff < absl::ZeroDuration() ||
       options.max_backoff < options.initial_backoff ||
-      options.reconnect_interval < absl::ZeroDuration()) {
+      options.reconnect_interval < absl::ZeroDuration() ||
+      options.spin < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "ShmEngramClientOptions: timeout must be > 0, max_attempts >= 1, "
-        "0 <= initial_backoff <= max_backoff, reconnect_interval >= 0");
+        "0 <= initial_backoff <= max_backoff, reconnect_interval >= 0, "
+        "spin >= 0");
   }
   return std::unique_ptr<ShmEngramClient>(new ShmEngramClient(options));
 }
@@ -87,7 +89,7 @@ bool ShmEngramClient::last_call_used_shared_memory() const {
 }
 
 void ShmEngramClient::Disconnect() {
-  shm::UnmapArea(area_, request_bytes_ + response_bytes_);
+  shm::UnmapArea(area_, shm::kControlBytes + request_bytes_ + response_bytes_);
   area_ = nullptr;
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
@@ -140,7 +142,8 @@ absl::Status ShmEngramClient::Connect(absl::Time deadline) {
                      " bytes, fd ", memfd, ")")));
   }
   struct stat st {};
-  const uint64_t total = hello.request_bytes + hello.response_bytes;
+  const uint64_t total =
+      shm::kControlBytes + hello.request_bytes + hello.response_bytes;
   if (fstat(memfd, &st) != 0 || static_cast<uint64_t>(st.st_size) < total) {
     return fail(
         absl::DataLossError("the store's shared area is smaller than it says"));
@@ -152,6 +155,7 @@ absl::Status ShmEngramClient::Connect(absl::Time deadline) {
   area_ = *area;
   request_bytes_ = hello.request_bytes;
   response_bytes_ = hello.response_bytes;
+  replies_seen_ = 0;
   return absl::OkStatus();
 }
 
@@ -167,7 +171,9 @@ absl::Status ShmEngramClient::CallOnce(uint32_t op,
         absl::StrCat("a request of ", size, " bytes exceeds the shared area's ",
                      request_bytes_));
   }
-  request.SerializeWithCachedSizesToArray(area_);
+  auto* const control = reinterpret_cast<shm::Control*>(area_);
+  uint8_t* const request_area = area_ + shm::kControlBytes;
+  request.SerializeWithCachedSizesToArray(request_area);
   Call call;
   call.op = op;
   call.seq = ++seq_;
@@ -179,17 +185,26 @@ absl::Status ShmEngramClient::CallOnce(uint32_t op,
     Disconnect();
     return status;
   };
-  if (absl::Status s = shm::Send(fd_, &call, sizeof(call)); !s.ok()) {
-    return drop(s);
-  }
-  const uint8_t* response = area_ + request_bytes_;
+  auto post = [&](const Call& message) {
+    return shm::Post(fd_, control->call, control->calls_posted,
+                     control->store_spinning, message);
+  };
+  if (absl::Status s = post(call); !s.ok()) return drop(s);
+  const uint8_t* response = request_area + request_bytes_;
   int64_t next_row = 0;
   for (;;) {
-    Reply reply;
-    if (absl::Status s = shm::Receive(fd_, &reply, sizeof(reply), deadline);
+    if (absl::Status s =
+            shm::Await(fd_, control->replies_posted, replies_seen_,
+                       control->client_spinning, options_.spin, deadline);
         !s.ok()) {
       return drop(s);
     }
+    if (control->replies_posted.load() != replies_seen_ + 1) {
+      return drop(absl::DataLossError("the store posted several answers"));
+    }
+    ++replies_seen_;
+    // A copy: the store's slot is not to be read twice.
+    const Reply reply = control->reply;
     if (reply.magic != shm::kMagic || reply.seq != call.seq) {
       return drop(absl::DataLossError(
           absl::StrCat("the store's answer has magic ", reply.magic,
@@ -234,9 +249,7 @@ absl::Status ShmEngramClient::CallOnce(uint32_t op,
     Call more;
     more.op = static_cast<uint32_t>(Op::kContinue);
     more.seq = call.seq;
-    if (absl::Status s = shm::Send(fd_, &more, sizeof(more)); !s.ok()) {
-      return drop(s);
-    }
+    if (absl::Status s = post(more); !s.ok()) return drop(s);
   }
 }
 
@@ -246,11 +259,13 @@ absl::Status ShmEngramClient::Dispatch(
   {
     absl::MutexLock lock(&mu_);
     if (options_.fallback == nullptr || absl::Now() >= fallback_until_) {
-      std::mt19937_64 rng(std::random_device{}());
       absl::Duration backoff = options_.initial_backoff;
       absl::Status status;
       for (int i = 0; i < options_.max_attempts; ++i) {
         if (i > 0) {
+          // Seeded only when a retry needs it (a random_device read is a
+          // system call; the common call has no retry).
+          thread_local std::mt19937_64 rng(std::random_device{}());
           std::uniform_real_distribution<double> jitter(0.5, 1.0);
           absl::SleepFor(backoff * jitter(rng));
           backoff = std::min(backoff * 2, options_.max_backoff);

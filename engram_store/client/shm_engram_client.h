@@ -30,6 +30,10 @@ struct ShmEngramClientOptions {
   // this node listens there): typically the gRPC client of the same store.
   // Borrowed; may be null (then such calls fail Unavailable).
   EngramClient* fallback = nullptr;
+  // How long a call spins on the store's answer before it blocks on the
+  // socket: a lookup of a few tokens is answered within it, without waking
+  // the thread. Zero: never spin. Default: 50 us.
+  absl::Duration spin = absl::Microseconds(50);
   // How long after a failed connection attempt calls go to the fallback
   // before the socket is tried again. Default: 1 s.
   absl::Duration reconnect_interval = absl::Seconds(1);
@@ -96,6 +100,8 @@ class ShmEngramClient final : public EngramClient {
   uint8_t* area_ ABSL_GUARDED_BY(mu_) = nullptr;
   uint64_t request_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t response_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Answers taken from the store's mailbox on this connection.
+  uint64_t replies_seen_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   // Until when calls go to the fallback (after a failed connection).
   absl::Time fallback_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

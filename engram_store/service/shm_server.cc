@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
@@ -93,6 +94,9 @@ absl::StatusOr<std::unique_ptr<ShmEngramServer>> ShmEngramServer::Create(
   if (options.default_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "ShmServerOptions.default_timeout must be > 0");
+  }
+  if (options.spin < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("ShmServerOptions.spin must be >= 0");
   }
   if (options.socket_mode < 0 || options.socket_mode > 0777) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -270,7 +274,8 @@ void ShmEngramServer::Serve(Connection* connection) {
   const int fd = connection->fd;
   const uint64_t request_bytes = options_.request_bytes;
   const uint64_t response_bytes = options_.response_bytes;
-  const uint64_t area_bytes = request_bytes + response_bytes;
+  const uint64_t area_bytes =
+      shm::kControlBytes + request_bytes + response_bytes;
   uint8_t* area = nullptr;
   // Ends the connection: the socket closes, the client sees it.
   auto finish = [&](const absl::Status& why) {
@@ -289,7 +294,28 @@ void ShmEngramServer::Serve(Connection* connection) {
     return finish(mapped.status());
   }
   area = *mapped;
-  uint8_t* const response = area + request_bytes;
+  auto* const control = new (area) shm::Control();
+  uint8_t* const request_area = area + shm::kControlBytes;
+  uint8_t* const response = request_area + request_bytes;
+  const absl::Duration spin = options_.spin;
+  // Messages taken from the client's mailbox so far.
+  uint64_t calls_seen = 0;
+  // Takes the client's next message (a copy: the client could change the
+  // slot meanwhile), waiting until `deadline`.
+  auto next_call = [&](absl::Time deadline, Call* call) -> absl::Status {
+    RETURN_IF_ERROR(shm::Await(fd, control->calls_posted, calls_seen,
+                               control->store_spinning, spin, deadline));
+    if (control->calls_posted.load() != calls_seen + 1) {
+      return absl::DataLossError("the client posted several calls at once");
+    }
+    ++calls_seen;
+    *call = control->call;
+    return absl::OkStatus();
+  };
+  auto post = [&](const Reply& reply) {
+    return shm::Post(fd, control->reply, control->replies_posted,
+                     control->client_spinning, reply);
+  };
   shm::Hello hello;
   hello.request_bytes = request_bytes;
   hello.response_bytes = response_bytes;
@@ -309,7 +335,7 @@ void ShmEngramServer::Serve(Connection* connection) {
     const std::string text(status.message());
     reply.payload_len = std::min<uint64_t>(text.size(), response_bytes);
     std::memcpy(response, text.data(), reply.payload_len);
-    return shm::Send(fd, &reply, sizeof(reply));
+    return post(reply);
   };
   // Sends a serialized response proto.
   auto send_proto = [&](uint64_t seq, const google::protobuf::Message& m) {
@@ -322,14 +348,13 @@ void ShmEngramServer::Serve(Connection* connection) {
     Reply reply;
     reply.seq = seq;
     reply.payload_len = size;
-    return shm::Send(fd, &reply, sizeof(reply));
+    return post(reply);
   };
 
   for (;;) {
     Call call;
     // Idle connections wait without a deadline (Shutdown wakes them).
-    absl::Status received =
-        shm::Receive(fd, &call, sizeof(call), absl::InfiniteFuture());
+    absl::Status received = next_call(absl::InfiniteFuture(), &call);
     if (!received.ok()) return finish(received);
     const absl::Time start = absl::Now();
     const Op op = static_cast<Op>(call.op);
@@ -366,7 +391,8 @@ void ShmEngramServer::Serve(Connection* connection) {
     } else if (op == Op::kPrefetch) {
       v1::PrefetchRequest request;
       v1::PrefetchResponse r;
-      if (!request.ParseFromArray(area, static_cast<int>(call.request_len))) {
+      if (!request.ParseFromArray(request_area,
+                                  static_cast<int>(call.request_len))) {
         outcome =
             absl::InvalidArgumentError("the Prefetch request does not parse");
       } else {
@@ -379,7 +405,8 @@ void ShmEngramServer::Serve(Connection* connection) {
     } else {
       v1::LookupRequest request;
       absl::StatusOr<ResolvedRequest> resolved;
-      if (!request.ParseFromArray(area, static_cast<int>(call.request_len))) {
+      if (!request.ParseFromArray(request_area,
+                                  static_cast<int>(call.request_len))) {
         resolved = absl::InvalidArgumentError(
             absl::StrCat("the ", method, " request does not parse"));
       } else {
@@ -420,7 +447,7 @@ void ShmEngramServer::Serve(Connection* connection) {
           reply.row_dim = static_cast<int32_t>(formats::kRowDim);
           reply.row_bytes = static_cast<int32_t>(row_bytes);
           reply.encoding = static_cast<int32_t>(resolved->wire_encoding);
-          if (absl::Status e = shm::Send(fd, &reply, sizeof(reply)); !e.ok()) {
+          if (absl::Status e = post(reply); !e.ok()) {
             return finish(e);
           }
           first += count;
@@ -428,7 +455,7 @@ void ShmEngramServer::Serve(Connection* connection) {
           if (first < total) {
             // The client has copied the piece out when it says so.
             Call next;
-            absl::Status got = shm::Receive(fd, &next, sizeof(next), deadline);
+            absl::Status got = next_call(deadline, &next);
             if (!got.ok()) {
               Record(method, static_cast<int>(got.code()), rows_done, start);
               return finish(got);

@@ -31,6 +31,11 @@ struct ShmServerOptions {
   // are touched as used).
   uint64_t request_bytes = uint64_t{4} << 20;
   uint64_t response_bytes = uint64_t{64} << 20;
+  // How long a connection's thread spins on its mailbox after a call before
+  // it blocks on the socket: a worker's next lookup within this time is
+  // taken without waking a thread (microseconds instead of tens). Zero:
+  // never spin. Default: 200 us.
+  absl::Duration spin = absl::Microseconds(200);
   // Deadline of a call that names none (or a later one). Default: 10 s.
   absl::Duration default_timeout = absl::Seconds(10);
 };

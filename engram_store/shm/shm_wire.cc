@@ -140,4 +140,71 @@ absl::Status Receive(int socket, void* message, size_t size,
   return absl::OkStatus();
 }
 
+absl::Status Ring(int socket) {
+  const char byte = 1;
+  for (;;) {
+    const ssize_t n = send(socket, &byte, 1, MSG_NOSIGNAL);
+    if (n == 1) return absl::OkStatus();
+    if (n < 0 && errno == EINTR) continue;
+    return absl::UnavailableError(
+        absl::StrCat("shared-memory channel: ringing failed: ",
+                     n < 0 ? Errno() : "short write"));
+  }
+}
+
+absl::Status Await(int socket, const std::atomic<uint64_t>& posted,
+                   uint64_t seen, std::atomic<uint32_t>& spinning,
+                   absl::Duration spin, absl::Time deadline) {
+  auto arrived = [&] { return posted.load(std::memory_order_seq_cst) > seen; };
+  if (arrived()) return absl::OkStatus();
+  if (spin > absl::ZeroDuration()) {
+    spinning.store(1, std::memory_order_seq_cst);
+    const absl::Time until = std::min(deadline, absl::Now() + spin);
+    for (int i = 0;; ++i) {
+      if (arrived()) {
+        spinning.store(0, std::memory_order_seq_cst);
+        return absl::OkStatus();
+      }
+      // The clock is read every 64 polls.
+      if ((i & 63) == 63 && absl::Now() >= until) break;
+    }
+  }
+  // Stop spinning, then look once more: a message posted before the sender
+  // saw the flag cleared is seen here; one after, it rings for.
+  spinning.store(0, std::memory_order_seq_cst);
+  for (;;) {
+    if (arrived()) return absl::OkStatus();
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(
+          "shared-memory channel: no answer before the deadline");
+    }
+    pollfd p{socket, POLLIN, 0};
+    const int64_t ms = std::min<int64_t>(
+        absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
+        int64_t{1} << 30);
+    const int ready = poll(&p, 1, static_cast<int>(ms));
+    if (ready < 0 && errno != EINTR) {
+      return absl::UnavailableError(
+          absl::StrCat("shared-memory channel: poll: ", Errno()));
+    }
+    if (ready <= 0) continue;
+    // Drain the doorbells (any number: some may be for messages already
+    // seen by spinning); EOF is the peer gone.
+    char bytes[64];
+    for (;;) {
+      const ssize_t n = recv(socket, bytes, sizeof(bytes), MSG_DONTWAIT);
+      if (n > 0) continue;
+      if (n == 0) {
+        return absl::UnavailableError(
+            "shared-memory channel: the peer closed it");
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return absl::UnavailableError(
+          absl::StrCat("shared-memory channel: receive failed: ", Errno()));
+    }
+  }
+}
+
 }  // namespace mneme::engram::shm

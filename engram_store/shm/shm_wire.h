@@ -3,30 +3,38 @@
 
 // The same-node Engram transport: a worker and its node's engram store
 // exchange requests and rows through a shared memory area instead of gRPC
-// messages. Both sides are on one machine, so the control messages are plain
-// structs in the machine's byte order.
+// messages. Both sides are on one machine, so the messages are plain structs
+// in the machine's byte order.
 //
 // A connection is a Unix SOCK_SEQPACKET socket (the store's --shm_socket
 // path; access is the socket file's permissions). On accept the store makes
-// a memfd of request_bytes + response_bytes, sends Hello with the memfd
-// (SCM_RIGHTS), and both map it. Then, one call at a time:
+// a memfd of kControlBytes + request_bytes + response_bytes, sends Hello with
+// the memfd (SCM_RIGHTS), and both map it. The first page is a Control
+// block: one mailbox each way (a message slot and a count of messages
+// posted), strictly alternating, one call at a time:
 //
-//   client: writes the serialized request proto at offset 0 of the area,
-//           sends Call {op, seq, request_len, deadline}.
-//   store:  validates the Call (any malformed message closes the
-//           connection), parses the request, and answers with Reply:
+//   client: writes the serialized request proto into the request area,
+//           posts Call {op, seq, request_len, deadline}.
+//   store:  validates its copy of the Call (anything malformed closes the
+//           connection), parses the request, and posts a Reply:
 //           - an error: code != 0, the message text in the response area;
 //           - Describe / Prefetch: the serialized response proto there;
 //           - Lookup / LookupStream: a piece of rows (rows * row_bytes
 //             bytes) then their row ids (rows int64s) there, first_row and
 //             total_rows telling where it is; after each piece but the last
-//             the store waits for Call {op = kContinue, same seq} before
-//             overwriting the area.
+//             it awaits Call {op = kContinue, same seq} before overwriting
+//             the area.
 //
-// Every wait is bounded by the call's deadline; a peer that vanishes is seen
-// as the socket closing. Neither side trusts the other's lengths: each is
-// checked against the area before it is used.
+// A receiver spins on the mailbox count for a short while after its last
+// message (a lookup of one token takes microseconds; waking a blocked thread
+// takes tens) and then blocks on the socket; a sender rings the socket (one
+// byte) only when the receiver is not spinning. The socket also carries the
+// end of the connection: a peer that vanishes is seen as it closing. Every
+// wait is bounded by the call's deadline. Neither side trusts what the other
+// wrote: each copies a message out of the mailbox before checking it, and
+// checks every length against the area before using it.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -37,7 +45,7 @@
 namespace mneme::engram::shm {
 
 inline constexpr uint32_t kMagic = 0x48534E4D;  // "MNSH"
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;
 
 enum class Op : uint32_t {
   kLookup = 1,
@@ -80,6 +88,40 @@ struct Reply {
   int32_t reserved = 0;
 };
 
+// The first page of the area. The counts and flags are lock-free atomics,
+// which are address-free: they work across processes sharing the memory.
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+struct Control {
+  // Client -> store.
+  alignas(64) std::atomic<uint64_t> calls_posted;
+  Call call;
+  alignas(64) std::atomic<uint32_t> store_spinning;
+  // Store -> client.
+  alignas(64) std::atomic<uint64_t> replies_posted;
+  Reply reply;
+  alignas(64) std::atomic<uint32_t> client_spinning;
+};
+inline constexpr uint64_t kControlBytes = 4096;
+static_assert(sizeof(Control) <= kControlBytes);
+
+// Posts `message` into a mailbox (`slot`, `posted`) and rings the socket
+// unless the receiver is spinning. Unavailable when the peer is gone.
+template <typename T>
+absl::Status Post(int socket, T& slot, std::atomic<uint64_t>& posted,
+                  const std::atomic<uint32_t>& receiver_spinning,
+                  const T& message);
+
+// Waits until `posted` exceeds `seen`: spins for `spin` (with *spinning set
+// meanwhile), then blocks on the socket's doorbells. Unavailable when the
+// peer closed the connection, DeadlineExceeded at the deadline.
+absl::Status Await(int socket, const std::atomic<uint64_t>& posted,
+                   uint64_t seen, std::atomic<uint32_t>& spinning,
+                   absl::Duration spin, absl::Time deadline);
+
+// Rings the doorbell (one byte).
+absl::Status Ring(int socket);
+
 // A memfd of `bytes` bytes (close-on-exec). Internal on failure.
 absl::StatusOr<int> CreateArea(uint64_t bytes);
 
@@ -97,6 +139,21 @@ absl::Status Send(int socket, const void* message, size_t size, int fd = -1);
 // DataLoss for a message of another size (the connection must be closed).
 absl::Status Receive(int socket, void* message, size_t size,
                      absl::Time deadline, int* fd = nullptr);
+
+template <typename T>
+absl::Status Post(int socket, T& slot, std::atomic<uint64_t>& posted,
+                  const std::atomic<uint32_t>& receiver_spinning,
+                  const T& message) {
+  slot = message;
+  // Sequentially consistent, with the receiver's "stop spinning, look once
+  // more" in Await: either it sees this message, or this sees it not
+  // spinning and rings.
+  posted.fetch_add(1, std::memory_order_seq_cst);
+  if (receiver_spinning.load(std::memory_order_seq_cst) != 0) {
+    return absl::OkStatus();
+  }
+  return Ring(socket);
+}
 
 }  // namespace mneme::engram::shm
 

@@ -20,6 +20,7 @@ absl::StatusOr<std::unique_ptr<LocalModel>> LocalModel::Create(
   std::unique_ptr<LocalModel> local(new LocalModel());
   gpu::CpuBackendOptions backend_options;
   backend_options.threads = options.threads;
+  backend_options.dequantize_weights = options.dequantize_weights;
   ASSIGN_OR_RETURN(local->backend_, gpu::CpuBackend::Create(backend_options));
 
   model::ModelOptions model_options = options.model;

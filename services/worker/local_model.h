@@ -17,6 +17,9 @@ struct LocalModelOptions {
   std::string checkpoint_dir;
   // CPU backend threads; 0 = all cores. Default: 0.
   int threads = 0;
+  // CpuBackendOptions.dequantize_weights: fp32 copies of every weight (the
+  // yardstick of the packed kernels). Default: false.
+  bool dequantize_weights = false;
   // The model's cache and step limits. Default: ModelOptions{} (TP 1).
   model::ModelOptions model;
 };

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 import unittest
 import urllib.request
@@ -45,6 +46,7 @@ class EngramStoreAsUnitTest(unittest.TestCase):
             capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         os.makedirs(os.path.join(cls.root, "var/cache/mneme"))
+        cls.run_dir = tempfile.mkdtemp(prefix="mneme-run-", dir="/tmp")
         os.makedirs(os.path.join(cls.root, "etc/mneme"))
         # The cluster secret as docs/DEPLOY.md creates it.
         os.makedirs(os.path.join(cls.root, "etc/mneme-secret"))
@@ -63,6 +65,9 @@ class EngramStoreAsUnitTest(unittest.TestCase):
             ("/mnt/mneme/", self.root + "/mnt/mneme/"),
             ("/var/lib/mneme/", self.root + "/var/lib/mneme/"),
             ("/var/cache/mneme", self.root + "/var/cache/mneme"),
+            # The unit's RuntimeDirectory: short, a Unix socket path is at
+            # most 107 bytes.
+            ("/run/mneme/", self.run_dir + "/"),
             ("127.0.0.1:50151", "127.0.0.1:0"),
             ("127.0.0.1:50152", "127.0.0.1:0"),
         ]
@@ -90,7 +95,7 @@ class EngramStoreAsUnitTest(unittest.TestCase):
         argv = [self.substitute(a, used) for a in argv]
         # Every rule matched something (the cache directory is named only
         # with a RocksDB tier): the test follows the unit and the config.
-        self.assertEqual(len(used - {"/var/cache/mneme"}), 7, sorted(used))
+        self.assertEqual(len(used - {"/var/cache/mneme"}), 8, sorted(used))
         self.assertIn("--ranks=%s" % self.rank, argv)
 
         notify = lib.NotifySocket()

@@ -91,11 +91,13 @@ std::string EditedCopy(const std::string& name,
   return dir;
 }
 
-absl::StatusOr<std::unique_ptr<LocalModel>> Open(const std::string& dir,
-                                                 int64_t kv_bytes = 16 << 20) {
+absl::StatusOr<std::unique_ptr<LocalModel>> Open(
+    const std::string& dir, int64_t kv_bytes = 16 << 20,
+    bool dequantize_weights = false) {
   LocalModelOptions o;
   o.checkpoint_dir = dir;
   o.threads = 1;
+  o.dequantize_weights = dequantize_weights;
   o.model.kv_cache.budget_bytes = kv_bytes;
   return LocalModel::Create(o);
 }
@@ -709,16 +711,30 @@ TEST(ModelFormatsTest, NvFp4ExpertsFromTheLosslessCastGiveTheSameLogits) {
   cast.input_scales = quant::InputScales::kUncalibrated;
   cast.threads = 1;
   ASSERT_TRUE(quant::CastExpertsCheckpoint(cast).ok());
-  absl::StatusOr<std::unique_ptr<LocalModel>> mx = Open(TinyCheckpoint());
-  absl::StatusOr<std::unique_ptr<LocalModel>> nv = Open(cast.out_dir);
-  ASSERT_TRUE(mx.ok() && nv.ok()) << nv.status();
   StepInput in;
   in.chunks.push_back(Chunk(1, Tokens(23, 4), 0, SequenceChunk::Logits::kAll));
-  absl::StatusOr<StepOutput> a = (*mx)->model().Step(in);
-  absl::StatusOr<StepOutput> b = (*nv)->model().Step(in);
-  ASSERT_TRUE(a.ok() && b.ok());
-  // The cast is exact, so every dequantized weight and every logit is.
-  EXPECT_EQ(a->logits[0], b->logits[0]);
+  for (const bool dequantize : {true, false}) {
+    SCOPED_TRACE(dequantize ? "fp32 copies" : "packed weights");
+    absl::StatusOr<std::unique_ptr<LocalModel>> mx =
+        Open(TinyCheckpoint(), 16 << 20, dequantize);
+    absl::StatusOr<std::unique_ptr<LocalModel>> nv =
+        Open(cast.out_dir, 16 << 20, dequantize);
+    ASSERT_TRUE(mx.ok() && nv.ok()) << nv.status();
+    absl::StatusOr<StepOutput> a = (*mx)->model().Step(in);
+    absl::StatusOr<StepOutput> b = (*nv)->model().Step(in);
+    ASSERT_TRUE(a.ok() && b.ok());
+    if (dequantize) {
+      // The cast is exact, so every dequantized weight and every logit is.
+      EXPECT_EQ(a->logits[0], b->logits[0]);
+    } else {
+      // The same values, multiplied by the MXFP4 and the NVFP4 kernels,
+      // which sum in different orders: equal up to fp32 rounding.
+      ASSERT_EQ(a->logits[0].size(), b->logits[0].size());
+      for (size_t i = 0; i < a->logits[0].size(); ++i) {
+        EXPECT_NEAR(a->logits[0][i], b->logits[0][i], 1e-4) << i;
+      }
+    }
+  }
 }
 
 // ---- weight slicing --------------------------------------------------------

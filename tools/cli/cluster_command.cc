@@ -139,10 +139,12 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
                    std::ostream& err) {
   ASSIGN_OR_RETURN(
       Args args,
-      Args::Parse(argv, {"checkpoint", "tp", "dcp", "chunk-tokens", "workdir",
-                         "bin-dir", "kv-cache-bytes", "max-num-seqs",
-                         "threads-per-worker", "listen", "comm-timeout",
-                         "ready-timeout", "coordinator-flags"}));
+      Args::Parse(
+          argv,
+          {"checkpoint", "tp", "dcp", "chunk-tokens", "workdir", "bin-dir",
+           "kv-cache-bytes", "max-num-seqs", "threads-per-worker", "listen",
+           "comm-timeout", "ready-timeout", "coordinator-flags"},
+          {"all-metrics"}));
   if (!args.positionals().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument '", args.positionals()[0], "'"));
@@ -180,6 +182,7 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
   options.comm_timeout = *comm;
   options.ready_timeout = *ready;
   options.coordinator_listen = args.Get("listen", "127.0.0.1:0");
+  options.all_metrics = args.Has("all-metrics");
   for (absl::string_view flag : absl::StrSplit(
            args.Get("coordinator-flags", ""), ' ', absl::SkipEmpty())) {
     if (!absl::StartsWith(flag, "--")) {

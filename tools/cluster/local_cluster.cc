@@ -221,6 +221,7 @@ absl::Status LocalCluster::StartOnce() {
   }
   store_.argv.push_back(Flag("shm_socket", shm_socket_));
   store_.listen = kAnyLocalPort;
+  if (options_.all_metrics) store_.metrics_listen = kAnyLocalPort;
   if (with_store_) RETURN_IF_ERROR(SpawnAndWait(store_, deadline));
 
   workers_.resize(options_.tp_size);
@@ -230,6 +231,7 @@ absl::Status LocalCluster::StartOnce() {
     w.log_path = absl::StrCat(options_.workdir, "/worker", r, ".log");
     w.argv = WorkerArgv(r);
     w.listen = kAnyLocalPort;
+    if (options_.all_metrics) w.metrics_listen = kAnyLocalPort;
     RETURN_IF_ERROR(SpawnAndWait(w, deadline));
   }
 

@@ -46,6 +46,9 @@ struct LocalClusterOptions {
   int64_t kv_cache_bytes = int64_t{256} << 20;
   // CPU backend threads of each worker; in [1, 1024]. Default: 1.
   int threads_per_worker = 1;
+  // The store and the workers serve metrics too (on free ports, printed
+  // with their addresses); the coordinator always does. Default: false.
+  bool all_metrics = false;
   // More flags for the coordinator (e.g. "--max_queued_requests=4").
   // Default: none.
   std::vector<std::string> coordinator_flags;

@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -93,8 +94,9 @@ class ShmEngramClientTest : public ::testing::Test {
     return request;
   }
 
-  // A raw connection to the server: its fd after the Hello (and the area).
-  int RawConnect(uint8_t** area, uint64_t* request_bytes) {
+  // A raw connection to the server: its fd after the Hello; *area is the
+  // mapped area.
+  int RawConnect(uint8_t** area) {
     const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -105,8 +107,8 @@ class ShmEngramClientTest : public ::testing::Test {
     EXPECT_TRUE(shm::Receive(fd, &hello, sizeof(hello),
                              absl::Now() + absl::Seconds(5), &memfd)
                     .ok());
-    *request_bytes = hello.request_bytes;
-    *area = *shm::MapArea(memfd, hello.request_bytes + hello.response_bytes);
+    *area = *shm::MapArea(
+        memfd, shm::kControlBytes + hello.request_bytes + hello.response_bytes);
     close(memfd);
     return fd;
   }
@@ -254,12 +256,10 @@ TEST_F(ShmEngramClientTest, AStalledStoreIsADeadline) {
 }
 
 TEST_F(ShmEngramClientTest, MalformedMessagesCloseOnlyTheirConnection) {
-  uint8_t* area = nullptr;
-  uint64_t request_bytes = 0;
   struct Case {
     const char* what;
     shm::Call call;
-    size_t size;
+    uint64_t posts;  // how far the call count moves
   };
   shm::Call bad_magic;
   bad_magic.magic = 1;
@@ -274,34 +274,43 @@ TEST_F(ShmEngramClientTest, MalformedMessagesCloseOnlyTheirConnection) {
   shm::Call good;
   good.op = static_cast<uint32_t>(shm::Op::kDescribe);
   for (const Case& c :
-       {Case{"bad magic", bad_magic, sizeof(shm::Call)},
-        Case{"unknown op", bad_op, sizeof(shm::Call)},
-        Case{"request past the area", too_long, sizeof(shm::Call)},
-        Case{"a stray continuation", stray_continue, sizeof(shm::Call)},
-        Case{"a short message", good, 5}}) {
+       {Case{"bad magic", bad_magic, 1}, Case{"unknown op", bad_op, 1},
+        Case{"request past the area", too_long, 1},
+        Case{"a stray continuation", stray_continue, 1},
+        Case{"two calls at once", good, 2}}) {
     SCOPED_TRACE(c.what);
-    const int fd = RawConnect(&area, &request_bytes);
-    ASSERT_TRUE(shm::Send(fd, &c.call, c.size).ok());
-    shm::Reply reply;
-    // The store closes the connection.
-    EXPECT_EQ(
-        shm::Receive(fd, &reply, sizeof(reply), absl::Now() + absl::Seconds(5))
-            .code(),
-        absl::StatusCode::kUnavailable);
+    uint8_t* area = nullptr;
+    const int fd = RawConnect(&area);
+    auto* control = reinterpret_cast<shm::Control*>(area);
+    control->call = c.call;
+    control->calls_posted.fetch_add(c.posts);
+    ASSERT_TRUE(shm::Ring(fd).ok());
+    // The store closes the connection without an answer.
+    std::atomic<uint32_t> spinning{0};
+    EXPECT_EQ(shm::Await(fd, control->replies_posted, 0, spinning,
+                         absl::ZeroDuration(), absl::Now() + absl::Seconds(5))
+                  .code(),
+              absl::StatusCode::kUnavailable);
+    EXPECT_EQ(control->replies_posted.load(), 0u);
     close(fd);
   }
   // A request that does not parse is an error answer; the connection stays.
-  const int fd = RawConnect(&area, &request_bytes);
-  std::memset(area, 0xFF, 64);
+  uint8_t* area = nullptr;
+  const int fd = RawConnect(&area);
+  auto* control = reinterpret_cast<shm::Control*>(area);
+  std::memset(area + shm::kControlBytes, 0xFF, 64);
   shm::Call garbage;
   garbage.op = static_cast<uint32_t>(shm::Op::kLookup);
   garbage.seq = 7;
   garbage.request_len = 64;
-  ASSERT_TRUE(shm::Send(fd, &garbage, sizeof(garbage)).ok());
-  shm::Reply reply;
-  ASSERT_TRUE(
-      shm::Receive(fd, &reply, sizeof(reply), absl::Now() + absl::Seconds(5))
-          .ok());
+  ASSERT_TRUE(shm::Post(fd, control->call, control->calls_posted,
+                        control->store_spinning, garbage)
+                  .ok());
+  ASSERT_TRUE(shm::Await(fd, control->replies_posted, 0,
+                         control->client_spinning, absl::ZeroDuration(),
+                         absl::Now() + absl::Seconds(5))
+                  .ok());
+  const shm::Reply reply = control->reply;
   EXPECT_EQ(reply.seq, 7u);
   EXPECT_EQ(reply.code,
             static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
