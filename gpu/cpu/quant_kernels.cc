@@ -279,50 +279,19 @@ float Fp4DotRow(const PackedMatrix& w, int64_t r, const float* HWY_RESTRICT xe,
                 const float* HWY_RESTRICT xo) {
   constexpr bool kNvfp4 = kGroup == 16;
   constexpr int64_t kGroupBytes = kGroup / 2;
-  // At most one group's bytes per vector: one scale per vector.
-  const hn::CappedTag<float, kGroupBytes> df;
   const int64_t cols = w.cols;
+  const int64_t groups = cols / kGroup;
   const uint8_t* pairs = w.data + r * (cols / 2);
-  const uint8_t* scales = w.scale + r * (cols / kGroup);
-#if HWY_TARGET != HWY_SCALAR
-  const hn::Rebind<uint8_t, decltype(df)> d8;
-  const hn::Rebind<int8_t, decltype(df)> di8;
-  const hn::RebindToSigned<decltype(df)> di32;
-  const int64_t n = static_cast<int64_t>(hn::Lanes(df));
-  const hn::CappedTag<int8_t, 16> d16;
-  const auto table = hn::LoadU(d16, kE2m1Twice);
-  const auto global = hn::Set(df, w.global_scale);
-#endif
-  auto s0 = hn::Zero(df);
-  auto s1 = hn::Zero(df);
+  const uint8_t* scales = w.scale + r * groups;
+  auto scale_of = [&](int64_t g) {
+    return kNvfp4 ? formats::E4m3ToFloat(scales[g])
+                  : formats::Ue8m0ToFloat(scales[g]);
+  };
   float tail = 0.0f;
-  for (int64_t g = 0; g < cols / kGroup; ++g) {
-    const float s = kNvfp4 ? formats::E4m3ToFloat(scales[g])
-                           : formats::Ue8m0ToFloat(scales[g]);
-    const int64_t end = (g + 1) * kGroupBytes;
-    int64_t j = g * kGroupBytes;
-#if HWY_TARGET != HWY_SCALAR
-    // (2 * e2m1) * (s / 2) is e2m1 * s exactly.
-    const auto half_scale = hn::Set(df, s * 0.5f);
-    for (; j + n <= end; j += n) {
-      const auto bytes = hn::LoadU(d8, pairs + j);
-      const auto lo = hn::TableLookupBytes(
-          table, hn::BitCast(di8, hn::And(bytes, hn::Set(d8, 0x0F))));
-      const auto hi = hn::TableLookupBytes(
-          table, hn::BitCast(di8, hn::ShiftRight<4>(bytes)));
-      auto vlo =
-          hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di32, lo)), half_scale);
-      auto vhi =
-          hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di32, hi)), half_scale);
-      if (kNvfp4) {
-        vlo = hn::Mul(vlo, global);
-        vhi = hn::Mul(vhi, global);
-      }
-      s0 = hn::MulAdd(vlo, hn::LoadU(df, xe + j), s0);
-      s1 = hn::MulAdd(vhi, hn::LoadU(df, xo + j), s1);
-    }
-#endif
-    for (; j < end; ++j) {
+  // Group g's bytes [begin, end) one by one.
+  auto scalar = [&](int64_t g, int64_t begin, int64_t end) {
+    const float s = scale_of(g);
+    for (int64_t j = begin; j < end; ++j) {
       float lo = formats::E2m1ToFloat(pairs[j]) * s;
       float hi = formats::E2m1ToFloat(pairs[j] >> 4) * s;
       if (kNvfp4) {
@@ -331,8 +300,63 @@ float Fp4DotRow(const PackedMatrix& w, int64_t r, const float* HWY_RESTRICT xe,
       }
       tail += lo * xe[j] + hi * xo[j];
     }
+  };
+#if HWY_TARGET == HWY_SCALAR
+  for (int64_t g = 0; g < groups; ++g) {
+    scalar(g, g * kGroupBytes, (g + 1) * kGroupBytes);
+  }
+  return tail;
+#else
+  // Vectors of up to 16 bytes (32 values): one MXFP4 group, or two NVFP4
+  // groups with a scale per half.
+  const hn::CappedTag<float, 16> df;
+  const hn::Rebind<uint8_t, decltype(df)> d8;
+  const hn::Rebind<int8_t, decltype(df)> di8;
+  const hn::RebindToSigned<decltype(df)> di32;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(df));
+  const hn::CappedTag<int8_t, 16> d16;
+  const auto table = hn::LoadU(d16, kE2m1Twice);
+  const auto global = hn::Set(df, w.global_scale);
+  auto s0 = hn::Zero(df);
+  auto s1 = hn::Zero(df);
+  // n bytes from j, each lane's value times half_scale: (2 * e2m1) * (s / 2)
+  // is e2m1 * s exactly (then times the global scale for NVFP4).
+  auto step = [&](int64_t j, hn::Vec<decltype(df)> half_scale) HWY_ATTR {
+    const auto bytes = hn::LoadU(d8, pairs + j);
+    const auto lo = hn::TableLookupBytes(
+        table, hn::BitCast(di8, hn::And(bytes, hn::Set(d8, 0x0F))));
+    const auto hi =
+        hn::TableLookupBytes(table, hn::BitCast(di8, hn::ShiftRight<4>(bytes)));
+    auto vlo = hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di32, lo)), half_scale);
+    auto vhi = hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di32, hi)), half_scale);
+    if (kNvfp4) {
+      vlo = hn::Mul(vlo, global);
+      vhi = hn::Mul(vhi, global);
+    }
+    s0 = hn::MulAdd(vlo, hn::LoadU(df, xe + j), s0);
+    s1 = hn::MulAdd(vhi, hn::LoadU(df, xo + j), s1);
+  };
+  int64_t g = 0;
+  if (n == 2 * kGroupBytes) {
+    // Two groups a vector (NVFP4 at 16 lanes).
+    const auto first_half = hn::FirstN(df, static_cast<size_t>(kGroupBytes));
+    for (; g + 2 <= groups; g += 2) {
+      step(g * kGroupBytes,
+           hn::IfThenElse(first_half, hn::Set(df, scale_of(g) * 0.5f),
+                          hn::Set(df, scale_of(g + 1) * 0.5f)));
+    }
+  }
+  for (; g < groups; ++g) {
+    const int64_t end = (g + 1) * kGroupBytes;
+    int64_t j = g * kGroupBytes;
+    if (n <= kGroupBytes) {
+      const auto half_scale = hn::Set(df, scale_of(g) * 0.5f);
+      for (; j + n <= end; j += n) step(j, half_scale);
+    }
+    scalar(g, j, end);
   }
   return hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1))) + tail;
+#endif
 }
 
 // One token: each row decoded in registers.
