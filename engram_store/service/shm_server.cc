@@ -201,6 +201,7 @@ void ShmEngramServer::Shutdown() {
   }
   for (const auto& c : connections) {
     if (c->thread.joinable()) c->thread.join();
+    close(c->fd);
   }
   if (listen_fd_ >= 0) {
     close(listen_fd_);
@@ -234,6 +235,7 @@ void ShmEngramServer::AcceptLoop() {
     for (auto it = connections_.begin(); it != connections_.end();) {
       if ((*it)->done.load()) {
         (*it)->thread.join();
+        close((*it)->fd);
         it = connections_.erase(it);
       } else {
         ++it;
@@ -283,7 +285,9 @@ void ShmEngramServer::Serve(Connection* connection) {
       LOG(WARNING) << "shared-memory Engram connection closed: " << why;
     }
     shm::UnmapArea(area, area_bytes);
-    close(fd);
+    // The fd stays open (shut down) until the thread is joined: Shutdown may
+    // still shut it down, and a closed number could be reused meanwhile.
+    shutdown(fd, SHUT_RDWR);
     connection->done.store(true);
   };
   absl::StatusOr<int> memfd = shm::CreateArea(area_bytes);
