@@ -286,8 +286,8 @@ absl::Status ShmEngramClient::Dispatch(
   return fallback(*options_.fallback);
 }
 
-absl::StatusOr<v1::LookupResponse> ShmEngramClient::Lookup(
-    const v1::LookupRequest& request) {
+absl::StatusOr<v1::LookupResponse> ShmEngramClient::LookupAsResponse(
+    const v1::LookupRequest& request, bool stream) {
   v1::LookupResponse response;
   auto sink = [&response](const Piece& p) {
     AppendPiece(p, &response);
@@ -296,11 +296,13 @@ absl::StatusOr<v1::LookupResponse> ShmEngramClient::Lookup(
   RETURN_IF_ERROR(Dispatch(
       [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         response.Clear();
-        return CallOnce(static_cast<uint32_t>(Op::kLookup), request, sink,
-                        nullptr);
+        return CallOnce(
+            static_cast<uint32_t>(stream ? Op::kLookupStream : Op::kLookup),
+            request, sink, nullptr);
       },
       [&](EngramClient& fallback) {
-        absl::StatusOr<v1::LookupResponse> r = fallback.Lookup(request);
+        absl::StatusOr<v1::LookupResponse> r =
+            stream ? fallback.LookupStream(request) : fallback.Lookup(request);
         if (!r.ok()) return r.status();
         response = *std::move(r);
         return absl::OkStatus();
@@ -308,26 +310,14 @@ absl::StatusOr<v1::LookupResponse> ShmEngramClient::Lookup(
   return response;
 }
 
+absl::StatusOr<v1::LookupResponse> ShmEngramClient::Lookup(
+    const v1::LookupRequest& request) {
+  return LookupAsResponse(request, /*stream=*/false);
+}
+
 absl::StatusOr<v1::LookupResponse> ShmEngramClient::LookupStream(
     const v1::LookupRequest& request) {
-  v1::LookupResponse response;
-  auto sink = [&response](const Piece& p) {
-    AppendPiece(p, &response);
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(Dispatch(
-      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        response.Clear();
-        return CallOnce(static_cast<uint32_t>(Op::kLookupStream), request, sink,
-                        nullptr);
-      },
-      [&](EngramClient& fallback) {
-        absl::StatusOr<v1::LookupResponse> r = fallback.LookupStream(request);
-        if (!r.ok()) return r.status();
-        response = *std::move(r);
-        return absl::OkStatus();
-      }));
-  return response;
+  return LookupAsResponse(request, /*stream=*/true);
 }
 
 absl::StatusOr<int32_t> ShmEngramClient::LookupInto(

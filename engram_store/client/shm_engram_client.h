@@ -78,6 +78,10 @@ class ShmEngramClient final : public EngramClient {
   explicit ShmEngramClient(const ShmEngramClientOptions& options)
       : options_(options) {}
 
+  // Lookup (stream false) or LookupStream, as a response.
+  absl::StatusOr<v1::LookupResponse> LookupAsResponse(
+      const v1::LookupRequest& request, bool stream);
+
   // One attempt over the connection (made first if needed). For lookups,
   // `sink` gets each piece; for the others, *payload gets the response
   // proto's bytes.

@@ -12,11 +12,34 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 
 namespace mneme::engram::shm {
 namespace {
 
 std::string Errno() { return std::strerror(errno); }
+
+// Waits until the socket is readable (or closed) before the deadline.
+absl::Status WaitReadable(int socket, absl::Time deadline) {
+  for (;;) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(
+          "shared-memory channel: no answer before the deadline");
+    }
+    pollfd p{socket, POLLIN, 0};
+    const int64_t ms = std::min<int64_t>(
+        absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
+        int64_t{1} << 30);
+    const int ready = poll(&p, 1, static_cast<int>(ms));
+    if (ready > 0) return absl::OkStatus();
+    if (ready < 0 && errno != EINTR) {
+      return absl::UnavailableError(
+          absl::StrCat("shared-memory channel: poll: ", Errno()));
+    }
+    // Interrupted or timed out: look at the deadline again.
+  }
+}
 
 }  // namespace
 
@@ -75,25 +98,7 @@ absl::Status Send(int socket, const void* message, size_t size, int fd) {
 absl::Status Receive(int socket, void* message, size_t size,
                      absl::Time deadline, int* fd) {
   if (fd != nullptr) *fd = -1;
-  for (;;) {
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) {
-      return absl::DeadlineExceededError(
-          "shared-memory channel: no answer before the deadline");
-    }
-    pollfd p{socket, POLLIN, 0};
-    const int64_t ms = std::min<int64_t>(
-        absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
-        int64_t{1} << 30);
-    const int ready = poll(&p, 1, static_cast<int>(ms));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) {
-      return absl::UnavailableError(
-          absl::StrCat("shared-memory channel: poll: ", Errno()));
-    }
-    if (ready == 0) continue;  // re-check the deadline
-    break;
-  }
+  RETURN_IF_ERROR(WaitReadable(socket, deadline));
   iovec iov{message, size};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -174,21 +179,7 @@ absl::Status Await(int socket, const std::atomic<uint64_t>& posted,
   spinning.store(0, std::memory_order_seq_cst);
   for (;;) {
     if (arrived()) return absl::OkStatus();
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) {
-      return absl::DeadlineExceededError(
-          "shared-memory channel: no answer before the deadline");
-    }
-    pollfd p{socket, POLLIN, 0};
-    const int64_t ms = std::min<int64_t>(
-        absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
-        int64_t{1} << 30);
-    const int ready = poll(&p, 1, static_cast<int>(ms));
-    if (ready < 0 && errno != EINTR) {
-      return absl::UnavailableError(
-          absl::StrCat("shared-memory channel: poll: ", Errno()));
-    }
-    if (ready <= 0) continue;
+    RETURN_IF_ERROR(WaitReadable(socket, deadline));
     // Drain the doorbells (any number: some may be for messages already
     // seen by spinning); EOF is the peer gone.
     char bytes[64];
