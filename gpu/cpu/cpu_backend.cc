@@ -190,19 +190,22 @@ void CpuBackend::Gemm(const float* x, int64_t tokens, const CpuWeight& w,
     // Many tokens (prefill): panels of rows decoded to fp32, each multiplied
     // by OpenBLAS, so the decoding is shared by all the tokens.
     const int64_t panel_rows = std::clamp<int64_t>(kPanelFloats / k, 1, n);
-    AlignedFloats panel = AllocateAligned(panel_rows * k);
-    CHECK(panel != nullptr) << "out of host memory for a " << panel_rows
-                            << " x " << k << " weight panel";
+    // Reused by later calls (one caller at a time): grown, never zeroed per
+    // call (every row is decoded before it is read).
+    if (static_cast<int64_t>(panel_.size()) < panel_rows * k) {
+      panel_.resize(static_cast<size_t>(panel_rows * k));
+    }
+    float* const panel = panel_.data();
     for (int64_t r0 = 0; r0 < n; r0 += panel_rows) {
       const int64_t rows = std::min(panel_rows, n - r0);
       pool_.ParallelFor(rows, Grain(k), [&](int64_t begin, int64_t end) {
         quant_kernels::DecodeRows(w.packed(), r0 + begin, r0 + end,
-                                  panel.get() + begin * k);
+                                  panel + begin * k);
       });
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
                   static_cast<int>(tokens), static_cast<int>(rows),
-                  static_cast<int>(k), 1.0f, x, static_cast<int>(k),
-                  panel.get(), static_cast<int>(k), add ? 1.0f : 0.0f, y + r0,
+                  static_cast<int>(k), 1.0f, x, static_cast<int>(k), panel,
+                  static_cast<int>(k), add ? 1.0f : 0.0f, y + r0,
                   static_cast<int>(n));
     }
     return;

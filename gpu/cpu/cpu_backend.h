@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -174,6 +175,9 @@ class CpuBackend : public Backend {
   ForkJoinPool pool_;
   // CpuBackendOptions.dequantize_weights.
   const bool dequantize_weights_;
+  // Gemm's decoded weight panel (prefill on packed weights): at most
+  // kPanelFloats, or one row of the widest weight.
+  std::vector<float> panel_;
 };
 
 }  // namespace mneme::gpu

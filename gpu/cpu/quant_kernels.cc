@@ -44,38 +44,41 @@ int64_t CurrentTarget() { return HWY_TARGET; }
 template <class DF>
 using VU = hn::Vec<hn::RebindToUnsigned<DF>>;
 
-// e4m3 (fn) codes, one per u32 lane, as fp32 (exact; no NaN codes).
-template <class DF>
-HWY_INLINE hn::Vec<DF> DecodeE4m3(DF df, VU<DF> codes) {
+// Codes of a small float format with kExpBits exponent bits (bias
+// 2^(kExpBits - 1) - 1), kManBits mantissa bits and a sign bit above them,
+// one per u32 lane, as fp32 (exact; no NaN or infinity codes): a code with an
+// exponent field > 0 becomes fp32 bits by moving its fields up and rebiasing
+// the exponent, a subnormal one is mantissa * 2^(1 - bias - kManBits).
+template <int kExpBits, int kManBits, class DF>
+HWY_INLINE hn::Vec<DF> DecodeSmallFloat(DF df, VU<DF> codes) {
+  constexpr int kBias = (1 << (kExpBits - 1)) - 1;
+  constexpr uint32_t kMagnitude = (1u << (kExpBits + kManBits)) - 1;
+  constexpr uint32_t kSign = 1u << (kExpBits + kManBits);
+  constexpr int kShift = 23 - kManBits;
   const hn::RebindToUnsigned<DF> du;
   const hn::RebindToSigned<DF> di;
-  const auto mag = hn::And(codes, hn::Set(du, 0x7Fu));
-  const auto normal = hn::BitCast(
-      df, hn::Add(hn::ShiftLeft<20>(mag), hn::Set(du, uint32_t{120} << 23)));
-  const auto subnormal = hn::Mul(hn::ConvertTo(df, hn::BitCast(di, mag)),
-                                 hn::Set(df, 1.0f / 512.0f));
-  const auto is_subnormal =
-      hn::RebindMask(df, hn::Lt(hn::BitCast(di, mag), hn::Set(di, 8)));
-  const auto sign =
-      hn::BitCast(df, hn::ShiftLeft<24>(hn::And(codes, hn::Set(du, 0x80u))));
+  const auto mag = hn::And(codes, hn::Set(du, kMagnitude));
+  const auto normal =
+      hn::BitCast(df, hn::Add(hn::ShiftLeft<kShift>(mag),
+                              hn::Set(du, uint32_t{127 - kBias} << 23)));
+  const auto subnormal = hn::Mul(
+      hn::ConvertTo(df, hn::BitCast(di, mag)),
+      hn::Set(df, 1.0f / static_cast<float>(1 << (kBias - 1 + kManBits))));
+  const auto is_subnormal = hn::RebindMask(
+      df, hn::Lt(hn::BitCast(di, mag), hn::Set(di, 1 << kManBits)));
+  const auto sign = hn::BitCast(df, hn::ShiftLeft<31 - kExpBits - kManBits>(
+                                        hn::And(codes, hn::Set(du, kSign))));
   return hn::Or(hn::IfThenElse(is_subnormal, subnormal, normal), sign);
 }
 
-// e2m1 codes (0..15), one per u32 lane, as fp32 (exact).
+// e4m3 (fn) and e2m1 codes.
+template <class DF>
+HWY_INLINE hn::Vec<DF> DecodeE4m3(DF df, VU<DF> codes) {
+  return DecodeSmallFloat<4, 3>(df, codes);
+}
 template <class DF>
 HWY_INLINE hn::Vec<DF> DecodeE2m1(DF df, VU<DF> codes) {
-  const hn::RebindToUnsigned<DF> du;
-  const hn::RebindToSigned<DF> di;
-  const auto mag = hn::And(codes, hn::Set(du, 7u));
-  const auto normal = hn::BitCast(
-      df, hn::Add(hn::ShiftLeft<22>(mag), hn::Set(du, uint32_t{126} << 23)));
-  const auto subnormal =
-      hn::Mul(hn::ConvertTo(df, hn::BitCast(di, mag)), hn::Set(df, 0.5f));
-  const auto is_subnormal =
-      hn::RebindMask(df, hn::Lt(hn::BitCast(di, mag), hn::Set(di, 2)));
-  const auto sign =
-      hn::BitCast(df, hn::ShiftLeft<28>(hn::And(codes, hn::Set(du, 8u))));
-  return hn::Or(hn::IfThenElse(is_subnormal, subnormal, normal), sign);
+  return DecodeSmallFloat<2, 1>(df, codes);
 }
 
 // Lanes(df) bytes from p, one per u32 lane.
