@@ -29,6 +29,12 @@ ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(120),
 ABSL_FLAG(absl::Duration, join_timeout, absl::Seconds(150),
           "Deadline of the workers' JoinGroup when the coordinator forms or "
           "re-forms their group (keep it above the workers' --comm_timeout).");
+ABSL_FLAG(bool, worker_step_stream, true,
+          "Send steps over one long-lived StepStream per worker (else one "
+          "unary Step call per step and worker).");
+ABSL_FLAG(bool, overlap_scheduling, true,
+          "Plan and send the next decode step while one runs (needs "
+          "--worker_step_stream).");
 ABSL_FLAG(absl::Duration, idle_check_interval, absl::Seconds(1),
           "How often an idle coordinator checks that its workers are up and "
           "in one group (a rank restarted while idle is found this way).");
@@ -161,6 +167,7 @@ WorkerGroupOptionsFromFlags() {
         ParseHostPort(o.workers[r], absl::StrCat("--workers (rank ", r, ")"))
             .status());
   }
+  o.step_stream = absl::GetFlag(FLAGS_worker_step_stream);
   o.step_timeout = absl::GetFlag(FLAGS_step_timeout);
   if (o.step_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--step_timeout must be positive");
@@ -213,6 +220,7 @@ absl::StatusOr<coordinator::EngineOptions> EngineOptionsFromFlags() {
     }
     *f.dst = f.value;
   }
+  o.overlap_scheduling = absl::GetFlag(FLAGS_overlap_scheduling);
   o.idle_check_interval = absl::GetFlag(FLAGS_idle_check_interval);
   if (o.idle_check_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--idle_check_interval must be positive");

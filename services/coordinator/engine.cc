@@ -380,6 +380,7 @@ void Engine::Finish(RequestId id, const absl::Status& status, GenerateEnd end) {
 
 void Engine::RequeueRunning(absl::string_view why) {
   if (scheduler_ == nullptr) return;
+  ++epoch_;
   for (const RequestId id : scheduler_->RequeueRunning()) {
     // The surviving ranks may still hold the sequence: release it before it
     // is recomputed (a re-formed group has forgotten it anyway).
@@ -547,9 +548,16 @@ v1::StepRequest Engine::BuildStep(const StepPlan& plan) {
     }
     v1::SequenceChunk* c = req.add_chunks();
     c->set_sequence_id(s.id);
-    c->mutable_token_ids()->Add(
-        l.tokens.begin() + s.start_position,
-        l.tokens.begin() + s.start_position + s.num_tokens);
+    // A decode planned ahead: its token is the one the step in flight
+    // samples, which the workers keep; it will be this request's next.
+    const int64_t pending = s.starts_with_pending_token ? 1 : 0;
+    if (pending != 0) {
+      c->set_starts_with_sampled_token(true);
+    } else {
+      c->mutable_token_ids()->Add(
+          l.tokens.begin() + s.start_position,
+          l.tokens.begin() + s.start_position + s.num_tokens);
+    }
     c->set_start_position(s.start_position);
     int top = 0;
     if (!l.prompt_logprobs_sent && l.params.prompt_logprobs >= 0) {
@@ -567,8 +575,9 @@ v1::StepRequest Engine::BuildStep(const StepPlan& plan) {
     if (s.output == ChunkOutput::kSample) {
       c->set_output(v1::OUTPUT_SAMPLE);
       *c->mutable_sampling() = l.params.sampling;
-      c->mutable_sampling()->set_seed(l.params.sampling.seed() +
-                                      static_cast<uint64_t>(l.generated));
+      c->mutable_sampling()->set_seed(
+          l.params.sampling.seed() + static_cast<uint64_t>(l.generated) +
+          static_cast<uint64_t>(pending));
       if (l.params.logprobs) top = std::max(top, l.params.top_logprobs);
     }
     // One N serves both lists; each is cut to its own N on the way back.
@@ -737,84 +746,151 @@ void Engine::FailStep(const StepPlan& plan, const absl::Status& status) {
   }
 }
 
+struct Engine::Launched {
+  StepPlan plan;
+  // Release ids the step carried (given back if a release-only step fails).
+  std::vector<uint64_t> released;
+  std::unique_ptr<WorkerGroup::PendingStep> pending;
+  absl::Time start;
+  // Engine::epoch_ when it was launched.
+  uint64_t epoch = 0;
+};
+
 void Engine::Loop() {
-  bool idle_check = false;
+  // Steps sent and not yet applied, oldest first: one, or two while the
+  // next step was planned ahead.
+  std::deque<Launched> flight;
   for (;;) {
-    bool ready;
-    {
-      absl::MutexLock lock(&mu_);
-      last_loop_ = absl::Now();
-      if (stopping_) return;
-      ready = ready_;
-    }
-    if (!ready) {
-      if (!CheckReady()) {
+    if (flight.empty()) {
+      bool ready;
+      {
         absl::MutexLock lock(&mu_);
-        mu_.AwaitWithTimeout(absl::Condition(&stopping_),
-                             options_.ready_poll_interval);
+        last_loop_ = absl::Now();
+        if (stopping_) return;
+        ready = ready_;
       }
-      continue;
-    }
-    StepPlan plan;
-    v1::StepRequest request;
-    {
-      absl::MutexLock lock(&mu_);
-      const absl::Time t0 = absl::Now();
-      absl::StatusOr<StepPlan> p = scheduler_->Schedule();
-      if (!p.ok()) {
-        LOG(ERROR) << "scheduler: " << p.status();
+      if (!ready) {
+        if (!CheckReady()) {
+          absl::MutexLock lock(&mu_);
+          mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                               options_.ready_poll_interval);
+        }
         continue;
       }
-      metrics_->schedule->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
-      if (p->sequences.empty() && to_release_.empty()) {
-        wake_ = false;
-        mu_.AwaitWithTimeout(absl::Condition(&wake_), absl::Milliseconds(100));
-        idle_check = !wake_ && absl::Now() - last_worker_check_ >
-                                   options_.idle_check_interval;
-        if (!idle_check) continue;
-      } else {
-        plan = *std::move(p);
-        request = BuildStep(plan);
-        last_worker_check_ = absl::Now();
-      }
+      if (!LaunchNext(flight)) continue;
     }
-    if (idle_check) {
-      // Nothing to run: make sure the group is still whole, so that health
-      // turns NOT_SERVING while workers restart rather than at the next
-      // request.
-      idle_check = false;
-      absl::StatusOr<std::vector<v1::GetInfoResponse>> info = workers_->Info();
-      absl::MutexLock lock(&mu_);
+    LaunchAhead(flight);
+    Launched oldest = std::move(flight.front());
+    flight.pop_front();
+    Complete(std::move(oldest));
+  }
+}
+
+bool Engine::LaunchNext(std::deque<Launched>& flight) {
+  Launched launched;
+  v1::StepRequest request;
+  bool idle_check = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time t0 = absl::Now();
+    absl::StatusOr<StepPlan> p = scheduler_->Schedule();
+    if (!p.ok()) {
+      LOG(ERROR) << "scheduler: " << p.status();
+      return false;
+    }
+    metrics_->schedule->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+    if (p->sequences.empty() && to_release_.empty()) {
+      wake_ = false;
+      mu_.AwaitWithTimeout(absl::Condition(&wake_), absl::Milliseconds(100));
+      idle_check = !wake_ && absl::Now() - last_worker_check_ >
+                                 options_.idle_check_interval;
+      if (!idle_check) return false;
+    } else {
+      launched.plan = *std::move(p);
+      request = BuildStep(launched.plan);
+      launched.released.assign(request.release_sequence_ids().begin(),
+                               request.release_sequence_ids().end());
+      launched.epoch = epoch_;
       last_worker_check_ = absl::Now();
-      if (!info.ok()) {
-        ready_ = false;
-        LOG(WARNING) << "a worker is gone while idle: " << info.status();
-      } else if (!GroupIsWhole(*info)) {
-        // A rank restarted (or its group broke) while idle: re-form.
-        ready_ = false;
-        LOG(WARNING) << "the worker group is not whole while idle";
-      }
-      continue;
+    }
+  }
+  if (idle_check) {
+    // Nothing to run: make sure the group is still whole, so that health
+    // turns NOT_SERVING while workers restart rather than at the next
+    // request.
+    absl::StatusOr<std::vector<v1::GetInfoResponse>> info = workers_->Info();
+    absl::MutexLock lock(&mu_);
+    last_worker_check_ = absl::Now();
+    if (!info.ok()) {
+      ready_ = false;
+      LOG(WARNING) << "a worker is gone while idle: " << info.status();
+    } else if (!GroupIsWhole(*info)) {
+      // A rank restarted (or its group broke) while idle: re-form.
+      ready_ = false;
+      LOG(WARNING) << "the worker group is not whole while idle";
+    }
+    return false;
+  }
+  launched.start = absl::Now();
+  launched.pending = workers_->StartStep(request);
+  flight.push_back(std::move(launched));
+  return true;
+}
+
+void Engine::LaunchAhead(std::deque<Launched>& flight) {
+  if (!options_.overlap_scheduling || !workers_->pipelined() ||
+      flight.size() != 1) {
+    return;
+  }
+  Launched launched;
+  v1::StepRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || !ready_ || flight.front().epoch != epoch_) {
+      return;
     }
     const absl::Time t0 = absl::Now();
-    absl::StatusOr<v1::StepResponse> response = workers_->Step(request);
-    metrics_->step->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
-    absl::MutexLock lock(&mu_);
-    if (plan.sequences.empty()) {
-      // Only releases: nothing to apply; a lost group shows up next time.
-      if (!response.ok()) {
-        ready_ = false;
-        to_release_.insert(to_release_.end(),
-                           request.release_sequence_ids().begin(),
-                           request.release_sequence_ids().end());
-      }
-      continue;
-    }
+    absl::StatusOr<StepPlan> p = scheduler_->ScheduleAhead();
+    if (!p.ok() || p->sequences.empty()) return;
+    metrics_->schedule->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+    launched.plan = *std::move(p);
+    request = BuildStep(launched.plan);
+    launched.released.assign(request.release_sequence_ids().begin(),
+                             request.release_sequence_ids().end());
+    launched.epoch = epoch_;
+  }
+  launched.start = absl::Now();
+  launched.pending = workers_->StartStep(request);
+  flight.push_back(std::move(launched));
+}
+
+void Engine::Complete(Launched launched) {
+  absl::StatusOr<v1::StepResponse> response = launched.pending->Wait();
+  metrics_->step->Observe(absl::ToDoubleSeconds(absl::Now() - launched.start));
+  absl::MutexLock lock(&mu_);
+  last_loop_ = absl::Now();
+  const StepPlan& plan = launched.plan;
+  if (launched.epoch != epoch_) {
+    // Launched before the workers lost every sequence (its requests were
+    // requeued already): nothing to apply.
+    return;
+  }
+  if (plan.sequences.empty()) {
+    // Only releases: nothing to apply; a lost group shows up next time.
     if (!response.ok()) {
-      FailStep(plan, response.status());
-    } else {
-      ApplyResults(plan, *response);
+      ready_ = false;
+      to_release_.insert(to_release_.end(), launched.released.begin(),
+                         launched.released.end());
     }
+    return;
+  }
+  // A step planned ahead of one whose requests all ended (stopped, failed,
+  // aborted) has only results to ignore: ApplyResults and FailStep skip
+  // requests that are gone and close the step.
+  if (!response.ok()) {
+    FailStep(plan, response.status());
+  } else {
+    ApplyResults(plan, *response);
   }
 }
 

@@ -2,6 +2,7 @@
 #define MNEME_SERVICES_COORDINATOR_ENGINE_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -79,6 +80,11 @@ struct EngineOptions {
   // While idle, how often the workers are checked (so that health reflects
   // a lost worker before the next request). Default: 1 s.
   absl::Duration idle_check_interval = absl::Seconds(1);
+  // Overlap scheduling: while a decode step runs, plan and send the next
+  // one (Scheduler::ScheduleAhead; its chunks start with the tokens the
+  // running step samples), so that the workers start it as soon as the
+  // running one ends. Only with a pipelined() worker group. Default: true.
+  bool overlap_scheduling = true;
 };
 
 struct Loads {
@@ -150,7 +156,17 @@ class Engine {
   absl::StatusOr<std::string> SubmitLocked(GenerateParams params,
                                            std::shared_ptr<GenerateSink> sink)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A step sent to the workers and not yet applied.
+  struct Launched;
   void Loop();
+  // Plans the next step (or waits while there is none); false when nothing
+  // was launched.
+  bool LaunchNext(std::deque<Launched>& flight);
+  // Plans and sends the step after the one in flight, when the scheduler
+  // can (overlap scheduling).
+  void LaunchAhead(std::deque<Launched>& flight);
+  // Waits for the oldest step in flight and applies its outcome.
+  void Complete(Launched launched);
   // Polls the workers; re-forms their group when it is not whole; on
   // success (re)creates what depends on them.
   bool CheckReady();
@@ -198,6 +214,9 @@ class Engine {
   absl::flat_hash_map<std::string, RequestId> by_name_ ABSL_GUARDED_BY(mu_);
   // Worker sequences to forget at the next step.
   std::vector<RequestId> to_release_ ABSL_GUARDED_BY(mu_);
+  // Bumped whenever the workers lost every sequence: the steps launched
+  // before are void (their results are dropped).
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

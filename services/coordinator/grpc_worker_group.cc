@@ -1,5 +1,6 @@
 #include "services/coordinator/grpc_worker_group.h"
 
+#include <deque>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -67,25 +68,238 @@ absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> GrpcWorkerGroup::Create(
   return group;
 }
 
-absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Step(
-    const v1::StepRequest& request) {
+// One rank's StepStream. Send() queues a step for writing (in order);
+// Next() waits for the following answer. Once the stream ended (the worker
+// closed it, the connection broke, or a step missed its deadline, which
+// cancels the stream) it is broken: every later Next() fails, and the group
+// opens a new one for the next step. A hold keeps the call alive while a
+// write may still be started from outside its reactions; the destructor
+// cancels the call and waits for its end.
+class GrpcWorkerGroup::RankStream final
+    : public grpc::ClientBidiReactor<v1::StepRequest, v1::StepStreamResponse> {
+ public:
+  explicit RankStream(v1::Worker::Stub* stub) {
+    stub->async()->StepStream(&context_, this);
+    AddHold();
+    StartRead(&incoming_);
+    StartCall();
+  }
+  ~RankStream() override {
+    context_.TryCancel();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+  }
+  RankStream(const RankStream&) = delete;
+  RankStream& operator=(const RankStream&) = delete;
+
+  bool broken() const {
+    absl::MutexLock lock(&mu_);
+    return broken_ || ended_;
+  }
+
+  void Send(const v1::StepRequest& request) {
+    const v1::StepRequest* write = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (broken_ || ended_) return;  // Next() reports it.
+      writes_.push_back(request);
+      if (!writing_) {
+        writing_ = true;
+        write = &writes_.back();
+      }
+    }
+    if (write != nullptr) StartWrite(write);
+  }
+
+  // The next answer, or the error that ended the stream (deadline: the
+  // stream is cancelled).
+  absl::StatusOr<v1::StepStreamResponse> Next(absl::Time deadline) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithDeadline(absl::Condition(this, &RankStream::Answered),
+                                deadline)) {
+        return TakeAnswerLocked();
+      }
+      broken_ = true;
+    }
+    context_.TryCancel();
+    return absl::DeadlineExceededError("the step missed its deadline");
+  }
+
+  absl::StatusOr<v1::StepStreamResponse> TakeAnswerLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!answers_.empty()) {
+      v1::StepStreamResponse answer = std::move(answers_.front());
+      answers_.pop_front();
+      return answer;
+    }
+    if (done_ && !status_.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "the step stream ended: ", status_.error_message()));
+    }
+    return absl::UnavailableError("the step stream ended");
+  }
+
+  void OnWriteDone(bool ok) override {
+    const v1::StepRequest* next = nullptr;
+    bool release = false;
+    {
+      absl::MutexLock lock(&mu_);
+      writes_.pop_front();
+      if (!ok) {
+        ended_ = true;  // The read fails too.
+        writes_.clear();
+      }
+      writing_ = !writes_.empty();
+      if (writing_) next = &writes_.front();
+      release = ReleaseLocked();
+    }
+    if (next != nullptr) StartWrite(next);
+    if (release) RemoveHold();
+  }
+
+  void OnReadDone(bool ok) override {
+    bool release = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (ok) {
+        answers_.push_back(std::move(incoming_));
+        incoming_.Clear();
+      } else {
+        ended_ = true;
+        release = ReleaseLocked();
+      }
+    }
+    if (ok) StartRead(&incoming_);
+    if (release) RemoveHold();
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    status_ = status;
+    done_ = true;
+  }
+
+ private:
+  bool Answered() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !answers_.empty() || done_ || broken_;
+  }
+
+  // Whether to drop the hold now: the stream ended and no write is left to
+  // start (once).
+  bool ReleaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!ended_ || writing_ || released_) return false;
+    released_ = true;
+    return true;
+  }
+
+  grpc::ClientContext context_;
+  v1::StepStreamResponse incoming_;
+  mutable absl::Mutex mu_;
+  std::deque<v1::StepRequest> writes_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::StepStreamResponse> answers_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// A step sent on every rank's stream.
+class GrpcWorkerGroup::StreamedStep final : public PendingStep {
+ public:
+  StreamedStep(const GrpcWorkerGroup* group,
+               std::vector<std::shared_ptr<RankStream>> streams,
+               absl::Time deadline)
+      : group_(group), streams_(std::move(streams)), deadline_(deadline) {}
+
+  absl::StatusOr<v1::StepResponse> Wait() override {
+    const size_t n = streams_.size();
+    std::vector<grpc::Status> statuses(n);
+    std::vector<v1::StepResponse> responses(n);
+    for (size_t r = 0; r < n; ++r) {
+      absl::StatusOr<v1::StepStreamResponse> answer =
+          streams_[r]->Next(deadline_);
+      if (!answer.ok()) {
+        statuses[r] = ToGrpcStatus(answer.status());
+      } else if (answer->code() != 0) {
+        statuses[r] = grpc::Status(
+            static_cast<grpc::StatusCode>(answer->code()), answer->message(),
+            answer->details());
+      } else {
+        responses[r] = std::move(*answer->mutable_response());
+      }
+    }
+    return group_->Combine(std::move(statuses), std::move(responses));
+  }
+
+ private:
+  const GrpcWorkerGroup* const group_;
+  const std::vector<std::shared_ptr<RankStream>> streams_;
+  const absl::Time deadline_;
+};
+
+GrpcWorkerGroup::GrpcWorkerGroup(const GrpcWorkerGroupOptions& options)
+    : options_(options) {}
+
+GrpcWorkerGroup::~GrpcWorkerGroup() = default;
+
+const v1::StepRequest& GrpcWorkerGroup::Stamp(
+    const v1::StepRequest& request,
+    std::optional<v1::StepRequest>& stamped) const {
   // Every step carries this coordinator's id (sequence ownership,
   // worker.proto); a copy only when the caller did not set it.
-  std::optional<v1::StepRequest> stamped;
-  if (request.coordinator_id() != options_.coordinator_id) {
-    stamped.emplace(request);
-    stamped->set_coordinator_id(options_.coordinator_id);
+  if (request.coordinator_id() == options_.coordinator_id) return request;
+  stamped.emplace(request);
+  stamped->set_coordinator_id(options_.coordinator_id);
+  return *stamped;
+}
+
+std::unique_ptr<WorkerGroup::PendingStep> GrpcWorkerGroup::StartStep(
+    const v1::StepRequest& request) {
+  if (!options_.step_stream) {
+    return std::make_unique<DoneStep>(Step(request));
   }
-  const v1::StepRequest& sent = stamped.has_value() ? *stamped : request;
+  std::optional<v1::StepRequest> stamped;
+  const v1::StepRequest& sent = Stamp(request, stamped);
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
+  std::vector<std::shared_ptr<RankStream>> streams;
+  {
+    absl::MutexLock lock(&streams_mu_);
+    if (streams_.empty()) streams_.resize(stubs_.size());
+    for (size_t r = 0; r < stubs_.size(); ++r) {
+      if (streams_[r] == nullptr || streams_[r]->broken()) {
+        streams_[r] = std::make_shared<RankStream>(stubs_[r].get());
+      }
+    }
+    streams = streams_;
+  }
+  for (const std::shared_ptr<RankStream>& stream : streams) stream->Send(sent);
+  return std::make_unique<StreamedStep>(this, std::move(streams), deadline);
+}
+
+absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Step(
+    const v1::StepRequest& request) {
+  if (options_.step_stream) return StartStep(request)->Wait();
+  std::optional<v1::StepRequest> stamped;
+  const v1::StepRequest& sent = Stamp(request, stamped);
   const int n = size();
   std::vector<v1::StepResponse> responses(n);
-  const std::vector<grpc::Status> statuses =
+  std::vector<grpc::Status> statuses =
       CallEveryRank(n, options_.step_timeout,
                     [&](int r, grpc::ClientContext* context,
                         std::function<void(grpc::Status)> done) {
                       stubs_[r]->async()->Step(context, &sent, &responses[r],
                                                std::move(done));
                     });
+  return Combine(std::move(statuses), std::move(responses));
+}
+
+absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Combine(
+    std::vector<grpc::Status> statuses,
+    std::vector<v1::StepResponse> responses) const {
+  const int n = size();
   // Report the most telling error: a refused plan (refused alike on every
   // rank) before a lost rank.
   int first_bad = -1, refused = -1;

@@ -175,9 +175,9 @@ Scheduler::RequestState* Scheduler::PreemptLatest(
 }
 
 absl::StatusOr<StepPlan> Scheduler::Schedule() {
-  if (in_flight_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("step ", in_flight_step_id_, " is still in flight"));
+  if (!in_flight_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", in_flight_.front().step_id, " is still in flight"));
   }
   StepPlan plan;
   std::vector<RequestState*> plan_reqs;
@@ -234,32 +234,94 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
   for (RequestState* r : plan_reqs) r->plan_index = -1;
   if (plan.sequences.empty()) return plan;
   plan.step_id = next_step_id_++;
-  in_flight_ = true;
-  in_flight_step_id_ = plan.step_id;
-  in_flight_seqs_.clear();
-  in_flight_index_.clear();
+  AddInFlight(plan, plan_reqs);
+  return plan;
+}
+
+void Scheduler::AddInFlight(const StepPlan& plan,
+                            const std::vector<RequestState*>& reqs) {
+  InFlightStep& step = in_flight_.emplace_back();
+  step.step_id = plan.step_id;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
-    in_flight_seqs_.push_back({plan.sequences[i], plan_reqs[i]->arrival});
-    in_flight_index_.emplace(plan.sequences[i].id, i);
+    step.seqs.push_back({plan.sequences[i], reqs[i]->arrival});
+    step.index.emplace(plan.sequences[i].id, i);
   }
+}
+
+absl::StatusOr<StepPlan> Scheduler::ScheduleAhead() {
+  if (in_flight_.size() != 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        in_flight_.size(), " steps are in flight; ScheduleAhead needs one"));
+  }
+  StepPlan plan;
+  const InFlightStep& current = in_flight_.front();
+  if (options_.num_speculative_tokens > 0 || !waiting_.empty() ||
+      current.seqs.size() != running_.size()) {
+    return plan;
+  }
+  std::vector<RequestState*> reqs;
+  for (const InFlight& f : current.seqs) {
+    const ScheduledSequence& e = f.entry;
+    auto it = requests_.find(e.id);
+    if (it == requests_.end() || it->second->arrival != f.arrival ||
+        e.output != ChunkOutput::kSample || e.num_tokens != 1 ||
+        e.num_draft_tokens != 0 || !IsDecode(*it->second)) {
+      return StepPlan();
+    }
+    RequestState& r = *it->second;
+    // The token in flight ends it at max_new_tokens.
+    if (r.num_generated + 1 >= r.max_new_tokens) continue;
+    reqs.push_back(&r);
+  }
+  if (reqs.empty() ||
+      static_cast<int64_t>(reqs.size()) > options_.max_num_batched_tokens) {
+    return StepPlan();
+  }
+  // Every decode after the step in flight (one more computed token each)
+  // must fit without preempting: the growths of all of them on every rank.
+  for (int rank = 0; rank < pool_->dcp_size(); ++rank) {
+    int64_t add = 0;
+    for (const RequestState* r : reqs) {
+      const int64_t length = pool_->length(r->id);
+      add += pool_->BlocksFor(rank, length + Growth(*r, 2)) -
+             pool_->BlocksFor(rank, length);
+    }
+    if (add > pool_->free_blocks(rank)) return StepPlan();
+  }
+  for (RequestState* r : reqs) {
+    const absl::Status allocated = pool_->Allocate(r->id, Growth(*r, 2));
+    CHECK(allocated.ok()) << allocated;
+    ScheduledSequence entry;
+    entry.id = r->id;
+    entry.start_position = r->num_computed + 1;
+    entry.num_tokens = 1;
+    entry.output = ChunkOutput::kSample;
+    entry.starts_with_pending_token = true;
+    plan.sequences.push_back(entry);
+    plan.num_tokens += 1;
+  }
+  plan.step_id = next_step_id_++;
+  AddInFlight(plan, reqs);
   return plan;
 }
 
 absl::StatusOr<std::vector<FinishedRequest>> Scheduler::OnStepDone(
     const StepResult& result) {
-  if (!in_flight_) {
+  if (in_flight_.empty()) {
     return absl::FailedPreconditionError("no step is in flight");
   }
-  if (result.step_id != in_flight_step_id_) {
+  const InFlightStep& step = in_flight_.front();
+  const std::vector<InFlight>& in_flight_seqs = step.seqs;
+  if (result.step_id != step.step_id) {
     return absl::InvalidArgumentError(
         absl::StrCat("result of step ", result.step_id, ", expected step ",
-                     in_flight_step_id_));
+                     step.step_id));
   }
   // Validate everything before changing anything.
-  std::vector<const SequenceResult*> by_entry(in_flight_seqs_.size(), nullptr);
+  std::vector<const SequenceResult*> by_entry(in_flight_seqs.size(), nullptr);
   for (const SequenceResult& res : result.sequences) {
-    auto it = in_flight_index_.find(res.id);
-    if (it == in_flight_index_.end()) {
+    auto it = step.index.find(res.id);
+    if (it == step.index.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "sequence ", res.id, " is not in step ", result.step_id));
     }
@@ -268,7 +330,7 @@ absl::StatusOr<std::vector<FinishedRequest>> Scheduler::OnStepDone(
           absl::StrCat("sequence ", res.id, " has two results"));
     }
     by_entry[it->second] = &res;
-    const ScheduledSequence& e = in_flight_seqs_[it->second].entry;
+    const ScheduledSequence& e = in_flight_seqs[it->second].entry;
     if (e.output == ChunkOutput::kNone &&
         (res.num_new_tokens != 0 || res.stopped)) {
       return absl::InvalidArgumentError(
@@ -283,26 +345,26 @@ absl::StatusOr<std::vector<FinishedRequest>> Scheduler::OnStepDone(
                        " new tokens, expected 1 to ", 1 + e.num_draft_tokens));
     }
   }
-  std::vector<RequestState*> live(in_flight_seqs_.size(), nullptr);
-  for (size_t i = 0; i < in_flight_seqs_.size(); ++i) {
-    auto it = requests_.find(in_flight_seqs_[i].entry.id);
+  std::vector<RequestState*> live(in_flight_seqs.size(), nullptr);
+  for (size_t i = 0; i < in_flight_seqs.size(); ++i) {
+    auto it = requests_.find(in_flight_seqs[i].entry.id);
     if (it == requests_.end() ||
-        it->second->arrival != in_flight_seqs_[i].arrival) {
+        it->second->arrival != in_flight_seqs[i].arrival) {
       continue;  // Aborted since the plan.
     }
     if (by_entry[i] == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat("no result for sequence ", in_flight_seqs_[i].entry.id,
+          absl::StrCat("no result for sequence ", in_flight_seqs[i].entry.id,
                        " of step ", result.step_id));
     }
     live[i] = it->second.get();
   }
 
   std::vector<FinishedRequest> finished;
-  for (size_t i = 0; i < in_flight_seqs_.size(); ++i) {
+  for (size_t i = 0; i < in_flight_seqs.size(); ++i) {
     RequestState* r = live[i];
     if (r == nullptr) continue;
-    const ScheduledSequence& e = in_flight_seqs_[i].entry;
+    const ScheduledSequence& e = in_flight_seqs[i].entry;
     const SequenceResult& res = *by_entry[i];
     if (e.output == ChunkOutput::kSample) {
       // The sampled token is not computed yet; accepted drafts are.
@@ -321,9 +383,7 @@ absl::StatusOr<std::vector<FinishedRequest>> Scheduler::OnStepDone(
          r->num_prompt_tokens, r->num_generated});
     RemoveRunning(*r);
   }
-  in_flight_ = false;
-  in_flight_seqs_.clear();
-  in_flight_index_.clear();
+  in_flight_.pop_front();
   return finished;
 }
 
@@ -359,9 +419,7 @@ absl::Status Scheduler::Abort(RequestId id) {
 }
 
 std::vector<RequestId> Scheduler::RequeueRunning() {
-  in_flight_ = false;
-  in_flight_seqs_.clear();
-  in_flight_index_.clear();
+  in_flight_.clear();
   std::vector<RequestId> ids;
   ids.reserve(running_.size());
   // Latest first to the front: the queue stays in arrival order (every

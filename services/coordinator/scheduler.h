@@ -80,6 +80,10 @@ struct ScheduledSequence {
   int64_t num_tokens = 0;
   int64_t num_draft_tokens = 0;
   ChunkOutput output = ChunkOutput::kNone;
+  // The chunk's token is the one the step before it samples, not known yet
+  // when the plan was made (ScheduleAhead): the workers take the token they
+  // sampled (SequenceChunk.starts_with_sampled_token).
+  bool starts_with_pending_token = false;
 };
 
 struct StepPlan {
@@ -166,7 +170,9 @@ struct RequestProgress {
 //
 // Call order: AddRequest() and Abort() at any time; Schedule(), run the plan
 // on the workers, OnStepDone() with its results, Schedule() again, ... A
-// plan with no sequences is not a step: it needs no OnStepDone(). The caller
+// plan with no sequences is not a step: it needs no OnStepDone(). While a
+// step runs, ScheduleAhead() may plan the one after it (overlap
+// scheduling); OnStepDone() then takes the steps' results in plan order. The caller
 // keeps the token ids (the scheduler counts them) and releases the worker
 // state of preempted, finished and aborted sequences.
 //
@@ -194,6 +200,20 @@ class Scheduler {
   // preempting to make room). FailedPrecondition while the previous plan's
   // OnStepDone() is due.
   absl::StatusOr<StepPlan> Schedule();
+
+  // Plans the step after the one in flight before its results are known
+  // (overlap scheduling), as Schedule() would plan it once they came
+  // without a stop: every sequence of the step in flight decodes its next
+  // token (starts_with_pending_token), except those whose token in flight
+  // is their last (max_new_tokens). Only in the steady state where that
+  // plan is certain: the step in flight decodes every running request, one
+  // token each without drafts, no request waits, and the KV pool holds the
+  // new tokens without preempting; otherwise (or when every sequence ends
+  // with the step in flight) a plan with no sequences: wait for the results
+  // and Schedule(). A sequence that stops in the step in flight has its
+  // entry in this plan computed in vain; its result is ignored.
+  // FailedPrecondition unless exactly one step is in flight.
+  absl::StatusOr<StepPlan> ScheduleAhead();
 
   // Applies the results of the planned step: computed and generated tokens
   // advance; requests with a stop token or with max_new_tokens generated
@@ -229,7 +249,11 @@ class Scheduler {
   // Preemptions over the scheduler's life.
   int64_t num_preemptions() const { return num_preemptions_; }
   // Whether a step's OnStepDone() is due.
-  bool step_in_flight() const { return in_flight_; }
+  bool step_in_flight() const { return !in_flight_.empty(); }
+  // Steps whose OnStepDone() is due (at most 2).
+  int num_steps_in_flight() const {
+    return static_cast<int>(in_flight_.size());
+  }
   // Used fraction of the KV pool, all ranks together.
   double kv_usage() const { return pool_->TotalUsage(); }
   const KvBlockPool& kv_pool() const { return *pool_; }
@@ -248,12 +272,21 @@ class Scheduler {
     // Its entry in the plan being built; -1 for none.
     int64_t plan_index = -1;
   };
-  // A sequence of the plan in flight.
+  // A sequence of a plan in flight.
   struct InFlight {
     ScheduledSequence entry;
     // Tells a request from a later one with the same id.
     uint64_t arrival = 0;
   };
+  // A plan in flight.
+  struct InFlightStep {
+    uint64_t step_id = 0;
+    std::vector<InFlight> seqs;
+    absl::flat_hash_map<RequestId, size_t> index;
+  };
+  // Records `plan` (of the requests `reqs`) as in flight.
+  void AddInFlight(const StepPlan& plan,
+                   const std::vector<RequestState*>& reqs);
 
   Scheduler(const SchedulerOptions& options, std::unique_ptr<KvBlockPool> pool);
 
@@ -292,10 +325,8 @@ class Scheduler {
   uint64_t next_step_id_ = 1;
   int64_t num_preemptions_ = 0;
 
-  bool in_flight_ = false;
-  uint64_t in_flight_step_id_ = 0;
-  std::vector<InFlight> in_flight_seqs_;
-  absl::flat_hash_map<RequestId, size_t> in_flight_index_;
+  // Oldest first.
+  std::deque<InFlightStep> in_flight_;
 };
 
 }  // namespace mneme::coordinator

@@ -2,6 +2,8 @@
 #define MNEME_SERVICES_COORDINATOR_WORKER_GROUP_H_
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -55,6 +57,26 @@ class WorkerGroup {
   virtual absl::StatusOr<worker::v1::StepResponse> Step(
       const worker::v1::StepRequest& request) = 0;
 
+  // A step started with StartStep.
+  class PendingStep {
+   public:
+    virtual ~PendingStep() = default;
+    // The step's outcome, as Step returns it; call once.
+    virtual absl::StatusOr<worker::v1::StepResponse> Wait() = 0;
+  };
+  // Starts `request` on every rank. With pipelined(), returns at once and
+  // the workers run the started steps one after another in the order they
+  // were started, so that step N+1 (whose chunks may start with the tokens
+  // step N samples, SequenceChunk.starts_with_sampled_token) can be sent
+  // while step N runs; Wait for the steps in the order they were started.
+  // The default runs Step() before returning.
+  virtual std::unique_ptr<PendingStep> StartStep(
+      const worker::v1::StepRequest& request) {
+    return std::make_unique<DoneStep>(Step(request));
+  }
+  // Whether StartStep sends a step without waiting for it (see there).
+  virtual bool pipelined() const { return false; }
+
   // GetInfo of every rank, rank order. UNAVAILABLE naming the first rank
   // that does not answer or is not ready; FAILED_PRECONDITION when a rank
   // reports another rank or group size than its place in the group.
@@ -66,6 +88,20 @@ class WorkerGroup {
   // first rank's error, naming it (the group is then still not whole: the
   // caller retries with a new generation).
   virtual absl::Status JoinGroup(int64_t generation) = 0;
+
+ protected:
+  // A step whose outcome is known.
+  class DoneStep final : public PendingStep {
+   public:
+    explicit DoneStep(absl::StatusOr<worker::v1::StepResponse> outcome)
+        : outcome_(std::move(outcome)) {}
+    absl::StatusOr<worker::v1::StepResponse> Wait() override {
+      return std::move(outcome_);
+    }
+
+   private:
+    absl::StatusOr<worker::v1::StepResponse> outcome_;
+  };
 };
 
 // Whether the ranks' GetInfo answers describe one intact group: every rank

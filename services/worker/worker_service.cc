@@ -1,6 +1,9 @@
 #include "services/worker/worker_service.h"
 
 #include <atomic>
+#include <deque>
+#include <optional>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -79,6 +82,17 @@ absl::Status AddPositionLogprobs(const v1::SequenceChunk& c,
                                      lp.top_logprobs.end());
   }
   return absl::OkStatus();
+}
+
+// The gRPC status of a step's outcome: a step that did not run while the
+// group stays intact is marked (worker.proto, kStepNotRunDetails).
+grpc::Status ReplyStatus(const absl::Status& st) {
+  grpc::Status reply = ToGrpcStatus(st);
+  if (model::IsStepNotRun(st)) {
+    reply = grpc::Status(reply.error_code(), reply.error_message(),
+                         std::string(kStepNotRunDetails));
+  }
+  return reply;
 }
 
 }  // namespace
@@ -261,13 +275,7 @@ grpc::ServerUnaryReactor* WorkerService::Schedule(
           st = Ready(in_group);
         }
         if (st.ok()) st = task();
-        grpc::Status reply = ToGrpcStatus(st);
-        if (model::IsStepNotRun(st)) {
-          // The group is intact (worker.proto, kStepNotRunDetails).
-          reply = grpc::Status(reply.error_code(), reply.error_message(),
-                               std::string(kStepNotRunDetails));
-        }
-        reactor->Finish(reply);
+        reactor->Finish(ReplyStatus(st));
       });
   if (!queued) {
     reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
@@ -280,26 +288,182 @@ grpc::ServerUnaryReactor* WorkerService::Step(
     grpc::CallbackServerContext* context, const v1::StepRequest* request,
     v1::StepResponse* response) {
   return Schedule(context, /*in_group=*/true, [this, request, response] {
-    // Refused alike on every rank before anything runs: the group is intact.
-    RETURN_IF_ERROR(ClaimSequences(*request));
-    absl::Status st = RunStep(*request, *response);
-    // Validation, cache reservation and Engram lookups (agreed on by every
-    // rank) fail alike on every rank before any collective of the layers;
-    // any other failure leaves the group out of step.
-    if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument &&
-        st.code() != absl::StatusCode::kResourceExhausted &&
-        !model::IsStepNotRun(st)) {
+    return StepTask(*request, *response);
+  });
+}
+
+absl::Status WorkerService::StepTask(const v1::StepRequest& request,
+                                     v1::StepResponse& response) {
+  // Refused alike on every rank before anything runs: the group is intact.
+  RETURN_IF_ERROR(ClaimSequences(request));
+  absl::Status st = RunStep(request, response);
+  // Validation, cache reservation and Engram lookups (agreed on by every
+  // rank) fail alike on every rank before any collective of the layers;
+  // any other failure leaves the group out of step.
+  if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument &&
+      st.code() != absl::StatusCode::kResourceExhausted &&
+      !model::IsStepNotRun(st)) {
+    {
+      absl::MutexLock lock(&mu_);
+      broken_ = st;
+      // Close this rank's connections: peers waiting on it in a
+      // collective fail now instead of at their timeout.
+      if (group_ != nullptr) group_->Leave(st);
+    }
+    if (options_.on_broken) options_.on_broken(st);
+  }
+  return st;
+}
+
+// One StepStream: reads steps in order and queues each on the step thread
+// (so the next step waits there while one runs), at most kMaxStreamedSteps
+// at once; writes the answers in order. Finishes once the client closed its
+// side (or the call broke) and every queued step was answered, so no step
+// task outlives the reactor.
+class WorkerService::StepStreamReactor final
+    : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepStreamResponse> {
+ public:
+  StepStreamReactor(WorkerService* service,
+                    grpc::CallbackServerContext* context)
+      : service_(service) {
+    if (absl::Status st = service_->gate_->Authenticate(*context); !st.ok()) {
+      finished_ = true;
+      Finish(ToGrpcStatus(st));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      bool finish;
       {
         absl::MutexLock lock(&mu_);
-        broken_ = st;
-        // Close this rank's connections: peers waiting on it in a
-        // collective fail now instead of at their timeout.
-        if (group_ != nullptr) group_->Leave(st);
+        reading_done_ = true;
+        finish = ShouldFinishLocked();
       }
-      if (options_.on_broken) options_.on_broken(st);
+      if (finish) Finish(grpc::Status::OK);
+      return;
     }
-    return st;
-  });
+    auto request = std::make_unique<v1::StepRequest>(std::move(request_));
+    request_.Clear();
+    bool read_next;
+    {
+      absl::MutexLock lock(&mu_);
+      ++outstanding_;
+      read_next = outstanding_ < kMaxStreamedSteps;
+      read_paused_ = !read_next;
+    }
+    std::optional<InflightGate::Pass> pass = service_->gate_->Enter();
+    if (!pass.has_value()) {
+      Answer(kDraining, nullptr);
+    } else if (!service_->pool_->TrySchedule(
+                   [this, request = std::move(request),
+                    pass = std::move(*pass)]() mutable {
+                     auto out = std::make_unique<v1::StepStreamResponse>();
+                     absl::Status st;
+                     {
+                       absl::ReaderMutexLock lock(&service_->mu_);
+                       st = service_->Ready(/*in_group=*/true);
+                     }
+                     if (st.ok()) {
+                       st = service_->StepTask(*request,
+                                               *out->mutable_response());
+                     }
+                     Answer(ReplyStatus(st), std::move(out));
+                   })) {
+      Answer(ToGrpcStatus(absl::ResourceExhaustedError(
+                 "the worker's step queue is full; retry later")),
+             nullptr);
+    }
+    if (read_next) StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    const v1::StepStreamResponse* next = nullptr;
+    bool read = false;
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      writes_.pop_front();
+      --outstanding_;
+      if (!ok) {
+        // The client is gone: drop what is left (its reads fail too).
+        write_failed_ = true;
+        outstanding_ -= static_cast<int>(writes_.size());
+        writes_.clear();
+        if (read_paused_) reading_done_ = true;
+      }
+      writing_ = !writes_.empty();
+      if (writing_) next = &writes_.front();
+      if (read_paused_ && !reading_done_ && outstanding_ < kMaxStreamedSteps) {
+        read_paused_ = false;
+        read = true;
+      }
+      finish = ShouldFinishLocked();
+    }
+    if (next != nullptr) StartWrite(next);
+    if (read) StartRead(&request_);
+    if (finish) Finish(grpc::Status::OK);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Queues a step's answer; `out` null for a step that did not run.
+  void Answer(const grpc::Status& status,
+              std::unique_ptr<v1::StepStreamResponse> out) {
+    if (out == nullptr) out = std::make_unique<v1::StepStreamResponse>();
+    if (!status.ok()) {
+      out->Clear();
+      out->set_code(static_cast<int32_t>(status.error_code()));
+      out->set_message(status.error_message());
+      out->set_details(status.error_details());
+    }
+    const v1::StepStreamResponse* write = nullptr;
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (write_failed_) {
+        --outstanding_;
+        finish = ShouldFinishLocked();
+      } else {
+        writes_.push_back(std::move(*out));
+        if (!writing_) {
+          writing_ = true;
+          write = &writes_.front();
+        }
+      }
+    }
+    if (write != nullptr) StartWrite(write);
+    if (finish) Finish(grpc::Status::OK);
+  }
+
+  bool ShouldFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || !reading_done_ || outstanding_ > 0 || writing_) {
+      return false;
+    }
+    finished_ = true;
+    return true;
+  }
+
+  WorkerService* const service_;
+  v1::StepRequest request_;
+  absl::Mutex mu_;
+  // Steps read and not yet answered (queued, running or being written).
+  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool reading_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // Answers to write, in step order; the front one is being written.
+  std::deque<v1::StepStreamResponse> writes_ ABSL_GUARDED_BY(mu_);
+};
+
+grpc::ServerBidiReactor<v1::StepRequest, v1::StepStreamResponse>*
+WorkerService::StepStream(grpc::CallbackServerContext* context) {
+  return new StepStreamReactor(this, context);
 }
 
 absl::Status WorkerService::RunStep(const v1::StepRequest& request,
@@ -313,7 +477,10 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
     backend = backend_;
     comm = group_;
   }
-  for (uint64_t id : request.release_sequence_ids()) model->Release(id);
+  for (uint64_t id : request.release_sequence_ids()) {
+    model->Release(id);
+    ForgetSampled(id);
+  }
   if (request.prefetches_size() > 0) {
     std::vector<model::PrefetchHint> hints;
     for (const v1::PrefetchHint& h : request.prefetches()) {
@@ -332,7 +499,7 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
     const v1::SequenceChunk& c = request.chunks(i);
     model::SequenceChunk chunk;
     chunk.sequence_id = c.sequence_id();
-    chunk.tokens.assign(c.token_ids().begin(), c.token_ids().end());
+    ASSIGN_OR_RETURN(chunk.tokens, ChunkTokens(c, i));
     chunk.start_position = c.start_position();
     switch (c.output()) {
       case v1::OUTPUT_UNSPECIFIED:
@@ -346,7 +513,7 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
         break;
       case v1::OUTPUT_LOGITS_ALL:
         chunk.logits = model::SequenceChunk::Logits::kAll;
-        logits_values += vocab * c.token_ids_size();
+        logits_values += vocab * static_cast<int64_t>(chunk.tokens.size());
         break;
       default:
         return absl::InvalidArgumentError(absl::StrCat(
@@ -408,6 +575,9 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
           model::SampleToken(*backend, last, FromProto(c.sampling())));
       result->set_token_id(token.first);
       result->set_logprob(token.second);
+      sampled_[c.sequence_id()] = {
+          token.first, c.start_position() + static_cast<int64_t>(
+                                                input.chunks[i].tokens.size())};
       if (c.top_logprobs() > 0) {
         ASSIGN_OR_RETURN(
             model::PositionLogprobs lp,
@@ -442,9 +612,37 @@ grpc::ServerUnaryReactor* WorkerService::Release(
     RETURN_IF_ERROR(
         CheckOwner(request->coordinator_id(), {}, request->sequence_ids()));
     absl::ReaderMutexLock lock(&mu_);
-    for (uint64_t id : request->sequence_ids()) model_->Release(id);
+    for (uint64_t id : request->sequence_ids()) {
+      model_->Release(id);
+      ForgetSampled(id);
+    }
     return absl::OkStatus();
   });
+}
+
+absl::StatusOr<std::vector<int64_t>> WorkerService::ChunkTokens(
+    const v1::SequenceChunk& c, int index) const {
+  std::vector<int64_t> tokens;
+  if (!c.starts_with_sampled_token()) {
+    tokens.assign(c.token_ids().begin(), c.token_ids().end());
+    return tokens;
+  }
+  if (c.prompt_logprobs()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", index,
+        ": starts_with_sampled_token cannot be combined with prompt_logprobs"));
+  }
+  const auto it = sampled_.find(c.sequence_id());
+  if (it == sampled_.end() || it->second.position != c.start_position()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", index, ": sequence ", c.sequence_id(),
+        " has no sampled token at position ", c.start_position(),
+        " to start with (its previous step did not run or sampled elsewhere)"));
+  }
+  tokens.reserve(1 + static_cast<size_t>(c.token_ids_size()));
+  tokens.push_back(it->second.token);
+  tokens.insert(tokens.end(), c.token_ids().begin(), c.token_ids().end());
+  return tokens;
 }
 
 absl::Status WorkerService::ClaimSequences(const v1::StepRequest& request) {
@@ -541,6 +739,7 @@ grpc::ServerUnaryReactor* WorkerService::JoinGroup(
     }
     // The peers' halves of every sequence are gone (or about to be).
     model_->ReleaseAll();
+    sampled_.clear();
     {
       absl::MutexLock owners(&owners_mu_);
       owners_.clear();

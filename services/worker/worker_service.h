@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -29,6 +30,10 @@ namespace mneme::worker {
 // fault): the coordinator fails or retries the step's requests only.
 inline constexpr absl::string_view kStepNotRunDetails =
     "mneme.worker.v1.step_not_run";
+
+// Steps of one StepStream queued or running at once; the stream reads no
+// further request until one is answered (worker.proto).
+inline constexpr int kMaxStreamedSteps = 4;
 
 // Longest StepRequest/ReleaseRequest.coordinator_id, in bytes.
 inline constexpr size_t kMaxCoordinatorIdBytes = 256;
@@ -85,6 +90,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context,
                                  const v1::StepRequest* request,
                                  v1::StepResponse* response) override;
+  grpc::ServerBidiReactor<v1::StepRequest, v1::StepStreamResponse>*
+  StepStream(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context,
                                     const v1::ReleaseRequest* request,
                                     v1::ReleaseResponse* response) override;
@@ -98,9 +105,22 @@ class WorkerService final : public v1::Worker::CallbackService {
  private:
   WorkerService(const WorkerServiceOptions& options, InflightGate* gate);
 
+  class StepStreamReactor;
+
+  // A step as both Step and StepStream run it, on the step thread: the
+  // readiness and ownership checks, the step, and the group's breakage when
+  // it failed in a collective.
+  absl::Status StepTask(const v1::StepRequest& request,
+                        v1::StepResponse& response);
   // Runs on the step thread.
   absl::Status RunStep(const v1::StepRequest& request,
                        v1::StepResponse& response);
+  // The tokens of chunk `index` of a step (with the sampled token it starts
+  // with, if any). InvalidArgument when the chunk starts with a sampled
+  // token the worker does not have.
+  absl::StatusOr<std::vector<int64_t>> ChunkTokens(const v1::SequenceChunk& c,
+                                                   int index) const;
+  void ForgetSampled(uint64_t sequence_id) { sampled_.erase(sequence_id); }
   // OK when the shard is loaded (Attach) and, if `in_group`, the rank is in
   // an intact group.
   absl::Status Ready(bool in_group) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -134,6 +154,14 @@ class WorkerService final : public v1::Worker::CallbackService {
   absl::flat_hash_map<uint64_t, std::string> owners_
       ABSL_GUARDED_BY(owners_mu_);
   absl::Status ClaimSequences(const v1::StepRequest& request);
+  // The token each sequence's latest OUTPUT_SAMPLE chunk sampled, and its
+  // position (SequenceChunk.starts_with_sampled_token). Step thread only;
+  // erased when the sequence is released.
+  struct Sampled {
+    int64_t token = 0;
+    int64_t position = 0;
+  };
+  absl::flat_hash_map<uint64_t, Sampled> sampled_;
   // PermissionDenied when a sequence of `run` or `release` is owned by
   // another id than `coordinator` (InvalidArgument for an over-long id);
   // else records `coordinator` as the owner of the new sequences of `run`
