@@ -158,12 +158,19 @@ std::vector<int64_t> Expected(int prompt_length, int n) {
   return out;
 }
 
-class EngineTest : public ::testing::Test {
+// The engine over a fake group, one step at a time (a group that runs each
+// step as it is started) or with overlap scheduling over a pipelined group
+// (steps queue in order; decodes planned ahead start with the token the
+// step before samples).
+class EngineFixture : public ::testing::Test {
  protected:
+  virtual bool Pipelined() const = 0;
+
   void SetUp() override { Start(EngineOptions()); }
 
-  void Start(EngineOptions options, const FakeWorkerGroupOptions& fake = {}) {
+  void Start(EngineOptions options, FakeWorkerGroupOptions fake = {}) {
     engine_.reset();
+    fake.pipelined = Pipelined();
     workers_ = std::make_unique<FakeWorkerGroup>(fake);
     metrics_ = std::make_unique<MetricsRegistry>();
     options.ready_poll_interval = absl::Milliseconds(1);
@@ -197,7 +204,14 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<Engine> engine_;
 };
 
-TEST_F(EngineTest, ModelInfoComesFromTheWorkers) {
+// Every test runs on both step paths.
+class EngineTest : public EngineFixture,
+                   public ::testing::WithParamInterface<bool> {
+ protected:
+  bool Pipelined() const override { return GetParam(); }
+};
+
+TEST_P(EngineTest, ModelInfoComesFromTheWorkers) {
   absl::StatusOr<ModelInfo> info = engine_->model_info();
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->checkpoint, "/fake/checkpoint");
@@ -208,7 +222,7 @@ TEST_F(EngineTest, ModelInfoComesFromTheWorkers) {
   EXPECT_EQ(info->dcp_size, 1);
 }
 
-TEST_F(EngineTest, StreamsTokensUntilMaxNewTokens) {
+TEST_P(EngineTest, StreamsTokensUntilMaxNewTokens) {
   GenerateParams p = Params({5, 6, 7}, 4);
   p.logprobs = true;
   std::shared_ptr<RecordingSink> sink = Run(p);
@@ -227,13 +241,13 @@ TEST_F(EngineTest, StreamsTokensUntilMaxNewTokens) {
   EXPECT_THAT(steps[1].chunks(0).token_ids(), ElementsAre(Expected(3, 1)[0]));
 }
 
-TEST_F(EngineTest, LogprobsOnlyWhenAsked) {
+TEST_P(EngineTest, LogprobsOnlyWhenAsked) {
   std::shared_ptr<RecordingSink> sink = Run(Params({5, 6, 7}, 2));
   EXPECT_EQ(sink->tokens().size(), 2u);
   EXPECT_THAT(sink->logprobs(), IsEmpty());
 }
 
-TEST_F(EngineTest, StopsAtEosUnlessIgnored) {
+TEST_P(EngineTest, StopsAtEosUnlessIgnored) {
   // The third new token is eos.
   workers_->SetTokenRule([](uint64_t, int64_t position) -> int64_t {
     return position == 5 ? 1 : FakeWorkerGroup::DefaultToken(0, position);
@@ -251,7 +265,7 @@ TEST_F(EngineTest, StopsAtEosUnlessIgnored) {
   EXPECT_THAT(sink->tokens(), ElementsAre(103, 104, 1, 106));
 }
 
-TEST_F(EngineTest, StopsAtAStopToken) {
+TEST_P(EngineTest, StopsAtAStopToken) {
   GenerateParams p = Params({5, 6, 7}, 10);
   p.stop_token_ids = {104};
   std::shared_ptr<RecordingSink> sink = Run(p);
@@ -259,7 +273,7 @@ TEST_F(EngineTest, StopsAtAStopToken) {
   EXPECT_THAT(sink->tokens(), ElementsAre(103, 104));
 }
 
-TEST_F(EngineTest, StopsWhenTheSinkSaysSo) {
+TEST_P(EngineTest, StopsWhenTheSinkSaysSo) {
   // A stop string in the text: the sink refuses more after two tokens.
   auto sink = std::make_shared<RecordingSink>(/*stop_after=*/2);
   ASSERT_TRUE(engine_->Submit(Params({5, 6, 7}, 10), sink).ok());
@@ -269,7 +283,7 @@ TEST_F(EngineTest, StopsWhenTheSinkSaysSo) {
   EXPECT_EQ(sink->tokens(), Expected(3, 2));
 }
 
-TEST_F(EngineTest, InvalidRequestsNameTheirField) {
+TEST_P(EngineTest, InvalidRequestsNameTheirField) {
   struct Case {
     GenerateParams params;
     std::string field;
@@ -307,7 +321,7 @@ TEST_F(EngineTest, InvalidRequestsNameTheirField) {
   EXPECT_EQ(Run(Params({5}, 1))->tokens().size(), 1u);
 }
 
-TEST_F(EngineTest, NotReadyIsUnavailable) {
+TEST_P(EngineTest, NotReadyIsUnavailable) {
   engine_->Stop();
   engine_.reset();
   workers_->SetInfoStatus(absl::UnavailableError("worker 0 is starting"));
@@ -331,7 +345,7 @@ TEST_F(EngineTest, NotReadyIsUnavailable) {
   EXPECT_EQ(Run(Params({5}, 2))->tokens(), Expected(1, 2));
 }
 
-TEST_F(EngineTest, DuplicateIdsAndAdmissionLimits) {
+TEST_P(EngineTest, DuplicateIdsAndAdmissionLimits) {
   EngineOptions options;
   options.scheduler.max_num_seqs = 1;
   options.scheduler.max_queued_requests = 1;
@@ -364,7 +378,7 @@ TEST_F(EngineTest, DuplicateIdsAndAdmissionLimits) {
   EXPECT_EQ(sink_b->tokens(), Expected(1, 2));
 }
 
-TEST_F(EngineTest, SubmitAllIsAllOrNone) {
+TEST_P(EngineTest, SubmitAllIsAllOrNone) {
   EngineOptions options;
   options.scheduler.max_num_seqs = 1;
   options.scheduler.max_queued_requests = 2;
@@ -405,7 +419,7 @@ TEST_F(EngineTest, SubmitAllIsAllOrNone) {
   EXPECT_FALSE(sinks[2]->finished());
 }
 
-TEST_F(EngineTest, AbortFinishesAtOnceAndReleasesTheSequence) {
+TEST_P(EngineTest, AbortFinishesAtOnceAndReleasesTheSequence) {
   workers_->Pause();
   auto sink = std::make_shared<RecordingSink>();
   absl::StatusOr<std::string> id =
@@ -432,7 +446,7 @@ TEST_F(EngineTest, AbortFinishesAtOnceAndReleasesTheSequence) {
   EXPECT_THAT(sink->tokens(), IsEmpty());
 }
 
-TEST_F(EngineTest, AbortWhileWaiting) {
+TEST_P(EngineTest, AbortWhileWaiting) {
   EngineOptions options;
   options.scheduler.max_num_seqs = 1;
   Start(options);
@@ -459,17 +473,21 @@ TEST_F(EngineTest, AbortWhileWaiting) {
 struct FailureCase {
   absl::Status worker_error;
   absl::StatusCode want;
+  bool pipelined = false;
 };
 
-class EngineFailureTest : public EngineTest,
-                          public ::testing::WithParamInterface<FailureCase> {};
+class EngineFailureTest : public EngineFixture,
+                          public ::testing::WithParamInterface<FailureCase> {
+ protected:
+  bool Pipelined() const override { return GetParam().pipelined; }
+};
 
 TEST_P(EngineFailureTest, WorkerFailureReachesTheCaller) {
   const FailureCase& c = GetParam();
   auto survivor = Run(Params({5}, 1));
   ASSERT_EQ(survivor->tokens().size(), 1u);
   // Its step, then the step that releases it: the failure hits the next.
-  ASSERT_TRUE(workers_->AwaitSteps(2, kWait));
+  ASSERT_TRUE(workers_->AwaitStepsAnswered(2, kWait));
   workers_->FailNextSteps(c.worker_error);
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(engine_->Submit(Params({5, 6, 7}, 4), sink).ok());
@@ -497,12 +515,18 @@ INSTANTIATE_TEST_SUITE_P(
         FailureCase{absl::ResourceExhaustedError("worker 0: KV cache full"),
                     absl::StatusCode::kResourceExhausted},
         FailureCase{absl::InvalidArgumentError("worker 0: bad plan"),
-                    absl::StatusCode::kInternal}));
+                    absl::StatusCode::kInternal},
+        FailureCase{absl::UnavailableError("worker 1 (h:1): connection lost"),
+                    absl::StatusCode::kOk, /*pipelined=*/true},
+        FailureCase{absl::ResourceExhaustedError("worker 0: KV cache full"),
+                    absl::StatusCode::kResourceExhausted, /*pipelined=*/true},
+        FailureCase{absl::InvalidArgumentError("worker 0: bad plan"),
+                    absl::StatusCode::kInternal, /*pipelined=*/true}));
 
 // A step every rank reports as not run (an Engram store fault) fails its
 // requests with UNAVAILABLE; the group is intact, so the engine stays ready
 // and does not wait for the workers to answer again.
-TEST_F(EngineTest, StepNotRunFailsItsRequestsAndTheEngineStaysReady) {
+TEST_P(EngineTest, StepNotRunFailsItsRequestsAndTheEngineStaysReady) {
   workers_->FailNextSteps(StepNotRunError(
       "worker 0 (h:0): the step did not run, an Engram lookup failed"));
   // A lost group could not become ready again while Info() fails.
@@ -523,7 +547,7 @@ TEST_F(EngineTest, StepNotRunFailsItsRequestsAndTheEngineStaysReady) {
 // A lost group: the engine is not ready and refuses new requests until the
 // workers answer again; the request that was running waits and is
 // recomputed, so its client gets every token.
-TEST_F(EngineTest, LostGroupMakesTheEngineNotReadyUntilTheWorkersAnswer) {
+TEST_P(EngineTest, LostGroupMakesTheEngineNotReadyUntilTheWorkersAnswer) {
   workers_->FailNextSteps(absl::UnavailableError("worker 0: gone"));
   workers_->Pause();
   auto sink = std::make_shared<RecordingSink>();
@@ -553,7 +577,7 @@ TEST_F(EngineTest, LostGroupMakesTheEngineNotReadyUntilTheWorkersAnswer) {
 // A request whose worker state is lost again and again (it may be what
 // kills the workers) fails with UNAVAILABLE after kMaxRecoveries
 // recomputations.
-TEST_F(EngineTest, ARequestLostTooOftenFails) {
+TEST_P(EngineTest, ARequestLostTooOftenFails) {
   workers_->FailNextSteps(absl::UnavailableError("worker 0: gone"),
                           kMaxRecoveries + 1);
   auto sink = std::make_shared<RecordingSink>();
@@ -569,7 +593,7 @@ TEST_F(EngineTest, ARequestLostTooOftenFails) {
 
 // Workers of a TP group start out of a group: the engine forms generation 1
 // before it is ready.
-TEST_F(EngineTest, FormsTheGroupBeforeItIsReady) {
+TEST_P(EngineTest, FormsTheGroupBeforeItIsReady) {
   FakeWorkerGroupOptions fake;
   fake.size = 2;
   Start(EngineOptions(), fake);
@@ -580,7 +604,7 @@ TEST_F(EngineTest, FormsTheGroupBeforeItIsReady) {
 // A rank restarted while idle reports no group: the idle check notices and
 // the engine re-forms the group in a new generation, without failing
 // anything (nothing was running).
-TEST_F(EngineTest, ReformsTheGroupWhenARankRestartsWhileIdle) {
+TEST_P(EngineTest, ReformsTheGroupWhenARankRestartsWhileIdle) {
   FakeWorkerGroupOptions fake;
   fake.size = 2;
   EngineOptions options;
@@ -599,7 +623,7 @@ TEST_F(EngineTest, ReformsTheGroupWhenARankRestartsWhileIdle) {
 // A rank out of its group mid-request: the step fails, the group is
 // re-formed (a failed re-forming is retried with a newer generation), and
 // both the running request (recomputed) and the waiting one complete.
-TEST_F(EngineTest, LostRankRequeuesRunningRequestsAndTheGroupHeals) {
+TEST_P(EngineTest, LostRankRequeuesRunningRequestsAndTheGroupHeals) {
   FakeWorkerGroupOptions fake;
   fake.size = 2;
   EngineOptions options;
@@ -624,7 +648,7 @@ TEST_F(EngineTest, LostRankRequeuesRunningRequestsAndTheGroupHeals) {
   EXPECT_TRUE(engine_->ready());
 }
 
-TEST_F(EngineTest, StopFailsLiveRequestsWithUnavailable) {
+TEST_P(EngineTest, StopFailsLiveRequestsWithUnavailable) {
   workers_->Pause();
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(engine_->Submit(Params({5}, 10), sink).ok());
@@ -685,7 +709,7 @@ void ExpectPromptLogprobs(const std::vector<TokenLogprobs>& got,
   }
 }
 
-TEST_F(EngineTest, PromptAndTopLogprobsInOrderAcrossChunks) {
+TEST_P(EngineTest, PromptAndTopLogprobsInOrderAcrossChunks) {
   EngineOptions o;
   o.scheduler.long_prefill_token_threshold = 4;
   Start(o);
@@ -732,7 +756,7 @@ TEST_F(EngineTest, PromptAndTopLogprobsInOrderAcrossChunks) {
   }
 }
 
-TEST_F(EngineTest, LogprobEventsOnlyWhenAsked) {
+TEST_P(EngineTest, LogprobEventsOnlyWhenAsked) {
   auto plain = std::make_shared<RecordingSink>();
   GenerateParams p = Params({5, 6, 7}, 2);
   p.logprobs = true;  // Logprobs without alternatives.
@@ -755,7 +779,7 @@ TEST_F(EngineTest, LogprobEventsOnlyWhenAsked) {
   EXPECT_FALSE(ChunkSteps(*workers_).back().chunks(0).prompt_logprobs());
 }
 
-TEST_F(EngineTest, PromptLogprobsOnceThroughPreemptions) {
+TEST_P(EngineTest, PromptLogprobsOnceThroughPreemptions) {
   // 20 blocks of 16 tokens; prefills of 16 tokens a step. A (200 + 50)
   // outgrows the pool while B (150 + 40) prefills: B is preempted mid-
   // prefill (and later in its decode) and recomputed from position 0.
@@ -796,6 +820,131 @@ TEST_F(EngineTest, PromptLogprobsOnceThroughPreemptions) {
     ExpectPromptLogprobs(sink->prompt(), prompt, n);
     EXPECT_EQ(sink->tokens(), Expected(static_cast<int>(prompt.size()),
                                        prompt == prompt_a ? 50 : 40));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StepPaths, EngineTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Overlapped" : "OneByOne";
+                         });
+
+// ---------------------------------------------------------------------------
+// Overlap scheduling
+
+class OverlapTest : public EngineFixture {
+ protected:
+  bool Pipelined() const override { return true; }
+
+  // The chunks of the recorded steps that start with a sampled token.
+  std::vector<worker::v1::SequenceChunk> AheadChunks() const {
+    std::vector<worker::v1::SequenceChunk> out;
+    for (const worker::v1::StepRequest& step : workers_->steps()) {
+      for (const worker::v1::SequenceChunk& c : step.chunks()) {
+        if (c.starts_with_sampled_token()) out.push_back(c);
+      }
+    }
+    return out;
+  }
+};
+
+// In the steady state every decode is planned while the one before runs:
+// its chunk names no token (the workers start it with the token they just
+// sampled), its position and seed are those of the next token, and the
+// requests get the tokens, log-probabilities and ends they get one step at
+// a time.
+TEST_F(OverlapTest, DecodesArePlannedAheadWithTheSameResults) {
+  GenerateParams a = Params({5, 6, 7}, 12);
+  a.sampling.set_seed(1000);
+  a.logprobs = true;
+  GenerateParams b = Params({9, 9}, 7);
+  b.sampling.set_seed(2000);
+  auto sa = std::make_shared<RecordingSink>();
+  auto sb = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->SubmitAll({a, b}, {sa, sb}).ok());
+  ASSERT_TRUE(sa->AwaitFinish());
+  ASSERT_TRUE(sb->AwaitFinish());
+  EXPECT_EQ(sa->tokens(), Expected(3, 12));
+  EXPECT_EQ(sa->logprobs(), std::vector<float>(12, -0.5f));
+  EXPECT_EQ(sa->end(), GenerateEnd::kLength);
+  EXPECT_EQ(sb->tokens(), Expected(2, 7));
+  EXPECT_EQ(sb->completion_tokens(), 7);
+  const std::vector<worker::v1::SequenceChunk> ahead = AheadChunks();
+  // Every decode but the first of each request (planned after the prompt's
+  // results) and those after a request's last: 10 + 5.
+  EXPECT_GE(ahead.size(), 10u);
+  for (const worker::v1::SequenceChunk& c : ahead) {
+    EXPECT_THAT(c.token_ids(), IsEmpty());
+    const bool is_a = c.start_position() >= 3 &&
+                      c.sampling().seed() >= 1000 && c.sampling().seed() < 2000;
+    // Token i of a request is at position prompt + i, drawn with seed + i.
+    const int64_t prompt = is_a ? 3 : 2;
+    const uint64_t base = is_a ? 1000 : 2000;
+    EXPECT_EQ(c.sampling().seed(),
+              base + static_cast<uint64_t>(c.start_position() - prompt + 1));
+  }
+}
+
+// A request that stops in a step with the next one already sent: the
+// decode planned ahead is computed in vain, the request ends with the stop
+// token, and the next step releases it.
+TEST_F(OverlapTest, StopWhileTheNextStepIsInFlight) {
+  // The fourth new token (position 6) is eos.
+  workers_->SetTokenRule([](uint64_t, int64_t position) -> int64_t {
+    return position == 6 ? 1 : FakeWorkerGroup::DefaultToken(0, position);
+  });
+  std::shared_ptr<RecordingSink> sink = Run(Params({5, 6, 7}, 20));
+  EXPECT_EQ(sink->end(), GenerateEnd::kStop);
+  EXPECT_THAT(sink->tokens(), ElementsAre(103, 104, 105, 1));
+  // The decode after eos was sent (position 6: eos's own) and its result
+  // dropped.
+  bool computed_in_vain = false;
+  for (const worker::v1::SequenceChunk& c : AheadChunks()) {
+    computed_in_vain = computed_in_vain || c.start_position() == 6;
+  }
+  EXPECT_TRUE(computed_in_vain);
+  ASSERT_TRUE(workers_->AwaitStepsAnswered(
+      static_cast<int>(workers_->steps().size()), kWait));
+  EXPECT_EQ(Run(Params({5, 6, 7}, 2))->tokens(), Expected(3, 2));
+  bool released = false;
+  for (const worker::v1::StepRequest& step : workers_->steps()) {
+    released = released || !step.release_sequence_ids().empty();
+  }
+  EXPECT_TRUE(released);
+}
+
+// A step fails while the decode after it was already sent: a refused step
+// fails its request (the step planned ahead, refused by the workers as its
+// token was never sampled, changes nothing more); a lost group recomputes
+// the request, which still gets every token once.
+TEST_F(OverlapTest, FailureWhileTheNextStepIsInFlight) {
+  for (const absl::Status& error :
+       {absl::ResourceExhaustedError("worker 0: KV cache full"),
+        absl::UnavailableError("worker 0 (h:0): connection lost")}) {
+    SCOPED_TRACE(error.ToString());
+    auto sink = std::make_shared<RecordingSink>();
+    const int before = static_cast<int>(workers_->steps().size());
+    ASSERT_TRUE(engine_->Submit(Params({5, 6, 7}, 40), sink).ok());
+    ASSERT_TRUE(workers_->AwaitStepsAnswered(before + 4, kWait));
+    workers_->Pause();
+    ASSERT_TRUE(workers_->AwaitPausedStep(kWait));
+    // Paused in a decode whose successor was sent before it ran.
+    ASSERT_TRUE(workers_->steps().back().chunks_size() == 1 &&
+                workers_->steps().back().chunks(0).starts_with_sampled_token());
+    workers_->FailNextSteps(error);
+    workers_->Resume();
+    ASSERT_TRUE(sink->AwaitFinish());
+    if (error.code() == absl::StatusCode::kResourceExhausted) {
+      EXPECT_EQ(sink->status().code(), absl::StatusCode::kResourceExhausted);
+      EXPECT_EQ(sink->end(), GenerateEnd::kAbort);
+      EXPECT_LT(sink->tokens().size(), 40u);
+      const std::vector<int64_t> got = sink->tokens();
+      EXPECT_EQ(got, Expected(3, static_cast<int>(got.size())));
+    } else {
+      EXPECT_TRUE(sink->status().ok()) << sink->status();
+      EXPECT_EQ(sink->tokens(), Expected(3, 40));
+    }
+    ASSERT_TRUE(engine_->AwaitReady(kWait));
+    EXPECT_EQ(Run(Params({5, 6, 7}, 3))->tokens(), Expected(3, 3));
   }
 }
 

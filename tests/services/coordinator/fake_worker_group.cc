@@ -20,10 +20,41 @@ int64_t FakeWorkerGroup::DefaultToken(uint64_t /*sequence_id*/,
   return 100 + position % 800;
 }
 
+class FakeWorkerGroup::FakePendingStep final : public PendingStep {
+ public:
+  FakePendingStep(FakeWorkerGroup* group, v1::StepRequest request)
+      : group_(group), request_(std::move(request)) {}
+  absl::StatusOr<v1::StepResponse> Wait() override {
+    absl::MutexLock lock(&group_->mu_);
+    absl::StatusOr<v1::StepResponse> response = group_->Run(request_);
+    ++group_->answered_;
+    return response;
+  }
+
+ private:
+  FakeWorkerGroup* const group_;
+  const v1::StepRequest request_;
+};
+
+std::unique_ptr<WorkerGroup::PendingStep> FakeWorkerGroup::StartStep(
+    const v1::StepRequest& request) {
+  if (!options_.pipelined) return WorkerGroup::StartStep(request);
+  absl::MutexLock lock(&mu_);
+  steps_.push_back(request);
+  return std::make_unique<FakePendingStep>(this, request);
+}
+
 absl::StatusOr<v1::StepResponse> FakeWorkerGroup::Step(
     const v1::StepRequest& request) {
   absl::MutexLock lock(&mu_);
   steps_.push_back(request);
+  absl::StatusOr<v1::StepResponse> response = Run(request);
+  ++answered_;
+  return response;
+}
+
+absl::StatusOr<v1::StepResponse> FakeWorkerGroup::Run(
+    const v1::StepRequest& request) {
   ++waiting_;
   mu_.Await(absl::Condition(
       +[](bool* paused) { return !*paused; }, &paused_));
@@ -39,14 +70,27 @@ absl::StatusOr<v1::StepResponse> FakeWorkerGroup::Step(
     step_failures_.pop_front();
     return st;
   }
+  for (const uint64_t id : request.release_sequence_ids()) sampled_.erase(id);
+  for (const v1::SequenceChunk& c : request.chunks()) {
+    if (!c.starts_with_sampled_token()) continue;
+    const auto it = sampled_.find(c.sequence_id());
+    if (it == sampled_.end() || it->second != c.start_position()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", c.sequence_id(),
+                       " has no sampled token at position ",
+                       c.start_position()));
+    }
+  }
   v1::StepResponse response;
   response.set_step_id(request.step_id());
   for (const v1::SequenceChunk& c : request.chunks()) {
     v1::ChunkResult* r = response.add_results();
     r->set_sequence_id(c.sequence_id());
+    const int64_t length = c.start_position() + c.token_ids_size() +
+                           (c.starts_with_sampled_token() ? 1 : 0);
     if (c.output() == v1::OUTPUT_SAMPLE) {
-      const int64_t token =
-          rule_(c.sequence_id(), c.start_position() + c.token_ids_size());
+      const int64_t token = rule_(c.sequence_id(), length);
+      sampled_[c.sequence_id()] = length;
       r->set_token_id(token);
       r->set_logprob(-0.5f);
       for (int k = 0; k < c.top_logprobs(); ++k) {
@@ -102,6 +146,7 @@ absl::StatusOr<std::vector<v1::GetInfoResponse>> FakeWorkerGroup::Info() {
 absl::Status FakeWorkerGroup::JoinGroup(int64_t generation) {
   absl::MutexLock lock(&mu_);
   joins_.push_back(generation);
+  sampled_.clear();
   for (int r = 0; r < options_.size; ++r) {
     generation_[r] = generation;
     in_group_[r] = join_failures_.empty();
@@ -165,6 +210,14 @@ bool FakeWorkerGroup::AwaitSteps(int n, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto cond = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return static_cast<int>(steps_.size()) >= n;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
+}
+
+bool FakeWorkerGroup::AwaitStepsAnswered(int n, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto cond = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return answered_ >= n;
   };
   return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
 }

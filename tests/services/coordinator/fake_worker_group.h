@@ -4,10 +4,12 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -35,6 +37,11 @@ struct FakeWorkerGroupOptions {
   int64_t kv_fixed_bytes_per_sequence = 0;
   int32_t sliding_window = 0;
   int32_t dcp_size = 1;
+  // Like the gRPC group over step streams: StartStep records the step and
+  // returns at once; the step runs when waited for (in start order), and a
+  // chunk may start with the token its sequence sampled last. Default:
+  // false (StartStep runs Step).
+  bool pipelined = false;
 };
 
 // A deterministic WorkerGroup for the coordinator's unit tests: no workers,
@@ -47,7 +54,9 @@ struct FakeWorkerGroupOptions {
 // PromptLogprob - k), and records every request. Ranks start out of a group
 // (size > 1) until JoinGroup, like workers. Errors
 // can be injected into the next steps or into Info(), and steps can be held
-// (Pause) so that a test acts while a step is in flight. Thread-safe.
+// (Pause) so that a test acts while a step is in flight. Like a worker, it
+// refuses (INVALID_ARGUMENT) a chunk that starts with a sampled token its
+// sequence does not have at that position. Thread-safe.
 class FakeWorkerGroup final : public WorkerGroup {
  public:
   // The token a chunk samples: a function of the sequence and the position
@@ -72,6 +81,9 @@ class FakeWorkerGroup final : public WorkerGroup {
   int size() const override { return options_.size; }
   absl::StatusOr<worker::v1::StepResponse> Step(
       const worker::v1::StepRequest& request) override;
+  std::unique_ptr<PendingStep> StartStep(
+      const worker::v1::StepRequest& request) override;
+  bool pipelined() const override { return options_.pipelined; }
   absl::StatusOr<std::vector<worker::v1::GetInfoResponse>> Info() override;
   // Puts every rank in `generation` (recording the call), or fails with the
   // status set by FailNextJoins.
@@ -97,12 +109,20 @@ class FakeWorkerGroup final : public WorkerGroup {
   bool AwaitPausedStep(absl::Duration timeout);
   // Waits up to `timeout` until `n` steps were received in all.
   bool AwaitSteps(int n, absl::Duration timeout);
+  // Waits up to `timeout` until `n` steps were answered in all (a pipelined
+  // group runs a step only when it is waited for).
+  bool AwaitStepsAnswered(int n, absl::Duration timeout);
 
   // Every request Step() received, in order.
   std::vector<worker::v1::StepRequest> steps() const;
   int num_info_calls() const;
 
  private:
+  class FakePendingStep;
+  // Runs a recorded step.
+  absl::StatusOr<worker::v1::StepResponse> Run(
+      const worker::v1::StepRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const FakeWorkerGroupOptions options_;
   mutable absl::Mutex mu_;
   TokenRule rule_ ABSL_GUARDED_BY(mu_);
@@ -111,7 +131,10 @@ class FakeWorkerGroup final : public WorkerGroup {
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
   int info_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int answered_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<worker::v1::StepRequest> steps_ ABSL_GUARDED_BY(mu_);
+  // Per sequence, the position of the token it sampled last.
+  absl::flat_hash_map<uint64_t, int64_t> sampled_ ABSL_GUARDED_BY(mu_);
   // Per rank: in a group, and its generation. A group of one rank is always
   // in a group; larger ones start out of one (as workers do at startup).
   std::vector<bool> in_group_ ABSL_GUARDED_BY(mu_);

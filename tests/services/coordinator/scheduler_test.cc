@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <random>
@@ -661,6 +662,174 @@ TEST(SchedulerTest, RequeueRunningRecomputesAfterALostGroup) {
   EXPECT_EQ(generated, 4 + 4 + 2);
   // Nothing running: requeueing is a no-op.
   EXPECT_TRUE(s->RequeueRunning().empty());
+}
+
+// ---------------------------------------------------------------------------
+// Overlap scheduling (ScheduleAhead)
+
+// Plans ahead (when it can) after each Schedule, like the engine's loop, and
+// returns the trace of plans; every request decodes to its length.
+Trace RunAhead(Scheduler& s, int* ahead_plans) {
+  Trace t;
+  *ahead_plans = 0;
+  std::deque<StepPlan> flight;
+  for (int i = 0; i < 10000; ++i) {
+    if (flight.empty()) {
+      if (s.num_running() + s.num_waiting() == 0) break;
+      flight.push_back(MustSchedule(s));
+      t.plans.push_back(flight.back());
+    }
+    absl::StatusOr<StepPlan> ahead = s.ScheduleAhead();
+    EXPECT_TRUE(ahead.ok()) << ahead.status();
+    if (ahead.ok() && !ahead->sequences.empty()) {
+      ++*ahead_plans;
+      flight.push_back(*ahead);
+      t.plans.push_back(*ahead);
+    }
+    std::vector<FinishedRequest> f = MustFinishStep(s, AllAccepted(flight[0]));
+    t.finished.insert(t.finished.end(), f.begin(), f.end());
+    flight.pop_front();
+  }
+  return t;
+}
+
+TEST(SchedulerTest, ScheduleAheadPlansTheNextDecodeOfEverySequence) {
+  std::unique_ptr<Scheduler> s = Make(SmallOptions(100));
+  ASSERT_TRUE(s->AddRequest(Req(1, 6, 4)).ok());
+  ASSERT_TRUE(s->AddRequest(Req(2, 3, 2)).ok());
+  // Nothing in flight: nothing to plan ahead of.
+  EXPECT_EQ(s->ScheduleAhead().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  StepPlan p = MustSchedule(*s);  // The prompts: not a steady state.
+  EXPECT_TRUE(s->ScheduleAhead()->sequences.empty());
+  MustFinishStep(*s, AllAccepted(p));
+  p = MustSchedule(*s);
+  EXPECT_EQ(ToString(p), "step 2 tokens 2: 1@6+1d0S 2@3+1d0S preempted");
+  // Request 2's token in flight is its last: only request 1 goes on.
+  StepPlan ahead = *s->ScheduleAhead();
+  EXPECT_EQ(ToString(ahead), "step 3 tokens 1: 1@7+1d0SP preempted");
+  EXPECT_EQ(s->num_steps_in_flight(), 2);
+  EXPECT_EQ(s->kv_pool().length(1), 8);
+  EXPECT_EQ(s->ScheduleAhead().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s->Schedule().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Results come in plan order.
+  StepResult wrong = AllAccepted(ahead);
+  EXPECT_EQ(s->OnStepDone(wrong).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<FinishedRequest> done = MustFinishStep(*s, AllAccepted(p));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].id, 2u);
+  EXPECT_EQ(done[0].reason, FinishReason::kLength);
+  EXPECT_TRUE(MustFinishStep(*s, AllAccepted(ahead)).empty());
+  EXPECT_EQ(s->GetProgress(1)->num_generated_tokens, 3);
+  EXPECT_EQ(s->GetProgress(1)->num_computed_tokens, 8);
+  EXPECT_FALSE(s->step_in_flight());
+}
+
+// Planning ahead changes no plan's contents: the same decodes, with the
+// same positions, as planning each step after the previous one's results.
+TEST(SchedulerTest, ScheduleAheadPlansWhatScheduleWould) {
+  std::unique_ptr<Scheduler> a = Make(SmallOptions(200));
+  std::unique_ptr<Scheduler> b = Make(SmallOptions(200));
+  for (Scheduler* s : {a.get(), b.get()}) {
+    ASSERT_TRUE(s->AddRequest(Req(1, 7, 9)).ok());
+    ASSERT_TRUE(s->AddRequest(Req(2, 2, 5)).ok());
+    ASSERT_TRUE(s->AddRequest(Req(3, 4, 12)).ok());
+  }
+  int ahead = 0;
+  const Trace with = RunAhead(*a, &ahead);
+  const Trace without = RunToEnd(*b);
+  EXPECT_GT(ahead, 5);
+  ASSERT_EQ(with.plans.size(), without.plans.size());
+  for (size_t i = 0; i < with.plans.size(); ++i) {
+    std::string w = ToString(with.plans[i]);
+    w.erase(std::remove(w.begin(), w.end(), 'P'), w.end());
+    EXPECT_EQ(w, ToString(without.plans[i])) << "step " << i;
+  }
+  ASSERT_EQ(with.finished.size(), 3u);
+  EXPECT_EQ(a->kv_pool().total_used_blocks(), 0);
+}
+
+TEST(SchedulerTest, ScheduleAheadOnlyInTheSteadyState) {
+  {
+    // A request waits: it must be admitted by Schedule() first.
+    std::unique_ptr<Scheduler> s = Make(SmallOptions(100));
+    ASSERT_TRUE(s->AddRequest(Req(1, 4, 8)).ok());
+    MustFinishStep(*s, AllAccepted(MustSchedule(*s)));
+    MustSchedule(*s);
+    ASSERT_TRUE(s->AddRequest(Req(2, 4, 8)).ok());
+    EXPECT_TRUE(s->ScheduleAhead()->sequences.empty());
+    EXPECT_EQ(s->num_steps_in_flight(), 1);
+  }
+  {
+    // Drafts: how many are accepted is not known ahead.
+    SchedulerOptions o = SmallOptions(100);
+    o.num_speculative_tokens = 2;
+    std::unique_ptr<Scheduler> s = Make(o);
+    ASSERT_TRUE(s->AddRequest(Req(1, 4, 8)).ok());
+    MustFinishStep(*s, AllAccepted(MustSchedule(*s)));
+    MustSchedule(*s);
+    EXPECT_TRUE(s->ScheduleAhead()->sequences.empty());
+  }
+  // The pool holds the tokens in flight but not the next ones: no
+  // preemption ahead of the results. 4-token blocks; after step 2 request 1
+  // (3 + 1 tokens) and request 2 (7 + 1) hold 3 blocks, and their next
+  // tokens need one more block each.
+  for (const int64_t blocks : {3, 4}) {
+    std::unique_ptr<Scheduler> s = Make(SmallOptions(blocks));
+    ASSERT_TRUE(s->AddRequest(Req(1, 3, 4)).ok());
+    ASSERT_TRUE(s->AddRequest(Req(2, 7, 4)).ok());
+    MustFinishStep(*s, AllAccepted(MustSchedule(*s)));
+    StepPlan p = MustSchedule(*s);
+    EXPECT_EQ(ToString(p), "step 2 tokens 2: 1@3+1d0S 2@7+1d0S preempted");
+    EXPECT_EQ(s->kv_pool().free_blocks(0), blocks - 3);
+    // With one free block each would fit alone, but not both.
+    EXPECT_TRUE(s->ScheduleAhead()->sequences.empty()) << blocks;
+    EXPECT_EQ(s->kv_pool().free_blocks(0), blocks - 3);
+  }
+}
+
+// A request that stops in the step in flight: its decode planned ahead is
+// computed in vain and its result ignored; it finishes once.
+TEST(SchedulerTest, StopInTheStepInFlightIgnoresTheAheadResult) {
+  std::unique_ptr<Scheduler> s = Make(SmallOptions(100));
+  ASSERT_TRUE(s->AddRequest(Req(1, 4, 8)).ok());
+  ASSERT_TRUE(s->AddRequest(Req(2, 4, 8)).ok());
+  MustFinishStep(*s, AllAccepted(MustSchedule(*s)));
+  const StepPlan p = MustSchedule(*s);
+  const StepPlan ahead = *s->ScheduleAhead();
+  ASSERT_EQ(ahead.sequences.size(), 2u);
+  StepResult r = AllAccepted(p);
+  r.sequences[0].stopped = true;
+  std::vector<FinishedRequest> done = MustFinishStep(*s, r);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].id, 1u);
+  EXPECT_EQ(done[0].num_generated_tokens, 2);
+  EXPECT_TRUE(MustFinishStep(*s, AllAccepted(ahead)).empty());
+  EXPECT_EQ(s->GetProgress(2)->num_generated_tokens, 3);
+  EXPECT_EQ(s->GetProgress(1).status().code(), absl::StatusCode::kNotFound);
+  // Aborted with two steps in flight: both results are ignored.
+  const StepPlan next = MustSchedule(*s);
+  const StepPlan next_ahead = *s->ScheduleAhead();
+  ASSERT_TRUE(s->Abort(2).ok());
+  EXPECT_TRUE(MustFinishStep(*s, AllAccepted(next)).empty());
+  EXPECT_TRUE(MustFinishStep(*s, AllAccepted(next_ahead)).empty());
+  EXPECT_EQ(s->kv_pool().total_used_blocks(), 0);
+}
+
+TEST(SchedulerTest, RequeueRunningDropsBothStepsInFlight) {
+  std::unique_ptr<Scheduler> s = Make(SmallOptions(100));
+  ASSERT_TRUE(s->AddRequest(Req(1, 4, 8)).ok());
+  MustFinishStep(*s, AllAccepted(MustSchedule(*s)));
+  MustSchedule(*s);
+  ASSERT_FALSE(s->ScheduleAhead()->sequences.empty());
+  EXPECT_EQ(s->RequeueRunning(), std::vector<RequestId>({1}));
+  EXPECT_FALSE(s->step_in_flight());
+  // Recomputed: the prompt and the one token whose result came.
+  const StepPlan again = MustSchedule(*s);
+  EXPECT_EQ(ToString(again), "step 4 tokens 5: 1@0+5d0S preempted");
 }
 
 }  // namespace

@@ -56,7 +56,8 @@ std::string ToString(const StepPlan& plan) {
   for (const ScheduledSequence& s : plan.sequences) {
     absl::StrAppend(&out, " ", s.id, "@", s.start_position, "+", s.num_tokens,
                     "d", s.num_draft_tokens,
-                    s.output == ChunkOutput::kSample ? "S" : "");
+                    s.output == ChunkOutput::kSample ? "S" : "",
+                    s.starts_with_pending_token ? "P" : "");
   }
   absl::StrAppend(&out, " preempted");
   for (RequestId id : plan.preempted) absl::StrAppend(&out, " ", id);

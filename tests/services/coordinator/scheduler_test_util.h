@@ -22,7 +22,8 @@ Request Req(RequestId id, int64_t prompt, int64_t max_new);
 // Every sampling chunk yields its token and accepts all drafts.
 StepResult AllAccepted(const StepPlan& plan);
 
-// One line per plan: "step N tokens T: id@start+numdD[S] ... preempted ...".
+// One line per plan: "step N tokens T: id@start+numdD[S][P] ... preempted
+// ..." (S: samples; P: starts with the pending token).
 std::string ToString(const StepPlan& plan);
 
 // A plan's entry for `id`, or null.

@@ -334,5 +334,133 @@ TEST_F(WorkerServiceTest, JoinGroupForgetsTheSequences) {
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// A decode step sent before the previous step's token is known: the chunk
+// starts with the token the worker sampled, and computes what the chunk
+// with that token spelled out computes.
+TEST_F(WorkerServiceTest, StartsWithSampledTokenContinuesTheSequence) {
+  auto sample = [&](v1::SequenceChunk c) -> v1::ChunkResult {
+    v1::StepRequest r;
+    *r.add_chunks() = std::move(c);
+    v1::StepResponse s;
+    const grpc::Status st = Step(r, s);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return s.results_size() == 1 ? s.results(0) : v1::ChunkResult();
+  };
+  // Sequence 21 spells every token out; sequence 22 starts with its own.
+  const v1::ChunkResult a1 = sample(Chunk(21, kTokens, 0, 4, v1::OUTPUT_SAMPLE));
+  const v1::ChunkResult b1 = sample(Chunk(22, kTokens, 0, 4, v1::OUTPUT_SAMPLE));
+  ASSERT_EQ(a1.token_id(), b1.token_id());
+  v1::SequenceChunk spelled = Chunk(21, {a1.token_id()}, 0, 1,
+                                    v1::OUTPUT_SAMPLE);
+  spelled.set_start_position(4);
+  const v1::ChunkResult a2 = sample(spelled);
+  v1::SequenceChunk next;
+  next.set_sequence_id(22);
+  next.set_start_position(4);
+  next.set_output(v1::OUTPUT_SAMPLE);
+  next.set_starts_with_sampled_token(true);
+  const v1::ChunkResult b2 = sample(next);
+  EXPECT_EQ(b2.token_id(), a2.token_id());
+  EXPECT_EQ(b2.logprob(), a2.logprob());
+
+  auto refused = [&](const v1::SequenceChunk& c, const std::string& what) {
+    v1::StepRequest r;
+    *r.add_chunks() = c;
+    v1::StepResponse s;
+    const grpc::Status st = Step(r, s);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what;
+    EXPECT_THAT(st.error_message(), HasSubstr(what));
+  };
+  // Its sampled token is at position 5 now.
+  refused(next, "no sampled token at position 4");
+  next.set_start_position(6);
+  refused(next, "no sampled token at position 6");
+  next.set_start_position(5);
+  next.set_prompt_logprobs(true);
+  refused(next, "prompt_logprobs");
+  next.set_prompt_logprobs(false);
+  next.set_sequence_id(23);
+  refused(next, "sequence 23 has no sampled token");
+  // Released: the token is forgotten with the sequence.
+  next.set_sequence_id(22);
+  v1::StepRequest release;
+  release.add_release_sequence_ids(22);
+  v1::StepResponse released;
+  ASSERT_TRUE(Step(release, released).ok());
+  refused(next, "sequence 22 has no sampled token");
+}
+
+// Steps written back to back on one StepStream run in order and are
+// answered in order; a refused step is answered with its error and the
+// stream goes on.
+TEST_F(WorkerServiceTest, StepStreamAnswersQueuedStepsInOrder) {
+  // The reference: the same decode with every token spelled out, unary.
+  std::vector<int64_t> expected;
+  {
+    std::vector<int64_t> tokens(kTokens.begin(), kTokens.begin() + 4);
+    for (int i = 0; i < 5; ++i) {
+      v1::StepRequest r;
+      const int64_t begin = i == 0 ? 0 : static_cast<int64_t>(tokens.size()) - 1;
+      *r.add_chunks() = Chunk(31, tokens, begin,
+                              static_cast<int64_t>(tokens.size()),
+                              v1::OUTPUT_SAMPLE);
+      v1::StepResponse s;
+      ASSERT_TRUE(Step(r, s).ok());
+      tokens.push_back(s.results(0).token_id());
+      expected.push_back(s.results(0).token_id());
+    }
+  }
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest,
+                                           v1::StepStreamResponse>>
+      stream = stub_->StepStream(&context);
+  std::vector<v1::StepRequest> steps;
+  {
+    v1::StepRequest r;
+    r.set_step_id(1);
+    *r.add_chunks() = Chunk(32, kTokens, 0, 4, v1::OUTPUT_SAMPLE);
+    steps.push_back(r);
+  }
+  for (int i = 1; i < 5; ++i) {
+    v1::StepRequest r;
+    r.set_step_id(1 + i);
+    v1::SequenceChunk* c = r.add_chunks();
+    c->set_sequence_id(32);
+    c->set_start_position(3 + i);
+    c->set_output(v1::OUTPUT_SAMPLE);
+    c->set_starts_with_sampled_token(true);
+    steps.push_back(r);
+    if (i == 2) {
+      // A refused step between them (a token outside the vocabulary).
+      v1::StepRequest bad;
+      bad.set_step_id(100);
+      *bad.add_chunks() = Chunk(33, {vocab()}, 0, 1, v1::OUTPUT_SAMPLE);
+      steps.push_back(bad);
+    }
+  }
+  // All written before any answer is read: they queue on the worker (at
+  // most kMaxStreamedSteps at once; the transport holds the rest).
+  for (const v1::StepRequest& r : steps) ASSERT_TRUE(stream->Write(r));
+  ASSERT_TRUE(stream->WritesDone());
+  std::vector<int64_t> got;
+  for (const v1::StepRequest& r : steps) {
+    v1::StepStreamResponse answer;
+    ASSERT_TRUE(stream->Read(&answer));
+    if (r.step_id() == 100) {
+      EXPECT_EQ(answer.code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+      EXPECT_THAT(answer.message(), HasSubstr("vocab"));
+      continue;
+    }
+    ASSERT_EQ(answer.code(), 0) << answer.message();
+    EXPECT_EQ(answer.response().step_id(), r.step_id());
+    got.push_back(answer.response().results(0).token_id());
+  }
+  v1::StepStreamResponse extra;
+  EXPECT_FALSE(stream->Read(&extra));
+  const grpc::Status st = stream->Finish();
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(got, expected);
+}
+
 }  // namespace
 }  // namespace mneme::worker
