@@ -922,10 +922,9 @@ TEST_F(OverlapTest, FailureWhileTheNextStepIsInFlight) {
         absl::UnavailableError("worker 0 (h:0): connection lost")}) {
     SCOPED_TRACE(error.ToString());
     auto sink = std::make_shared<RecordingSink>();
-    const int before = static_cast<int>(workers_->steps().size());
+    // Paused before its fifth step runs (the prompt, then decodes).
+    workers_->PauseAt(workers_->num_answered() + 5);
     ASSERT_TRUE(engine_->Submit(Params({5, 6, 7}, 40), sink).ok());
-    ASSERT_TRUE(workers_->AwaitStepsAnswered(before + 4, kWait));
-    workers_->Pause();
     ASSERT_TRUE(workers_->AwaitPausedStep(kWait));
     // Paused in a decode whose successor was sent before it ran.
     ASSERT_TRUE(workers_->steps().back().chunks_size() == 1 &&

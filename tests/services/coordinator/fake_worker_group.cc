@@ -55,6 +55,10 @@ absl::StatusOr<v1::StepResponse> FakeWorkerGroup::Step(
 
 absl::StatusOr<v1::StepResponse> FakeWorkerGroup::Run(
     const v1::StepRequest& request) {
+  if (pause_at_ > 0 && answered_ + 1 >= pause_at_) {
+    paused_ = true;
+    pause_at_ = 0;
+  }
   ++waiting_;
   mu_.Await(absl::Condition(
       +[](bool* paused) { return !*paused; }, &paused_));
@@ -192,6 +196,16 @@ void FakeWorkerGroup::SetInfoStatus(absl::Status status) {
 void FakeWorkerGroup::Pause() {
   absl::MutexLock lock(&mu_);
   paused_ = true;
+}
+
+void FakeWorkerGroup::PauseAt(int n) {
+  absl::MutexLock lock(&mu_);
+  pause_at_ = n;
+}
+
+int FakeWorkerGroup::num_answered() const {
+  absl::MutexLock lock(&mu_);
+  return answered_;
 }
 
 void FakeWorkerGroup::Resume() {

@@ -105,6 +105,11 @@ class FakeWorkerGroup final : public WorkerGroup {
   // While paused, Step() waits (after recording its request) until Resume().
   void Pause();
   void Resume();
+  // Pauses (as Pause) once the `n`-th step (counting from 1 every step
+  // answered so far) is about to run.
+  void PauseAt(int n);
+  // Steps answered so far.
+  int num_answered() const;
   // Waits up to `timeout` until a step waits in Pause; true if one does.
   bool AwaitPausedStep(absl::Duration timeout);
   // Waits up to `timeout` until `n` steps were received in all.
@@ -132,6 +137,7 @@ class FakeWorkerGroup final : public WorkerGroup {
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
   int info_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int answered_ ABSL_GUARDED_BY(mu_) = 0;
+  int pause_at_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<worker::v1::StepRequest> steps_ ABSL_GUARDED_BY(mu_);
   // Per sequence, the position of the token it sampled last.
   absl::flat_hash_map<uint64_t, int64_t> sampled_ ABSL_GUARDED_BY(mu_);
