@@ -575,9 +575,9 @@ v1::StepRequest Engine::BuildStep(const StepPlan& plan) {
     if (s.output == ChunkOutput::kSample) {
       c->set_output(v1::OUTPUT_SAMPLE);
       *c->mutable_sampling() = l.params.sampling;
-      c->mutable_sampling()->set_seed(
-          l.params.sampling.seed() + static_cast<uint64_t>(l.generated) +
-          static_cast<uint64_t>(pending));
+      c->mutable_sampling()->set_seed(l.params.sampling.seed() +
+                                      static_cast<uint64_t>(l.generated) +
+                                      static_cast<uint64_t>(pending));
       if (l.params.logprobs) top = std::max(top, l.params.top_logprobs);
     }
     // One N serves both lists; each is cut to its own N on the way back.

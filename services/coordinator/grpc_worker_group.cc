@@ -134,8 +134,8 @@ class GrpcWorkerGroup::RankStream final
       return answer;
     }
     if (done_ && !status_.ok()) {
-      return absl::UnavailableError(absl::StrCat(
-          "the step stream ended: ", status_.error_message()));
+      return absl::UnavailableError(
+          absl::StrCat("the step stream ended: ", status_.error_message()));
     }
     return absl::UnavailableError("the step stream ended");
   }
@@ -224,9 +224,9 @@ class GrpcWorkerGroup::StreamedStep final : public PendingStep {
       if (!answer.ok()) {
         statuses[r] = ToGrpcStatus(answer.status());
       } else if (answer->code() != 0) {
-        statuses[r] = grpc::Status(
-            static_cast<grpc::StatusCode>(answer->code()), answer->message(),
-            answer->details());
+        statuses[r] =
+            grpc::Status(static_cast<grpc::StatusCode>(answer->code()),
+                         answer->message(), answer->details());
       } else {
         responses[r] = std::move(*answer->mutable_response());
       }

@@ -313,9 +313,8 @@ absl::StatusOr<std::vector<FinishedRequest>> Scheduler::OnStepDone(
   const InFlightStep& step = in_flight_.front();
   const std::vector<InFlight>& in_flight_seqs = step.seqs;
   if (result.step_id != step.step_id) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("result of step ", result.step_id, ", expected step ",
-                     step.step_id));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "result of step ", result.step_id, ", expected step ", step.step_id));
   }
   // Validate everything before changing anything.
   std::vector<const SequenceResult*> by_entry(in_flight_seqs.size(), nullptr);

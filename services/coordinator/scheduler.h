@@ -172,9 +172,9 @@ struct RequestProgress {
 // on the workers, OnStepDone() with its results, Schedule() again, ... A
 // plan with no sequences is not a step: it needs no OnStepDone(). While a
 // step runs, ScheduleAhead() may plan the one after it (overlap
-// scheduling); OnStepDone() then takes the steps' results in plan order. The caller
-// keeps the token ids (the scheduler counts them) and releases the worker
-// state of preempted, finished and aborted sequences.
+// scheduling); OnStepDone() then takes the steps' results in plan order. The
+// caller keeps the token ids (the scheduler counts them) and releases the
+// worker state of preempted, finished and aborted sequences.
 //
 // Deterministic: the same calls give the same plans. No I/O.
 // Thread-compatible: one scheduling loop owns it.

@@ -576,8 +576,8 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
       result->set_token_id(token.first);
       result->set_logprob(token.second);
       sampled_[c.sequence_id()] = {
-          token.first, c.start_position() + static_cast<int64_t>(
-                                                input.chunks[i].tokens.size())};
+          token.first, c.start_position() +
+                           static_cast<int64_t>(input.chunks[i].tokens.size())};
       if (c.top_logprobs() > 0) {
         ASSIGN_OR_RETURN(
             model::PositionLogprobs lp,

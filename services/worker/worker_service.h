@@ -90,8 +90,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context,
                                  const v1::StepRequest* request,
                                  v1::StepResponse* response) override;
-  grpc::ServerBidiReactor<v1::StepRequest, v1::StepStreamResponse>*
-  StepStream(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<v1::StepRequest, v1::StepStreamResponse>* StepStream(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context,
                                     const v1::ReleaseRequest* request,
                                     v1::ReleaseResponse* response) override;

@@ -874,8 +874,8 @@ TEST_F(OverlapTest, DecodesArePlannedAheadWithTheSameResults) {
   EXPECT_GE(ahead.size(), 10u);
   for (const worker::v1::SequenceChunk& c : ahead) {
     EXPECT_THAT(c.token_ids(), IsEmpty());
-    const bool is_a = c.start_position() >= 3 &&
-                      c.sampling().seed() >= 1000 && c.sampling().seed() < 2000;
+    const bool is_a = c.start_position() >= 3 && c.sampling().seed() >= 1000 &&
+                      c.sampling().seed() < 2000;
     // Token i of a request is at position prompt + i, drawn with seed + i.
     const int64_t prompt = is_a ? 3 : 2;
     const uint64_t base = is_a ? 1000 : 2000;

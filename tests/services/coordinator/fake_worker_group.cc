@@ -79,10 +79,9 @@ absl::StatusOr<v1::StepResponse> FakeWorkerGroup::Run(
     if (!c.starts_with_sampled_token()) continue;
     const auto it = sampled_.find(c.sequence_id());
     if (it == sampled_.end() || it->second != c.start_position()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", c.sequence_id(),
-                       " has no sampled token at position ",
-                       c.start_position()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", c.sequence_id(), " has no sampled token at position ",
+          c.start_position()));
     }
   }
   v1::StepResponse response;
@@ -230,9 +229,8 @@ bool FakeWorkerGroup::AwaitSteps(int n, absl::Duration timeout) {
 
 bool FakeWorkerGroup::AwaitStepsAnswered(int n, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  auto cond = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return answered_ >= n;
-  };
+  auto cond = [this, n]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return answered_ >= n; };
   return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
 }
 

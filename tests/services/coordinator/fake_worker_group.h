@@ -126,7 +126,8 @@ class FakeWorkerGroup final : public WorkerGroup {
   class FakePendingStep;
   // Runs a recorded step.
   absl::StatusOr<worker::v1::StepResponse> Run(
-      const worker::v1::StepRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      const worker::v1::StepRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const FakeWorkerGroupOptions options_;
   mutable absl::Mutex mu_;

@@ -27,10 +27,10 @@ namespace v1 = worker::v1;
 using ::testing::HasSubstr;
 
 // What a fake worker does with a step, by its step_id.
-constexpr uint64_t kStall = 7;       // Never answers (until cancelled).
-constexpr uint64_t kEndStream = 8;   // Ends the stream with UNAVAILABLE.
-constexpr uint64_t kRefuse = 9;      // INVALID_ARGUMENT.
-constexpr uint64_t kNotRun = 10;     // UNAVAILABLE, step_not_run.
+constexpr uint64_t kStall = 7;      // Never answers (until cancelled).
+constexpr uint64_t kEndStream = 8;  // Ends the stream with UNAVAILABLE.
+constexpr uint64_t kRefuse = 9;     // INVALID_ARGUMENT.
+constexpr uint64_t kNotRun = 10;    // UNAVAILABLE, step_not_run.
 
 // Answers each step with its step_id and the rank in compute_micros.
 class FakeWorker final : public v1::Worker::Service {

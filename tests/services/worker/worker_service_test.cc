@@ -347,11 +347,13 @@ TEST_F(WorkerServiceTest, StartsWithSampledTokenContinuesTheSequence) {
     return s.results_size() == 1 ? s.results(0) : v1::ChunkResult();
   };
   // Sequence 21 spells every token out; sequence 22 starts with its own.
-  const v1::ChunkResult a1 = sample(Chunk(21, kTokens, 0, 4, v1::OUTPUT_SAMPLE));
-  const v1::ChunkResult b1 = sample(Chunk(22, kTokens, 0, 4, v1::OUTPUT_SAMPLE));
+  const v1::ChunkResult a1 =
+      sample(Chunk(21, kTokens, 0, 4, v1::OUTPUT_SAMPLE));
+  const v1::ChunkResult b1 =
+      sample(Chunk(22, kTokens, 0, 4, v1::OUTPUT_SAMPLE));
   ASSERT_EQ(a1.token_id(), b1.token_id());
-  v1::SequenceChunk spelled = Chunk(21, {a1.token_id()}, 0, 1,
-                                    v1::OUTPUT_SAMPLE);
+  v1::SequenceChunk spelled =
+      Chunk(21, {a1.token_id()}, 0, 1, v1::OUTPUT_SAMPLE);
   spelled.set_start_position(4);
   const v1::ChunkResult a2 = sample(spelled);
   v1::SequenceChunk next;
@@ -400,10 +402,11 @@ TEST_F(WorkerServiceTest, StepStreamAnswersQueuedStepsInOrder) {
     std::vector<int64_t> tokens(kTokens.begin(), kTokens.begin() + 4);
     for (int i = 0; i < 5; ++i) {
       v1::StepRequest r;
-      const int64_t begin = i == 0 ? 0 : static_cast<int64_t>(tokens.size()) - 1;
-      *r.add_chunks() = Chunk(31, tokens, begin,
-                              static_cast<int64_t>(tokens.size()),
-                              v1::OUTPUT_SAMPLE);
+      const int64_t begin =
+          i == 0 ? 0 : static_cast<int64_t>(tokens.size()) - 1;
+      *r.add_chunks() =
+          Chunk(31, tokens, begin, static_cast<int64_t>(tokens.size()),
+                v1::OUTPUT_SAMPLE);
       v1::StepResponse s;
       ASSERT_TRUE(Step(r, s).ok());
       tokens.push_back(s.results(0).token_id());
@@ -411,8 +414,8 @@ TEST_F(WorkerServiceTest, StepStreamAnswersQueuedStepsInOrder) {
     }
   }
   grpc::ClientContext context;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest,
-                                           v1::StepStreamResponse>>
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::StepRequest, v1::StepStreamResponse>>
       stream = stub_->StepStream(&context);
   std::vector<v1::StepRequest> steps;
   {
@@ -447,7 +450,8 @@ TEST_F(WorkerServiceTest, StepStreamAnswersQueuedStepsInOrder) {
     v1::StepStreamResponse answer;
     ASSERT_TRUE(stream->Read(&answer));
     if (r.step_id() == 100) {
-      EXPECT_EQ(answer.code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+      EXPECT_EQ(answer.code(),
+                static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
       EXPECT_THAT(answer.message(), HasSubstr("vocab"));
       continue;
     }
