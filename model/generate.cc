@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 
 namespace mneme::model {
@@ -75,6 +77,7 @@ absl::StatusOr<PositionLogprobs> RowLogprobs(absl::Span<const float> logits,
 absl::StatusOr<GenerateResult> Generate(Model& model, gpu::Backend& backend,
                                         const std::vector<int64_t>& prompt,
                                         const GenerateOptions& options) {
+  const absl::Time began = absl::Now();
   if (prompt.empty()) return absl::InvalidArgumentError("empty prompt");
   if (options.max_new_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -158,6 +161,7 @@ absl::StatusOr<GenerateResult> Generate(Model& model, gpu::Backend& backend,
         SampleToken(backend, logits, params);
     if (!token.ok()) return fail(token.status());
     result.token_ids.push_back(token->first);
+    result.token_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - began));
     if (options.top_logprobs > 0) {
       absl::StatusOr<PositionLogprobs> lp =
           RowLogprobs(logits, token->first, options.top_logprobs);

@@ -73,6 +73,9 @@ struct GenerateResult {
   // With top_logprobs > 0: per generated token, the distribution it was
   // drawn from (target: the token).
   std::vector<PositionLogprobs> top_logprobs;
+  // When each generated token was sampled, seconds after Generate began
+  // (its inter-token latencies are the differences).
+  std::vector<double> token_seconds;
 };
 
 // Generates a continuation of `prompt` (>= 1 token) on `model` (any TP size,

@@ -133,7 +133,22 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
         {"logprobs", result.logprobs},
         {"prompt_tokens", prompt.size()},
         {"seconds", seconds},
+        // Model steps and the time they waited for Engram rows.
+        {"steps", local->model().stats().steps},
+        {"engram_seconds",
+         absl::ToDoubleSeconds(local->model().stats().engram_time)},
     };
+    if (result.token_seconds.size() >= 2) {
+      // The median time between two new tokens (a decode step), as
+      // `mneme bench serving` reports a server's inter-token latency.
+      std::vector<double> gaps;
+      for (size_t i = 1; i < result.token_seconds.size(); ++i) {
+        gaps.push_back(result.token_seconds[i] - result.token_seconds[i - 1]);
+      }
+      std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2,
+                       gaps.end());
+      j["itl_ms_p50"] = 1000 * gaps[gaps.size() / 2];
+    }
     if (*top > 0) {
       // Per generated token, its distribution's top N.
       nlohmann::ordered_json tops = nlohmann::ordered_json::array();
