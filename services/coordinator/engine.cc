@@ -139,7 +139,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   m->queue = histogram("mneme:request_queue_time_seconds",
                        "Time from arrival to the first scheduled step.");
   m->step = histogram("mneme:step_seconds",
-                      "Wall time of one step on the worker group.");
+                      "Wall time of one step on the worker group (a step sent "
+                      "ahead counts from the end of the one before).");
   m->schedule = histogram("mneme:scheduler_seconds",
                           "Time the scheduler takes to plan one step.");
   m->prompt_tokens =
@@ -760,6 +761,8 @@ void Engine::Loop() {
   // Steps sent and not yet applied, oldest first: one, or two while the
   // next step was planned ahead.
   std::deque<Launched> flight;
+  // When the last step was answered.
+  absl::Time answered = absl::InfinitePast();
   for (;;) {
     if (flight.empty()) {
       bool ready;
@@ -782,7 +785,8 @@ void Engine::Loop() {
     LaunchAhead(flight);
     Launched oldest = std::move(flight.front());
     flight.pop_front();
-    Complete(std::move(oldest));
+    Complete(std::move(oldest), answered);
+    answered = absl::Now();
   }
 }
 
@@ -864,9 +868,11 @@ void Engine::LaunchAhead(std::deque<Launched>& flight) {
   flight.push_back(std::move(launched));
 }
 
-void Engine::Complete(Launched launched) {
+void Engine::Complete(Launched launched, absl::Time previous_end) {
   absl::StatusOr<v1::StepResponse> response = launched.pending->Wait();
-  metrics_->step->Observe(absl::ToDoubleSeconds(absl::Now() - launched.start));
+  // A step sent ahead waited behind the one before it.
+  metrics_->step->Observe(absl::ToDoubleSeconds(
+      absl::Now() - std::max(launched.start, previous_end)));
   absl::MutexLock lock(&mu_);
   last_loop_ = absl::Now();
   const StepPlan& plan = launched.plan;

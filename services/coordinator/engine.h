@@ -165,8 +165,9 @@ class Engine {
   // Plans and sends the step after the one in flight, when the scheduler
   // can (overlap scheduling).
   void LaunchAhead(std::deque<Launched>& flight);
-  // Waits for the oldest step in flight and applies its outcome.
-  void Complete(Launched launched);
+  // Waits for the oldest step in flight and applies its outcome;
+  // `previous_end`: when the step before it was answered.
+  void Complete(Launched launched, absl::Time previous_end);
   // Polls the workers; re-forms their group when it is not whole; on
   // success (re)creates what depends on them.
   bool CheckReady();
