@@ -105,7 +105,7 @@ $label ($reps pairs, medians)
   in-process decode step (mneme run ITL p50)  $inproc ms
   cluster inter-token latency p50 (1 stream)  $itl ms
   serving-path overhead (pairwise difference) $overhead ms
-  coordinator step, sent to applied (mean)    $step_ms ms over $steps steps
+  coordinator step on the workers (mean)      $step_ms ms over $steps steps
   coordinator planning (mean)                 $sched_ms ms
   worker step, Step handler (mean)            $worker_ms ms
   Engram wait per step: worker (mean)         $worker_engram ms
