@@ -113,6 +113,17 @@ class WorkerServiceTest : public ::testing::Test {
     return stub_->Step(&context, request, &response);
   }
 
+  // A step of the one chunk `c` is INVALID_ARGUMENT, its message naming
+  // `what`.
+  void ExpectRefused(const v1::SequenceChunk& c, const std::string& what) {
+    v1::StepRequest r;
+    *r.add_chunks() = c;
+    v1::StepResponse s;
+    const grpc::Status st = Step(r, s);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what;
+    EXPECT_THAT(st.error_message(), HasSubstr(what));
+  }
+
   int64_t vocab() const { return local_->model().dims().vocab_size; }
 
   std::unique_ptr<LocalModel> local_;
@@ -237,12 +248,7 @@ TEST_F(WorkerServiceTest, TopLogprobsZeroReturnsTargetsOnly) {
 
 TEST_F(WorkerServiceTest, BadLogprobFieldsAreInvalidArgument) {
   auto refused = [&](const v1::SequenceChunk& c, const std::string& what) {
-    v1::StepRequest r;
-    *r.add_chunks() = c;
-    v1::StepResponse s;
-    const grpc::Status st = Step(r, s);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what;
-    EXPECT_THAT(st.error_message(), HasSubstr(what));
+    ExpectRefused(c, what);
   };
   v1::SequenceChunk c = Chunk(9, kTokens, 0, 4, v1::OUTPUT_SAMPLE);
   c.set_top_logprobs(21);
@@ -366,12 +372,7 @@ TEST_F(WorkerServiceTest, StartsWithSampledTokenContinuesTheSequence) {
   EXPECT_EQ(b2.logprob(), a2.logprob());
 
   auto refused = [&](const v1::SequenceChunk& c, const std::string& what) {
-    v1::StepRequest r;
-    *r.add_chunks() = c;
-    v1::StepResponse s;
-    const grpc::Status st = Step(r, s);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what;
-    EXPECT_THAT(st.error_message(), HasSubstr(what));
+    ExpectRefused(c, what);
   };
   // Its sampled token is at position 5 now.
   refused(next, "no sampled token at position 4");
