@@ -247,20 +247,17 @@ TEST_F(WorkerServiceTest, TopLogprobsZeroReturnsTargetsOnly) {
 }
 
 TEST_F(WorkerServiceTest, BadLogprobFieldsAreInvalidArgument) {
-  auto refused = [&](const v1::SequenceChunk& c, const std::string& what) {
-    ExpectRefused(c, what);
-  };
   v1::SequenceChunk c = Chunk(9, kTokens, 0, 4, v1::OUTPUT_SAMPLE);
   c.set_top_logprobs(21);
-  refused(c, "top_logprobs");
+  ExpectRefused(c, "top_logprobs");
   c.set_top_logprobs(-1);
-  refused(c, "top_logprobs");
+  ExpectRefused(c, "top_logprobs");
   c.set_top_logprobs(0);
   c.set_prompt_logprobs(true);
   c.set_next_token_id(vocab());
-  refused(c, "next_token_id");
+  ExpectRefused(c, "next_token_id");
   c.set_next_token_id(-2);
-  refused(c, "next_token_id");
+  ExpectRefused(c, "next_token_id");
   // Nothing ran: the sequence is still new.
   c.set_next_token_id(-1);
   v1::StepRequest ok;
@@ -371,26 +368,23 @@ TEST_F(WorkerServiceTest, StartsWithSampledTokenContinuesTheSequence) {
   EXPECT_EQ(b2.token_id(), a2.token_id());
   EXPECT_EQ(b2.logprob(), a2.logprob());
 
-  auto refused = [&](const v1::SequenceChunk& c, const std::string& what) {
-    ExpectRefused(c, what);
-  };
   // Its sampled token is at position 5 now.
-  refused(next, "no sampled token at position 4");
+  ExpectRefused(next, "no sampled token at position 4");
   next.set_start_position(6);
-  refused(next, "no sampled token at position 6");
+  ExpectRefused(next, "no sampled token at position 6");
   next.set_start_position(5);
   next.set_prompt_logprobs(true);
-  refused(next, "prompt_logprobs");
+  ExpectRefused(next, "prompt_logprobs");
   next.set_prompt_logprobs(false);
   next.set_sequence_id(23);
-  refused(next, "sequence 23 has no sampled token");
+  ExpectRefused(next, "sequence 23 has no sampled token");
   // Released: the token is forgotten with the sequence.
   next.set_sequence_id(22);
   v1::StepRequest release;
   release.add_release_sequence_ids(22);
   v1::StepResponse released;
   ASSERT_TRUE(Step(release, released).ok());
-  refused(next, "sequence 22 has no sampled token");
+  ExpectRefused(next, "sequence 22 has no sampled token");
 }
 
 // Steps written back to back on one StepStream run in order and are
