@@ -876,6 +876,12 @@ void Engine::Complete(Launched launched, absl::Time previous_end) {
   absl::MutexLock lock(&mu_);
   last_loop_ = absl::Now();
   const StepPlan& plan = launched.plan;
+  if (launched.epoch != epoch_ || !response.ok()) {
+    // The releases it carried may not have reached every rank: send them
+    // again (releasing a sequence twice is harmless).
+    to_release_.insert(to_release_.end(), launched.released.begin(),
+                       launched.released.end());
+  }
   if (launched.epoch != epoch_) {
     // Launched before the workers lost every sequence (its requests were
     // requeued already): nothing to apply.
@@ -883,11 +889,7 @@ void Engine::Complete(Launched launched, absl::Time previous_end) {
   }
   if (plan.sequences.empty()) {
     // Only releases: nothing to apply; a lost group shows up next time.
-    if (!response.ok()) {
-      ready_ = false;
-      to_release_.insert(to_release_.end(), launched.released.begin(),
-                         launched.released.end());
-    }
+    if (!response.ok()) ready_ = false;
     return;
   }
   // A step planned ahead of one whose requests all ended (stopped, failed,

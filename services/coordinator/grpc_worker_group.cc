@@ -97,6 +97,15 @@ class GrpcWorkerGroup::RankStream final
     return broken_ || ended_;
   }
 
+  // Gives the stream up (an answer went astray): every later Next() fails.
+  void Break() {
+    {
+      absl::MutexLock lock(&mu_);
+      broken_ = true;
+    }
+    context_.TryCancel();
+  }
+
   void Send(const v1::StepRequest& request) {
     const v1::StepRequest* write = nullptr;
     {
@@ -128,6 +137,11 @@ class GrpcWorkerGroup::RankStream final
 
   absl::StatusOr<v1::StepStreamResponse> TakeAnswerLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (broken_) {
+      // Answers arriving after a step missed its deadline are not trusted.
+      return absl::UnavailableError(
+          "the step stream was cancelled after a step missed its deadline");
+    }
     if (!answers_.empty()) {
       v1::StepStreamResponse answer = std::move(answers_.front());
       answers_.pop_front();
@@ -211,10 +225,22 @@ class GrpcWorkerGroup::StreamedStep final : public PendingStep {
  public:
   StreamedStep(const GrpcWorkerGroup* group,
                std::vector<std::shared_ptr<RankStream>> streams,
-               absl::Time deadline)
-      : group_(group), streams_(std::move(streams)), deadline_(deadline) {}
+               uint64_t step_id, absl::Time deadline)
+      : group_(group),
+        streams_(std::move(streams)),
+        step_id_(step_id),
+        deadline_(deadline) {}
+  ~StreamedStep() override {
+    // Never waited for: its answers would be taken for the next steps'.
+    if (!waited_) {
+      for (const std::shared_ptr<RankStream>& s : streams_) s->Break();
+    }
+  }
+  StreamedStep(const StreamedStep&) = delete;
+  StreamedStep& operator=(const StreamedStep&) = delete;
 
   absl::StatusOr<v1::StepResponse> Wait() override {
+    waited_ = true;
     const size_t n = streams_.size();
     std::vector<grpc::Status> statuses(n);
     std::vector<v1::StepResponse> responses(n);
@@ -223,6 +249,14 @@ class GrpcWorkerGroup::StreamedStep final : public PendingStep {
           streams_[r]->Next(deadline_);
       if (!answer.ok()) {
         statuses[r] = ToGrpcStatus(answer.status());
+      } else if (answer->step_id() != step_id_) {
+        // Answers are matched by order; a mismatch means the stream is out
+        // of step with this group.
+        streams_[r]->Break();
+        statuses[r] =
+            grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                         absl::StrCat("the answer to step ", answer->step_id(),
+                                      " came for step ", step_id_));
       } else if (answer->code() != 0) {
         statuses[r] =
             grpc::Status(static_cast<grpc::StatusCode>(answer->code()),
@@ -237,7 +271,9 @@ class GrpcWorkerGroup::StreamedStep final : public PendingStep {
  private:
   const GrpcWorkerGroup* const group_;
   const std::vector<std::shared_ptr<RankStream>> streams_;
+  const uint64_t step_id_;
   const absl::Time deadline_;
+  bool waited_ = false;
 };
 
 GrpcWorkerGroup::GrpcWorkerGroup(const GrpcWorkerGroupOptions& options)
@@ -265,18 +301,27 @@ std::unique_ptr<WorkerGroup::PendingStep> GrpcWorkerGroup::StartStep(
   const v1::StepRequest& sent = Stamp(request, stamped);
   const absl::Time deadline = absl::Now() + options_.step_timeout;
   std::vector<std::shared_ptr<RankStream>> streams;
+  // Broken streams replaced here; closed (which waits for their end) after
+  // the lock is released.
+  std::vector<std::shared_ptr<RankStream>> replaced;
   {
+    // Steps are queued on every rank in the same order.
     absl::MutexLock lock(&streams_mu_);
     if (streams_.empty()) streams_.resize(stubs_.size());
     for (size_t r = 0; r < stubs_.size(); ++r) {
       if (streams_[r] == nullptr || streams_[r]->broken()) {
+        replaced.push_back(std::move(streams_[r]));
         streams_[r] = std::make_shared<RankStream>(stubs_[r].get());
       }
     }
     streams = streams_;
+    for (const std::shared_ptr<RankStream>& stream : streams) {
+      stream->Send(sent);
+    }
   }
-  for (const std::shared_ptr<RankStream>& stream : streams) stream->Send(sent);
-  return std::make_unique<StreamedStep>(this, std::move(streams), deadline);
+  replaced.clear();
+  return std::make_unique<StreamedStep>(this, std::move(streams),
+                                        sent.step_id(), deadline);
 }
 
 absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Step(

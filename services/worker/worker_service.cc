@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
@@ -317,9 +318,11 @@ absl::Status WorkerService::StepTask(const v1::StepRequest& request,
 
 // One StepStream: reads steps in order and queues each on the step thread
 // (so the next step waits there while one runs), at most kMaxStreamedSteps
-// at once; writes the answers in order. Finishes once the client closed its
-// side (or the call broke) and every queued step was answered, so no step
-// task outlives the reactor.
+// at once; writes the answers in the order the steps were read (a step
+// refused before it was queued is answered in its place, not ahead of the
+// steps before it). Finishes once the client closed its side (or the call
+// broke) and every queued step was answered, so no step task outlives the
+// reactor.
 class WorkerService::StepStreamReactor final
     : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepStreamResponse> {
  public:
@@ -347,18 +350,18 @@ class WorkerService::StepStreamReactor final
     }
     auto request = std::make_unique<v1::StepRequest>(std::move(request_));
     request_.Clear();
-    bool read_next;
+    uint64_t seq;
     {
       absl::MutexLock lock(&mu_);
       ++outstanding_;
-      read_next = outstanding_ < kMaxStreamedSteps;
-      read_paused_ = !read_next;
+      seq = next_read_++;
     }
+    const uint64_t step_id = request->step_id();
     std::optional<InflightGate::Pass> pass = service_->gate_->Enter();
     if (!pass.has_value()) {
-      Answer(kDraining, nullptr);
+      Answer(seq, step_id, kDraining, nullptr);
     } else if (!service_->pool_->TrySchedule(
-                   [this, request = std::move(request),
+                   [this, seq, request = std::move(request),
                     pass = std::move(*pass)]() mutable {
                      auto out = std::make_unique<v1::StepStreamResponse>();
                      absl::Status st;
@@ -370,13 +373,31 @@ class WorkerService::StepStreamReactor final
                        st = service_->StepTask(*request,
                                                *out->mutable_response());
                      }
-                     Answer(ReplyStatus(st), std::move(out));
+                     Answer(seq, request->step_id(), ReplyStatus(st),
+                            std::move(out));
                    })) {
-      Answer(ToGrpcStatus(absl::ResourceExhaustedError(
+      Answer(seq, step_id,
+             ToGrpcStatus(absl::ResourceExhaustedError(
                  "the worker's step queue is full; retry later")),
              nullptr);
     }
-    if (read_next) StartRead(&request_);
+    // Only now that this step is queued (or answered) may the next be read:
+    // a read resumed by OnWriteDone cannot overtake it.
+    bool read = false;
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (write_failed_) {
+        reading_done_ = true;  // The client is gone.
+        finish = ShouldFinishLocked();
+      } else if (outstanding_ < kMaxStreamedSteps) {
+        read = true;
+      } else {
+        read_paused_ = true;
+      }
+    }
+    if (read) StartRead(&request_);
+    if (finish) Finish(grpc::Status::OK);
   }
 
   void OnWriteDone(bool ok) override {
@@ -390,8 +411,9 @@ class WorkerService::StepStreamReactor final
       if (!ok) {
         // The client is gone: drop what is left (its reads fail too).
         write_failed_ = true;
-        outstanding_ -= static_cast<int>(writes_.size());
+        outstanding_ -= static_cast<int>(writes_.size() + answered_.size());
         writes_.clear();
+        answered_.clear();
         if (read_paused_) reading_done_ = true;
       }
       writing_ = !writes_.empty();
@@ -410,8 +432,9 @@ class WorkerService::StepStreamReactor final
   void OnDone() override { delete this; }
 
  private:
-  // Queues a step's answer; `out` null for a step that did not run.
-  void Answer(const grpc::Status& status,
+  // The answer of the `seq`-th step read (`out` null for a step that did not
+  // run); written once every step before it was.
+  void Answer(uint64_t seq, uint64_t step_id, const grpc::Status& status,
               std::unique_ptr<v1::StepStreamResponse> out) {
     if (out == nullptr) out = std::make_unique<v1::StepStreamResponse>();
     if (!status.ok()) {
@@ -420,6 +443,7 @@ class WorkerService::StepStreamReactor final
       out->set_message(status.error_message());
       out->set_details(status.error_details());
     }
+    out->set_step_id(step_id);
     const v1::StepStreamResponse* write = nullptr;
     bool finish = false;
     {
@@ -428,8 +452,15 @@ class WorkerService::StepStreamReactor final
         --outstanding_;
         finish = ShouldFinishLocked();
       } else {
-        writes_.push_back(std::move(*out));
-        if (!writing_) {
+        answered_.emplace(seq, std::move(*out));
+        // Into the write queue in read order.
+        for (auto it = answered_.begin();
+             it != answered_.end() && it->first == next_write_;
+             it = answered_.erase(it)) {
+          writes_.push_back(std::move(it->second));
+          ++next_write_;
+        }
+        if (!writing_ && !writes_.empty()) {
           writing_ = true;
           write = &writes_.front();
         }
@@ -450,14 +481,21 @@ class WorkerService::StepStreamReactor final
   WorkerService* const service_;
   v1::StepRequest request_;
   absl::Mutex mu_;
-  // Steps read and not yet answered (queued, running or being written).
+  // Steps read and not yet written (queued, running, answered or being
+  // written).
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  // The read order of the next step read, and of the next answer to write.
+  uint64_t next_read_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_write_ ABSL_GUARDED_BY(mu_) = 0;
   bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
   bool reading_done_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  // Answers to write, in step order; the front one is being written.
+  // Answers that came before an earlier step's, by read order.
+  absl::btree_map<uint64_t, v1::StepStreamResponse> answered_
+      ABSL_GUARDED_BY(mu_);
+  // Answers to write, in read order; the front one is being written.
   std::deque<v1::StepStreamResponse> writes_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -31,6 +31,7 @@ constexpr uint64_t kStall = 7;      // Never answers (until cancelled).
 constexpr uint64_t kEndStream = 8;  // Ends the stream with UNAVAILABLE.
 constexpr uint64_t kRefuse = 9;     // INVALID_ARGUMENT.
 constexpr uint64_t kNotRun = 10;    // UNAVAILABLE, step_not_run.
+constexpr uint64_t kAstray = 14;    // Answered as another step.
 
 // Answers each step with its step_id and the rank in compute_micros.
 class FakeWorker final : public v1::Worker::Service {
@@ -54,6 +55,7 @@ class FakeWorker final : public v1::Worker::Service {
     v1::StepRequest request;
     while (stream->Read(&request)) {
       v1::StepStreamResponse answer;
+      answer.set_step_id(request.step_id());
       switch (request.step_id()) {
         case kStall:
           while (!context->IsCancelled()) {
@@ -70,6 +72,9 @@ class FakeWorker final : public v1::Worker::Service {
           answer.set_code(grpc::StatusCode::UNAVAILABLE);
           answer.set_message("engram store down");
           answer.set_details(std::string(kStepNotRunDetails));
+          break;
+        case kAstray:
+          answer.set_step_id(request.step_id() + 1);
           break;
         default:
           answer.mutable_response()->set_step_id(request.step_id());
@@ -192,6 +197,26 @@ TEST_F(GrpcWorkerGroupTest, AStreamTheWorkerEndsFailsItsStepsAndReopens) {
   r = g.Step(StepNumber(2));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(workers_[0]->streams, 2);
+}
+
+TEST_F(GrpcWorkerGroupTest, AnAnswerToAnotherStepBreaksTheStream) {
+  GrpcWorkerGroup& g = Group(/*stream=*/true, absl::Seconds(30));
+  absl::StatusOr<v1::StepResponse> r = g.Step(StepNumber(kAstray));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("the answer to step 15"));
+  r = g.Step(StepNumber(16));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(workers_[0]->streams, 2);
+}
+
+// A step started and dropped without Wait: its answers must not be taken for
+// the next step's.
+TEST_F(GrpcWorkerGroupTest, AStepNeverWaitedForBreaksItsStreams) {
+  GrpcWorkerGroup& g = Group(/*stream=*/true, absl::Seconds(30));
+  g.StartStep(StepNumber(17)).reset();
+  absl::StatusOr<v1::StepResponse> r = g.Step(StepNumber(18));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->step_id(), 18u);
 }
 
 TEST_F(GrpcWorkerGroupTest, AWorkerThatIsGoneIsUnavailable) {

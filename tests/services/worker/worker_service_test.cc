@@ -461,5 +461,43 @@ TEST_F(WorkerServiceTest, StepStreamAnswersQueuedStepsInOrder) {
   EXPECT_EQ(got, expected);
 }
 
+// A step refused before it was queued (the step queue is full) is answered
+// in its place, after the steps read before it.
+TEST_F(WorkerServiceTest, StepStreamAnswersRefusalsInOrder) {
+  WorkerServiceOptions o;
+  o.max_queued_steps = 1;
+  Serve(o);
+  grpc::ClientContext context;
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::StepRequest, v1::StepStreamResponse>>
+      stream = stub_->StepStream(&context);
+  // While the first runs or waits, a later one may be refused at once
+  // (a one-step queue); its refusal still comes in its place.
+  for (uint64_t id = 1; id <= 3; ++id) {
+    v1::StepRequest r;
+    r.set_step_id(id);
+    *r.add_chunks() =
+        Chunk(40 + id, kTokens, 0, static_cast<int64_t>(kTokens.size()),
+              v1::OUTPUT_SAMPLE);
+    ASSERT_TRUE(stream->Write(r));
+  }
+  ASSERT_TRUE(stream->WritesDone());
+  for (uint64_t id = 1; id <= 3; ++id) {
+    v1::StepStreamResponse answer;
+    ASSERT_TRUE(stream->Read(&answer));
+    EXPECT_EQ(answer.step_id(), id);
+    if (answer.code() == 0) {
+      EXPECT_EQ(answer.response().step_id(), id);
+    } else {
+      // The first always runs; a later one may find the queue full.
+      EXPECT_NE(id, 1u);
+      EXPECT_EQ(answer.code(),
+                static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED))
+          << answer.message();
+    }
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 }  // namespace
 }  // namespace mneme::worker
