@@ -319,25 +319,30 @@ float Fp4DotRow(const PackedMatrix& w, int64_t r, const float* HWY_RESTRICT xe,
   const int64_t n = static_cast<int64_t>(hn::Lanes(df));
   const hn::CappedTag<int8_t, 16> d16;
   const auto table = hn::LoadU(d16, kE2m1Twice);
-  const auto global = hn::Set(df, w.global_scale);
+  // NVFP4's global scale is folded into each group's: one multiply a group.
+  const float global = kNvfp4 ? w.global_scale : 1.0f;
   auto s0 = hn::Zero(df);
   auto s1 = hn::Zero(df);
-  // n bytes from j, each lane's value times half_scale: (2 * e2m1) * (s / 2)
-  // is e2m1 * s exactly (then times the global scale for NVFP4).
+  bool odd = false;
+  // n bytes from j: the doubled e2m1 values times x (low nibbles the even
+  // columns, high nibbles the odd ones), then times half the scale, into
+  // the two accumulators in turn.
   auto step = [&](int64_t j, hn::Vec<decltype(df)> half_scale) HWY_ATTR {
     const auto bytes = hn::LoadU(d8, pairs + j);
     const auto lo = hn::TableLookupBytes(
         table, hn::BitCast(di8, hn::And(bytes, hn::Set(d8, 0x0F))));
     const auto hi =
         hn::TableLookupBytes(table, hn::BitCast(di8, hn::ShiftRight<4>(bytes)));
-    auto vlo = hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di32, lo)), half_scale);
-    auto vhi = hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di32, hi)), half_scale);
-    if (kNvfp4) {
-      vlo = hn::Mul(vlo, global);
-      vhi = hn::Mul(vhi, global);
+    const auto vlo = hn::ConvertTo(df, hn::PromoteTo(di32, lo));
+    const auto vhi = hn::ConvertTo(df, hn::PromoteTo(di32, hi));
+    const auto t = hn::MulAdd(vhi, hn::LoadU(df, xo + j),
+                              hn::Mul(vlo, hn::LoadU(df, xe + j)));
+    if (odd) {
+      s1 = hn::MulAdd(t, half_scale, s1);
+    } else {
+      s0 = hn::MulAdd(t, half_scale, s0);
     }
-    s0 = hn::MulAdd(vlo, hn::LoadU(df, xe + j), s0);
-    s1 = hn::MulAdd(vhi, hn::LoadU(df, xo + j), s1);
+    odd = !odd;
   };
   int64_t g = 0;
   if (n == 2 * kGroupBytes) {
@@ -345,15 +350,15 @@ float Fp4DotRow(const PackedMatrix& w, int64_t r, const float* HWY_RESTRICT xe,
     const auto first_half = hn::FirstN(df, static_cast<size_t>(kGroupBytes));
     for (; g + 2 <= groups; g += 2) {
       step(g * kGroupBytes,
-           hn::IfThenElse(first_half, hn::Set(df, scale_of(g) * 0.5f),
-                          hn::Set(df, scale_of(g + 1) * 0.5f)));
+           hn::IfThenElse(first_half, hn::Set(df, scale_of(g) * 0.5f * global),
+                          hn::Set(df, scale_of(g + 1) * 0.5f * global)));
     }
   }
   for (; g < groups; ++g) {
     const int64_t end = (g + 1) * kGroupBytes;
     int64_t j = g * kGroupBytes;
     if (n <= kGroupBytes) {
-      const auto half_scale = hn::Set(df, scale_of(g) * 0.5f);
+      const auto half_scale = hn::Set(df, scale_of(g) * 0.5f * global);
       for (; j + n <= end; j += n) step(j, half_scale);
     }
     scalar(g, j, end);
