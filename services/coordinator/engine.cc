@@ -749,7 +749,7 @@ void Engine::FailStep(const StepPlan& plan, const absl::Status& status) {
 
 struct Engine::Launched {
   StepPlan plan;
-  // Release ids the step carried (given back if a release-only step fails).
+  // Release ids the step carried (sent again if the step fails or is void).
   std::vector<uint64_t> released;
   std::unique_ptr<WorkerGroup::PendingStep> pending;
   absl::Time start;
@@ -810,11 +810,7 @@ bool Engine::LaunchNext(std::deque<Launched>& flight) {
                                  options_.idle_check_interval;
       if (!idle_check) return false;
     } else {
-      launched.plan = *std::move(p);
-      request = BuildStep(launched.plan);
-      launched.released.assign(request.release_sequence_ids().begin(),
-                               request.release_sequence_ids().end());
-      launched.epoch = epoch_;
+      request = Prepare(*std::move(p), launched);
       last_worker_check_ = absl::Now();
     }
   }
@@ -835,10 +831,24 @@ bool Engine::LaunchNext(std::deque<Launched>& flight) {
     }
     return false;
   }
+  Send(std::move(launched), request, flight);
+  return true;
+}
+
+v1::StepRequest Engine::Prepare(StepPlan plan, Launched& launched) {
+  launched.plan = std::move(plan);
+  v1::StepRequest request = BuildStep(launched.plan);
+  launched.released.assign(request.release_sequence_ids().begin(),
+                           request.release_sequence_ids().end());
+  launched.epoch = epoch_;
+  return request;
+}
+
+void Engine::Send(Launched launched, const v1::StepRequest& request,
+                  std::deque<Launched>& flight) {
   launched.start = absl::Now();
   launched.pending = workers_->StartStep(request);
   flight.push_back(std::move(launched));
-  return true;
 }
 
 void Engine::LaunchAhead(std::deque<Launched>& flight) {
@@ -857,15 +867,9 @@ void Engine::LaunchAhead(std::deque<Launched>& flight) {
     absl::StatusOr<StepPlan> p = scheduler_->ScheduleAhead();
     if (!p.ok() || p->sequences.empty()) return;
     metrics_->schedule->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
-    launched.plan = *std::move(p);
-    request = BuildStep(launched.plan);
-    launched.released.assign(request.release_sequence_ids().begin(),
-                             request.release_sequence_ids().end());
-    launched.epoch = epoch_;
+    request = Prepare(*std::move(p), launched);
   }
-  launched.start = absl::Now();
-  launched.pending = workers_->StartStep(request);
-  flight.push_back(std::move(launched));
+  Send(std::move(launched), request, flight);
 }
 
 void Engine::Complete(Launched launched, absl::Time previous_end) {

@@ -165,6 +165,12 @@ class Engine {
   // Plans and sends the step after the one in flight, when the scheduler
   // can (overlap scheduling).
   void LaunchAhead(std::deque<Launched>& flight);
+  // Fills `launched` with `plan` and returns the plan's request.
+  worker::v1::StepRequest Prepare(StepPlan plan, Launched& launched)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts `request` on the workers and queues `launched` behind `flight`.
+  void Send(Launched launched, const worker::v1::StepRequest& request,
+            std::deque<Launched>& flight);
   // Waits for the oldest step in flight and applies its outcome;
   // `previous_end`: when the step before it was answered.
   void Complete(Launched launched, absl::Time previous_end);
