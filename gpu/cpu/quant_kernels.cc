@@ -309,6 +309,56 @@ float Fp4DotRow(const PackedMatrix& w, int64_t r, const float* HWY_RESTRICT xe,
     scalar(g, g * kGroupBytes, (g + 1) * kGroupBytes);
   }
   return tail;
+#elif HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  // 16 fp32 lanes hold the whole e2m1 table: a nibble becomes its value in
+  // one lane permute (vpermps), no integer conversion. 16 bytes a step: one
+  // MXFP4 group, or two NVFP4 groups with a scale per half.
+  static_assert(kGroupBytes == 16 || kGroupBytes == 8);
+  alignas(64) static constexpr float kE2m1[16] = {
+      0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+      -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  const hn::Full512<float> df;
+  const hn::Rebind<uint8_t, decltype(df)> d8;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const auto table = hn::Load(df, kE2m1);
+  const auto low_nibble = hn::Set(du, 0xFu);
+  // NVFP4's global scale is folded into each group's: one multiply a group.
+  const float global = kNvfp4 ? w.global_scale : 1.0f;
+  // The 16 bytes from j times the token: low nibbles against the even
+  // columns, high nibbles against the odd ones.
+  auto dot16 = [&](int64_t j) HWY_ATTR {
+    const auto codes = hn::PromoteTo(du, hn::LoadU(d8, pairs + j));
+    const auto lo = hn::TableLookupLanes(
+        table,
+        hn::IndicesFromVec(df, hn::BitCast(di, hn::And(codes, low_nibble))));
+    const auto hi = hn::TableLookupLanes(
+        table,
+        hn::IndicesFromVec(df, hn::BitCast(di, hn::ShiftRight<4>(codes))));
+    return hn::MulAdd(hi, hn::LoadU(df, xo + j),
+                      hn::Mul(lo, hn::LoadU(df, xe + j)));
+  };
+  // The scales of the 16 bytes from group g on.
+  auto scale16 = [&](int64_t g) HWY_ATTR {
+    if constexpr (kNvfp4) {
+      return hn::IfThenElse(hn::FirstN(df, 8),
+                            hn::Set(df, scale_of(g) * global),
+                            hn::Set(df, scale_of(g + 1) * global));
+    } else {
+      return hn::Set(df, scale_of(g));
+    }
+  };
+  constexpr int64_t kGroupsPerStep = 16 / kGroupBytes;
+  auto s0 = hn::Zero(df);
+  auto s1 = hn::Zero(df);
+  int64_t g = 0;
+  for (; g + 2 * kGroupsPerStep <= groups; g += 2 * kGroupsPerStep) {
+    s0 = hn::MulAdd(dot16(g * kGroupBytes), scale16(g), s0);
+    s1 = hn::MulAdd(dot16((g + kGroupsPerStep) * kGroupBytes),
+                    scale16(g + kGroupsPerStep), s1);
+  }
+  for (; g < groups; ++g) scalar(g, g * kGroupBytes, (g + 1) * kGroupBytes);
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1))) + tail;
 #else
   // Vectors of up to 16 bytes (32 values): one MXFP4 group, or two NVFP4
   // groups with a scale per half.
