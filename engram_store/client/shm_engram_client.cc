@@ -17,6 +17,8 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "engram_store/shm/shm_wire.h"
+#include "formats/row_decode.h"
+#include "formats/row_format.h"
 
 namespace mneme::engram {
 namespace {
@@ -187,7 +189,7 @@ absl::Status ShmEngramClient::CallOnce(uint32_t op,
   };
   auto post = [&](const Call& message) {
     return shm::Post(fd_, control->call, control->calls_posted,
-                     control->store_spinning, message);
+                     control->store_blocked, message);
   };
   if (absl::Status s = post(call); !s.ok()) return drop(s);
   const uint8_t* response = request_area + request_bytes_;
@@ -195,7 +197,7 @@ absl::Status ShmEngramClient::CallOnce(uint32_t op,
   for (;;) {
     if (absl::Status s =
             shm::Await(fd_, control->replies_posted, replies_seen_,
-                       control->client_spinning, options_.spin, deadline);
+                       control->client_blocked, options_.spin, deadline);
         !s.ok()) {
       return drop(s);
     }
@@ -322,26 +324,73 @@ absl::StatusOr<v1::LookupResponse> ShmEngramClient::LookupStream(
 
 absl::StatusOr<int32_t> ShmEngramClient::LookupInto(
     const v1::LookupRequest& request, bool stream, absl::Span<uint8_t> rows) {
+  // Decoded rows are asked for raw and decoded here, into `rows` (see
+  // shm_wire.h); raw rows, or an encoding the store is to refuse, go as
+  // asked.
+  const v1::RowEncoding asked = request.encoding();
+  const bool decode_here = asked == v1::ROW_ENCODING_UNSPECIFIED ||
+                           asked == v1::ROW_ENCODING_BF16 ||
+                           asked == v1::ROW_ENCODING_FP32;
+  const size_t out_row_bytes =
+      size_t{formats::kRowDim} * (asked == v1::ROW_ENCODING_FP32 ? 4 : 2);
   int32_t row_dim = 0;
-  auto sink = [&rows, &row_dim](const Piece& p) {
+  auto sink = [&](const Piece& p) {
     const Reply& r = *p.reply;
-    const uint64_t want = static_cast<uint64_t>(r.total_rows) *
-                          static_cast<uint64_t>(r.row_bytes);
+    const uint64_t row_bytes =
+        decode_here ? out_row_bytes : static_cast<uint64_t>(r.row_bytes);
+    const uint64_t want = static_cast<uint64_t>(r.total_rows) * row_bytes;
     if (want != rows.size()) {
       return absl::DataLossError(absl::StrCat("the lookup returned ", want,
                                               " bytes of rows, expected ",
                                               rows.size()));
     }
-    std::memcpy(rows.data() + r.first_row * r.row_bytes, p.rows,
-                static_cast<size_t>(r.rows * r.row_bytes));
+    uint8_t* const out = rows.data() + r.first_row * row_bytes;
     row_dim = r.row_dim;
+    const size_t in_bytes = static_cast<size_t>(r.rows * r.row_bytes);
+    if (!decode_here) {
+      std::memcpy(out, p.rows, in_bytes);
+      return absl::OkStatus();
+    }
+    const auto format = static_cast<formats::RowFormat>(r.row_format);
+    if (r.encoding != v1::ROW_ENCODING_RAW ||
+        (format != formats::RowFormat::kFp8 &&
+         format != formats::RowFormat::kNvfp4) ||
+        static_cast<size_t>(r.row_bytes) != formats::RowBytes(format) ||
+        r.row_dim != formats::kRowDim) {
+      return absl::DataLossError(
+          absl::StrCat("the store answered a raw lookup with encoding ",
+                       r.encoding, ", row format ", r.row_format, ", ",
+                       r.row_bytes, "-byte rows of ", r.row_dim, " values"));
+    }
+    const formats::RowDecodeOptions options{.format = format,
+                                            .global_scale = r.global_scale};
+    const absl::Span<const uint8_t> in(p.rows, in_bytes);
+    const size_t values = static_cast<size_t>(r.rows) * formats::kRowDim;
+    absl::Status decoded =
+        asked == v1::ROW_ENCODING_FP32
+            ? formats::DecodeRowsF32(
+                  options, in,
+                  absl::MakeSpan(reinterpret_cast<float*>(out), values))
+            : formats::DecodeRowsBf16(
+                  options, in,
+                  absl::MakeSpan(reinterpret_cast<uint16_t*>(out), values));
+    if (!decoded.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          "the store's raw rows do not decode: ", decoded.message()));
+    }
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(Dispatch(
       [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        const v1::LookupRequest* sent = &request;
+        if (decode_here) {
+          raw_request_.CopyFrom(request);
+          raw_request_.set_encoding(v1::ROW_ENCODING_RAW);
+          sent = &raw_request_;
+        }
         return CallOnce(
             static_cast<uint32_t>(stream ? Op::kLookupStream : Op::kLookup),
-            request, sink, nullptr);
+            *sent, sink, nullptr);
       },
       [&](EngramClient& fallback) {
         absl::StatusOr<int32_t> r = fallback.LookupInto(request, stream, rows);

@@ -112,6 +112,8 @@ class ShmEngramClient final : public EngramClient {
   // The last Connect failed because nothing listens at the socket path.
   bool unreachable_ ABSL_GUARDED_BY(mu_) = false;
   bool last_shared_ ABSL_GUARDED_BY(mu_) = false;
+  // LookupInto's request as sent: the caller's, asking for raw rows.
+  v1::LookupRequest raw_request_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mneme::engram

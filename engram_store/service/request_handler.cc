@@ -88,6 +88,8 @@ absl::StatusOr<ResolvedRequest> RequestHandler::Resolve(
   out.encoding = enc;
   out.wire_encoding = ToWire(enc);
   out.row_bytes = EncodedRowBytes(enc, table->format);
+  out.row_format = table->format;
+  out.global_scale = table->global_scale;
 
   if (row_ids.empty() == token_ids.empty()) {
     return absl::InvalidArgumentError(

@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engram_store/engram_store.h"
+#include "formats/row_format.h"
 #include "proto/engram/v1/engram_store.pb.h"
 
 namespace mneme::engram {
@@ -37,6 +38,9 @@ struct ResolvedRequest {
   v1::RowEncoding wire_encoding = v1::ROW_ENCODING_BF16;
   // Bytes per row in `encoding`.
   size_t row_bytes = 0;
+  // The table's stored row format and (NVFP4) global scale.
+  formats::RowFormat row_format = formats::RowFormat::kUnspecified;
+  float global_scale = 1.0f;
   std::vector<int64_t> row_ids;
 };
 

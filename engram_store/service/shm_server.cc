@@ -308,7 +308,7 @@ void ShmEngramServer::Serve(Connection* connection) {
   // slot meanwhile), waiting until `deadline`.
   auto next_call = [&](absl::Time deadline, Call* call) -> absl::Status {
     RETURN_IF_ERROR(shm::Await(fd, control->calls_posted, calls_seen,
-                               control->store_spinning, spin, deadline));
+                               control->store_blocked, spin, deadline));
     if (control->calls_posted.load() != calls_seen + 1) {
       return absl::DataLossError("the client posted several calls at once");
     }
@@ -318,7 +318,7 @@ void ShmEngramServer::Serve(Connection* connection) {
   };
   auto post = [&](const Reply& reply) {
     return shm::Post(fd, control->reply, control->replies_posted,
-                     control->client_spinning, reply);
+                     control->client_blocked, reply);
   };
   shm::Hello hello;
   hello.request_bytes = request_bytes;
@@ -451,6 +451,8 @@ void ShmEngramServer::Serve(Connection* connection) {
           reply.row_dim = static_cast<int32_t>(formats::kRowDim);
           reply.row_bytes = static_cast<int32_t>(row_bytes);
           reply.encoding = static_cast<int32_t>(resolved->wire_encoding);
+          reply.row_format = static_cast<int32_t>(resolved->row_format);
+          reply.global_scale = resolved->global_scale;
           if (absl::Status e = post(reply); !e.ok()) {
             return finish(e);
           }

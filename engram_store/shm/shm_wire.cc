@@ -19,6 +19,17 @@ namespace {
 
 std::string Errno() { return std::strerror(errno); }
 
+// A spin-wait hint: the polling core yields its pipeline (to a hyperthread
+// sibling, which may be the peer) and, on x86, does not flood the memory
+// system with loads of the line that the peer is about to write.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
 // Waits until the socket is readable (or closed) before the deadline.
 absl::Status WaitReadable(int socket, absl::Time deadline) {
   for (;;) {
@@ -158,30 +169,31 @@ absl::Status Ring(int socket) {
 }
 
 absl::Status Await(int socket, const std::atomic<uint64_t>& posted,
-                   uint64_t seen, std::atomic<uint32_t>& spinning,
+                   uint64_t seen, std::atomic<uint32_t>& blocked,
                    absl::Duration spin, absl::Time deadline) {
   auto arrived = [&] { return posted.load(std::memory_order_seq_cst) > seen; };
   if (arrived()) return absl::OkStatus();
   if (spin > absl::ZeroDuration()) {
-    spinning.store(1, std::memory_order_seq_cst);
     const absl::Time until = std::min(deadline, absl::Now() + spin);
     for (int i = 0;; ++i) {
-      if (arrived()) {
-        spinning.store(0, std::memory_order_seq_cst);
-        return absl::OkStatus();
-      }
+      if (arrived()) return absl::OkStatus();
+      CpuRelax();
       // The clock is read every 64 polls.
       if ((i & 63) == 63 && absl::Now() >= until) break;
     }
   }
-  // Stop spinning, then look once more: a message posted before the sender
-  // saw the flag cleared is seen here; one after, it rings for.
-  spinning.store(0, std::memory_order_seq_cst);
+  // Blocked from here: set the flag, then look once more. A message posted
+  // before the sender saw the flag is seen here; one after, it rings for.
+  blocked.store(1, std::memory_order_seq_cst);
+  struct Unblock {
+    std::atomic<uint32_t>& flag;
+    ~Unblock() { flag.store(0, std::memory_order_seq_cst); }
+  } unblock{blocked};
   for (;;) {
     if (arrived()) return absl::OkStatus();
     RETURN_IF_ERROR(WaitReadable(socket, deadline));
-    // Drain the doorbells (any number: some may be for messages already
-    // seen by spinning); EOF is the peer gone.
+    // Drain the doorbells (this wait's, and at most one rung for a message
+    // that the previous wait's last look saw); EOF is the peer gone.
     char bytes[64];
     for (;;) {
       const ssize_t n = recv(socket, bytes, sizeof(bytes), MSG_DONTWAIT);

@@ -23,16 +23,22 @@
 //             bytes) then their row ids (rows int64s) there, first_row and
 //             total_rows telling where it is; after each piece but the last
 //             it awaits Call {op = kContinue, same seq} before overwriting
-//             the area.
+//             the area. A lookup reply also names the table's row format
+//             and global scale: a client that wants decoded rows in its
+//             own buffer asks for ROW_ENCODING_RAW and decodes them there
+//             (half the bytes cross between the cores, and the decode runs
+//             on the caller's core, as in-process).
 //
 // A receiver spins on the mailbox count for a short while after its last
 // message (a lookup of one token takes microseconds; waking a blocked thread
 // takes tens) and then blocks on the socket; a sender rings the socket (one
-// byte) only when the receiver is not spinning. The socket also carries the
-// end of the connection: a peer that vanishes is seen as it closing. Every
-// wait is bounded by the call's deadline. Neither side trusts what the other
-// wrote: each copies a message out of the mailbox before checking it, and
-// checks every length against the area before using it.
+// byte) only when the receiver is blocked (or about to block), so a receiver
+// that is busy or spinning is never rung and doorbells cannot pile up in the
+// socket: at most one is pending, and the next blocking wait drains it. The
+// socket also carries the end of the connection: a peer that vanishes is seen
+// as it closing. Every wait is bounded by the call's deadline. Neither side
+// trusts what the other wrote: each copies a message out of the mailbox before
+// checking it, and checks every length against the area before using it.
 
 #include <atomic>
 #include <cstddef>
@@ -45,7 +51,7 @@
 namespace mneme::engram::shm {
 
 inline constexpr uint32_t kMagic = 0x48534E4D;  // "MNSH"
-inline constexpr uint32_t kVersion = 2;
+inline constexpr uint32_t kVersion = 3;
 
 enum class Op : uint32_t {
   kLookup = 1,
@@ -85,6 +91,10 @@ struct Reply {
   int32_t row_dim = 0;
   int32_t row_bytes = 0;
   int32_t encoding = 0;
+  // The table's stored row format (formats::RowFormat) and NVFP4 global
+  // scale, with which a client decodes ROW_ENCODING_RAW rows itself.
+  int32_t row_format = 0;
+  float global_scale = 1.0f;
   int32_t reserved = 0;
 };
 
@@ -96,27 +106,27 @@ struct Control {
   // Client -> store.
   alignas(64) std::atomic<uint64_t> calls_posted;
   Call call;
-  alignas(64) std::atomic<uint32_t> store_spinning;
+  alignas(64) std::atomic<uint32_t> store_blocked;
   // Store -> client.
   alignas(64) std::atomic<uint64_t> replies_posted;
   Reply reply;
-  alignas(64) std::atomic<uint32_t> client_spinning;
+  alignas(64) std::atomic<uint32_t> client_blocked;
 };
 inline constexpr uint64_t kControlBytes = 4096;
 static_assert(sizeof(Control) <= kControlBytes);
 
 // Posts `message` into a mailbox (`slot`, `posted`) and rings the socket
-// unless the receiver is spinning. Unavailable when the peer is gone.
+// when the receiver is blocked. Unavailable when the peer is gone.
 template <typename T>
 absl::Status Post(int socket, T& slot, std::atomic<uint64_t>& posted,
-                  const std::atomic<uint32_t>& receiver_spinning,
+                  const std::atomic<uint32_t>& receiver_blocked,
                   const T& message);
 
-// Waits until `posted` exceeds `seen`: spins for `spin` (with *spinning set
-// meanwhile), then blocks on the socket's doorbells. Unavailable when the
-// peer closed the connection, DeadlineExceeded at the deadline.
+// Waits until `posted` exceeds `seen`: spins for `spin`, then sets *blocked
+// and blocks on the socket's doorbells. Unavailable when the peer closed the
+// connection, DeadlineExceeded at the deadline.
 absl::Status Await(int socket, const std::atomic<uint64_t>& posted,
-                   uint64_t seen, std::atomic<uint32_t>& spinning,
+                   uint64_t seen, std::atomic<uint32_t>& blocked,
                    absl::Duration spin, absl::Time deadline);
 
 // Rings the doorbell (one byte).
@@ -142,14 +152,14 @@ absl::Status Receive(int socket, void* message, size_t size,
 
 template <typename T>
 absl::Status Post(int socket, T& slot, std::atomic<uint64_t>& posted,
-                  const std::atomic<uint32_t>& receiver_spinning,
+                  const std::atomic<uint32_t>& receiver_blocked,
                   const T& message) {
   slot = message;
-  // Sequentially consistent, with the receiver's "stop spinning, look once
-  // more" in Await: either it sees this message, or this sees it not
-  // spinning and rings.
+  // Sequentially consistent, with the receiver's "set blocked, look once
+  // more" in Await: either it sees this message, or this sees it blocked and
+  // rings.
   posted.fetch_add(1, std::memory_order_seq_cst);
-  if (receiver_spinning.load(std::memory_order_seq_cst) != 0) {
+  if (receiver_blocked.load(std::memory_order_seq_cst) == 0) {
     return absl::OkStatus();
   }
   return Ring(socket);

@@ -7,14 +7,17 @@
 //
 //   bazel run //tests/bench/engram_service:rpc_overhead_bench
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "benchmark/benchmark.h"
 #include "common/inflight_gate.h"
 #include "engram_store/client/grpc_engram_client.h"
@@ -24,6 +27,7 @@
 #include "engram_store/service/engram_service.h"
 #include "engram_store/service/request_handler.h"
 #include "engram_store/service/shm_server.h"
+#include "engram_store/shm/shm_wire.h"
 #include "services/common/server_runner.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
 
@@ -129,6 +133,54 @@ BENCHMARK(BM_Lookup)
     ->Args({512, 1})
     ->Args({512, 2})
     ->UseRealTime();
+
+// The shared-memory transport's floor: an empty message each way through
+// the two mailboxes of a Control block (what a shared-memory lookup adds to
+// the store's work besides the request's encoding and the rows crossing
+// between the cores).
+void BM_MailboxRoundTrip(benchmark::State& state) {
+  auto control = std::make_unique<shm::Control>();
+  int sockets[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sockets) != 0) {
+    state.SkipWithError("socketpair failed");
+    return;
+  }
+  const absl::Duration spin = absl::Milliseconds(1);
+  const absl::Time deadline = absl::Now() + absl::Hours(1);
+  // Answers every call; a call with seq 0 ends it.
+  std::thread peer([&] {
+    for (uint64_t seen = 0;; ++seen) {
+      if (!shm::Await(sockets[1], control->calls_posted, seen,
+                      control->store_blocked, spin, deadline)
+               .ok() ||
+          control->call.seq == 0) {
+        return;
+      }
+      (void)shm::Post(sockets[1], control->reply, control->replies_posted,
+                      control->client_blocked, shm::Reply{});
+    }
+  });
+  uint64_t replies = 0;
+  for (auto _ : state) {
+    shm::Call call;
+    call.seq = replies + 1;
+    (void)shm::Post(sockets[0], control->call, control->calls_posted,
+                    control->store_blocked, call);
+    if (!shm::Await(sockets[0], control->replies_posted, replies,
+                    control->client_blocked, spin, deadline)
+             .ok()) {
+      state.SkipWithError("no answer");
+      break;
+    }
+    ++replies;
+  }
+  (void)shm::Post(sockets[0], control->call, control->calls_posted,
+                  control->store_blocked, shm::Call{});
+  peer.join();
+  close(sockets[0]);
+  close(sockets[1]);
+}
+BENCHMARK(BM_MailboxRoundTrip)->UseRealTime();
 
 }  // namespace
 }  // namespace mneme::engram

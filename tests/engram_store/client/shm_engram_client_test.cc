@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,7 @@
 #include "engram_store/service/request_handler.h"
 #include "engram_store/service/shm_server.h"
 #include "engram_store/shm/shm_wire.h"
+#include "formats/row_format.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
 #include "tools/synthetic/synthetic_checkpoint.h"
@@ -44,6 +46,11 @@ class ShmEngramClientTest : public ::testing::Test {
     store_options.checkpoint_dir = options.out_dir;
     store_options.io_threads = 2;
     store_ = EngramStore::Create(store_options)->release();
+    options.out_dir = mneme::testing::MakeTempDir("shm") + "/nvfp4";
+    options.engram_format = formats::RowFormat::kNvfp4;
+    ASSERT_TRUE(synthetic::MakeSyntheticCheckpoint(options).ok());
+    store_options.checkpoint_dir = options.out_dir;
+    nvfp4_store_ = EngramStore::Create(store_options)->release();
   }
 
   void SetUp() override {
@@ -114,6 +121,7 @@ class ShmEngramClientTest : public ::testing::Test {
   }
 
   static EngramStore* store_;
+  static EngramStore* nvfp4_store_;
   static int sockets_;
   RequestLimits limits_;
   std::unique_ptr<RequestHandler> handler_;
@@ -124,6 +132,7 @@ class ShmEngramClientTest : public ::testing::Test {
 };
 
 EngramStore* ShmEngramClientTest::store_ = nullptr;
+EngramStore* ShmEngramClientTest::nvfp4_store_ = nullptr;
 int ShmEngramClientTest::sockets_ = 0;
 
 TEST_F(ShmEngramClientTest, AnswersAsTheInProcessClient) {
@@ -170,6 +179,87 @@ TEST_F(ShmEngramClientTest, AnswersAsTheInProcessClient) {
   prefetch.set_layer_id(ids.layer_id());
   prefetch.add_row_ids(3);
   EXPECT_TRUE(client->Prefetch(prefetch).ok());
+}
+
+// LookupInto asks the store for raw rows and decodes them in the caller's
+// buffer: the bits equal the store's own decode, for FP8 and NVFP4 tables,
+// every table, every encoding (raw rows come as stored), in one piece and in
+// several.
+TEST_F(ShmEngramClientTest, LookupIntoDecodesAsTheStoreDoes) {
+  for (EngramStore* store : {store_, nvfp4_store_}) {
+    for (uint64_t response_bytes : {uint64_t{1} << 20, uint64_t{8192}}) {
+      SCOPED_TRACE(absl::StrCat(store == store_ ? "FP8" : "NVFP4",
+                                " tables, a ", response_bytes, "-byte area"));
+      server_->Shutdown();
+      handler_ = std::make_unique<RequestHandler>(store, limits_);
+      StartServer(response_bytes);
+      InProcessEngramClient in_process(store, limits_);
+      std::unique_ptr<ShmEngramClient> client = Client();
+      for (const checkpoint::EngramTableLocation& table :
+           store->checkpoint().tables()) {
+        for (v1::RowEncoding encoding :
+             {v1::ROW_ENCODING_UNSPECIFIED, v1::ROW_ENCODING_BF16,
+              v1::ROW_ENCODING_FP32, v1::ROW_ENCODING_RAW}) {
+          v1::LookupRequest request = TokenRequest(3, encoding);
+          request.set_layer_id(table.layer);
+          absl::StatusOr<v1::LookupResponse> want = in_process.Lookup(request);
+          ASSERT_TRUE(want.ok()) << want.status();
+          std::vector<uint8_t> rows(want->rows().size());
+          absl::StatusOr<int32_t> row_dim =
+              client->LookupInto(request, false, absl::MakeSpan(rows));
+          ASSERT_TRUE(row_dim.ok()) << row_dim.status();
+          EXPECT_TRUE(client->last_call_used_shared_memory());
+          EXPECT_EQ(*row_dim, want->row_dim());
+          EXPECT_EQ(std::string(rows.begin(), rows.end()), want->rows())
+              << "layer " << table.layer << " encoding "
+              << v1::RowEncoding_Name(encoding);
+        }
+      }
+    }
+  }
+}
+
+// The doorbell rule: a sender rings only a receiver blocked on the socket,
+// so no doorbell piles up while both sides spin or work.
+TEST(ShmWireTest, DoorbellsRingOnlyABlockedReceiver) {
+  int sockets[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sockets), 0);
+  auto control = std::make_unique<shm::Control>();
+  auto pending = [&] {
+    char byte = 0;
+    return recv(sockets[1], &byte, 1, MSG_DONTWAIT) == 1;
+  };
+  // A receiver busy elsewhere (not blocked): the message, no doorbell.
+  ASSERT_TRUE(shm::Post(sockets[0], control->call, control->calls_posted,
+                        control->store_blocked, shm::Call{})
+                  .ok());
+  EXPECT_FALSE(pending());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  EXPECT_TRUE(shm::Await(sockets[1], control->calls_posted, 0,
+                         control->store_blocked, absl::ZeroDuration(), deadline)
+                  .ok());
+  EXPECT_EQ(control->store_blocked.load(), 0u);
+  // A receiver blocked in Await (no spinning) is woken by its doorbell.
+  std::atomic<bool> woke{false};
+  std::thread receiver([&] {
+    EXPECT_TRUE(shm::Await(sockets[1], control->calls_posted, 1,
+                           control->store_blocked, absl::ZeroDuration(),
+                           deadline)
+                    .ok());
+    woke = true;
+  });
+  while (control->store_blocked.load() == 0)
+    absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_FALSE(woke.load());
+  ASSERT_TRUE(shm::Post(sockets[0], control->call, control->calls_posted,
+                        control->store_blocked, shm::Call{})
+                  .ok());
+  receiver.join();
+  EXPECT_TRUE(woke.load());
+  EXPECT_EQ(control->store_blocked.load(), 0u);
+  EXPECT_FALSE(pending());  // drained by the wait it woke
+  close(sockets[0]);
+  close(sockets[1]);
 }
 
 TEST_F(ShmEngramClientTest, ErrorsAreTheHandlersAndKeepTheConnection) {
@@ -304,10 +394,10 @@ TEST_F(ShmEngramClientTest, MalformedMessagesCloseOnlyTheirConnection) {
   garbage.seq = 7;
   garbage.request_len = 64;
   ASSERT_TRUE(shm::Post(fd, control->call, control->calls_posted,
-                        control->store_spinning, garbage)
+                        control->store_blocked, garbage)
                   .ok());
   ASSERT_TRUE(shm::Await(fd, control->replies_posted, 0,
-                         control->client_spinning, absl::ZeroDuration(),
+                         control->client_blocked, absl::ZeroDuration(),
                          absl::Now() + absl::Seconds(5))
                   .ok());
   const shm::Reply reply = control->reply;
