@@ -134,6 +134,51 @@ BENCHMARK(BM_Lookup)
     ->Args({512, 2})
     ->UseRealTime();
 
+// The same lookup through the in-process client and through shared memory,
+// alternating call by call in one loop (each timed on its own), so that the
+// machine's drift between runs does not enter the ratio. Counters: the mean
+// of each, in microseconds, and shm / in-process.
+void BM_SharedMemoryVsInProcess(benchmark::State& state) {
+  Fixture& f = Get();
+  std::mt19937_64 rng(1);
+  v1::LookupRequest request;
+  request.set_layer_id(f.layer);
+  for (int64_t i = 0; i < state.range(0) + 3; ++i) {
+    request.add_token_ids(static_cast<int64_t>(rng() % f.vocab));
+  }
+  request.set_context_token_count(3);
+  absl::StatusOr<v1::LookupResponse> first = f.in_process->Lookup(request);
+  if (!first.ok()) {
+    state.SkipWithError(first.status().ToString().c_str());
+    return;
+  }
+  std::vector<uint8_t> rows(first->rows().size());
+  absl::Duration in_process, shared;
+  for (auto _ : state) {
+    const absl::Time t0 = absl::Now();
+    const bool a =
+        f.in_process->LookupInto(request, false, absl::MakeSpan(rows)).ok();
+    const absl::Time t1 = absl::Now();
+    const bool b = f.shm->LookupInto(request, false, absl::MakeSpan(rows)).ok();
+    const absl::Time t2 = absl::Now();
+    if (!a || !b) {
+      state.SkipWithError("a lookup failed");
+      break;
+    }
+    in_process += t1 - t0;
+    shared += t2 - t1;
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["in_process_us"] = absl::ToDoubleMicroseconds(in_process) / n;
+  state.counters["shm_us"] = absl::ToDoubleMicroseconds(shared) / n;
+  state.counters["shm/in_process"] = absl::FDivDuration(shared, in_process);
+}
+BENCHMARK(BM_SharedMemoryVsInProcess)
+    ->ArgName("tokens")
+    ->Arg(1)
+    ->Arg(512)
+    ->UseRealTime();
+
 // The shared-memory transport's floor: an empty message each way through
 // the two mailboxes of a Control block (what a shared-memory lookup adds to
 // the store's work besides the request's encoding and the rows crossing
