@@ -71,11 +71,12 @@ absl::StatusOr<std::unique_ptr<ShmEngramClient>> ShmEngramClient::Create(
       options.initial_backoff < absl::ZeroDuration() ||
       options.max_backoff < options.initial_backoff ||
       options.reconnect_interval < absl::ZeroDuration() ||
-      options.spin < absl::ZeroDuration()) {
+      options.spin < absl::ZeroDuration() ||
+      options.spin > absl::Milliseconds(10)) {
     return absl::InvalidArgumentError(
         "ShmEngramClientOptions: timeout must be > 0, max_attempts >= 1, "
         "0 <= initial_backoff <= max_backoff, reconnect_interval >= 0, "
-        "spin >= 0");
+        "0 <= spin <= 10ms");
   }
   return std::unique_ptr<ShmEngramClient>(new ShmEngramClient(options));
 }
@@ -129,7 +130,16 @@ absl::Status ShmEngramClient::Connect(absl::Time deadline) {
     close(fd);
     return status;
   };
-  if (hello.magic != shm::kMagic || hello.version != shm::kVersion) {
+  if (hello.magic == shm::kMagic && hello.version != shm::kVersion) {
+    // Another release of the protocol (a rolling upgrade): the gRPC path
+    // serves meanwhile.
+    unreachable_ = true;
+    return fail(absl::UnavailableError(absl::StrCat(
+        "the shared-memory socket ", options_.socket_path,
+        " speaks protocol version ", hello.version, ", this client ",
+        shm::kVersion, " (a store of another release)")));
+  }
+  if (hello.magic != shm::kMagic) {
     return fail(absl::DataLossError(absl::StrCat(
         "the shared-memory socket ", options_.socket_path,
         " answered with magic ", hello.magic, " version ", hello.version,
@@ -245,7 +255,9 @@ absl::Status ShmEngramClient::CallOnce(uint32_t op,
     }
     const Piece piece{&reply, response,
                       response + reply.rows * reply.row_bytes};
-    RETURN_IF_ERROR(sink(piece));
+    // A piece refused midway leaves the store waiting for a continuation:
+    // the connection goes with it.
+    if (absl::Status s = sink(piece); !s.ok()) return drop(s);
     next_row += reply.rows;
     if (next_row == reply.total_rows) return absl::OkStatus();
     Call more;
@@ -338,11 +350,13 @@ absl::StatusOr<int32_t> ShmEngramClient::LookupInto(
     const Reply& r = *p.reply;
     const uint64_t row_bytes =
         decode_here ? out_row_bytes : static_cast<uint64_t>(r.row_bytes);
-    const uint64_t want = static_cast<uint64_t>(r.total_rows) * row_bytes;
-    if (want != rows.size()) {
-      return absl::DataLossError(absl::StrCat("the lookup returned ", want,
-                                              " bytes of rows, expected ",
-                                              rows.size()));
+    // Divided, not multiplied: a total the store made up must not wrap
+    // around into the caller's size (CallOnce bounds each piece by it).
+    if (rows.size() % row_bytes != 0 ||
+        static_cast<uint64_t>(r.total_rows) != rows.size() / row_bytes) {
+      return absl::DataLossError(
+          absl::StrCat("the lookup returned ", r.total_rows, " rows of ",
+                       row_bytes, " bytes, expected ", rows.size(), " bytes"));
     }
     uint8_t* const out = rows.data() + r.first_row * row_bytes;
     row_dim = r.row_dim;

@@ -32,7 +32,7 @@ struct ShmEngramClientOptions {
   EngramClient* fallback = nullptr;
   // How long a call spins on the store's answer before it blocks on the
   // socket: a lookup of a few tokens is answered within it, without waking
-  // the thread. Zero: never spin. Default: 50 us.
+  // the thread. Zero: never spin; at most 10 ms. Default: 50 us.
   absl::Duration spin = absl::Microseconds(50);
   // How long after a failed connection attempt calls go to the fallback
   // before the socket is tried again. Default: 1 s.
@@ -109,7 +109,8 @@ class ShmEngramClient final : public EngramClient {
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   // Until when calls go to the fallback (after a failed connection).
   absl::Time fallback_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  // The last Connect failed because nothing listens at the socket path.
+  // The last Connect failed because nothing listens at the socket path, or
+  // the store there speaks another version of the protocol.
   bool unreachable_ ABSL_GUARDED_BY(mu_) = false;
   bool last_shared_ ABSL_GUARDED_BY(mu_) = false;
   // LookupInto's request as sent: the caller's, asking for raw rows.

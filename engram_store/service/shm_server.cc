@@ -95,8 +95,12 @@ absl::StatusOr<std::unique_ptr<ShmEngramServer>> ShmEngramServer::Create(
     return absl::InvalidArgumentError(
         "ShmServerOptions.default_timeout must be > 0");
   }
-  if (options.spin < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("ShmServerOptions.spin must be >= 0");
+  if (options.spin < absl::ZeroDuration() ||
+      options.spin > absl::Milliseconds(10)) {
+    // A spinning thread does not see the socket (a client gone, Shutdown).
+    return absl::InvalidArgumentError(
+        absl::StrCat("ShmServerOptions.spin must be in [0, 10ms], got ",
+                     absl::FormatDuration(options.spin)));
   }
   if (options.socket_mode < 0 || options.socket_mode > 0777) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -32,12 +32,12 @@ struct ShmServerOptions {
   uint64_t request_bytes = uint64_t{4} << 20;
   uint64_t response_bytes = uint64_t{64} << 20;
   // How long a connection's thread spins on its mailbox after a call before
-  // it blocks on the socket: a worker's next message within this time (a
-  // lookup's continuation, a back-to-back lookup) is taken without waking a
-  // thread (microseconds instead of tens). A decode step's lookups are
-  // milliseconds apart, so a longer spin mostly burns a core (measured on 2
-  // vCPUs: 200 us slowed the worker's step). Zero: never spin. Default:
-  // 20 us.
+  // it blocks on the socket: a worker's next message within this time is
+  // taken without waking a thread (microseconds instead of tens). A decode
+  // step's lookups are milliseconds apart, so a long spin mostly burns a
+  // core (measured on 2 vCPUs: 200 us slowed the worker's step). In [0,
+  // 10 ms] (a spinning thread does not watch the socket); zero: never spin.
+  // Default: 20 us.
   absl::Duration spin = absl::Microseconds(20);
   // Deadline of a call that names none (or a later one). Default: 10 s.
   absl::Duration default_timeout = absl::Seconds(10);

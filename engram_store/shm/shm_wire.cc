@@ -192,8 +192,8 @@ absl::Status Await(int socket, const std::atomic<uint64_t>& posted,
   for (;;) {
     if (arrived()) return absl::OkStatus();
     RETURN_IF_ERROR(WaitReadable(socket, deadline));
-    // Drain the doorbells (this wait's, and at most one rung for a message
-    // that the previous wait's last look saw); EOF is the peer gone.
+    // Drain the doorbells (this wait's, and any rung for messages that
+    // earlier waits' last looks saw); EOF is the peer gone.
     char bytes[64];
     for (;;) {
       const ssize_t n = recv(socket, bytes, sizeof(bytes), MSG_DONTWAIT);

@@ -33,8 +33,9 @@
 // message (a lookup of one token takes microseconds; waking a blocked thread
 // takes tens) and then blocks on the socket; a sender rings the socket (one
 // byte) only when the receiver is blocked (or about to block), so a receiver
-// that is busy or spinning is never rung and doorbells cannot pile up in the
-// socket: at most one is pending, and the next blocking wait drains it. The
+// that is busy or spinning is never rung: no system call while both sides
+// keep up, and every wait that blocks drains the doorbells pending (a ring
+// for a message its last look already saw is left to the next one). The
 // socket also carries the end of the connection: a peer that vanishes is seen
 // as it closing. Every wait is bounded by the call's deadline. Neither side
 // trusts what the other wrote: each copies a message out of the mailbox before

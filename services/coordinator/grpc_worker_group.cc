@@ -377,6 +377,32 @@ absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Combine(
         code, absl::StrCat("worker ", first_bad, " (",
                            options_.workers[first_bad], "): ", st.message()));
   }
+  // Rank 0's results are the step's; every rank must have sampled the same
+  // tokens, as each starts its next chunks with its own. Ranks that did not
+  // are out of step with each other: the group is as good as lost.
+  const v1::StepResponse& first = responses[0];
+  for (int r = 1; r < n; ++r) {
+    const v1::StepResponse& other = responses[r];
+    bool same = other.results_size() == first.results_size();
+    int i = 0;
+    for (; same && i < first.results_size(); ++i) {
+      same = other.results(i).sequence_id() == first.results(i).sequence_id() &&
+             other.results(i).token_id() == first.results(i).token_id();
+    }
+    if (!same) {
+      return absl::DataLossError(absl::StrCat(
+          "worker ", r, " (", options_.workers[r],
+          ") sampled other tokens than worker 0 (",
+          other.results_size() != first.results_size()
+              ? absl::StrCat(other.results_size(),
+                             " results where worker 0 has ",
+                             first.results_size())
+              : absl::StrCat("sequence ", first.results(i - 1).sequence_id(),
+                             ": token ", other.results(i - 1).token_id(),
+                             " vs ", first.results(i - 1).token_id()),
+          "); the ranks are out of step"));
+    }
+  }
   return std::move(responses[0]);
 }
 

@@ -78,7 +78,9 @@ class GrpcWorkerGroup final : public WorkerGroup {
   const worker::v1::StepRequest& Stamp(
       const worker::v1::StepRequest& request,
       std::optional<worker::v1::StepRequest>& stamped) const;
-  // The group's answer from every rank's outcome (see WorkerGroup::Step).
+  // The group's answer from every rank's outcome (see WorkerGroup::Step):
+  // rank 0's response; DataLoss when a rank sampled other tokens than rank 0
+  // (the ranks are out of step: the engine takes the group as lost).
   absl::StatusOr<worker::v1::StepResponse> Combine(
       std::vector<grpc::Status> statuses,
       std::vector<worker::v1::StepResponse> responses) const;

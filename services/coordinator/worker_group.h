@@ -47,7 +47,10 @@ class WorkerGroup {
   virtual int size() const = 0;
 
   // Runs `request` on every rank; rank 0's response (every rank computes the
-  // same). Otherwise the most telling error of any rank, naming it:
+  // same; the others answer only their sampled tokens, and DATA_LOSS when
+  // they differ from rank 0's: the ranks are out of step, and the group's
+  // sequences are as good as gone). Otherwise the most telling error of any
+  // rank, naming it:
   // UNAVAILABLE when a rank is unreachable, timed out or its group broke
   // (the workers' sequences are then gone); INVALID_ARGUMENT /
   // RESOURCE_EXHAUSTED when the plan was refused, which changes nothing on

@@ -48,9 +48,9 @@ ABSL_FLAG(int, shm_max_connections, 64,
           "Shared-memory connections served at once.");
 ABSL_FLAG(absl::Duration, shm_spin, absl::Microseconds(20),
           "How long a shared-memory connection spins for the worker's next "
-          "message before it blocks (0 = never spin): longer catches more "
-          "back-to-back calls without a wake-up, at the cost of a core that "
-          "long after each call.");
+          "message before it blocks, 0 to 10ms (0 = never spin): longer "
+          "catches more back-to-back calls without a wake-up, at the cost of "
+          "a core that long after each call.");
 ABSL_FLAG(absl::Duration, default_timeout, absl::Seconds(30),
           "Deadline of calls that carry none.");
 

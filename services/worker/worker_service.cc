@@ -590,6 +590,9 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
       tokens, out.ok());
   if (!out.ok()) return out.status();
   response.set_step_id(request.step_id());
+  // Rank 0 answers in full; the others only their sampled tokens (what the
+  // coordinator checks), worker.proto StepResponse.
+  const bool full = model->tp_rank() == 0;
   for (int i = 0; i < request.chunks_size(); ++i) {
     const v1::SequenceChunk& c = request.chunks(i);
     v1::ChunkResult* result = response.add_results();
@@ -616,7 +619,7 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
       sampled_[c.sequence_id()] = {
           token.first, c.start_position() +
                            static_cast<int64_t>(input.chunks[i].tokens.size())};
-      if (c.top_logprobs() > 0) {
+      if (full && c.top_logprobs() > 0) {
         ASSIGN_OR_RETURN(
             model::PositionLogprobs lp,
             model::RowLogprobs(last, token.first, c.top_logprobs()));
@@ -625,12 +628,14 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
         result->mutable_top_logprobs()->Add(lp.top_logprobs.begin(),
                                             lp.top_logprobs.end());
       }
+    } else if (!full) {
+      continue;
     } else if (c.output() == v1::OUTPUT_LOGITS_LAST) {
       result->mutable_logits()->Add(last.begin(), last.end());
     } else if (c.output() == v1::OUTPUT_LOGITS_ALL) {
       result->mutable_logits()->Add(rows.begin(), rows.end());
     }
-    if (c.prompt_logprobs()) {
+    if (full && c.prompt_logprobs()) {
       RETURN_IF_ERROR(AddPositionLogprobs(c, rows, vocab, *result));
     }
   }

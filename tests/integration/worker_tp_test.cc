@@ -247,11 +247,16 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
       ASSERT_EQ(got[r].second.results_size(), request.chunks_size());
     }
     for (int i = 0; i < request.chunks_size(); ++i) {
-      for (int r = 0; r < tp; ++r) {
-        const auto& l = got[r].second.results(i).logits();
-        ExpectClose(std::vector<float>(l.begin(), l.end()), want->logits[i],
-                    absl::StrCat("step ", step, " sequence ",
-                                 request.chunks(i).sequence_id(), " rank ", r));
+      // Rank 0 answers the logits; the others only the chunk (worker.proto
+      // StepResponse: they would send the same rows again).
+      const auto& l = got[0].second.results(i).logits();
+      ExpectClose(std::vector<float>(l.begin(), l.end()), want->logits[i],
+                  absl::StrCat("step ", step, " sequence ",
+                               request.chunks(i).sequence_id()));
+      for (int r = 1; r < tp; ++r) {
+        EXPECT_EQ(got[r].second.results(i).sequence_id(),
+                  request.chunks(i).sequence_id());
+        EXPECT_EQ(got[r].second.results(i).logits_size(), 0) << "rank " << r;
       }
     }
     // Next step: one token per sequence (the reference's argmax).
@@ -333,6 +338,27 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
     } else {
       EXPECT_EQ(used, ref_used) << "rank " << r;
     }
+  }
+
+  // A sampled token: rank 0 answers it with its top log-probabilities, every
+  // other rank only the token, the same one (each starts its next chunk with
+  // its own).
+  v1::StepRequest sample;
+  v1::SequenceChunk* sc = sample.add_chunks();
+  sc->set_sequence_id(4);
+  sc->add_token_ids(7);
+  sc->set_start_position(static_cast<int64_t>(long_prompt.size()));
+  sc->set_output(v1::OUTPUT_SAMPLE);
+  sc->set_top_logprobs(3);
+  auto sampled = cluster->Step(sample);
+  for (int r = 0; r < tp; ++r) {
+    ASSERT_TRUE(sampled[r].first.ok()) << sampled[r].first.error_message();
+    ASSERT_EQ(sampled[r].second.results_size(), 1);
+    const v1::ChunkResult& res = sampled[r].second.results(0);
+    EXPECT_EQ(res.sequence_id(), 4u);
+    EXPECT_EQ(res.token_id(), sampled[0].second.results(0).token_id())
+        << "rank " << r;
+    EXPECT_EQ(res.top_ids_size(), r == 0 ? 3 : 0) << "rank " << r;
   }
 
   // Releasing every sequence returns every cache block.

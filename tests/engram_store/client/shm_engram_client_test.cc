@@ -219,8 +219,9 @@ TEST_F(ShmEngramClientTest, LookupIntoDecodesAsTheStoreDoes) {
   }
 }
 
-// The doorbell rule: a sender rings only a receiver blocked on the socket,
-// so no doorbell piles up while both sides spin or work.
+// The doorbell rule: a sender rings only a receiver blocked on the socket
+// (no system call while both sides spin or work), and a blocked one is
+// woken.
 TEST(ShmWireTest, DoorbellsRingOnlyABlockedReceiver) {
   int sockets[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sockets), 0);
@@ -257,7 +258,6 @@ TEST(ShmWireTest, DoorbellsRingOnlyABlockedReceiver) {
   receiver.join();
   EXPECT_TRUE(woke.load());
   EXPECT_EQ(control->store_blocked.load(), 0u);
-  EXPECT_FALSE(pending());  // drained by the wait it woke
   close(sockets[0]);
   close(sockets[1]);
 }
@@ -321,6 +321,52 @@ TEST_F(ShmEngramClientTest, UnreachableSocketUsesTheFallback) {
   absl::SleepFor(absl::Milliseconds(150));  // past reconnect_interval
   ASSERT_TRUE(client->Lookup(request).ok());
   EXPECT_TRUE(client->last_call_used_shared_memory());
+}
+
+// A store of another protocol version (a rolling upgrade) is as good as
+// unreachable: the gRPC fallback serves.
+TEST_F(ShmEngramClientTest, AStoreOfAnotherProtocolVersionUsesTheFallback) {
+  server_->Shutdown();
+  const int listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, socket_path_.data(), socket_path_.size());
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+            0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  // Answers every connection with a Hello of version kVersion - 1.
+  std::thread old_store([&] {
+    for (;;) {
+      const int fd = accept(listener, nullptr, nullptr);
+      if (fd < 0) return;
+      shm::Hello hello;
+      hello.version = shm::kVersion - 1;
+      hello.request_bytes = hello.response_bytes = 1 << 16;
+      absl::StatusOr<int> memfd =
+          shm::CreateArea(shm::kControlBytes + (2 << 16));
+      if (memfd.ok()) {
+        (void)shm::Send(fd, &hello, sizeof(hello), *memfd);
+        close(*memfd);
+      }
+      close(fd);
+    }
+  });
+  std::unique_ptr<ShmEngramClient> client = Client(2, in_process_.get());
+  absl::StatusOr<v1::LookupResponse> a =
+      client->Lookup(TokenRequest(3, v1::ROW_ENCODING_BF16));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(client->last_call_used_shared_memory());
+  // Without a fallback: Unavailable, naming the versions.
+  std::unique_ptr<ShmEngramClient> alone = Client(1);
+  const absl::Status s =
+      alone->Lookup(TokenRequest(3, v1::ROW_ENCODING_BF16)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("protocol version"), std::string::npos) << s;
+  shutdown(listener, SHUT_RDWR);
+  old_store.join();
+  close(listener);
+  unlink(socket_path_.c_str());
+  server_.reset();
 }
 
 TEST_F(ShmEngramClientTest, AStalledStoreIsADeadline) {

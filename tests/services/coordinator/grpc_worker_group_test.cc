@@ -32,8 +32,10 @@ constexpr uint64_t kEndStream = 8;  // Ends the stream with UNAVAILABLE.
 constexpr uint64_t kRefuse = 9;     // INVALID_ARGUMENT.
 constexpr uint64_t kNotRun = 10;    // UNAVAILABLE, step_not_run.
 constexpr uint64_t kAstray = 14;    // Answered as another step.
+constexpr uint64_t kDiverge = 15;   // Rank 1 samples other tokens.
 
-// Answers each step with its step_id and the rank in compute_micros.
+// Answers each step with its step_id, the rank in compute_micros, and per
+// chunk the token 1000 + sequence id.
 class FakeWorker final : public v1::Worker::Service {
  public:
   explicit FakeWorker(int rank) : rank_(rank) {}
@@ -42,9 +44,20 @@ class FakeWorker final : public v1::Worker::Service {
                     const v1::StepRequest* request,
                     v1::StepResponse* response) override {
     ++unary_calls;
-    response->set_step_id(request->step_id());
-    response->set_compute_micros(rank_);
+    Answer(*request, *response);
     return grpc::Status::OK;
+  }
+
+  void Answer(const v1::StepRequest& request, v1::StepResponse& response) {
+    response.set_step_id(request.step_id());
+    response.set_compute_micros(rank_);
+    for (const v1::SequenceChunk& c : request.chunks()) {
+      v1::ChunkResult* result = response.add_results();
+      result->set_sequence_id(c.sequence_id());
+      result->set_token_id(
+          1000 + static_cast<int64_t>(c.sequence_id()) +
+          (rank_ == 1 && request.step_id() == kDiverge ? 1 : 0));
+    }
   }
 
   grpc::Status StepStream(
@@ -77,8 +90,7 @@ class FakeWorker final : public v1::Worker::Service {
           answer.set_step_id(request.step_id() + 1);
           break;
         default:
-          answer.mutable_response()->set_step_id(request.step_id());
-          answer.mutable_response()->set_compute_micros(rank_);
+          Answer(request, *answer.mutable_response());
       }
       if (!stream->Write(answer)) break;
     }
@@ -226,6 +238,28 @@ TEST_F(GrpcWorkerGroupTest, AWorkerThatIsGoneIsUnavailable) {
   absl::StatusOr<v1::StepResponse> r = g.Step(StepNumber(2));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
   EXPECT_THAT(r.status().message(), HasSubstr("worker 1"));
+}
+
+// Every rank starts its next chunks with the tokens it sampled: a rank that
+// sampled others is out of step, on either step path.
+TEST_F(GrpcWorkerGroupTest, RanksThatSampledOtherTokensAreDataLoss) {
+  for (bool stream : {true, false}) {
+    SCOPED_TRACE(stream ? "StepStream" : "unary Step");
+    GrpcWorkerGroup& g = Group(stream, absl::Seconds(30));
+    v1::StepRequest request = StepNumber(kDiverge);
+    request.add_chunks()->set_sequence_id(4);
+    request.add_chunks()->set_sequence_id(9);
+    absl::StatusOr<v1::StepResponse> r = g.Step(request);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+    EXPECT_THAT(r.status().message(), HasSubstr("worker 1"));
+    EXPECT_THAT(r.status().message(), HasSubstr("token 1005 vs 1004"));
+    // The same tokens on every rank: rank 0's answer.
+    request.set_step_id(16);
+    r = g.Step(request);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->results_size(), 2);
+    EXPECT_EQ(r->results(1).token_id(), 1009);
+  }
 }
 
 TEST_F(GrpcWorkerGroupTest, UnaryStepsWithoutTheStream) {
