@@ -101,6 +101,22 @@ class ShmEngramClientTest : public ::testing::Test {
     return request;
   }
 
+  // A socket listening on the server's path (the server shut down), or -1.
+  int Listen() const {
+    const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, socket_path_.data(), socket_path_.size());
+    if (fd < 0 ||
+        bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        listen(fd, 4) != 0) {
+      ADD_FAILURE() << "cannot listen on " << socket_path_;
+      if (fd >= 0) close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
   // A raw connection to the server: its fd after the Hello; *area is the
   // mapped area.
   int RawConnect(uint8_t** area) {
@@ -327,13 +343,8 @@ TEST_F(ShmEngramClientTest, UnreachableSocketUsesTheFallback) {
 // unreachable: the gRPC fallback serves.
 TEST_F(ShmEngramClientTest, AStoreOfAnotherProtocolVersionUsesTheFallback) {
   server_->Shutdown();
-  const int listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, socket_path_.data(), socket_path_.size());
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
-            0);
-  ASSERT_EQ(listen(listener, 4), 0);
+  const int listener = Listen();
+  ASSERT_GE(listener, 0);
   // Answers every connection with a Hello of version kVersion - 1.
   std::thread old_store([&] {
     for (;;) {
@@ -372,12 +383,8 @@ TEST_F(ShmEngramClientTest, AStoreOfAnotherProtocolVersionUsesTheFallback) {
 TEST_F(ShmEngramClientTest, AStalledStoreIsADeadline) {
   server_->Shutdown();
   // Something listens on the path but never answers (a stopped store).
-  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, socket_path_.data(), socket_path_.size());
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 4), 0);
+  const int fd = Listen();
+  ASSERT_GE(fd, 0);
   ShmEngramClientOptions options;
   options.socket_path = socket_path_;
   options.timeout = absl::Milliseconds(300);
