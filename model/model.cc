@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "checkpoint/model_config.h"
 #include "checkpoint/sharded_checkpoint.h"
+#include "common/process_memory.h"
 #include "common/status_macros.h"
 #include "engram_store/hashing/tokenizer_vocab.h"
 #include "model/layers/attention.h"
@@ -184,7 +185,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
                                                     "/tokenizer.json"));
     model->engram_vocab_size_ = tokenizer->size();
   }
+  // What loading the weights made resident (before the KV cache and the
+  // workspace, which are touched when allocated).
+  const absl::StatusOr<int64_t> before = ResidentBytes();
   RETURN_IF_ERROR(model->Load());
+  if (const absl::StatusOr<int64_t> after = ResidentBytes();
+      before.ok() && after.ok()) {
+    model->weight_resident_bytes_ = *after - *before;
+  }
   ASSIGN_OR_RETURN(
       model->kv_cache_,
       KvCache::Create(options.kv_cache, model->dims_.head_dim, backend));

@@ -112,6 +112,10 @@ class Model {
   const std::string& checkpoint_dir() const { return options_.checkpoint_dir; }
   // Backend bytes of this rank's weights.
   int64_t weight_bytes() const { return weight_bytes_; }
+  // How much the process's resident memory grew while the weights loaded
+  // (-1 where /proc is unreadable; less than the weights where the
+  // allocator reused pages freed before): against weight_bytes().
+  int64_t weight_resident_bytes() const { return weight_resident_bytes_; }
   const KvCache& kv_cache() const { return *kv_cache_; }
   const ModelStats& stats() const { return stats_; }
   // Token ids the Engram layers accept, [0, engram_vocab_size()): the size
@@ -182,6 +186,7 @@ class Model {
   std::unique_ptr<KvCache> kv_cache_;
   std::unique_ptr<Workspace> workspace_;
   int64_t weight_bytes_ = 0;
+  int64_t weight_resident_bytes_ = -1;
   VocabShard vocab_;
   // Engram hash columns of every rank; empty without Engram layers.
   EngramLayout engram_layout_;

@@ -137,6 +137,10 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
         {"steps", local->model().stats().steps},
         {"engram_seconds",
          absl::ToDoubleSeconds(local->model().stats().engram_time)},
+        // The checkpoint bytes of the model's weights, and how much the
+        // process's resident memory grew while they loaded.
+        {"weight_bytes", local->model().weight_bytes()},
+        {"weight_resident_bytes", local->model().weight_resident_bytes()},
     };
     if (result.token_seconds.size() >= 2) {
       // The median time between two new tokens (a decode step), as

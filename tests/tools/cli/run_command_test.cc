@@ -59,6 +59,11 @@ TEST(RunCommandTest, JsonContractAndChunkedPrefill) {
   EXPECT_EQ((*whole)["finish_reason"], "length");
   EXPECT_EQ((*whole)["prompt_tokens"], 19);
   for (const auto& lp : (*whole)["logprobs"]) EXPECT_LE(lp.get<double>(), 0);
+  // The weights' checkpoint bytes, and what loading them made resident (the
+  // allocator may reuse pages freed before, so no bound here).
+  ASSERT_TRUE((*whole)["weight_bytes"].is_number_integer());
+  EXPECT_GT((*whole)["weight_bytes"].get<int64_t>(), 0);
+  EXPECT_TRUE((*whole)["weight_resident_bytes"].is_number_integer());
   absl::StatusOr<nlohmann::json> chunked = Json(
       RunRun, {ckpt, absl::StrCat("--tokens=", kPrompt), "--max-new-tokens=6",
                "--chunk-tokens=4", "--threads=1", "--json"});
