@@ -3,6 +3,7 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -383,24 +384,25 @@ absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Combine(
   const v1::StepResponse& first = responses[0];
   for (int r = 1; r < n; ++r) {
     const v1::StepResponse& other = responses[r];
-    bool same = other.results_size() == first.results_size();
-    int i = 0;
-    for (; same && i < first.results_size(); ++i) {
-      same = other.results(i).sequence_id() == first.results(i).sequence_id() &&
-             other.results(i).token_id() == first.results(i).token_id();
+    auto out_of_step = [&](const std::string& what) {
+      return absl::DataLossError(
+          absl::StrCat("worker ", r, " (", options_.workers[r],
+                       ") sampled other tokens than worker 0 (", what,
+                       "); the ranks are out of step"));
+    };
+    if (other.results_size() != first.results_size()) {
+      return out_of_step(absl::StrCat(other.results_size(),
+                                      " results where worker 0 has ",
+                                      first.results_size()));
     }
-    if (!same) {
-      return absl::DataLossError(absl::StrCat(
-          "worker ", r, " (", options_.workers[r],
-          ") sampled other tokens than worker 0 (",
-          other.results_size() != first.results_size()
-              ? absl::StrCat(other.results_size(),
-                             " results where worker 0 has ",
-                             first.results_size())
-              : absl::StrCat("sequence ", first.results(i - 1).sequence_id(),
-                             ": token ", other.results(i - 1).token_id(),
-                             " vs ", first.results(i - 1).token_id()),
-          "); the ranks are out of step"));
+    for (int i = 0; i < first.results_size(); ++i) {
+      const v1::ChunkResult& a = first.results(i);
+      const v1::ChunkResult& b = other.results(i);
+      if (a.sequence_id() != b.sequence_id() || a.token_id() != b.token_id()) {
+        return out_of_step(absl::StrCat("sequence ", a.sequence_id(),
+                                        ": token ", b.token_id(), " vs ",
+                                        a.token_id()));
+      }
     }
   }
   return std::move(responses[0]);

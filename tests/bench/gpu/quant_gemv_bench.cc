@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <thread>
@@ -26,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "benchmark/benchmark.h"
+#include "common/process_memory.h"
 #include "gpu/backend.h"
 #include "gpu/cpu/cpu_backend.h"
 
@@ -85,13 +85,6 @@ Bytes MakeBytes(WeightFormat format) {
   return b;
 }
 
-int64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * 4096;
-}
-
 // threads: 1 or 0 (every core).
 void BM_Gemv(benchmark::State& state, WeightFormat format, bool fp32) {
   const int threads = static_cast<int>(state.range(0));
@@ -100,9 +93,9 @@ void BM_Gemv(benchmark::State& state, WeightFormat format, bool fp32) {
   const Bytes bytes = MakeBytes(format);
   const int64_t checkpoint_bytes =
       static_cast<int64_t>(bytes.data.size() + bytes.scale.size());
-  const int64_t before = ResidentBytes();
+  const int64_t before = ResidentBytes().value_or(0);
   std::unique_ptr<Weight> w = ValueOrDie(backend->UploadWeight(bytes.host));
-  const int64_t resident = ResidentBytes() - before;
+  const int64_t resident = ResidentBytes().value_or(0) - before;
   std::unique_ptr<Buffer> x = ValueOrDie(backend->Allocate(kIn));
   std::unique_ptr<Buffer> y = ValueOrDie(backend->Allocate(kOut));
   std::vector<float> xs(kIn, 0.5f);

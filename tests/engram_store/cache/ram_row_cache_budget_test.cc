@@ -3,15 +3,14 @@
 // and prefill-sized batches) never takes bytes_in_use over the budget, and
 // the process's resident memory grows by about the budget at most.
 
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "common/process_memory.h"
 #include "engram_store/cache/ram_row_cache.h"
 #include "formats/row_format.h"
 #include "gtest/gtest.h"
@@ -33,13 +32,11 @@ constexpr bool kUnderSanitizer = true;
 constexpr bool kUnderSanitizer = false;
 #endif
 
-// Resident set size of this process, from /proc/self/statm.
-uint64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  uint64_t size_pages = 0;
-  uint64_t resident_pages = 0;
-  statm >> size_pages >> resident_pages;
-  return resident_pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+// Resident set size of this process (common/process_memory.h).
+uint64_t Resident() {
+  const absl::StatusOr<int64_t> bytes = ResidentBytes();
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return bytes.ok() ? static_cast<uint64_t>(*bytes) : 0;
 }
 
 class RamRowCacheBudgetTest
@@ -69,7 +66,7 @@ TEST_P(RamRowCacheBudgetTest, LongZipfWorkloadStaysWithinBudget) {
   hits.reserve(kMaxBatch);
   std::vector<int64_t> missed;
   missed.reserve(kMaxBatch);
-  const uint64_t rss_before = ResidentBytes();
+  const uint64_t rss_before = Resident();
 
   RamRowCacheOptions options;
   options.row_bytes = rb;
@@ -114,7 +111,7 @@ TEST_P(RamRowCacheBudgetTest, LongZipfWorkloadStaysWithinBudget) {
     done += n;
     ++batches;
   }
-  const uint64_t rss_after = ResidentBytes();
+  const uint64_t rss_after = Resident();
   const RowCacheStats stats = cache.GetStats();
   EXPECT_EQ(bad_rows, 0u);
   EXPECT_EQ(stats.lookups, done);
