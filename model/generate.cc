@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
+#include "model/spec/verify.h"
 
 namespace mneme::model {
 
@@ -74,6 +75,178 @@ absl::StatusOr<PositionLogprobs> RowLogprobs(absl::Span<const float> logits,
   return out;
 }
 
+namespace {
+
+// Feeds `tokens` to the sequence from `position` in chunks of at most
+// `chunk`, with the taps when `drafter` is set (extending it); the logits of
+// the last position in `last`, and with `prompt_logprobs` >= 0 the
+// distribution of every later token appended to `prompt_lps`.
+absl::Status Prefill(Model& model, const std::vector<int64_t>& tokens,
+                     uint64_t id, int64_t chunk, int prompt_logprobs,
+                     DsparkDrafter* drafter, std::vector<float>& last,
+                     std::vector<PositionLogprobs>& prompt_lps) {
+  const int64_t vocab = model.dims().vocab_size;
+  const bool all = prompt_logprobs >= 0;
+  for (size_t begin = 0; begin < tokens.size();) {
+    const size_t end =
+        std::min(tokens.size(), begin + static_cast<size_t>(chunk));
+    StepInput in;
+    SequenceChunk c;
+    c.sequence_id = id;
+    c.tokens.assign(tokens.begin() + begin, tokens.begin() + end);
+    c.start_position = static_cast<int64_t>(begin);
+    c.logits = all                    ? SequenceChunk::Logits::kAll
+               : end == tokens.size() ? SequenceChunk::Logits::kLast
+                                      : SequenceChunk::Logits::kNone;
+    c.taps = drafter != nullptr;
+    in.chunks.push_back(std::move(c));
+    ASSIGN_OR_RETURN(StepOutput out, model.Step(in));
+    if (drafter != nullptr) {
+      RETURN_IF_ERROR(
+          drafter->Extend(id, static_cast<int64_t>(begin), out.taps[0]));
+    }
+    const std::vector<float>& rows = out.logits[0];
+    if (all) {
+      // Row r predicts tokens[begin + r + 1]; the last row of the prompt
+      // predicts the first new token.
+      for (size_t p = begin; p < end && p + 1 < tokens.size(); ++p) {
+        ASSIGN_OR_RETURN(
+            PositionLogprobs lp,
+            RowLogprobs(absl::MakeConstSpan(rows).subspan(
+                            (p - begin) * static_cast<size_t>(vocab),
+                            static_cast<size_t>(vocab)),
+                        tokens[p + 1], prompt_logprobs));
+        prompt_lps.push_back(std::move(lp));
+      }
+    }
+    if (end == tokens.size()) last.assign(rows.end() - vocab, rows.end());
+    begin = end;
+  }
+  return absl::OkStatus();
+}
+
+// Appends a generated token with the distribution it came from (`row`, the
+// target's logits at its position; `sampled_logprob` when the backend's
+// sampler gave it). Returns whether generation ends with it.
+absl::StatusOr<bool> Emit(const Model& model, const GenerateOptions& options,
+                          absl::Time began, int64_t token,
+                          absl::Span<const float> row, float sampled_logprob,
+                          GenerateResult& result) {
+  result.token_ids.push_back(token);
+  result.token_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - began));
+  if (options.top_logprobs > 0 || std::isnan(sampled_logprob)) {
+    ASSIGN_OR_RETURN(PositionLogprobs lp,
+                     RowLogprobs(row, token, options.top_logprobs));
+    result.logprobs.push_back(lp.target_logprob);
+    if (options.top_logprobs > 0) result.top_logprobs.push_back(std::move(lp));
+  } else {
+    result.logprobs.push_back(sampled_logprob);
+  }
+  if (options.stop_at_eos && token == model.dims().eos_token_id) {
+    result.finish_reason = "stop";
+    return true;
+  }
+  return static_cast<int64_t>(result.token_ids.size()) >=
+         options.max_new_tokens;
+}
+
+// The speculative loop after the prefill: draft k tokens from the anchor,
+// verify [anchor, drafts] in one step, keep the accepted prefix and the
+// target's next token, roll the rest back.
+absl::Status SpeculativeDecode(Model& model, gpu::Backend& backend,
+                               const GenerateOptions& options, uint64_t id,
+                               int64_t position, std::vector<float> logits,
+                               absl::Time began, GenerateResult& result) {
+  DsparkDrafter& drafter = *options.drafter;
+  const int64_t vocab = model.dims().vocab_size;
+  const bool greedy = !(options.sampling.temperature > 0.0f);
+  SpeculativeStats& stats = result.speculative;
+  stats.accepted_per_position.assign(options.num_speculative_tokens, 0);
+  // The first token comes from the prefill's logits.
+  gpu::SamplingParams params = options.sampling;
+  ASSIGN_OR_RETURN(auto first, SampleToken(backend, logits, params));
+  ASSIGN_OR_RETURN(bool done, Emit(model, options, began, first.first, logits,
+                                   first.second, result));
+  int64_t anchor = first.first;
+  for (uint64_t step = 1; !done; ++step) {
+    const int64_t left =
+        options.max_new_tokens - static_cast<int64_t>(result.token_ids.size());
+    const int k = static_cast<int>(std::min<int64_t>(
+        {options.num_speculative_tokens, drafter.block_size(), left - 1}));
+    // Seeds of this step: the drafts' and the verifier's.
+    const uint64_t seed = options.sampling.seed + step * 0x9E3779B97F4A7C15ull;
+    DraftProposal proposal;
+    if (k > 0) {
+      DraftRequest request;
+      request.sequence_id = id;
+      request.anchor = anchor;
+      request.sampling = options.sampling;
+      request.sampling.seed = seed;
+      ASSIGN_OR_RETURN(std::vector<DraftProposal> proposals,
+                       drafter.Propose({request}));
+      proposal = std::move(proposals[0]);
+    }
+    StepInput in;
+    SequenceChunk c;
+    c.sequence_id = id;
+    c.tokens.push_back(anchor);
+    c.tokens.insert(c.tokens.end(), proposal.tokens.begin(),
+                    proposal.tokens.begin() + k);
+    c.start_position = position;
+    c.logits = SequenceChunk::Logits::kAll;
+    c.taps = true;
+    in.chunks.push_back(std::move(c));
+    ASSIGN_OR_RETURN(StepOutput out, model.Step(in));
+    const std::vector<float>& rows = out.logits[0];
+    const absl::Span<const int64_t> drafts =
+        absl::MakeConstSpan(proposal.tokens).subspan(0, k);
+    Verdict verdict;
+    if (greedy) {
+      verdict = VerifyGreedy(rows, vocab, drafts);
+    } else {
+      std::vector<std::vector<double>> target, draft;
+      for (int j = 0; j <= k; ++j) {
+        target.push_back(SamplingDistribution(
+            absl::MakeConstSpan(rows).subspan(j * vocab, vocab),
+            options.sampling));
+        if (j < k) {
+          draft.push_back(SamplingDistribution(
+              absl::MakeConstSpan(proposal.logits).subspan(j * vocab, vocab),
+              options.sampling));
+        }
+      }
+      verdict = VerifySampled(target, draft, drafts, options.verify_rule,
+                              seed ^ 0x5851F42D4C957F2Dull);
+    }
+    const int a = verdict.accepted;
+    // The anchor and the accepted drafts are committed; the rest is undone.
+    RETURN_IF_ERROR(model.Truncate(id, position + 1 + a));
+    RETURN_IF_ERROR(drafter.Extend(
+        id, position,
+        absl::MakeConstSpan(out.taps[0])
+            .subspan(0, (1 + a) * (out.taps[0].size() / (k + 1)))));
+    position += 1 + a;
+    if (k > 0) {
+      stats.drafts += 1;
+      stats.draft_tokens += k;
+      stats.accepted_tokens += a;
+      for (int j = 0; j < a; ++j) stats.accepted_per_position[j] += 1;
+    }
+    stats.steps += 1;
+    for (int j = 0; j <= a && !done; ++j) {
+      const int64_t token = j < a ? drafts[j] : verdict.next;
+      ASSIGN_OR_RETURN(done,
+                       Emit(model, options, began, token,
+                            absl::MakeConstSpan(rows).subspan(j * vocab, vocab),
+                            std::numeric_limits<float>::quiet_NaN(), result));
+    }
+    anchor = verdict.next;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<GenerateResult> Generate(Model& model, gpu::Backend& backend,
                                         const std::vector<int64_t>& prompt,
                                         const GenerateOptions& options) {
@@ -94,6 +267,17 @@ absl::StatusOr<GenerateResult> Generate(Model& model, gpu::Backend& backend,
         absl::StrCat("top_logprobs=", options.top_logprobs, " must be in [0, ",
                      kMaxTopLogprobs, "]"));
   }
+  const bool speculative =
+      options.drafter != nullptr && options.num_speculative_tokens > 0;
+  if (options.num_speculative_tokens < 0 ||
+      (speculative && options.num_speculative_tokens >
+                          std::min(options.drafter->block_size(),
+                                   model.options().max_speculative_tokens))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_speculative_tokens=", options.num_speculative_tokens,
+        " must be in [0, min(the drafter's block size, the model's "
+        "max_speculative_tokens)]"));
+  }
   const uint64_t id = options.sequence_id;
   GenerateResult result;
   result.finish_reason = "length";
@@ -104,84 +288,62 @@ absl::StatusOr<GenerateResult> Generate(Model& model, gpu::Backend& backend,
     result.prompt_logprobs[0].target_logprob =
         std::numeric_limits<float>::quiet_NaN();
   }
-  const int64_t vocab = model.dims().vocab_size;
-  auto fail = [&](absl::Status st) {
+  auto release = [&] {
     model.Release(id);
+    if (options.drafter != nullptr) options.drafter->Release(id);
+  };
+  auto fail = [&](absl::Status st) {
+    release();
     return st;
   };
   const int64_t chunk = options.prefill_chunk_tokens > 0
                             ? options.prefill_chunk_tokens
                             : static_cast<int64_t>(prompt.size());
   std::vector<float> logits;
-  int64_t position = 0;
-  std::vector<int64_t> next(prompt.begin(), prompt.end());
-  for (int64_t step = 0;; ++step) {
-    // Prefill in chunks; then one token per step.
-    for (size_t begin = 0; begin < next.size();) {
-      const size_t end =
-          std::min(next.size(), begin + static_cast<size_t>(chunk));
-      StepInput in;
-      SequenceChunk c;
-      c.sequence_id = id;
-      c.tokens.assign(next.begin() + begin, next.begin() + end);
-      c.start_position = position;
-      const bool all = want_prompt && step == 0;
-      c.logits = all                  ? SequenceChunk::Logits::kAll
-                 : end == next.size() ? SequenceChunk::Logits::kLast
-                                      : SequenceChunk::Logits::kNone;
-      in.chunks.push_back(std::move(c));
-      absl::StatusOr<StepOutput> out = model.Step(in);
-      if (!out.ok()) return fail(out.status());
-      position += static_cast<int64_t>(end - begin);
-      if (all) {
-        // Row r predicts prompt[begin + r + 1]; the last row of the prompt
-        // predicts the first new token.
-        const std::vector<float>& rows = out->logits[0];
-        for (size_t p = begin; p < end && p + 1 < next.size(); ++p) {
-          absl::StatusOr<PositionLogprobs> lp =
-              RowLogprobs(absl::MakeConstSpan(rows).subspan(
-                              (p - begin) * static_cast<size_t>(vocab),
-                              static_cast<size_t>(vocab)),
-                          next[p + 1], options.prompt_logprobs);
-          if (!lp.ok()) return fail(lp.status());
-          result.prompt_logprobs.push_back(*std::move(lp));
-        }
-        if (end == next.size()) {
-          logits.assign(rows.end() - vocab, rows.end());
-        }
-      } else if (end == next.size()) {
-        logits = std::move(out->logits[0]);
-      }
-      begin = end;
+  if (absl::Status st =
+          Prefill(model, prompt, id, chunk, options.prompt_logprobs,
+                  speculative ? options.drafter : nullptr, logits,
+                  result.prompt_logprobs);
+      !st.ok()) {
+    return fail(st);
+  }
+  if (options.max_new_tokens == 0) {
+    release();
+    return result;
+  }
+  if (speculative) {
+    if (absl::Status st = SpeculativeDecode(model, backend, options, id,
+                                            static_cast<int64_t>(prompt.size()),
+                                            std::move(logits), began, result);
+        !st.ok()) {
+      return fail(st);
     }
-    if (options.max_new_tokens == 0) break;
+    release();
+    return result;
+  }
+  int64_t position = static_cast<int64_t>(prompt.size());
+  for (uint64_t step = 0;; ++step) {
     gpu::SamplingParams params = options.sampling;
-    params.seed = options.sampling.seed + static_cast<uint64_t>(step);
+    params.seed = options.sampling.seed + step;
     absl::StatusOr<std::pair<int64_t, float>> token =
         SampleToken(backend, logits, params);
     if (!token.ok()) return fail(token.status());
-    result.token_ids.push_back(token->first);
-    result.token_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - began));
-    if (options.top_logprobs > 0) {
-      absl::StatusOr<PositionLogprobs> lp =
-          RowLogprobs(logits, token->first, options.top_logprobs);
-      if (!lp.ok()) return fail(lp.status());
-      result.logprobs.push_back(lp->target_logprob);
-      result.top_logprobs.push_back(*std::move(lp));
-    } else {
-      result.logprobs.push_back(token->second);
-    }
-    if (options.stop_at_eos && token->first == model.dims().eos_token_id) {
-      result.finish_reason = "stop";
-      break;
-    }
-    if (static_cast<int64_t>(result.token_ids.size()) >=
-        options.max_new_tokens) {
-      break;
-    }
-    next = {token->first};
+    absl::StatusOr<bool> done = Emit(model, options, began, token->first,
+                                     logits, token->second, result);
+    if (!done.ok()) return fail(done.status());
+    if (*done) break;
+    StepInput in;
+    SequenceChunk c;
+    c.sequence_id = id;
+    c.tokens = {token->first};
+    c.start_position = position;
+    in.chunks.push_back(std::move(c));
+    absl::StatusOr<StepOutput> out = model.Step(in);
+    if (!out.ok()) return fail(out.status());
+    logits = std::move(out->logits[0]);
+    position += 1;
   }
-  model.Release(id);
+  release();
   return result;
 }
 

@@ -10,6 +10,8 @@
 #include "absl/types/span.h"
 #include "gpu/backend.h"
 #include "model/model.h"
+#include "model/spec/dspark.h"
+#include "model/spec/verify.h"
 
 namespace mneme::model {
 
@@ -60,6 +62,25 @@ struct GenerateOptions {
   // The top N tokens of each new token's distribution, in [0,
   // kMaxTopLogprobs] (GenerateResult::top_logprobs). Default: 0.
   int top_logprobs = 0;
+  // Speculative decoding: a DSpark drafter of the model (borrowed; null:
+  // off) and the drafts verified per step, in [0, min(its block size, the
+  // model's max_speculative_tokens)] (0: off). Greedy requests are verified
+  // greedily (the output equals plain greedy decoding), sampled ones with
+  // `verify_rule` (the target distribution is preserved). Default: off.
+  DsparkDrafter* drafter = nullptr;
+  int num_speculative_tokens = 0;
+  VerifyRule verify_rule = VerifyRule::kBlock;
+};
+
+// What speculative decoding did in one generation (vLLM's spec-decode
+// counters): verify steps, those with drafts, drafts proposed and
+// accepted, and acceptances by draft position.
+struct SpeculativeStats {
+  int64_t steps = 0;
+  int64_t drafts = 0;
+  int64_t draft_tokens = 0;
+  int64_t accepted_tokens = 0;
+  std::vector<int64_t> accepted_per_position;
 };
 
 struct GenerateResult {
@@ -76,6 +97,8 @@ struct GenerateResult {
   // When each generated token was sampled, seconds after Generate began
   // (its inter-token latencies are the differences).
   std::vector<double> token_seconds;
+  // With a drafter: what speculation did.
+  SpeculativeStats speculative;
 };
 
 // Generates a continuation of `prompt` (>= 1 token) on `model` (any TP size,

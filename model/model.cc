@@ -159,6 +159,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
                      "): decode context parallelism runs on the "
                      "tensor-parallel ranks"));
   }
+  if (options.max_speculative_tokens < 0 ||
+      options.max_speculative_tokens > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_speculative_tokens=", options.max_speculative_tokens,
+                     " must be in [0, 64]"));
+  }
   if (options.dcp_interleave < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dcp_interleave=", options.dcp_interleave, " must be >= 1"));
@@ -218,6 +224,15 @@ absl::Status Model::Load() {
                    LoadModelWeights(load, dims_, vocab_, engram_layout_,
                                     options_.tp_rank, options_.tp_size));
   weight_bytes_ = load.uploaded_bytes();
+  for (LayerWeights& lw : weights_->layers) {
+    if (lw.attn.compressor != nullptr) {
+      lw.attn.compressor->SetRollbackTokens(options_.max_speculative_tokens);
+    }
+    if (lw.attn.indexer != nullptr && lw.attn.indexer->compressor != nullptr) {
+      lw.attn.indexer->compressor->SetRollbackTokens(
+          options_.max_speculative_tokens);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -257,6 +272,7 @@ LayerContext Model::Context() const {
       .dcp = DcpLayout{.rank = options_.tp_rank,
                        .size = options_.dcp_size,
                        .interleave = options_.dcp_interleave},
+      .rollback_tokens = options_.max_speculative_tokens,
   };
 }
 
@@ -304,6 +320,25 @@ void Model::Release(uint64_t sequence_id) {
     FreeLayerState(*kv_cache_, l);
   }
   sequences_.erase(it);
+}
+
+absl::Status Model::Truncate(uint64_t sequence_id, int64_t length) {
+  auto it = sequences_.find(sequence_id);
+  if (it == sequences_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence ", sequence_id, " is not known"));
+  }
+  SequenceState& seq = *it->second;
+  const int64_t now = static_cast<int64_t>(seq.tokens.size());
+  const int64_t floor = seq.high_water - options_.max_speculative_tokens;
+  if (length > now || length < std::max<int64_t>(floor, 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", sequence_id, " of ", now, " tokens (at most ",
+        seq.high_water, ") cannot be rolled back to ", length,
+        ": max_speculative_tokens is ", options_.max_speculative_tokens));
+  }
+  seq.tokens.resize(length);
+  return absl::OkStatus();
 }
 
 void Model::ReleaseAll() {
@@ -397,7 +432,7 @@ absl::StatusOr<std::vector<SequenceState*>> Model::Admit(
     for (int l = 0; l < dims_.num_layers; ++l) {
       const SequenceState::LayerState& ls =
           is_new[i] ? kEmpty : sequences_.at(c.sequence_id)->layers[l];
-      needed += more(dims_.sliding_window, ls.window);
+      needed += more(Context().WindowRing(), ls.window);
       needed += more(StateRows(l), ls.state);
       needed += more(IndexStateRows(l), ls.index_state);
       if (dims_.HasCompressor(l)) {
@@ -447,7 +482,7 @@ absl::StatusOr<std::vector<SequenceState*>> Model::Admit(
         const int64_t m = more(rows, blocks);
         if (m > 0) st.Update(kv_cache_->Allocate(static_cast<int>(m), blocks));
       };
-      grow(dims_.sliding_window, ls.window);
+      grow(Context().WindowRing(), ls.window);
       grow(StateRows(l), ls.state);
       grow(IndexStateRows(l), ls.index_state);
       if (dims_.HasCompressor(l)) {
@@ -479,6 +514,8 @@ absl::StatusOr<StepOutput> Model::Step(const StepInput& input) {
   for (size_t i = 0; i < input.chunks.size(); ++i) {
     const std::vector<int64_t>& t = input.chunks[i].tokens;
     seqs[i]->tokens.insert(seqs[i]->tokens.end(), t.begin(), t.end());
+    seqs[i]->high_water = std::max(
+        seqs[i]->high_water, static_cast<int64_t>(seqs[i]->tokens.size()));
     tokens += static_cast<int64_t>(t.size());
   }
   stats_.steps += 1;
@@ -549,6 +586,7 @@ absl::Status Model::Forward(const StepInput& input,
   }
   const int64_t T = static_cast<int64_t>(ids.size());
   out.logits.assign(input.chunks.size(), {});
+  out.taps.assign(input.chunks.size(), {});
   if (T == 0) return absl::OkStatus();
   const LayerContext ctx = Context();
   const StepBatch batch{input, seqs, positions};
@@ -585,6 +623,7 @@ absl::Status Model::Forward(const StepInput& input,
                                     std::move(engram_rows[e]), X,
                                     stats_.engram_time));
     }
+    RecordTaps(input, l, X, out);
     // Attention, then the MoE, each between its hyper-connection mixing.
     {
       Workspace::Scope sublayer(ws);
@@ -626,11 +665,40 @@ absl::Status Model::Forward(const StepInput& input,
               carry.view(T, hc), out);
 }
 
+void Model::RecordTaps(const StepInput& input, int layer,
+                       gpu::ConstMatrixView stream, StepOutput& out) {
+  const std::vector<int>& targets = dims_.dspark_target_layers;
+  const auto it = std::find(targets.begin(), targets.end(), layer);
+  if (it == targets.end()) return;
+  const int64_t k = it - targets.begin();
+  const int64_t L = static_cast<int64_t>(targets.size());
+  const int64_t D = dims_.hidden_size, hc = dims_.hc_mult;
+  std::vector<float> rows;
+  int64_t t0 = 0;
+  for (size_t i = 0; i < input.chunks.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(input.chunks[i].tokens.size());
+    if (input.chunks[i].taps) {
+      std::vector<float>& taps = out.taps[i];
+      taps.resize(static_cast<size_t>(n * L * D));
+      rows.resize(static_cast<size_t>(n * hc * D));
+      backend_.CopyToHost(stream.data + t0 * hc * D, absl::MakeSpan(rows));
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t c = 0; c < D; ++c) {
+          double sum = 0;
+          for (int64_t j = 0; j < hc; ++j) sum += rows[(t * hc + j) * D + c];
+          taps[(t * L + k) * D + c] = static_cast<float>(sum / hc);
+        }
+      }
+    }
+    t0 += n;
+  }
+}
+
 int64_t Model::KvFixedBlocksPerSequence() const {
   const int64_t br = kv_cache_->block_rows();
   int64_t blocks = 0;
   for (int l = 0; l < dims_.num_layers; ++l) {
-    blocks += CeilDiv(dims_.sliding_window, br) + CeilDiv(StateRows(l), br) +
+    blocks += CeilDiv(Context().WindowRing(), br) + CeilDiv(StateRows(l), br) +
               CeilDiv(IndexStateRows(l), br);
     // Rounding of the entry blocks.
     if (dims_.HasCompressor(l)) {

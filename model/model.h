@@ -45,6 +45,10 @@ struct ModelOptions {
   // Most tokens one step may carry; a larger step is InvalidArgument. The
   // step workspace is sized for it at load. Default: 16384.
   int64_t max_step_tokens = 16384;
+  // Positions a sequence may be rolled back by after a step (Truncate):
+  // speculative decoding's drafts, in [0, 64]. The window rings and the
+  // compressors' states keep that many positions more. Default: 0.
+  int max_speculative_tokens = 0;
 };
 
 // Per-step timing of a model (cumulative).
@@ -117,6 +121,12 @@ class Model {
   // allocator reused pages freed before): against weight_bytes().
   int64_t weight_resident_bytes() const { return weight_resident_bytes_; }
   const KvCache& kv_cache() const { return *kv_cache_; }
+  // The embedding and output head (a DSpark drafter shares them) and this
+  // rank's rows of the vocabulary.
+  const EmbeddingHeadWeights& embedding_head() const {
+    return weights_->embedding_head;
+  }
+  const VocabShard& vocab() const { return vocab_; }
   const ModelStats& stats() const { return stats_; }
   // Token ids the Engram layers accept, [0, engram_vocab_size()): the size
   // of the tokenizer the Engram hashing is built from (checkpoints may pad
@@ -141,6 +151,13 @@ class Model {
   void Prefetch(const std::vector<PrefetchHint>& hints);
   // Forgets a sequence and frees its cache blocks (no-op if unknown).
   void Release(uint64_t sequence_id);
+  // Rolls a sequence back to its first `length` tokens, as if the later
+  // ones had never been stepped (rejected drafts): the window rings, the
+  // compressors' partial blocks and the Engram history then reflect only
+  // those. Allowed down to max_speculative_tokens below the longest the
+  // sequence has been; InvalidArgument past that or for an unknown
+  // sequence (nothing changes). Local: every rank must roll back alike.
+  absl::Status Truncate(uint64_t sequence_id, int64_t length);
   // Forgets every sequence (the group re-formed: the peers' halves of the
   // state are gone).
   void ReleaseAll();
@@ -175,6 +192,10 @@ class Model {
                        std::vector<std::vector<uint16_t>> engram_rows,
                        StepOutput& out);
   void PrefetchLoop();
+  // Fills out.taps of the chunks that ask for them when `layer` is a DSpark
+  // target layer; `stream` is the residual stream before the layer.
+  void RecordTaps(const StepInput& input, int layer,
+                  gpu::ConstMatrixView stream, StepOutput& out);
   LayerContext Context() const;
 
   const ModelOptions options_;

@@ -383,6 +383,9 @@ absl::StatusOr<ModelDims> LoadModelDims(const checkpoint::ModelConfig& config) {
                          d.dspark_block_size));
   check(GetOptionalIntIn(config, "dspark_markov_rank", 0, kMaxDim, 0,
                          d.dspark_markov_rank));
+  check(GetOptionalIntIn(config, "dspark_noise_token_id", 0,
+                         std::max<int64_t>(d.vocab_size - 1, 0), 0,
+                         d.dspark_noise_token));
   check(GetOptionalIntIn(config, "dspark_n_routed_experts", 0, 65536, 0,
                          d.draft_num_experts));
   check(GetOptionalIntIn(config, "dspark_num_experts_per_tok", 0, 65536, 0,

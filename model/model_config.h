@@ -91,6 +91,9 @@ struct ModelDims {
   // DSpark (0 = none).
   int dspark_block_size = 0;
   int dspark_markov_rank = 0;
+  // The token the block's positions after the anchor carry
+  // (dspark_noise_token_id, < vocab_size).
+  int dspark_noise_token = 0;
   std::vector<int> dspark_target_layers;
   // FP8 weight block [rows, cols].
   int fp8_block_rows = 128;

@@ -19,6 +19,9 @@ struct SequenceChunk {
   // Which logits the step returns for this chunk.
   enum class Logits { kNone = 0, kLast = 1, kAll = 2 };
   Logits logits = Logits::kLast;
+  // Whether the step returns the chunk's taps (StepOutput::taps): what a
+  // DSpark drafter reads of the target.
+  bool taps = false;
 };
 
 // Tokens whose Engram rows a later step will need.
@@ -37,6 +40,12 @@ struct StepOutput {
   // Per chunk, in input order: fp32 logits [rows, vocab_size] of the
   // requested positions (none, the last, or every token of the chunk).
   std::vector<std::vector<float>> logits;
+  // Per chunk, in input order, for chunks with `taps`: fp32 [tokens,
+  // dspark_target_layers.size() * hidden_size], each token's attention input
+  // of every DSpark target layer (the residual stream before the block,
+  // after its Engram module, averaged over the hyper-connection copies),
+  // target layers in config order; empty for the other chunks.
+  std::vector<std::vector<float>> taps;
 };
 
 // What the model keeps of one sequence between steps: the tokens it has
@@ -44,6 +53,8 @@ struct StepOutput {
 // blocks of its attention state (model/kv_cache.h).
 struct SequenceState {
   std::vector<int64_t> tokens;
+  // The most tokens the sequence has had (a rollback does not lower it).
+  int64_t high_water = 0;
   struct LayerState {
     std::vector<int32_t> window;       // Ring of sliding_window rows.
     std::vector<int32_t> entries;      // Compressed entries, in order.

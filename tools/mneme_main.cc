@@ -9,6 +9,7 @@
 #include "tools/cli/bench_serving_command.h"
 #include "tools/cli/cast_experts_command.h"
 #include "tools/cli/cluster_command.h"
+#include "tools/cli/draft_command.h"
 #include "tools/cli/engram_command.h"
 #include "tools/cli/engram_service_command.h"
 #include "tools/cli/generate_command.h"
@@ -36,12 +37,14 @@ constexpr char kUsage[] =
     "  make-checkpoint --model [--arch v4-flash|v4.1-flash|v4-flash-0731]\n"
     "                  --out DIR [--full-shapes] [--seed N]\n"
     "                  [--engram-vocab-size N] [--engram-format fp8|nvfp4]\n"
-    "                  [--threads N]\n"
+    "                  [--threads N] [--aligned-draft]\n"
     "      write a checkpoint of the released layout of that model (default\n"
     "      v4.1-flash; NVFP4 Engram tables for the tiny v4.1-flash): every\n"
     "      tensor, dtype and config key of the release, at tiny size with\n"
     "      healthy values, or with --full-shapes the release's exact config\n"
-    "      and shapes as sparse files (headers real, data left as holes)\n"
+    "      and shapes as sparse files (headers real, data left as holes);\n"
+    "      --aligned-draft: a tiny v4.1-flash whose DSpark drafter agrees\n"
+    "      well with it (speculative decoding benchmarks)\n"
     "  bench engram --checkpoint DIR --layer L [--io pread|uring] [--direct]\n"
     "               [--threads N] [--tokens-per-step N] [--steps N] [--json]\n"
     "      Engram lookups driven by a realistic token stream; rows/s, p50/p99\n"
@@ -82,10 +85,16 @@ constexpr char kUsage[] =
     "      [--temperature X] [--top-p X] [--top-k N] [--min-p X] [--seed N]\n"
     "      [--chunk-tokens N] [--ignore-eos] [--threads N] [--json]\n"
     "      [--prompt-logprobs] [--logprobs N]\n"
+    "      [--num-speculative-tokens K [--spec-method dspark]\n"
+    "       [--spec-verify block|standard]]\n"
     "      generate with the whole model in this process (TP 1, CPU);\n"
     "      --prompt-logprobs adds prompt_logprobs (one number per prompt\n"
     "      position, null for the first), --logprobs N the top N of every\n"
     "      generated token (and of every prompt position)\n"
+    "  draft --checkpoint DIR --tokens T0,T1,... [--chunk-tokens N]\n"
+    "        [--threads N] [--json]\n"
+    "      the target's greedy token after the prompt and the DSpark\n"
+    "      drafter's greedy proposals after it (TP 1, CPU)\n"
     "  score --checkpoint A --reference B [--prompts FILE | --sequences N\n"
     "        --prompt-tokens P] [--completion-tokens C] [--seed N] [--json]\n"
     "      teacher-forced quality of A against B: logprobs, argmax, KL\n"
@@ -150,6 +159,8 @@ int main(int argc, char** argv) {
     status = mneme::cli::RunCastExperts(rest, std::cout);
   } else if (command == "run") {
     status = mneme::cli::RunRun(rest, std::cout);
+  } else if (command == "draft") {
+    status = mneme::cli::RunDraft(rest, std::cout);
   } else if (command == "generate") {
     status = mneme::cli::RunGenerate(rest, std::cout);
   } else if (command == "score") {

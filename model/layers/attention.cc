@@ -305,6 +305,7 @@ absl::Status ChunkAttention(const LayerContext& ctx, const AttentionWeights& w,
   gpu::Backend& backend = ctx.backend;
   const int64_t hd = d.head_dim;
   const int W = d.sliding_window;
+  const int64_t ring = ctx.WindowRing();
   const bool dcp = ctx.dcp.enabled();
   const MatrixView pool = cache.pool();
   Workspace::Scope scope(ctx.workspace);
@@ -316,7 +317,7 @@ absl::Status ChunkAttention(const LayerContext& ctx, const AttentionWeights& w,
   for (int64_t p = first_prev; p < p0; ++p) {
     if (dcp && !ctx.dcp.OwnsEntry(p)) continue;
     key_of_pos[p] = static_cast<int32_t>(pool_rows.size());
-    pool_rows.push_back(cache.Row(ls.window, p % W));
+    pool_rows.push_back(cache.Row(ls.window, p % ring));
   }
   const int64_t n_prev = static_cast<int64_t>(pool_rows.size());
   for (int64_t p = p0; p < p0 + n; ++p) {
@@ -374,47 +375,16 @@ absl::Status ChunkAttention(const LayerContext& ctx, const AttentionWeights& w,
                           idx, width, 1.0f / std::sqrt(static_cast<float>(hd)),
                           dcp ? nullptr : w.attn_sink->data(),
                           Rows(o_att, t0, n), Rows(lse, t0, n));
-  // Remember the last W tokens of the chunk in the window ring.
+  // Remember the last `ring` tokens of the chunk in the window ring.
   std::vector<int32_t> src_rows, dst_rows;
-  for (int64_t p = std::max(p0, p0 + n - W); p < p0 + n; ++p) {
+  for (int64_t p = std::max(p0, p0 + n - ring); p < p0 + n; ++p) {
     src_rows.push_back(static_cast<int32_t>(t0 + p - p0));
-    dst_rows.push_back(cache.Row(ls.window, p % W));
+    dst_rows.push_back(cache.Row(ls.window, p % ring));
   }
   const int64_t tail_rows = static_cast<int64_t>(src_rows.size());
   ASSIGN_OR_RETURN(WorkBuffer tail, ctx.workspace.Take(tail_rows * hd));
   backend.GatherRows(kv, src_rows, tail.view(tail_rows, hd));
   backend.ScatterRows(tail.view(tail_rows, hd), dst_rows, pool);
-  return absl::OkStatus();
-}
-
-// out = wo_b(wo_a per head group(o)): o [T, hl * hd] -> out [T, D].
-absl::Status OutputProjection(const LayerContext& ctx,
-                              const AttentionWeights& w, MatrixView o,
-                              MatrixView out) {
-  const ModelDims& d = ctx.dims;
-  gpu::Backend& backend = ctx.backend;
-  const int64_t T = o.rows, hd = d.head_dim;
-  const int64_t gl = static_cast<int64_t>(w.wo_a.size());
-  const int64_t gw = (d.num_heads / d.o_groups) * hd;  // Inputs per group.
-  const int64_t ol = d.o_lora_rank;
-  Workspace::Scope scope(ctx.workspace);
-  ASSIGN_OR_RETURN(WorkBuffer oa, ctx.workspace.Take(T * gl * ol));
-  if (gl == 1) {
-    backend.Linear(MatrixView{o.data, T, gw}, *w.wo_a[0], oa.view(T, ol));
-  } else {
-    ASSIGN_OR_RETURN(WorkBuffer gin, ctx.workspace.Take(T * gw));
-    ASSIGN_OR_RETURN(WorkBuffer gout, ctx.workspace.Take(T * ol));
-    std::vector<int32_t> rows(T);
-    for (int64_t g = 0; g < gl; ++g) {
-      for (int64_t t = 0; t < T; ++t) {
-        rows[t] = static_cast<int32_t>(t * gl + g);
-      }
-      backend.GatherRows(MatrixView{o.data, T * gl, gw}, rows, gin.view(T, gw));
-      backend.Linear(gin.view(T, gw), *w.wo_a[g], gout.view(T, ol));
-      backend.ScatterRows(gout.view(T, ol), rows, oa.view(T * gl, ol));
-    }
-  }
-  backend.Linear(oa.view(T, gl * ol), *w.wo_b, out);
   return absl::OkStatus();
 }
 
@@ -643,6 +613,36 @@ absl::Status AttentionForward(const LayerContext& ctx,
                gpu::Backend::RopeDirection::kInverse);
   RETURN_IF_ERROR(OutputProjection(ctx, w, o, out));
   return ctx.AllReduce(out);
+}
+
+absl::Status OutputProjection(const LayerContext& ctx,
+                              const AttentionWeights& w, MatrixView o,
+                              MatrixView out) {
+  const ModelDims& d = ctx.dims;
+  gpu::Backend& backend = ctx.backend;
+  const int64_t T = o.rows, hd = d.head_dim;
+  const int64_t gl = static_cast<int64_t>(w.wo_a.size());
+  const int64_t gw = (d.num_heads / d.o_groups) * hd;  // Inputs per group.
+  const int64_t ol = d.o_lora_rank;
+  Workspace::Scope scope(ctx.workspace);
+  ASSIGN_OR_RETURN(WorkBuffer oa, ctx.workspace.Take(T * gl * ol));
+  if (gl == 1) {
+    backend.Linear(MatrixView{o.data, T, gw}, *w.wo_a[0], oa.view(T, ol));
+  } else {
+    ASSIGN_OR_RETURN(WorkBuffer gin, ctx.workspace.Take(T * gw));
+    ASSIGN_OR_RETURN(WorkBuffer gout, ctx.workspace.Take(T * ol));
+    std::vector<int32_t> rows(T);
+    for (int64_t g = 0; g < gl; ++g) {
+      for (int64_t t = 0; t < T; ++t) {
+        rows[t] = static_cast<int32_t>(t * gl + g);
+      }
+      backend.GatherRows(MatrixView{o.data, T * gl, gw}, rows, gin.view(T, gw));
+      backend.Linear(gin.view(T, gw), *w.wo_a[g], gout.view(T, ol));
+      backend.ScatterRows(gout.view(T, ol), rows, oa.view(T * gl, ol));
+    }
+  }
+  backend.Linear(oa.view(T, gl * ol), *w.wo_b, out);
+  return absl::OkStatus();
 }
 
 }  // namespace mneme::model

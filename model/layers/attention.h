@@ -86,6 +86,13 @@ absl::Status AttentionForward(const LayerContext& ctx,
                               StepSelections& shared, gpu::ConstMatrixView xn,
                               gpu::MatrixView out);
 
+// out [T, D] = this rank's part of wo_b(wo_a per head group(o)) for the
+// attention output o [T, local heads * head_dim] (a partial sum: the caller
+// all-reduces). Errors: the workspace's.
+absl::Status OutputProjection(const LayerContext& ctx,
+                              const AttentionWeights& w, gpu::MatrixView o,
+                              gpu::MatrixView out);
+
 // DCP: every rank's query heads q_all [T, n * w] (token-major) from this
 // rank's q_local [T, w]. Collective.
 absl::Status GatherHeads(const LayerContext& ctx, gpu::ConstMatrixView q_local,

@@ -13,8 +13,7 @@ using gpu::MatrixView;
 int64_t CompressorWeights::StateRows() const {
   if (ratio <= 1) return 0;
   const int64_t c = overlap ? 2 : 1;
-  const int64_t blocks = overlap ? 2 : 1;
-  return 2 * blocks * ratio * c;
+  return 2 * StateBlocks() * ratio * c;
 }
 
 absl::StatusOr<CompressorWeights> LoadCompressorWeights(
@@ -95,7 +94,8 @@ absl::Status CompressChunk(const LayerContext& ctx, const CompressorWeights& w,
   const MatrixView pool = cache.pool();
   const int64_t hd = pool.cols;
   const int64_t c = w.overlap ? 2 : 1;
-  const int64_t slots = (w.overlap ? 2 : 1) * m;
+  const int64_t nb = w.StateBlocks();
+  const int64_t slots = nb * m;
   auto row = [&](int kind, int64_t slot, int64_t half) {
     return cache.Row(state, (kind * slots + slot) * c + half);
   };
@@ -108,7 +108,7 @@ absl::Status CompressChunk(const LayerContext& ctx, const CompressorWeights& w,
   for (int64_t j = 0; j < n; ++j) {
     const int64_t p = p0 + j;
     const int64_t block = p / m;
-    const int64_t slot = (w.overlap ? block % 2 : 0) * m + p % m;
+    const int64_t slot = p % slots;
     // Store the token's halves (kv, then score) as pool rows.
     std::vector<int32_t> dst;
     for (int kind = 0; kind < 2; ++kind) {
@@ -126,10 +126,10 @@ absl::Status CompressChunk(const LayerContext& ctx, const CompressorWeights& w,
     for (int kind = 0; kind < 2; ++kind) {
       std::vector<int32_t> rows;
       if (w.overlap && block > 0) {
-        const int64_t prev = ((block - 1) % 2) * m;
+        const int64_t prev = ((block - 1) % nb) * m;
         for (int64_t i = 0; i < m; ++i) rows.push_back(row(kind, prev + i, 0));
       }
-      const int64_t cur = (w.overlap ? block % 2 : 0) * m;
+      const int64_t cur = (block % nb) * m;
       for (int64_t i = 0; i < m; ++i) {
         rows.push_back(row(kind, cur + i, w.overlap ? 1 : 0));
       }

@@ -1,6 +1,7 @@
 #ifndef MNEME_MODEL_LAYERS_COMPRESSOR_H_
 #define MNEME_MODEL_LAYERS_COMPRESSOR_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -36,8 +37,27 @@ struct CompressorWeights {
   std::unique_ptr<gpu::Buffer> ape;         // [ratio, c * dim] or null.
   std::unique_ptr<gpu::Buffer> norm;
 
+  // Blocks of `ratio` tokens the per-sequence state holds (the incomplete
+  // block, the previous one with overlap, and room for positions that are
+  // written and then rolled back); see SetRollbackTokens. Default: the
+  // minimum.
+  int state_blocks = 0;
+
   // Projection width per token: 2 dim with overlap, else dim.
   int64_t width() const { return overlap ? 2 * dim : dim; }
+  // Blocks of the state: position p lives in slot p % (StateBlocks() *
+  // ratio).
+  int64_t StateBlocks() const {
+    return std::max<int64_t>(state_blocks, overlap ? 2 : 1);
+  }
+  // Sizes the state so that a sequence may be rolled back by up to
+  // `tokens` positions: the positions an entry still needs (the incomplete
+  // block and, with overlap, the previous one) are never the slots of
+  // positions up to `tokens` past the last committed one.
+  void SetRollbackTokens(int tokens) {
+    const int64_t live = overlap ? 2 * ratio - 1 : ratio - 1;
+    state_blocks = static_cast<int>((tokens + live + ratio - 1) / ratio);
+  }
   // Pool rows (KvCache rows of at least `dim` floats) of the per-sequence
   // state: the tokens of the incomplete block (and with overlap the
   // previous block), projections and scores.

@@ -56,6 +56,46 @@ absl::Status Embed(const LayerContext& ctx, const EmbeddingHeadWeights& w,
   return absl::OkStatus();
 }
 
+absl::Status VocabLogits(const LayerContext& ctx, const gpu::Weight& head,
+                         const VocabShard& vocab, gpu::ConstMatrixView x,
+                         std::vector<float>& logits) {
+  gpu::Backend& backend = ctx.backend;
+  const int64_t R = x.rows, V = ctx.dims.vocab_size;
+  Workspace::Scope scope(ctx.workspace);
+  ASSIGN_OR_RETURN(WorkBuffer local, ctx.workspace.Take(R * vocab.rows));
+  backend.Linear(x, head, local.view(R, vocab.rows));
+  logits.assign(static_cast<size_t>(R * V), 0.0f);
+  const int n = ctx.tp_size;
+  if (n == 1) {
+    backend.CopyToHost(local.data(), absl::MakeSpan(logits));
+  } else {
+    // Pad each rank's shard to vocab.shard columns, gather, unpad.
+    const int64_t vs = vocab.shard;
+    std::vector<float> mine(static_cast<size_t>(R * vs), 0.0f);
+    std::vector<float> shard(static_cast<size_t>(R * vocab.rows));
+    backend.CopyToHost(local.data(), absl::MakeSpan(shard));
+    for (int64_t r = 0; r < R; ++r) {
+      std::memcpy(mine.data() + r * vs, shard.data() + r * vocab.rows,
+                  vocab.rows * sizeof(float));
+    }
+    ASSIGN_OR_RETURN(WorkBuffer send, ctx.workspace.Take(R * vs));
+    ASSIGN_OR_RETURN(WorkBuffer recv, ctx.workspace.Take(n * R * vs));
+    backend.CopyFromHost(mine, send.data());
+    RETURN_IF_ERROR(ctx.comm->AllGather(send.data(), R * vs, recv.data()));
+    std::vector<float> all(static_cast<size_t>(n * R * vs));
+    backend.CopyToHost(recv.data(), absl::MakeSpan(all));
+    for (int q = 0; q < n; ++q) {
+      const int64_t begin = std::min<int64_t>(q * vs, V);
+      const int64_t width = std::min(vs, V - begin);
+      for (int64_t r = 0; r < R && width > 0; ++r) {
+        std::memcpy(logits.data() + r * V + begin,
+                    all.data() + (q * R + r) * vs, width * sizeof(float));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Head(const LayerContext& ctx, const EmbeddingHeadWeights& w,
                   const VocabShard& vocab, const StepInput& input,
                   gpu::ConstMatrixView stream, gpu::ConstMatrixView final_pre,
@@ -95,37 +135,8 @@ absl::Status Head(const LayerContext& ctx, const EmbeddingHeadWeights& w,
     HcHead(ctx, w.hc_head, xs.view(R, hc * D), xh.view(R, D));
   }
   backend.RmsNorm(xh.view(R, D), w.norm->data(), d.rms_norm_eps, xh.view(R, D));
-  ASSIGN_OR_RETURN(WorkBuffer local, ctx.workspace.Take(R * vocab.rows));
-  backend.Linear(xh.view(R, D), *w.head, local.view(R, vocab.rows));
-  std::vector<float> logits(static_cast<size_t>(R * V));
-  const int n = ctx.tp_size;
-  if (n == 1) {
-    backend.CopyToHost(local.data(), absl::MakeSpan(logits));
-  } else {
-    // Pad each rank's shard to vocab.shard columns, gather, unpad.
-    const int64_t vs = vocab.shard;
-    std::vector<float> mine(static_cast<size_t>(R * vs), 0.0f);
-    std::vector<float> shard(static_cast<size_t>(R * vocab.rows));
-    backend.CopyToHost(local.data(), absl::MakeSpan(shard));
-    for (int64_t r = 0; r < R; ++r) {
-      std::memcpy(mine.data() + r * vs, shard.data() + r * vocab.rows,
-                  vocab.rows * sizeof(float));
-    }
-    ASSIGN_OR_RETURN(WorkBuffer send, ctx.workspace.Take(R * vs));
-    ASSIGN_OR_RETURN(WorkBuffer recv, ctx.workspace.Take(n * R * vs));
-    backend.CopyFromHost(mine, send.data());
-    RETURN_IF_ERROR(ctx.comm->AllGather(send.data(), R * vs, recv.data()));
-    std::vector<float> all(static_cast<size_t>(n * R * vs));
-    backend.CopyToHost(recv.data(), absl::MakeSpan(all));
-    for (int q = 0; q < n; ++q) {
-      const int64_t begin = std::min<int64_t>(q * vs, V);
-      const int64_t width = std::min(vs, V - begin);
-      for (int64_t r = 0; r < R && width > 0; ++r) {
-        std::memcpy(logits.data() + r * V + begin,
-                    all.data() + (q * R + r) * vs, width * sizeof(float));
-      }
-    }
-  }
+  std::vector<float> logits;
+  RETURN_IF_ERROR(VocabLogits(ctx, *w.head, vocab, xh.view(R, D), logits));
   int64_t r0 = 0;
   for (size_t i = 0; i < input.chunks.size(); ++i) {
     out.logits[i].assign(logits.begin() + r0 * V,

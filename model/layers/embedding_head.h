@@ -44,6 +44,14 @@ absl::Status Embed(const LayerContext& ctx, const EmbeddingHeadWeights& w,
                    const VocabShard& vocab, absl::Span<const int32_t> ids,
                    gpu::MatrixView stream);
 
+// Host logits [R, vocab_size] (resized) of x [R, in] through a
+// vocabulary-sharded projection `head` (this rank's vocab.rows rows of
+// `in` columns), gathered from every rank. Collective with tp_size > 1;
+// errors are the communicator's and the workspace's.
+absl::Status VocabLogits(const LayerContext& ctx, const gpu::Weight& head,
+                         const VocabShard& vocab, gpu::ConstMatrixView x,
+                         std::vector<float>& logits);
+
 // The logits each chunk asks for (SequenceChunk::logits) from the final
 // stream [T, hc * D], into out.logits (one entry per chunk, already sized).
 // V4 collapses the copies with hc_head; V4.1 with `final_pre` [T, hc] (the

@@ -26,6 +26,16 @@ struct LayerContext {
   gpu::Communicator* comm = nullptr;
   // Which compressed attention entries this rank keeps.
   DcpLayout dcp;
+  // Tokens a sequence may be rolled back by (ModelOptions::
+  // max_speculative_tokens): the window ring keeps that many positions more
+  // than the window, so positions written and then rolled back never
+  // overwrite a position still in the window.
+  int rollback_tokens = 0;
+
+  // Rows of a sequence's window ring: positions p live in slot p % ring.
+  int64_t WindowRing() const {
+    return int64_t{dims.sliding_window} + rollback_tokens;
+  }
 
   // Sums m over the group in place (no-op without tensor parallelism).
   absl::Status AllReduce(gpu::MatrixView m) const {

@@ -54,7 +54,8 @@ absl::Status RunReleaseLayout(const Args& args, std::ostream& out) {
           "--", flag,
           " cannot be combined with --model (the released layouts have fixed "
           "dimensions; only --arch, --out, --seed, --engram-vocab-size, "
-          "--engram-format, --threads and --full-shapes apply)"));
+          "--engram-format, --threads, --full-shapes and --aligned-draft "
+          "apply)"));
     }
   }
   synthetic::ReleaseCheckpointOptions options;
@@ -66,6 +67,7 @@ absl::Status RunReleaseLayout(const Args& args, std::ostream& out) {
   options.engram_format =
       format == "fp8" ? formats::RowFormat::kFp8 : formats::RowFormat::kNvfp4;
   options.full_shapes = args.Has("full-shapes");
+  options.aligned_draft = args.Has("aligned-draft");
   ASSIGN_OR_RETURN(
       int64_t seed,
       args.GetInt("seed", 0, 0, std::numeric_limits<int64_t>::max()));
@@ -78,9 +80,11 @@ absl::Status RunReleaseLayout(const Args& args, std::ostream& out) {
   const absl::Time start = absl::Now();
   RETURN_IF_ERROR(synthetic::MakeReleaseCheckpoint(options));
   out << absl::StrFormat(
-      "wrote %s: %s %s checkpoint of the released layout, seed %d, %.1f s\n",
+      "wrote %s: %s %s checkpoint of the released layout%s, seed %d, %.1f "
+      "s\n",
       options.out_dir, options.full_shapes ? "full-shape (sparse)" : "tiny",
-      synthetic::ReleaseArchName(options.arch), options.seed,
+      synthetic::ReleaseArchName(options.arch),
+      options.aligned_draft ? " (aligned draft)" : "", options.seed,
       absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
 }
@@ -96,13 +100,13 @@ absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
                    "threads", "wkv", "expert-layers", "draft-stages", "experts",
                    "hidden-size", "layers", "engram-layers", "hc-mult",
                    "moe-intermediate-size", "arch"},
-                  {"model", "full-shapes"}));
+                  {"model", "full-shapes", "aligned-draft"}));
   if (!args.positionals().empty()) {
     return absl::InvalidArgumentError(
         "make-checkpoint takes no positional arguments");
   }
   const bool model = args.Has("model");
-  for (const char* flag : {"arch", "full-shapes"}) {
+  for (const char* flag : {"arch", "full-shapes", "aligned-draft"}) {
     if (args.Has(flag) && !model) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", flag, " requires --model"));

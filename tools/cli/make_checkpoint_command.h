@@ -16,12 +16,14 @@ namespace mneme::cli {
 //     [--hc-mult N] [--moe-intermediate-size N]
 // mneme make-checkpoint --model [--arch v4-flash|v4.1-flash|v4-flash-0731]
 //     --out DIR [--full-shapes] [--seed N] [--engram-vocab-size N]
-//     [--engram-format fp8|nvfp4] [--threads N]
+//     [--engram-format fp8|nvfp4] [--threads N] [--aligned-draft]
 // Writes a synthetic checkpoint (tools/synthetic) and prints one summary
 // line to `out`. Without --model: the Engram layers (and any experts asked
 // for), with the library's defaults. With --model: a model of the released
 // layout of --arch (default v4.1-flash; release_checkpoint.h), tiny or with
-// --full-shapes the release's shapes as sparse files. Flags that do not
+// --full-shapes the release's shapes as sparse files; --aligned-draft (tiny
+// v4.1-flash) a model whose DSpark drafter agrees well with it
+// (ReleaseCheckpointOptions::aligned_draft). Flags that do not
 // apply are InvalidArgument, as are bad values (naming the flag or the
 // option).
 absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,

@@ -15,6 +15,8 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "model/generate.h"
+#include "model/spec/dspark.h"
+#include "model/spec/verify.h"
 #include "nlohmann/json.hpp"
 #include "services/worker/local_model.h"
 #include "tools/cli/args.h"
@@ -26,11 +28,12 @@ namespace {
 
 using worker::LocalModel;
 
-absl::StatusOr<std::unique_ptr<LocalModel>> OpenModel(const std::string& dir,
-                                                      int threads) {
+absl::StatusOr<std::unique_ptr<LocalModel>> OpenModel(
+    const std::string& dir, int threads, int max_speculative_tokens = 0) {
   worker::LocalModelOptions options;
   options.checkpoint_dir = dir;
   options.threads = threads;
+  options.model.max_speculative_tokens = max_speculative_tokens;
   return LocalModel::Create(options);
 }
 
@@ -77,6 +80,12 @@ nlohmann::ordered_json TopJson(const model::PositionLogprobs& lp) {
   return top;
 }
 
+model::DsparkOptions DsparkFor(const std::string& dir) {
+  model::DsparkOptions o;
+  o.checkpoint_dir = dir;
+  return o;
+}
+
 }  // namespace
 
 absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
@@ -85,7 +94,8 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
       Args::Parse(argv,
                   WithSamplingFlags({"checkpoint", "tokens", "max-new-tokens",
                                      "chunk-tokens", "threads", "logprobs",
-                                     "top-logprobs"}),
+                                     "top-logprobs", "num-speculative-tokens",
+                                     "spec-method", "spec-verify"}),
                   {"json", "ignore-eos", "prompt-logprobs"}));
   ASSIGN_OR_RETURN(std::string dir, args.Required("checkpoint"));
   if (!args.Has("tokens")) {
@@ -118,9 +128,32 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
   options.sampling = *sampling;
   options.prefill_chunk_tokens = *chunk;
   options.stop_at_eos = !args.Has("ignore-eos");
+  ASSIGN_OR_RETURN(int64_t k, args.GetInt("num-speculative-tokens", 0, 0, 64));
+  if (const std::string method = args.Get("spec-method", "dspark");
+      method != "dspark") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--spec-method=", method, ": the supported method is dspark"));
+  }
+  ASSIGN_OR_RETURN(options.verify_rule,
+                   model::ParseVerifyRule(args.Get("spec-verify", "block")));
 
-  ASSIGN_OR_RETURN(std::unique_ptr<LocalModel> local,
-                   OpenModel(dir, static_cast<int>(*threads)));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<LocalModel> local,
+      OpenModel(dir, static_cast<int>(*threads), static_cast<int>(k)));
+  std::unique_ptr<model::DsparkDrafter> drafter;
+  if (k > 0) {
+    const model::Model& m = local->model();
+    ASSIGN_OR_RETURN(drafter, model::DsparkDrafter::Create(
+                                  DsparkFor(dir), m.dims(), local->backend(),
+                                  nullptr, m.embedding_head(), m.vocab()));
+    if (k > drafter->block_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--num-speculative-tokens=", k, " exceeds the drafter's block of ",
+          drafter->block_size()));
+    }
+    options.drafter = drafter.get();
+    options.num_speculative_tokens = static_cast<int>(k);
+  }
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(
       model::GenerateResult result,
@@ -152,6 +185,24 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
       std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2,
                        gaps.end());
       j["itl_ms_p50"] = 1000 * gaps[gaps.size() / 2];
+    }
+    if (k > 0) {
+      // What speculation did (vLLM's spec-decode counters) and the mean
+      // tokens a step produced (accepted drafts + 1).
+      const model::SpeculativeStats& s = result.speculative;
+      j["speculative"] = {
+          {"method", "dspark"},
+          {"num_speculative_tokens", k},
+          {"verify_steps", s.steps},
+          {"num_drafts", s.drafts},
+          {"num_draft_tokens", s.draft_tokens},
+          {"num_accepted_tokens", s.accepted_tokens},
+          {"num_accepted_tokens_per_pos", s.accepted_per_position},
+          {"mean_acceptance_length",
+           s.steps > 0 ? static_cast<double>(s.accepted_tokens + s.steps) /
+                             static_cast<double>(s.steps)
+                       : 0.0},
+      };
     }
     if (*top > 0) {
       // Per generated token, its distribution's top N.

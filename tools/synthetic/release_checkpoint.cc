@@ -65,7 +65,16 @@ struct Dims {
   int vision_layers = 0;
   int64_t vision_dim = 0, vision_heads = 0, vision_inter = 0;
   int64_t vision_patch = 14, vision_downsample = 3;
+  // ReleaseCheckpointOptions::aligned_draft.
+  bool aligned = false;
 };
+
+// Aligned drafts (ReleaseCheckpointOptions::aligned_draft): the gain of the
+// embedding, the gain of the main layers' output projections, and the
+// exponent step of their experts' down projections.
+constexpr float kAlignedEmbedGain = 4.0f;
+constexpr float kAlignedOutputGain = 1.0f / 32;
+constexpr int kAlignedExpertStep = 5;
 
 bool IsDspark(const Dims& m) { return m.arch != ReleaseArch::kV4Flash; }
 bool Contains(const std::vector<int>& v, int x) {
@@ -329,6 +338,7 @@ enum class Init {
   kFp4,       // .weight I8 then .scale F8_E8M0 (two entries)
   kTid2eid,   // I64 [V, k], k distinct experts per row
   kEngram,    // Engram tensors: written by the Engram writer
+  kCopy,      // BF16: columns [0, cols) of `source` (times `scale`'s values)
 };
 
 struct TensorPlan {
@@ -340,6 +350,11 @@ struct TensorPlan {
   int exponent = 127;
   // kTid2eid: number of experts to draw from.
   int64_t experts = 0;
+  // kNormal: columns past this (> 0) are 0.
+  int64_t keep_cols = 0;
+  // kCopy: the tensors whose values are copied (BF16-rounded as written)
+  // and multiplied per column.
+  std::shared_ptr<const TensorPlan> source, scale;
 };
 
 struct ShardPlan {
@@ -365,10 +380,11 @@ class Planner {
     Add({name, DType::kF32, std::move(shape)}, Init::kNormal, mean, sd);
   }
   // FP8 linear `prefix` [out, in] with the arch's square blocks.
-  void Fp8(const std::string& prefix, int64_t out, int64_t in) {
+  void Fp8(const std::string& prefix, int64_t out, int64_t in,
+           float gain = 1.0f) {
     const int64_t b = m_.block;
     Add({prefix + ".weight", DType::kF8E4M3, {out, in}}, Init::kFp8, 0.0f,
-        1.0f / std::sqrt(static_cast<float>(in)));
+        gain / std::sqrt(static_cast<float>(in)));
     Add({prefix + ".scale",
          DType::kF8E8M0,
          {(out + b - 1) / b, (in + b - 1) / b}},
@@ -427,7 +443,9 @@ class Planner {
     Fp8(a + "wkv", m.hd, m.d);
     Norm(a + "kv_norm.weight", m.hd);
     Fp8(a + "wo_a", m.groups * m.o_lora, m.heads * m.hd / m.groups);
-    Fp8(a + "wo_b", m.d, m.groups * m.o_lora);
+    // Aligned drafts: the main layers barely move the stream.
+    const float out_gain = main && m.aligned ? kAlignedOutputGain : 1.0f;
+    Fp8(a + "wo_b", m.d, m.groups * m.o_lora, out_gain);
     const int ratio = m.ratios[layer];
     if (m.arch == ReleaseArch::kV41Flash) {
       if (main && Contains(m.kv_src, layer)) {
@@ -480,11 +498,12 @@ class Planner {
       const int boost = e % 8 == 3 ? 2 : 0;
       const std::string x = absl::StrCat(f, "experts.", e, ".");
       Fp4(x + "w1", m.inter, m.d, up + boost);
-      Fp4(x + "w2", m.d, m.inter, down);
+      Fp4(x + "w2", m.d, m.inter,
+          down - (main && m.aligned ? kAlignedExpertStep : 0));
       Fp4(x + "w3", m.inter, m.d, up + boost);
     }
     Fp8(f + "shared_experts.w1", m.inter, m.d);
-    Fp8(f + "shared_experts.w2", m.d, m.inter);
+    Fp8(f + "shared_experts.w2", m.d, m.inter, out_gain);
     Fp8(f + "shared_experts.w3", m.inter, m.d);
   }
 
@@ -492,7 +511,15 @@ class Planner {
     const Dims& m = m_;
     const float inv_d = 1.0f / std::sqrt(static_cast<float>(m.d));
     NewShard();
-    Bf16("embed.weight", {m.vocab, m.d}, 1.0f);
+    if (m.aligned) {
+      // Only the Markov rank's columns, with a gain: the stream stays
+      // close to the token's embedding through the (quiet) layers.
+      Bf16("embed.weight", {m.vocab, m.d}, kAlignedEmbedGain);
+      tensors().back().keep_cols = m.markov_rank;
+    } else {
+      Bf16("embed.weight", {m.vocab, m.d}, 1.0f);
+    }
+    const auto embed = std::make_shared<const TensorPlan>(tensors().back());
     for (int layer = 0; layer < m.layers; ++layer) {
       NewShard();
       Block(absl::StrCat("layers.", layer, "."), layer);
@@ -500,7 +527,9 @@ class Planner {
     NewShard();
     // Logits = head . (unit-rms x): std 2.
     Bf16("head.weight", {m.vocab, m.d}, 2.0f * inv_d);
+    const auto head = std::make_shared<const TensorPlan>(tensors().back());
     Norm("norm.weight", m.d);
+    const auto norm = std::make_shared<const TensorPlan>(tensors().back());
     if (m.arch == ReleaseArch::kV41Flash) {
       for (const char* n : {"image_start", "image_end", "image_newline"}) {
         Bf16(n, {m.d}, 1.0f);
@@ -528,14 +557,26 @@ class Planner {
       }
       if (s == m.stages - 1) {
         const int64_t r = m.markov_rank;
-        Norm(p + "norm.weight", m.d);
         const bool v41 = m.arch == ReleaseArch::kV41Flash;
-        Bf16(p + (v41 ? "markov_head.embed.weight"
-                      : "markov_head.markov_w1.weight"),
-             {m.vocab, r}, 1.0f);
-        Bf16(p + (v41 ? "markov_head.head.weight"
-                      : "markov_head.markov_w2.weight"),
-             {m.vocab, r}, 0.5f / std::sqrt(static_cast<float>(r)));
+        const std::string w1 = p + (v41 ? "markov_head.embed.weight"
+                                        : "markov_head.markov_w1.weight");
+        const std::string w2 = p + (v41 ? "markov_head.head.weight"
+                                        : "markov_head.markov_w2.weight");
+        if (m.aligned) {
+          // The drafter's own logits vanish (norm ~ 0) and its Markov bias
+          // is the target's bigram: head . (norm * embed) over the rank's
+          // columns, which is what the quiet target computes.
+          Bf16(p + "norm.weight", {m.d}, 0.01f);
+          Add({w1, DType::kBf16, {m.vocab, r}}, Init::kCopy, 0, 0);
+          tensors().back().source = embed;
+          tensors().back().scale = norm;
+          Add({w2, DType::kBf16, {m.vocab, r}}, Init::kCopy, 0, 0);
+          tensors().back().source = head;
+        } else {
+          Norm(p + "norm.weight", m.d);
+          Bf16(w1, {m.vocab, r}, 1.0f);
+          Bf16(w2, {m.vocab, r}, 0.5f / std::sqrt(static_cast<float>(r)));
+        }
         Bf16(p + "confidence_head.proj.weight", {1, m.d + r},
              1.0f / std::sqrt(static_cast<float>(m.d + r)));
         if (!v41) HcHead(p);
@@ -634,6 +675,36 @@ std::vector<float> Normals(uint64_t seed, const TensorPlan& t) {
   SplitMix mix(TensorSeed(seed, t.decl.name));
   std::vector<float> v(Count(t.decl.shape));
   for (float& x : v) x = t.mean + t.stddev * Normal(mix);
+  if (t.keep_cols > 0) {
+    const int64_t cols = t.decl.shape.back();
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (static_cast<int64_t>(i) % cols >= t.keep_cols) v[i] = 0.0f;
+    }
+  }
+  return v;
+}
+
+// A value as a BF16 tensor stores it.
+float Bf16Rounded(float x) {
+  return formats::Bf16ToFloat(formats::FloatToBf16(x));
+}
+
+// kCopy: columns [0, cols) of the source's stored values, times the scale
+// tensor's stored value of the column.
+std::vector<float> Copied(uint64_t seed, const TensorPlan& t) {
+  const std::vector<float> src = Normals(seed, *t.source);
+  std::vector<float> scale;
+  if (t.scale != nullptr) scale = Normals(seed, *t.scale);
+  const int64_t rows = t.decl.shape[0], cols = t.decl.shape[1];
+  const int64_t src_cols = t.source->decl.shape[1];
+  std::vector<float> v(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      float x = Bf16Rounded(src[r * src_cols + c]);
+      if (!scale.empty()) x *= Bf16Rounded(scale[c]);
+      v[r * cols + c] = x;
+    }
+  }
   return v;
 }
 
@@ -761,6 +832,10 @@ absl::Status AppendValues(const Dims& m, uint64_t seed,
         RETURN_IF_ERROR(writer.Append(name, bytes));
         break;
       }
+      case Init::kCopy:
+        RETURN_IF_ERROR(
+            writer.Append(name, Bytes(Copied(seed, t), t.decl.dtype)));
+        break;
       case Init::kEngram:
         return absl::InternalError("Engram tensor outside an Engram shard");
     }
@@ -881,7 +956,12 @@ absl::Status MakeReleaseCheckpoint(const ReleaseCheckpointOptions& o) {
               .dump(2) +
           "\n"));
 
-  const Dims m = MakeDims(o.arch, o.full_shapes);
+  if (o.aligned_draft && (o.arch != ReleaseArch::kV41Flash || o.full_shapes)) {
+    return absl::InvalidArgumentError(
+        "aligned_draft applies to the tiny V4.1-Flash model only");
+  }
+  Dims m = MakeDims(o.arch, o.full_shapes);
+  m.aligned = o.aligned_draft;
   // Engram rows and the compressed vocabulary (V4.1).
   std::vector<int64_t> engram_rows = m.engram_rows;
   int64_t engram_vocab = m.engram_vocab;

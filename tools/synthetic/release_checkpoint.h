@@ -55,6 +55,16 @@ struct ReleaseCheckpointOptions {
   formats::RowFormat engram_format = formats::RowFormat::kFp8;
   // Threads generating the Engram tables; 0 = all cores. Range [0, 1024].
   int threads = 0;
+  // Tiny V4.1 only: a model whose DSpark drafter agrees well with the
+  // target, so that speculative decoding accepts many drafts (benchmarks,
+  // demos). The embedding uses only the Markov rank's columns (with a
+  // gain), the main layers' output projections are small (the target is
+  // then close to a bigram model: head . norm(embed)), the last stage's
+  // norm is ~0 and its Markov head is that bigram (markov embed = embed *
+  // final norm, markov head = head, over those columns). Still the real
+  // layout and a real forward pass; the drafts then follow the target's
+  // bigram, and what the layers add decides the rejections.
+  bool aligned_draft = false;
 };
 
 // Writes the checkpoint: config.json, tokenizer.json, tokenizer_config.json

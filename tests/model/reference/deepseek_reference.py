@@ -55,6 +55,7 @@ HF_TO_REF = {
     "index_source_layer_ids": "index_source_layers",
     "candidate_source_layer_id": "candidate_source_layer",
     "engram_pad_token_id": "engram_pad_id",
+    "dspark_num_experts_per_tok": "dspark_n_activated_experts",
 }
 
 DEFAULTS = {
@@ -66,6 +67,9 @@ DEFAULTS = {
     "kv_source_layers": [], "index_source_layers": [], "original_seq_len": 0,
     "rope_factor": 1.0, "beta_fast": 32, "beta_slow": 1,
     "engram_layer_ids": [], "engram_pad_id": 2,
+    "dspark_block_size": 0, "dspark_target_layer_ids": [],
+    "dspark_noise_token_id": 0, "dspark_n_activated_experts": 0,
+    "n_mtp_layers": 0,
 }
 
 
@@ -312,8 +316,9 @@ class Model:
             h = w[:, None] * h
         return h @ self.W(pre + ".w2").T
 
-    def moe(self, i, pre, x, tokens):
-        """Gate [P:590-610] / [Q:Gate] and MoE [P:655-670]."""
+    def moe(self, i, pre, x, tokens, k=None):
+        """Gate [P:590-610] / [Q:Gate] and MoE [P:655-670]; k: the experts
+        per token (the DSpark stages' own, [Q:ModelArgs.get_moe_config])."""
         c = self.cfg
         logits = x @ self.V(pre + "ffn.gate.weight").T
         if c.v41:
@@ -324,7 +329,7 @@ class Model:
             scores = sigmoid(logits)
         else:
             scores = np.sqrt(softplus(logits))
-        k = c.n_activated_experts
+        k = k or c.n_activated_experts
         hashed = (not c.v41) and i < c.n_hash_layers
         if hashed:
             idx = self.V(pre + "ffn.gate.tid2eid")[np.asarray(tokens)]
@@ -373,7 +378,7 @@ class Model:
         return rms(x @ self.W(pre + "attn.wkv").T,
                    self.V(pre + "attn.kv_norm.weight"), self.cfg.norm_eps)
 
-    def attend(self, pre, i, q, keys, allowed, pos):
+    def attend(self, pre, i, q, keys, allowed, pos, freqs=None):
         """sparse_attn with the sink (MODEL_V4.md 4.3 step 6), the inverse
         RoPE and the grouped output [P:554-563]. q [T, H, D], keys [N, D],
         allowed [T, N] bool."""
@@ -385,7 +390,8 @@ class Model:
         e = np.exp(s - m[..., None])
         den = e.sum(-1) + np.exp(sink - m)
         o = np.einsum("thn,nd->thd", e, keys) / den[..., None]
-        o = rope(o, pos, self.freqs[i], inverse=True)
+        o = rope(o, pos, self.freqs[i] if freqs is None else freqs,
+                 inverse=True)
         return self.out_proj(pre, o)
 
     def out_proj(self, pre, o):
@@ -617,10 +623,15 @@ class Model:
         shared = {}
         rows = self.engram_rows(tokens) if c.engram_layer_ids else {}
         self.last_stats = {}
+        self.last_taps = []
         for i in range(c.n_layers):
             pre = f"layers.{i}."
             if i in c.engram_layer_ids:
                 X = self.engram(i, X, rows[i])
+            # The drafter reads the attention input of its target layers,
+            # averaged over the hc copies [Q:Transformer.forward].
+            if i in c.dspark_target_layer_ids:
+                self.last_taps.append(X.mean(1))
             # Block.forward [Q:Block.forward]: attention collapses with the
             # previous FFN site's pre, the FFN with this attention site's.
             attn_pre, attn_post, attn_comb = self.hc_mixes(X, pre, "attn")
@@ -823,6 +834,78 @@ class Model:
         if self.cfg.v41:
             return self.v41_forward(tokens)
         return self.v4_forward(tokens)
+
+
+    # DSpark ----------------------------------------------------------------
+    def dspark_draft(self, tokens):
+        """The target's greedy token after `tokens` (the anchor) and the
+        drafter's greedy proposals [Q:Transformer.forward_spec, DSparkBlock,
+        DSparkAttention, get_dspark_topk_idxs, DSparkMarkovHead,
+        DSparkConfidenceHead]: every prompt position is committed, so each
+        stage's window ring holds main_kv of the last window_size positions
+        and the block [anchor, noise...] sits at positions T .. T + bs - 1.
+        Returns (anchor, drafts, confidence logits, draft logits)."""
+        c = self.cfg
+        if not c.v41 or not c.dspark_block_size:
+            raise ValueError("no DSpark stages (V4.1 only)")
+        tokens = np.asarray(tokens)
+        T = len(tokens)
+        logits = self.v41_forward(tokens)
+        anchor = int(np.argmax(logits[-1]))
+        if len(self.last_taps) != len(c.dspark_target_layer_ids):
+            raise ValueError("a DSpark target layer is not a main layer")
+        # Concatenated in layer order, as main_hiddens is built.
+        taps = np.concatenate(self.last_taps, -1)
+        main_x = rms(taps @ self.W("mtp.0.main_proj").T,
+                     self.V("mtp.0.main_norm.weight"), c.norm_eps)
+        bs = c.dspark_block_size
+        W = c.window_size
+        ring = np.arange(max(0, T - W), T)
+        block = T + np.arange(bs)
+        # DSpark layers are window-only: rope_theta without YaRN.
+        freqs = rope_freqs(c.rope_head_dim, c.rope_theta, False, c)
+        ids = np.array([anchor] + [c.dspark_noise_token_id] * (bs - 1))
+        X = np.repeat(self.V("embed.weight")[ids][:, None, :], c.hc_mult, 1)
+        pre_mix = np.zeros((bs, c.hc_mult))
+        pre_mix[:, 0] = 1.0
+        k = c.dspark_n_activated_experts or c.n_activated_experts
+        for s in range(c.n_mtp_layers):
+            pre = f"mtp.{s}."
+            attn_pre, attn_post, attn_comb = self.hc_mixes(X, pre, "attn")
+            u = np.einsum("tj,tjd->td", pre_mix, X)
+            xa = rms(u, self.V(pre + "attn_norm.weight"), c.norm_eps)
+            main_kv = rope(self.window_kv(pre, main_x[ring]), ring, freqs)
+            _, q = self.q_proj(pre, xa)
+            q = rope(q, block, freqs)
+            kv = rope(self.window_kv(pre, xa), block, freqs)
+            keys = np.concatenate([main_kv, kv], 0)
+            y = self.attend(pre, None, q, keys,
+                            np.ones((bs, len(keys)), bool), block, freqs)
+            X = self.hc_post(y, X, attn_post, attn_comb)
+            ffn_pre, ffn_post, ffn_comb = self.hc_mixes(X, pre, "ffn")
+            u = np.einsum("tj,tjd->td", attn_pre, X)
+            xf = rms(u, self.V(pre + "ffn_norm.weight"), c.norm_eps)
+            y = self.moe(s, pre, xf, ids, k)
+            X = self.hc_post(y, X, ffn_post, ffn_comb)
+            pre_mix = ffn_pre
+        last = f"mtp.{c.n_mtp_layers - 1}."
+        x = np.einsum("tj,tjd->td", pre_mix, X)
+        dl = rms(x, self.V(last + "norm.weight"), c.norm_eps) @ self.V(
+            "head.weight").T
+        mh = last + "markov_head."
+        w1 = "markov_w1" if self.ckpt.has(mh + "markov_w1.weight") else "embed"
+        w2 = "markov_w2" if w1 == "markov_w1" else "head"
+        m_embed = self.V(f"{mh}{w1}.weight")
+        m_head = self.V(f"{mh}{w2}.weight")
+        proj = self.V(last + "confidence_head.proj.weight")[0]
+        prev, drafts, conf = anchor, [], []
+        for i in range(bs):
+            e = m_embed[prev]
+            dl[i] = dl[i] + m_head @ e
+            prev = int(np.argmax(dl[i]))
+            drafts.append(prev)
+            conf.append(float(proj @ np.concatenate([x[i], e])))
+        return anchor, drafts, conf, dl
 
 
 class CompressorState:
