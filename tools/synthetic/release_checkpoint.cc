@@ -72,7 +72,7 @@ struct Dims {
 // Aligned drafts (ReleaseCheckpointOptions::aligned_draft): the gain of the
 // embedding, the gain of the main layers' output projections, and the
 // exponent step of their experts' down projections.
-constexpr float kAlignedEmbedGain = 4.0f;
+constexpr float kAlignedEmbedGain = 16.0f;
 constexpr float kAlignedOutputGain = 1.0f / 32;
 constexpr int kAlignedExpertStep = 5;
 
