@@ -112,6 +112,7 @@ constexpr char kUsage[] =
     "  cluster up [--checkpoint DIR] [--tp N] [--dcp N] [--chunk-tokens N]\n"
     "             [--workdir DIR] [--bin-dir DIR] [--kv-cache-bytes N]\n"
     "             [--max-num-seqs N] [--threads-per-worker N]\n"
+    "             [--num-speculative-tokens K]\n"
     "             [--listen HOST:PORT] [--comm-timeout D] [--ready-timeout D]\n"
     "             [--coordinator-flags \"--flag=value ...\"] [--all-metrics]\n"
     "      a local cluster (engram store, workers, coordinator; the tiny\n"

@@ -173,6 +173,13 @@ void DsparkDrafter::Release(uint64_t sequence_id) {
   sequences_.erase(it);
 }
 
+void DsparkDrafter::ReleaseAll() {
+  for (auto& [id, seq] : sequences_) {
+    for (std::vector<int32_t>& blocks : seq.rings) rings_->Free(blocks);
+  }
+  sequences_.clear();
+}
+
 absl::Status DsparkDrafter::Extend(uint64_t sequence_id, int64_t first,
                                    absl::Span<const float> taps) {
   const ModelDims& d = dims_;

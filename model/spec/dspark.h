@@ -108,6 +108,8 @@ class DsparkDrafter {
       absl::Span<const DraftRequest> requests);
   // Forgets a sequence (no-op if unknown).
   void Release(uint64_t sequence_id);
+  // Forgets every sequence.
+  void ReleaseAll();
 
  private:
   struct SequenceRings {

@@ -35,6 +35,13 @@ ABSL_FLAG(bool, worker_step_stream, true,
 ABSL_FLAG(bool, overlap_scheduling, true,
           "Plan and send the next decode step while one runs (needs "
           "--worker_step_stream).");
+ABSL_FLAG(int64_t, num_speculative_tokens, 0,
+          "DSpark speculative decoding: draft tokens per decode step, in "
+          "[0, 64] (0: off); the workers must run with at least as many "
+          "(their --num_speculative_tokens).");
+ABSL_FLAG(std::string, spec_verify, "block",
+          "How sampled drafts are verified: block (block verification, the "
+          "DSpark recipe's) or standard (per-token rejection sampling).");
 ABSL_FLAG(absl::Duration, idle_check_interval, absl::Seconds(1),
           "How often an idle coordinator checks that its workers are up and "
           "in one group (a rank restarted while idle is found this way).");
@@ -212,6 +219,8 @@ absl::StatusOr<coordinator::EngineOptions> EngineOptionsFromFlags() {
        &s.max_queued_tokens},
       {"kv_cache_bytes", absl::GetFlag(FLAGS_kv_cache_bytes), 0,
        &s.kv_pool.bytes_per_rank},
+      {"num_speculative_tokens", absl::GetFlag(FLAGS_num_speculative_tokens),
+       0, &s.num_speculative_tokens},
   };
   for (const IntFlag& f : flags) {
     if (f.value < f.lo || f.value > (int64_t{1} << 50)) {
@@ -219,6 +228,20 @@ absl::StatusOr<coordinator::EngineOptions> EngineOptionsFromFlags() {
           "--", f.name, "=", f.value, " must be in [", f.lo, ", 2^50]"));
     }
     *f.dst = f.value;
+  }
+  if (s.num_speculative_tokens > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num_speculative_tokens=", s.num_speculative_tokens,
+                     " must be in [0, 64]"));
+  }
+  const std::string verify = absl::GetFlag(FLAGS_spec_verify);
+  if (verify == "block") {
+    o.draft_verification = worker::v1::DRAFT_VERIFICATION_BLOCK;
+  } else if (verify == "standard") {
+    o.draft_verification = worker::v1::DRAFT_VERIFICATION_STANDARD;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--spec_verify=", verify, ": must be block or standard"));
   }
   o.overlap_scheduling = absl::GetFlag(FLAGS_overlap_scheduling);
   o.idle_check_interval = absl::GetFlag(FLAGS_idle_check_interval);

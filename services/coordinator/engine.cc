@@ -1,6 +1,7 @@
 #include "services/coordinator/engine.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +85,10 @@ struct Engine::Metrics {
   Counter* finished_error = nullptr;
   Counter* worker_failures = nullptr;
   Counter* group_reforms = nullptr;
+  Counter* spec_drafts = nullptr;
+  Counter* spec_draft_tokens = nullptr;
+  Counter* spec_accepted_tokens = nullptr;
+  std::vector<Counter*> spec_per_pos;
 };
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
@@ -155,6 +160,27 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   m->finished_length = finished[1];
   m->finished_abort = finished[2];
   m->finished_error = finished[3];
+  // Speculative decoding, as vLLM names its counters.
+  m->spec_drafts = counter("mneme:spec_decode_num_drafts_total",
+                           "Decode steps of a request that verified drafts.",
+                           {}, {{}})[0];
+  m->spec_draft_tokens =
+      counter("mneme:spec_decode_num_draft_tokens_total",
+              "Draft tokens proposed and verified.", {}, {{}})[0];
+  m->spec_accepted_tokens =
+      counter("mneme:spec_decode_num_accepted_tokens_total",
+              "Draft tokens accepted.", {}, {{}})[0];
+  {
+    std::vector<std::string> positions;
+    std::vector<std::vector<absl::string_view>> values;
+    const int64_t k = options.scheduler.num_speculative_tokens;
+    for (int64_t j = 0; j < k; ++j) positions.push_back(absl::StrCat(j));
+    for (const std::string& p : positions) values.push_back({p});
+    m->spec_per_pos =
+        counter("mneme:spec_decode_num_accepted_tokens_per_pos_total",
+                "Draft tokens accepted, by draft position (0: the first).",
+                {"position"}, values);
+  }
   m->worker_failures =
       counter("mneme:worker_failures_total",
               "Steps that failed on the worker group.", {}, {{}})[0];
@@ -317,6 +343,7 @@ absl::StatusOr<std::string> Engine::SubmitLocked(
   request.id = id;
   request.num_prompt_tokens = static_cast<int64_t>(params.prompt.size());
   request.max_new_tokens = params.max_new_tokens;
+  request.speculative = params.speculative;
   RETURN_IF_ERROR(scheduler_->AddRequest(request));
   ++next_id_;
   auto live = std::make_unique<Live>();
@@ -482,6 +509,18 @@ bool Engine::CheckReady() {
     kv.dcp_size = first.dcp_size();
     kv.dcp_interleave = first.dcp_interleave();
     kv.sliding_window_tokens = first.sliding_window();
+    for (const v1::GetInfoResponse& w : *info) {
+      if (w.max_draft_tokens() < so.num_speculative_tokens) {
+        LOG_EVERY_N(ERROR, 50)
+            << "num_speculative_tokens=" << so.num_speculative_tokens
+            << " but worker rank " << w.rank() << " verifies at most "
+            << w.max_draft_tokens()
+            << " drafts a step (run the workers with "
+               "--num_speculative_tokens >= it, on a checkpoint with DSpark "
+               "stages)";
+        return false;
+      }
+    }
     if (kv.bytes_per_rank <= 0) {
       LOG_EVERY_N(ERROR, 50)
           << "the workers' KV cache (" << pool_bytes
@@ -555,9 +594,15 @@ v1::StepRequest Engine::BuildStep(const StepPlan& plan) {
     if (pending != 0) {
       c->set_starts_with_sampled_token(true);
     } else {
+      // A decode with drafts sends its anchor; the workers draft the rest.
       c->mutable_token_ids()->Add(
           l.tokens.begin() + s.start_position,
-          l.tokens.begin() + s.start_position + s.num_tokens);
+          l.tokens.begin() + s.start_position + s.num_tokens -
+              s.num_draft_tokens);
+    }
+    if (s.num_draft_tokens > 0) {
+      c->set_num_draft_tokens(static_cast<int32_t>(s.num_draft_tokens));
+      c->set_draft_verification(options_.draft_verification);
     }
     c->set_start_position(s.start_position);
     int top = 0;
@@ -632,28 +677,63 @@ void Engine::ApplyResults(const StepPlan& plan,
     SequenceResult r;
     r.id = s.id;
     if (s.output == ChunkOutput::kSample) {
-      const int64_t token = cr.token_id();
-      const float logprob = cr.logprob();
-      l.tokens.push_back(token);
-      l.generated += 1;
-      r.num_new_tokens = 1;
-      r.stopped = l.stops.contains(token);
-      if (l.generated == 1) {
-        metrics_->ttft->Observe(absl::ToDoubleSeconds(now - l.arrival));
+      // The new tokens: the accepted drafts and the target's token, or the
+      // one sampled token; cut after a stop token.
+      std::vector<int64_t> tokens;
+      std::vector<float> lps;
+      std::vector<TopLogprobs> tops;
+      const bool top = l.params.logprobs && l.params.top_logprobs > 0;
+      if (cr.new_token_ids_size() > 0) {
+        for (int j = 0; j < cr.new_token_ids_size(); ++j) {
+          tokens.push_back(cr.new_token_ids(j));
+          const bool have = j < cr.new_tokens_size();
+          lps.push_back(have ? cr.new_tokens(j).target_logprob()
+                             : std::numeric_limits<float>::quiet_NaN());
+          if (top) {
+            tops.push_back(
+                have ? TopFromProto(cr.new_tokens(j).top_ids(),
+                                    cr.new_tokens(j).top_logprobs(),
+                                    l.params.top_logprobs)
+                     : TopLogprobs{});
+          }
+        }
+        RecordDrafts(cr);
       } else {
-        metrics_->itl->Observe(absl::ToDoubleSeconds(now - l.last_token));
+        tokens.push_back(cr.token_id());
+        lps.push_back(cr.logprob());
+        if (top) {
+          tops.push_back(TopFromProto(cr.top_ids(), cr.top_logprobs(),
+                                      l.params.top_logprobs));
+        }
       }
+      size_t n = 0;
+      while (n < tokens.size() && !r.stopped) {
+        r.stopped = l.stops.contains(tokens[n]);
+        ++n;
+      }
+      tokens.resize(n);
+      lps.resize(n);
+      if (top) tops.resize(n);
+      const absl::Duration since =
+          l.generated == 0 ? now - l.arrival : now - l.last_token;
+      for (size_t j = 0; j < n; ++j) {
+        l.tokens.push_back(tokens[j]);
+        l.generated += 1;
+        if (l.generated == 1) {
+          metrics_->ttft->Observe(absl::ToDoubleSeconds(since));
+        } else {
+          // A step's tokens share its time.
+          metrics_->itl->Observe(absl::ToDoubleSeconds(since) /
+                                 static_cast<double>(n));
+        }
+      }
+      r.num_new_tokens = static_cast<int64_t>(n);
       l.last_token = now;
-      metrics_->generation_tokens->Increment();
-      const int64_t t[1] = {token};
-      const float lp[1] = {logprob};
-      if (l.params.logprobs && l.params.top_logprobs > 0) {
-        const TopLogprobs top[1] = {TopFromProto(
-            cr.top_ids(), cr.top_logprobs(), l.params.top_logprobs)};
-        l.sink->OnTopLogprobs(top);
-      }
-      if (!l.sink->OnTokens(t, l.params.logprobs ? absl::Span<const float>(lp)
-                                                 : absl::Span<const float>())) {
+      metrics_->generation_tokens->Increment(static_cast<double>(n));
+      if (top) l.sink->OnTopLogprobs(tops);
+      if (!l.sink->OnTokens(tokens, l.params.logprobs
+                                        ? absl::Span<const float>(lps)
+                                        : absl::Span<const float>())) {
         r.stopped = true;
       }
     }
@@ -672,6 +752,20 @@ void Engine::ApplyResults(const StepPlan& plan,
     Finish(f.id, absl::OkStatus(),
            f.reason == FinishReason::kStop ? GenerateEnd::kStop
                                            : GenerateEnd::kLength);
+  }
+}
+
+void Engine::RecordDrafts(const v1::ChunkResult& cr) {
+  const int64_t k = cr.num_draft_tokens();
+  if (k <= 0) return;
+  const int64_t accepted = cr.new_token_ids_size() - 1;
+  metrics_->spec_drafts->Increment();
+  metrics_->spec_draft_tokens->Increment(static_cast<double>(k));
+  metrics_->spec_accepted_tokens->Increment(static_cast<double>(accepted));
+  for (int64_t j = 0; j < accepted && j < static_cast<int64_t>(
+                                              metrics_->spec_per_pos.size());
+       ++j) {
+    metrics_->spec_per_pos[j]->Increment();
   }
 }
 

@@ -85,6 +85,10 @@ struct EngineOptions {
   // running step samples), so that the workers start it as soon as the
   // running one ends. Only with a pipelined() worker group. Default: true.
   bool overlap_scheduling = true;
+  // How the workers verify sampled drafts (scheduler.num_speculative_tokens
+  // > 0). Default: block verification.
+  worker::v1::DraftVerification draft_verification =
+      worker::v1::DRAFT_VERIFICATION_BLOCK;
 };
 
 struct Loads {
@@ -186,6 +190,9 @@ class Engine {
   // (their ids go to to_release_); a request requeued more than
   // kMaxRecoveries times fails with UNAVAILABLE instead, naming `why`.
   void RequeueRunning(absl::string_view why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a result's drafts in the speculative-decoding metrics.
+  void RecordDrafts(const worker::v1::ChunkResult& cr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finishes a live request (erasing it) with the given outcome.
   void Finish(RequestId id, const absl::Status& status, GenerateEnd end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

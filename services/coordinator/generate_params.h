@@ -34,6 +34,9 @@ struct GenerateParams {
   // tokens before it and the N most likely tokens at its position
   // (GenerateSink::OnPromptLogprobs). Default: -1.
   int prompt_logprobs = -1;
+  // Speculative decoding for this request when the server runs it (false:
+  // plain decodes). Default: true.
+  bool speculative = true;
 };
 
 // The most likely tokens at one position, most likely first (equal logits:

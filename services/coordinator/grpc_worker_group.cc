@@ -1,5 +1,6 @@
 #include "services/coordinator/grpc_worker_group.h"
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <optional>
@@ -402,6 +403,17 @@ absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Combine(
         return out_of_step(absl::StrCat("sequence ", a.sequence_id(),
                                         ": token ", b.token_id(), " vs ",
                                         a.token_id()));
+      }
+      // Speculative decoding: the same drafts accepted, or the ranks'
+      // sequences now differ in length.
+      if (a.num_draft_tokens() != b.num_draft_tokens() ||
+          !std::equal(a.new_token_ids().begin(), a.new_token_ids().end(),
+                      b.new_token_ids().begin(), b.new_token_ids().end())) {
+        return out_of_step(absl::StrCat(
+            "sequence ", a.sequence_id(), ": accepted ",
+            b.new_token_ids_size(), " tokens of ", b.num_draft_tokens(),
+            " drafts vs ", a.new_token_ids_size(), " of ",
+            a.num_draft_tokens()));
       }
     }
   }

@@ -117,6 +117,7 @@ absl::Status Scheduler::AddRequest(const Request& request) {
   state->arrival = next_arrival_++;
   state->num_prompt_tokens = request.num_prompt_tokens;
   state->max_new_tokens = request.max_new_tokens;
+  state->speculative = request.speculative;
   waiting_.push_back(state.get());
   queued_tokens_ += request.num_prompt_tokens;
   requests_.emplace(request.id, std::move(state));
@@ -195,8 +196,10 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
       int64_t drafts = 0;
       if (decodes) {
         // Drafts past max_new_tokens would be wasted.
-        drafts = std::min(options_.num_speculative_tokens,
-                          r.max_new_tokens - r.num_generated - 1);
+        drafts = r.speculative
+                     ? std::min(options_.num_speculative_tokens,
+                                r.max_new_tokens - r.num_generated - 1)
+                     : 0;
         n = std::min(1 + drafts, budget);
         drafts = n - 1;
       } else {

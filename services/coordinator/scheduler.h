@@ -52,6 +52,9 @@ struct Request {
   int64_t num_prompt_tokens = 0;
   // Tokens to generate at most; 0 = prefill the prompt and sample nothing.
   int64_t max_new_tokens = 0;
+  // Whether its decodes carry drafts (num_speculative_tokens > 0): a
+  // request may opt out. Default: true.
+  bool speculative = true;
 };
 
 // What the worker does at the end of a chunk (the worker protocol's
@@ -265,6 +268,7 @@ class Scheduler {
     uint64_t arrival = 0;
     int64_t num_prompt_tokens = 0;
     int64_t max_new_tokens = 0;
+    bool speculative = true;
     int64_t num_generated = 0;
     int64_t num_computed = 0;
     int64_t num_preemptions = 0;

@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
       mneme::worker::WorkerRuntime::Create(*runtime_options);
   if (!runtime.ok()) mneme::ExitWithError(runtime.status());
   (*service)->Attach(&(*runtime)->model(), &(*runtime)->backend(),
-                     (*runtime)->membership());
+                     (*runtime)->membership(), (*runtime)->drafter());
   (*runner)->SetServing(true);
 
   mneme::SystemdNotifier notifier;

@@ -43,6 +43,10 @@ ABSL_FLAG(int, dcp_size, 1,
 ABSL_FLAG(int, dcp_interleave, 1,
           "DCP: consecutive entries kept by one rank before the next.");
 ABSL_FLAG(int, max_queued_steps, 64, "Steps waiting to run at most.");
+ABSL_FLAG(int, num_speculative_tokens, 0,
+          "DSpark speculative decoding: the most draft tokens a decode step "
+          "may verify, in [0, 64] (0: off; the drafter is loaded when > 0 and "
+          "the window rings keep that many positions more for rollback).");
 
 namespace mneme {
 
@@ -138,6 +142,13 @@ absl::StatusOr<worker::WorkerRuntimeOptions> WorkerRuntimeOptionsFromFlags() {
   o.model.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   if (o.model.max_step_tokens < 1) {
     return absl::InvalidArgumentError("--max_step_tokens must be >= 1");
+  }
+  o.model.max_speculative_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
+  if (o.model.max_speculative_tokens < 0 ||
+      o.model.max_speculative_tokens > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num_speculative_tokens=",
+                     o.model.max_speculative_tokens, " must be in [0, 64]"));
   }
   return o;
 }

@@ -31,7 +31,8 @@ bool IsSupersededGenerationKey(absl::string_view group_name, int64_t generation,
 }
 
 WorkerRuntime::~WorkerRuntime() {
-  // The model borrows the others.
+  // The drafter borrows the model; the model the others.
+  drafter_.reset();
   model_.reset();
   comm_.reset();
 }
@@ -120,6 +121,17 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
                                      : rt->engram_grpc_.get();
   ASSIGN_OR_RETURN(rt->model_, model::Model::Create(mo, *rt->backend_,
                                                     rt->comm_.get(), engram));
+  if (mo.max_speculative_tokens > 0) {
+    model::DsparkOptions dso;
+    dso.checkpoint_dir = mo.checkpoint_dir;
+    dso.tp_rank = mo.tp_rank;
+    dso.tp_size = mo.tp_size;
+    const model::Model& m = *rt->model_;
+    ASSIGN_OR_RETURN(rt->drafter_, model::DsparkDrafter::Create(
+                                       dso, m.dims(), *rt->backend_,
+                                       rt->comm_.get(), m.embedding_head(),
+                                       m.vocab()));
+  }
   return rt;
 }
 

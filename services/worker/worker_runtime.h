@@ -13,6 +13,7 @@
 #include "gpu/comm/communicator.h"
 #include "gpu/comm/group_membership.h"
 #include "model/model.h"
+#include "model/spec/dspark.h"
 
 namespace mneme::worker {
 
@@ -84,6 +85,9 @@ class WorkerRuntime {
   gpu::Backend& backend() { return *backend_; }
   // The group's communicator (the model's); null at TP 1.
   gpu::GroupMembership* membership() { return comm_.get(); }
+  // The model's DSpark drafter when model.max_speculative_tokens > 0
+  // (loaded with the model); null otherwise.
+  model::DsparkDrafter* drafter() { return drafter_.get(); }
 
  private:
   WorkerRuntime() = default;
@@ -95,6 +99,7 @@ class WorkerRuntime {
   // What the model calls: engram_grpc_, or the shared-memory client.
   std::unique_ptr<engram::EngramClient> engram_shm_;
   std::unique_ptr<model::Model> model_;
+  std::unique_ptr<model::DsparkDrafter> drafter_;
 };
 
 }  // namespace mneme::worker

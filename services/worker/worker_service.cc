@@ -1,5 +1,6 @@
 #include "services/worker/worker_service.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "model/generate.h"
+#include "model/spec/verify.h"
 
 namespace mneme::worker {
 namespace {
@@ -219,11 +221,13 @@ absl::StatusOr<std::unique_ptr<WorkerService>> WorkerService::Create(
 WorkerService::~WorkerService() { pool_.reset(); }
 
 void WorkerService::Attach(model::Model* model, gpu::Backend* backend,
-                           gpu::GroupMembership* group) {
+                           gpu::GroupMembership* group,
+                           model::DsparkDrafter* drafter) {
   absl::MutexLock lock(&mu_);
   model_ = model;
   backend_ = backend;
   group_ = group;
+  drafter_ = drafter;
 }
 
 absl::Status WorkerService::broken() const {
@@ -509,15 +513,17 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
   model::Model* model;
   gpu::Backend* backend;
   gpu::Communicator* comm;
+  model::DsparkDrafter* drafter;
   {
     absl::ReaderMutexLock lock(&mu_);
     model = model_;
     backend = backend_;
     comm = group_;
+    drafter = drafter_;
   }
   for (uint64_t id : request.release_sequence_ids()) {
     model->Release(id);
-    ForgetSampled(id);
+    ForgetSampled(id, drafter);
   }
   if (request.prefetches_size() > 0) {
     std::vector<model::PrefetchHint> hints;
@@ -559,6 +565,7 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
     }
     RETURN_IF_ERROR(CheckSampling(c.sampling(), i));
     RETURN_IF_ERROR(CheckLogprobs(c, i, vocab));
+    RETURN_IF_ERROR(CheckDrafts(c, i, chunk.tokens.size(), *model, drafter));
     if (c.output() == v1::OUTPUT_SAMPLE) {
       logits_values += 2 * int64_t{c.top_logprobs()};
     }
@@ -579,7 +586,16 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
   const absl::Time start = absl::Now();
   const absl::Duration comm_before =
       comm != nullptr ? comm->stats().time : absl::ZeroDuration();
+  // Drafts per chunk (0: none), proposed before the step (collective).
+  ASSIGN_OR_RETURN(const std::vector<int> drafted,
+                   AddDrafts(request, drafter, input));
   absl::StatusOr<model::StepOutput> out = model->Step(input);
+  if (!out.ok() && drafter != nullptr) {
+    // The model dropped the step's sequences; so does the drafter.
+    for (const model::SequenceChunk& c : input.chunks) {
+      drafter->Release(c.sequence_id);
+    }
+  }
   int64_t tokens = 0;
   for (const model::SequenceChunk& c : input.chunks) {
     tokens += static_cast<int64_t>(c.tokens.size());
@@ -605,12 +621,20 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
         return absl::InternalError(absl::StrCat(
             "chunk ", i, ": the model returned ", rows.size(), " logits"));
       }
+      ExtendDrafter(drafter, input.chunks[i], out->taps[i],
+                    static_cast<int64_t>(input.chunks[i].tokens.size()));
       continue;
     }
     // The chunk's last position: the only row, or the last of all of them.
     const absl::Span<const float> last = absl::MakeConstSpan(rows).subspan(
         rows.size() - static_cast<size_t>(vocab));
-    if (c.output() == v1::OUTPUT_SAMPLE) {
+    // The positions the step commits (all but rejected drafts).
+    int64_t committed = static_cast<int64_t>(input.chunks[i].tokens.size());
+    if (drafted[i] > 0) {
+      ASSIGN_OR_RETURN(committed, VerifyDrafts(c, input.chunks[i], rows,
+                                               drafted[i], full, *model,
+                                               *result));
+    } else if (c.output() == v1::OUTPUT_SAMPLE) {
       ASSIGN_OR_RETURN(
           const auto token,
           model::SampleToken(*backend, last, FromProto(c.sampling())));
@@ -628,16 +652,15 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
         result->mutable_top_logprobs()->Add(lp.top_logprobs.begin(),
                                             lp.top_logprobs.end());
       }
-    } else if (!full) {
-      continue;
-    } else if (c.output() == v1::OUTPUT_LOGITS_LAST) {
+    } else if (full && c.output() == v1::OUTPUT_LOGITS_LAST) {
       result->mutable_logits()->Add(last.begin(), last.end());
-    } else if (c.output() == v1::OUTPUT_LOGITS_ALL) {
+    } else if (full && c.output() == v1::OUTPUT_LOGITS_ALL) {
       result->mutable_logits()->Add(rows.begin(), rows.end());
     }
     if (full && c.prompt_logprobs()) {
       RETURN_IF_ERROR(AddPositionLogprobs(c, rows, vocab, *result));
     }
+    ExtendDrafter(drafter, input.chunks[i], out->taps[i], committed);
   }
   response.set_compute_micros(absl::ToInt64Microseconds(absl::Now() - start));
   if (comm != nullptr) {
@@ -657,10 +680,153 @@ grpc::ServerUnaryReactor* WorkerService::Release(
     absl::ReaderMutexLock lock(&mu_);
     for (uint64_t id : request->sequence_ids()) {
       model_->Release(id);
-      ForgetSampled(id);
+      ForgetSampled(id, drafter_);
     }
     return absl::OkStatus();
   });
+}
+
+absl::Status WorkerService::CheckDrafts(const v1::SequenceChunk& c, int index,
+                                       size_t tokens, const model::Model& model,
+                                       const model::DsparkDrafter* drafter) {
+  const int k = c.num_draft_tokens();
+  if (k == 0) return absl::OkStatus();
+  const int most =
+      drafter == nullptr ? 0
+                         : std::min(drafter->block_size(),
+                                    model.options().max_speculative_tokens);
+  if (k < 0 || k > most) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", index, ": num_draft_tokens=", k, " must be in [0, ", most,
+        "]", drafter == nullptr ? " (this worker has no drafter)" : ""));
+  }
+  if (c.output() != v1::OUTPUT_SAMPLE || tokens != 1 || c.prompt_logprobs()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", index,
+        ": drafts go with a one-token OUTPUT_SAMPLE decode chunk without "
+        "prompt_logprobs"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int>> WorkerService::AddDrafts(
+    const v1::StepRequest& request, model::DsparkDrafter* drafter,
+    model::StepInput& input) {
+  std::vector<int> drafted(input.chunks.size(), 0);
+  if (drafter == nullptr) return drafted;
+  std::vector<model::DraftRequest> requests;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < input.chunks.size(); ++i) {
+    model::SequenceChunk& chunk = input.chunks[i];
+    const v1::SequenceChunk& c = request.chunks(static_cast<int>(i));
+    // Every chunk's taps extend the drafter's history after the step.
+    chunk.taps = true;
+    if (chunk.start_position == 0) drafter->Release(chunk.sequence_id);
+    // Drafts need the history of every position before the anchor (a
+    // sequence whose history was lost decodes without them).
+    if (c.num_draft_tokens() > 0 &&
+        drafter->SequenceLength(chunk.sequence_id) == chunk.start_position) {
+      model::DraftRequest r;
+      r.sequence_id = chunk.sequence_id;
+      r.anchor = chunk.tokens[0];
+      r.sampling = FromProto(c.sampling());
+      requests.push_back(r);
+      which.push_back(i);
+    }
+  }
+  if (requests.empty()) return drafted;
+  ASSIGN_OR_RETURN(std::vector<model::DraftProposal> proposals,
+                   drafter->Propose(requests));
+  for (size_t j = 0; j < which.size(); ++j) {
+    model::SequenceChunk& chunk = input.chunks[which[j]];
+    const int k = request.chunks(static_cast<int>(which[j])).num_draft_tokens();
+    chunk.tokens.insert(chunk.tokens.end(), proposals[j].tokens.begin(),
+                        proposals[j].tokens.begin() + k);
+    chunk.logits = model::SequenceChunk::Logits::kAll;
+    drafted[which[j]] = k;
+    draft_logits_[chunk.sequence_id] = std::move(proposals[j].logits);
+  }
+  return drafted;
+}
+
+absl::StatusOr<int64_t> WorkerService::VerifyDrafts(
+    const v1::SequenceChunk& c, const model::SequenceChunk& chunk,
+    absl::Span<const float> rows, int k, bool full, model::Model& model,
+    v1::ChunkResult& result) {
+  const int64_t vocab = model.dims().vocab_size;
+  const absl::Span<const int64_t> drafts =
+      absl::MakeConstSpan(chunk.tokens).subspan(1, k);
+  const gpu::SamplingParams sampling = FromProto(c.sampling());
+  model::Verdict verdict;
+  if (!(sampling.temperature > 0.0f)) {
+    verdict = model::VerifyGreedy(rows, vocab, drafts);
+  } else {
+    const std::vector<float>& draft_logits = draft_logits_[chunk.sequence_id];
+    std::vector<std::vector<double>> target, draft;
+    for (int j = 0; j <= k; ++j) {
+      target.push_back(model::SamplingDistribution(
+          rows.subspan(j * vocab, vocab), sampling));
+      if (j < k) {
+        draft.push_back(model::SamplingDistribution(
+            absl::MakeConstSpan(draft_logits).subspan(j * vocab, vocab),
+            sampling));
+      }
+    }
+    verdict = model::VerifySampled(
+        target, draft, drafts,
+        c.draft_verification() == v1::DRAFT_VERIFICATION_STANDARD
+            ? model::VerifyRule::kStandard
+            : model::VerifyRule::kBlock,
+        sampling.seed ^ 0x5851F42D4C957F2Dull);
+  }
+  draft_logits_.erase(chunk.sequence_id);
+  const int a = verdict.accepted;
+  const int64_t committed = 1 + a;
+  // The rejected drafts leave no trace in the model.
+  RETURN_IF_ERROR(
+      model.Truncate(chunk.sequence_id, chunk.start_position + committed));
+  sampled_[chunk.sequence_id] = {verdict.next,
+                                 chunk.start_position + committed};
+  result.set_num_draft_tokens(k);
+  for (int j = 0; j <= a; ++j) {
+    const int64_t token = j < a ? drafts[j] : verdict.next;
+    ASSIGN_OR_RETURN(model::PositionLogprobs lp,
+                     model::RowLogprobs(rows.subspan(j * vocab, vocab), token,
+                                        full ? c.top_logprobs() : 0));
+    result.add_new_token_ids(token);
+    if (j == a) {
+      result.set_token_id(token);
+      result.set_logprob(lp.target_logprob);
+    }
+    if (!full) continue;
+    v1::PositionLogprobs* p = result.add_new_tokens();
+    p->set_target_logprob(lp.target_logprob);
+    p->mutable_top_ids()->Add(lp.top_ids.begin(), lp.top_ids.end());
+    p->mutable_top_logprobs()->Add(lp.top_logprobs.begin(),
+                                   lp.top_logprobs.end());
+  }
+  return committed;
+}
+
+void WorkerService::ExtendDrafter(model::DsparkDrafter* drafter,
+                                  const model::SequenceChunk& chunk,
+                                  const std::vector<float>& taps,
+                                  int64_t committed) {
+  if (drafter == nullptr || committed <= 0 || taps.empty()) return;
+  const uint64_t id = chunk.sequence_id;
+  if (drafter->SequenceLength(id) != chunk.start_position &&
+      !(chunk.start_position == 0 && drafter->SequenceLength(id) < 0)) {
+    return;  // Its history has a gap: it decodes without drafts.
+  }
+  const size_t row = taps.size() / chunk.tokens.size();
+  const absl::Status st = drafter->Extend(
+      id, chunk.start_position,
+      absl::MakeConstSpan(taps).subspan(0, static_cast<size_t>(committed) * row));
+  if (!st.ok()) {
+    LOG(WARNING) << "sequence " << id
+                 << " decodes without drafts from now on: " << st;
+    drafter->Release(id);
+  }
 }
 
 absl::StatusOr<std::vector<int64_t>> WorkerService::ChunkTokens(
@@ -755,6 +921,10 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(
     response->set_dcp_interleave(m.options().dcp_interleave);
     response->set_sliding_window(m.dims().sliding_window);
     response->set_in_group(InGroup());
+    response->set_max_draft_tokens(
+        drafter_ == nullptr ? 0
+                            : std::min(drafter_->block_size(),
+                                       m.options().max_speculative_tokens));
     response->set_group_generation(group_ != nullptr ? group_->generation()
                                                      : 0);
     return absl::OkStatus();
@@ -783,6 +953,7 @@ grpc::ServerUnaryReactor* WorkerService::JoinGroup(
     // The peers' halves of every sequence are gone (or about to be).
     model_->ReleaseAll();
     sampled_.clear();
+    if (drafter_ != nullptr) drafter_->ReleaseAll();
     {
       absl::MutexLock owners(&owners_mu_);
       owners_.clear();

@@ -21,6 +21,7 @@
 #include "gpu/backend.h"
 #include "gpu/comm/group_membership.h"
 #include "model/model.h"
+#include "model/spec/dspark.h"
 #include "proto/worker/v1/worker.grpc.pb.h"
 
 namespace mneme::worker {
@@ -80,9 +81,11 @@ class WorkerService final : public v1::Worker::CallbackService {
   WorkerService& operator=(const WorkerService&) = delete;
 
   // Makes the service ready to run steps on `model`; `group` is the model's
-  // communicator (null at TP 1).
+  // communicator (null at TP 1), `drafter` its DSpark drafter (null: no
+  // speculative decoding).
   void Attach(model::Model* model, gpu::Backend* backend,
-              gpu::GroupMembership* group);
+              gpu::GroupMembership* group,
+              model::DsparkDrafter* drafter = nullptr);
   // The error that broke the group; OK while it is intact (or before the
   // first JoinGroup).
   absl::Status broken() const;
@@ -120,7 +123,39 @@ class WorkerService final : public v1::Worker::CallbackService {
   // token the worker does not have.
   absl::StatusOr<std::vector<int64_t>> ChunkTokens(const v1::SequenceChunk& c,
                                                    int index) const;
-  void ForgetSampled(uint64_t sequence_id) { sampled_.erase(sequence_id); }
+  // InvalidArgument when chunk `index` (of `tokens` tokens) asks for drafts
+  // it cannot have (SequenceChunk.num_draft_tokens).
+  static absl::Status CheckDrafts(const v1::SequenceChunk& c, int index,
+                                  size_t tokens, const model::Model& model,
+                                  const model::DsparkDrafter* drafter);
+  // With a drafter: asks every chunk's taps, proposes the drafts of the
+  // chunks that want them (and whose history the drafter has) and appends
+  // them to those chunks; returns the drafts per chunk. Collective.
+  absl::StatusOr<std::vector<int>> AddDrafts(const v1::StepRequest& request,
+                                             model::DsparkDrafter* drafter,
+                                             model::StepInput& input);
+  // Verifies the k drafts of a chunk against the target's rows [1 + k,
+  // vocab], rolls the rejected ones back, records the next token as the
+  // sequence's sampled token and fills the result (new_tokens); returns
+  // the positions committed (1 + accepted).
+  absl::StatusOr<int64_t> VerifyDrafts(const v1::SequenceChunk& c,
+                                       const model::SequenceChunk& chunk,
+                                       absl::Span<const float> rows, int k,
+                                       bool full, model::Model& model,
+                                       v1::ChunkResult& result);
+  // Adds the first `committed` positions of a chunk to the drafter's
+  // history (taps: the step's of the chunk). A sequence whose history
+  // cannot be extended is dropped from the drafter and decodes without
+  // drafts.
+  static void ExtendDrafter(model::DsparkDrafter* drafter,
+                            const model::SequenceChunk& chunk,
+                            const std::vector<float>& taps, int64_t committed);
+  // Forgets what the step thread keeps of a sequence besides the model's
+  // state: its sampled token and its drafter history.
+  void ForgetSampled(uint64_t sequence_id, model::DsparkDrafter* drafter) {
+    sampled_.erase(sequence_id);
+    if (drafter != nullptr) drafter->Release(sequence_id);
+  }
   // OK when the shard is loaded (Attach) and, if `in_group`, the rank is in
   // an intact group.
   absl::Status Ready(bool in_group) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -144,6 +179,7 @@ class WorkerService final : public v1::Worker::CallbackService {
   model::Model* model_ ABSL_GUARDED_BY(mu_) = nullptr;
   gpu::Backend* backend_ ABSL_GUARDED_BY(mu_) = nullptr;
   gpu::GroupMembership* group_ ABSL_GUARDED_BY(mu_) = nullptr;
+  model::DsparkDrafter* drafter_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   // Sequence ownership: the coordinator id (StepRequest.coordinator_id) that
   // created each live sequence; erased when the sequence is released. A step
@@ -162,6 +198,9 @@ class WorkerService final : public v1::Worker::CallbackService {
     int64_t position = 0;
   };
   absl::flat_hash_map<uint64_t, Sampled> sampled_;
+  // The draft logits of the step's drafted chunks, until verified. Step
+  // thread only.
+  absl::flat_hash_map<uint64_t, std::vector<float>> draft_logits_;
   // PermissionDenied when a sequence of `run` or `release` is owned by
   // another id than `coordinator` (InvalidArgument for an over-long id);
   // else records `coordinator` as the owner of the new sequences of `run`

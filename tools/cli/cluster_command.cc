@@ -143,7 +143,8 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
           argv,
           {"checkpoint", "tp", "dcp", "chunk-tokens", "workdir", "bin-dir",
            "kv-cache-bytes", "max-num-seqs", "threads-per-worker", "listen",
-           "comm-timeout", "ready-timeout", "coordinator-flags"},
+           "comm-timeout", "ready-timeout", "coordinator-flags",
+           "num-speculative-tokens"},
           {"all-metrics"}));
   if (!args.positionals().empty()) {
     return absl::InvalidArgumentError(
@@ -160,13 +161,14 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
       args.GetInt("max-num-seqs", 256, 1, int64_t{1} << 30);
   absl::StatusOr<int64_t> threads =
       args.GetInt("threads-per-worker", 1, 1, 1024);
+  absl::StatusOr<int64_t> spec = args.GetInt("num-speculative-tokens", 0, 0, 64);
   absl::StatusOr<absl::Duration> comm =
       GetDuration(args, "comm-timeout", absl::Seconds(30));
   absl::StatusOr<absl::Duration> ready =
       GetDuration(args, "ready-timeout", absl::Seconds(120));
   for (const absl::Status& s :
        {tp.status(), dcp.status(), chunk.status(), kv.status(), seqs.status(),
-        threads.status(), comm.status(), ready.status()}) {
+        threads.status(), comm.status(), ready.status(), spec.status()}) {
     if (!s.ok()) return s;
   }
   if (*dcp != 1 && *dcp != *tp) {
@@ -179,6 +181,7 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
   options.kv_cache_bytes = *kv;
   options.max_num_seqs = *seqs;
   options.threads_per_worker = static_cast<int>(*threads);
+  options.num_speculative_tokens = static_cast<int>(*spec);
   options.comm_timeout = *comm;
   options.ready_timeout = *ready;
   options.coordinator_listen = args.Get("listen", "127.0.0.1:0");

@@ -12,7 +12,7 @@ namespace mneme::cli {
 // mneme cluster up [--checkpoint DIR] [--tp N] [--dcp N] [--chunk-tokens N]
 //     [--workdir DIR] [--bin-dir DIR] [--kv-cache-bytes N]
 //     [--max-num-seqs N] [--threads-per-worker N] [--listen HOST:PORT]
-//     [--comm-timeout D] [--ready-timeout D]
+//     [--comm-timeout D] [--ready-timeout D] [--num-speculative-tokens K]
 // Runs a whole cluster on this machine (tools/cluster/local_cluster.h): an
 // engram store, --tp workers (CPU backend) and the coordinator. Without
 // --checkpoint it writes the tiny V4.1-Flash model (MakeReleaseCheckpoint) to

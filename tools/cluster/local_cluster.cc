@@ -141,6 +141,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
                       int64_t{1} << 50),
            CheckRange("threads_per_worker", options.threads_per_worker, 1,
                       1024),
+           CheckRange("num_speculative_tokens",
+                      options.num_speculative_tokens, 0, 64),
            CheckPositive("comm_timeout", options.comm_timeout),
            CheckPositive("ready_timeout", options.ready_timeout),
            CheckNonNegative("drain_timeout", options.drain_timeout),
@@ -244,6 +246,8 @@ absl::Status LocalCluster::StartOnce() {
                        absl::StrCat("--max_num_batched_tokens=",
                                     options_.max_num_batched_tokens),
                        absl::StrCat("--max_num_seqs=", options_.max_num_seqs),
+                       absl::StrCat("--num_speculative_tokens=",
+                                    options_.num_speculative_tokens),
                        secret_flag_,
                        drain};
   coordinator_.argv.insert(coordinator_.argv.end(),
@@ -286,6 +290,8 @@ std::vector<std::string> LocalCluster::WorkerArgv(int rank) const {
       "--backend=cpu",
       absl::StrCat("--threads=", options_.threads_per_worker),
       absl::StrCat("--kv_cache_bytes=", options_.kv_cache_bytes),
+      absl::StrCat("--num_speculative_tokens=",
+                   options_.num_speculative_tokens),
       DurationFlag("comm_timeout", options_.comm_timeout),
       DurationFlag("drain_timeout", options_.drain_timeout),
       secret_flag_};

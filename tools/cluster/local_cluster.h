@@ -46,6 +46,10 @@ struct LocalClusterOptions {
   int64_t kv_cache_bytes = int64_t{256} << 20;
   // CPU backend threads of each worker; in [1, 1024]. Default: 1.
   int threads_per_worker = 1;
+  // DSpark speculative decoding: drafts per decode step, for the workers
+  // and the coordinator (the checkpoint needs DSpark stages); in [0, 64].
+  // Default: 0 (off).
+  int num_speculative_tokens = 0;
   // The store and the workers serve metrics too (on free ports, printed
   // with their addresses); the coordinator always does. Default: false.
   bool all_metrics = false;
