@@ -219,8 +219,8 @@ absl::StatusOr<coordinator::EngineOptions> EngineOptionsFromFlags() {
        &s.max_queued_tokens},
       {"kv_cache_bytes", absl::GetFlag(FLAGS_kv_cache_bytes), 0,
        &s.kv_pool.bytes_per_rank},
-      {"num_speculative_tokens", absl::GetFlag(FLAGS_num_speculative_tokens),
-       0, &s.num_speculative_tokens},
+      {"num_speculative_tokens", absl::GetFlag(FLAGS_num_speculative_tokens), 0,
+       &s.num_speculative_tokens},
   };
   for (const IntFlag& f : flags) {
     if (f.value < f.lo || f.value > (int64_t{1} << 50)) {
@@ -240,8 +240,8 @@ absl::StatusOr<coordinator::EngineOptions> EngineOptionsFromFlags() {
   } else if (verify == "standard") {
     o.draft_verification = worker::v1::DRAFT_VERIFICATION_STANDARD;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--spec_verify=", verify, ": must be block or standard"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--spec_verify=", verify, ": must be block or standard"));
   }
   o.overlap_scheduling = absl::GetFlag(FLAGS_overlap_scheduling);
   o.idle_check_interval = absl::GetFlag(FLAGS_idle_check_interval);

@@ -68,6 +68,7 @@ struct Engine::Live {
   bool prompt_logprobs_sent = false;
   // Times its worker state was lost (and recomputed).
   int recoveries = 0;
+  SpeculationUsage speculation;
 };
 
 struct Engine::Metrics {
@@ -161,9 +162,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   m->finished_abort = finished[2];
   m->finished_error = finished[3];
   // Speculative decoding, as vLLM names its counters.
-  m->spec_drafts = counter("mneme:spec_decode_num_drafts_total",
-                           "Decode steps of a request that verified drafts.",
-                           {}, {{}})[0];
+  m->spec_drafts =
+      counter("mneme:spec_decode_num_drafts_total",
+              "Decode steps of a request that verified drafts.", {}, {{}})[0];
   m->spec_draft_tokens =
       counter("mneme:spec_decode_num_draft_tokens_total",
               "Draft tokens proposed and verified.", {}, {{}})[0];
@@ -401,6 +402,7 @@ void Engine::Finish(RequestId id, const absl::Status& status, GenerateEnd end) {
     metrics_->finished_abort->Increment();
   }
   metrics_->e2e->Observe(absl::ToDoubleSeconds(absl::Now() - l.arrival));
+  if (l.speculation.drafts > 0) l.sink->OnSpeculation(l.speculation);
   l.sink->OnFinish(status, end, l.prompt_tokens, l.generated);
   by_name_.erase(l.name);
   live_.erase(it);
@@ -595,10 +597,9 @@ v1::StepRequest Engine::BuildStep(const StepPlan& plan) {
       c->set_starts_with_sampled_token(true);
     } else {
       // A decode with drafts sends its anchor; the workers draft the rest.
-      c->mutable_token_ids()->Add(
-          l.tokens.begin() + s.start_position,
-          l.tokens.begin() + s.start_position + s.num_tokens -
-              s.num_draft_tokens);
+      c->mutable_token_ids()->Add(l.tokens.begin() + s.start_position,
+                                  l.tokens.begin() + s.start_position +
+                                      s.num_tokens - s.num_draft_tokens);
     }
     if (s.num_draft_tokens > 0) {
       c->set_num_draft_tokens(static_cast<int32_t>(s.num_draft_tokens));
@@ -690,14 +691,13 @@ void Engine::ApplyResults(const StepPlan& plan,
           lps.push_back(have ? cr.new_tokens(j).target_logprob()
                              : std::numeric_limits<float>::quiet_NaN());
           if (top) {
-            tops.push_back(
-                have ? TopFromProto(cr.new_tokens(j).top_ids(),
-                                    cr.new_tokens(j).top_logprobs(),
-                                    l.params.top_logprobs)
-                     : TopLogprobs{});
+            tops.push_back(have ? TopFromProto(cr.new_tokens(j).top_ids(),
+                                               cr.new_tokens(j).top_logprobs(),
+                                               l.params.top_logprobs)
+                                : TopLogprobs{});
           }
         }
-        RecordDrafts(cr);
+        RecordDrafts(cr, l);
       } else {
         tokens.push_back(cr.token_id());
         lps.push_back(cr.logprob());
@@ -755,15 +755,18 @@ void Engine::ApplyResults(const StepPlan& plan,
   }
 }
 
-void Engine::RecordDrafts(const v1::ChunkResult& cr) {
+void Engine::RecordDrafts(const v1::ChunkResult& cr, Live& l) {
   const int64_t k = cr.num_draft_tokens();
   if (k <= 0) return;
   const int64_t accepted = cr.new_token_ids_size() - 1;
+  l.speculation.drafts += 1;
+  l.speculation.draft_tokens += k;
+  l.speculation.accepted_tokens += accepted;
   metrics_->spec_drafts->Increment();
   metrics_->spec_draft_tokens->Increment(static_cast<double>(k));
   metrics_->spec_accepted_tokens->Increment(static_cast<double>(accepted));
-  for (int64_t j = 0; j < accepted && j < static_cast<int64_t>(
-                                              metrics_->spec_per_pos.size());
+  for (int64_t j = 0;
+       j < accepted && j < static_cast<int64_t>(metrics_->spec_per_pos.size());
        ++j) {
     metrics_->spec_per_pos[j]->Increment();
   }

@@ -51,6 +51,8 @@ class GenerateSink {
   // With GenerateParams::top_logprobs > 0: per token of the next OnTokens,
   // its distribution's top_logprobs most likely tokens.
   virtual void OnTopLogprobs(absl::Span<const TopLogprobs> /*per_token*/) {}
+  // Before OnFinish, when the request's decodes verified drafts.
+  virtual void OnSpeculation(const SpeculationUsage& /*usage*/) {}
   // Returns false to end the request here (a stop string in its text):
   // it then finishes as kStop, with these tokens as its last. `logprobs`
   // (with GenerateParams::logprobs, else empty): log p of each token under
@@ -191,7 +193,7 @@ class Engine {
   // kMaxRecoveries times fails with UNAVAILABLE instead, naming `why`.
   void RequeueRunning(absl::string_view why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a result's drafts in the speculative-decoding metrics.
-  void RecordDrafts(const worker::v1::ChunkResult& cr)
+  void RecordDrafts(const worker::v1::ChunkResult& cr, Live& l)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finishes a live request (erasing it) with the given outcome.
   void Finish(RequestId id, const absl::Status& status, GenerateEnd end)

@@ -39,6 +39,14 @@ struct GenerateParams {
   bool speculative = true;
 };
 
+// What speculative decoding did for one request.
+struct SpeculationUsage {
+  // Decode steps with drafts, drafts proposed, drafts accepted.
+  int64_t drafts = 0;
+  int64_t draft_tokens = 0;
+  int64_t accepted_tokens = 0;
+};
+
 // The most likely tokens at one position, most likely first (equal logits:
 // lower id first), with their log-probabilities (log_softmax of the model's
 // fp32 logits, unmodified by temperature or filtering).

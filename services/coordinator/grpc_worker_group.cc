@@ -410,10 +410,9 @@ absl::StatusOr<v1::StepResponse> GrpcWorkerGroup::Combine(
           !std::equal(a.new_token_ids().begin(), a.new_token_ids().end(),
                       b.new_token_ids().begin(), b.new_token_ids().end())) {
         return out_of_step(absl::StrCat(
-            "sequence ", a.sequence_id(), ": accepted ",
-            b.new_token_ids_size(), " tokens of ", b.num_draft_tokens(),
-            " drafts vs ", a.new_token_ids_size(), " of ",
-            a.num_draft_tokens()));
+            "sequence ", a.sequence_id(), ": accepted ", b.new_token_ids_size(),
+            " tokens of ", b.num_draft_tokens(), " drafts vs ",
+            a.new_token_ids_size(), " of ", a.num_draft_tokens()));
       }
     }
   }

@@ -250,6 +250,7 @@ class StreamSink final : public GenerateSink {
   explicit StreamSink(GenerateReactor* reactor) : reactor_(reactor) {}
   void OnPromptLogprobs(absl::Span<const TokenLogprobs> positions) override;
   void OnTopLogprobs(absl::Span<const TopLogprobs> per_token) override;
+  void OnSpeculation(const SpeculationUsage& usage) override;
   bool OnTokens(absl::Span<const int64_t> tokens,
                 absl::Span<const float> logprobs) override;
   void OnFinish(const absl::Status& status, GenerateEnd end,
@@ -358,8 +359,19 @@ class GenerateReactor final
       }
       m.set_prompt_tokens(static_cast<int32_t>(prompt_tokens));
       m.set_completion_tokens(static_cast<int32_t>(completion_tokens));
+      if (speculation_.drafts > 0) {
+        sv1::SpeculativeDecoding* s = m.mutable_speculative_decoding();
+        s->set_num_drafts(speculation_.drafts);
+        s->set_num_draft_tokens(speculation_.draft_tokens);
+        s->set_num_accepted_tokens(speculation_.accepted_tokens);
+      }
     }
     WriteNextLocked();
+  }
+
+  void SetSpeculation(const SpeculationUsage& usage) {
+    absl::MutexLock lock(&mu_);
+    speculation_ = usage;
   }
 
   void OnWriteDone(bool ok) override {
@@ -539,6 +551,7 @@ class GenerateReactor final
   sv1::GenerateResponse current_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  SpeculationUsage speculation_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   // Whether a message (all carry the request id) was queued.
@@ -566,6 +579,11 @@ bool StreamSink::OnTokens(absl::Span<const int64_t> tokens,
                           absl::Span<const float> logprobs) {
   absl::MutexLock lock(&mu_);
   return reactor_ == nullptr || reactor_->Push(tokens, logprobs);
+}
+
+void StreamSink::OnSpeculation(const SpeculationUsage& usage) {
+  absl::MutexLock lock(&mu_);
+  if (reactor_ != nullptr) reactor_->SetSpeculation(usage);
 }
 
 void StreamSink::OnFinish(const absl::Status& status, GenerateEnd end,
@@ -605,6 +623,7 @@ GenerateParams ParamsFromProto(const sv1::GenerateRequest& request) {
   p.top_logprobs = request.top_logprobs();
   p.prompt_logprobs =
       request.has_prompt_logprobs() ? request.prompt_logprobs() : -1;
+  p.speculative = !request.disable_speculative_decoding();
   return p;
 }
 

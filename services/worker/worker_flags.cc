@@ -146,9 +146,9 @@ absl::StatusOr<worker::WorkerRuntimeOptions> WorkerRuntimeOptionsFromFlags() {
   o.model.max_speculative_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
   if (o.model.max_speculative_tokens < 0 ||
       o.model.max_speculative_tokens > 64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--num_speculative_tokens=",
-                     o.model.max_speculative_tokens, " must be in [0, 64]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num_speculative_tokens=", o.model.max_speculative_tokens,
+        " must be in [0, 64]"));
   }
   return o;
 }

@@ -127,10 +127,10 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     dso.tp_rank = mo.tp_rank;
     dso.tp_size = mo.tp_size;
     const model::Model& m = *rt->model_;
-    ASSIGN_OR_RETURN(rt->drafter_, model::DsparkDrafter::Create(
-                                       dso, m.dims(), *rt->backend_,
-                                       rt->comm_.get(), m.embedding_head(),
-                                       m.vocab()));
+    ASSIGN_OR_RETURN(rt->drafter_,
+                     model::DsparkDrafter::Create(
+                         dso, m.dims(), *rt->backend_, rt->comm_.get(),
+                         m.embedding_head(), m.vocab()));
   }
   return rt;
 }

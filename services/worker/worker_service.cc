@@ -631,9 +631,9 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
     // The positions the step commits (all but rejected drafts).
     int64_t committed = static_cast<int64_t>(input.chunks[i].tokens.size());
     if (drafted[i] > 0) {
-      ASSIGN_OR_RETURN(committed, VerifyDrafts(c, input.chunks[i], rows,
-                                               drafted[i], full, *model,
-                                               *result));
+      ASSIGN_OR_RETURN(committed,
+                       VerifyDrafts(c, input.chunks[i], rows, drafted[i], full,
+                                    *model, *result));
     } else if (c.output() == v1::OUTPUT_SAMPLE) {
       ASSIGN_OR_RETURN(
           const auto token,
@@ -687,14 +687,15 @@ grpc::ServerUnaryReactor* WorkerService::Release(
 }
 
 absl::Status WorkerService::CheckDrafts(const v1::SequenceChunk& c, int index,
-                                       size_t tokens, const model::Model& model,
-                                       const model::DsparkDrafter* drafter) {
+                                        size_t tokens,
+                                        const model::Model& model,
+                                        const model::DsparkDrafter* drafter) {
   const int k = c.num_draft_tokens();
   if (k == 0) return absl::OkStatus();
-  const int most =
-      drafter == nullptr ? 0
-                         : std::min(drafter->block_size(),
-                                    model.options().max_speculative_tokens);
+  const int most = drafter == nullptr
+                       ? 0
+                       : std::min(drafter->block_size(),
+                                  model.options().max_speculative_tokens);
   if (k < 0 || k > most) {
     return absl::InvalidArgumentError(absl::StrCat(
         "chunk ", index, ": num_draft_tokens=", k, " must be in [0, ", most,
@@ -819,9 +820,10 @@ void WorkerService::ExtendDrafter(model::DsparkDrafter* drafter,
     return;  // Its history has a gap: it decodes without drafts.
   }
   const size_t row = taps.size() / chunk.tokens.size();
-  const absl::Status st = drafter->Extend(
-      id, chunk.start_position,
-      absl::MakeConstSpan(taps).subspan(0, static_cast<size_t>(committed) * row));
+  const absl::Status st =
+      drafter->Extend(id, chunk.start_position,
+                      absl::MakeConstSpan(taps).subspan(
+                          0, static_cast<size_t>(committed) * row));
   if (!st.ok()) {
     LOG(WARNING) << "sequence " << id
                  << " decodes without drafts from now on: " << st;

@@ -35,18 +35,25 @@ namespace sv1 = ::mneme::serving::v1;
 
 const std::string& Checkpoint() { return testing::TinyModelCheckpoint(); }
 
-// The reference: greedy (or seeded) generation in this process, TP 1.
+// The reference: greedy (or seeded) generation in this process, TP 1,
+// without speculation.
 std::vector<int64_t> Reference(const std::vector<int64_t>& prompt, int max_new,
-                               bool ignore_eos = false) {
-  static worker::LocalModel* local = [] {
+                               bool ignore_eos = false,
+                               const std::string& checkpoint = Checkpoint()) {
+  static auto* models =
+      new std::map<std::string, std::unique_ptr<worker::LocalModel>>();
+  std::unique_ptr<worker::LocalModel>& slot = (*models)[checkpoint];
+  if (slot == nullptr) {
     worker::LocalModelOptions o;
-    o.checkpoint_dir = Checkpoint();
+    o.checkpoint_dir = checkpoint;
     o.threads = 1;
     absl::StatusOr<std::unique_ptr<worker::LocalModel>> m =
         worker::LocalModel::Create(o);
     EXPECT_TRUE(m.ok()) << m.status();
-    return m->release();
-  }();
+    if (!m.ok()) return {};
+    slot = *std::move(m);
+  }
+  worker::LocalModel* local = slot.get();
   model::GenerateOptions g;
   g.max_new_tokens = max_new;
   g.stop_at_eos = !ignore_eos;
@@ -74,9 +81,15 @@ struct ClusterOptions {
 
 class Cluster {
  public:
-  explicit Cluster(const ClusterOptions& o) : options_(o) {
+  // `checkpoint`: Checkpoint() when empty; `worker_flags`: more flags for
+  // every worker.
+  explicit Cluster(const ClusterOptions& o, std::string checkpoint = "",
+                   std::vector<std::string> worker_flags = {})
+      : options_(o),
+        checkpoint_(checkpoint.empty() ? Checkpoint() : std::move(checkpoint)),
+        worker_flags_(std::move(worker_flags)) {
     store_.argv = {RunfilePath("mneme/services/engram/mneme_engram_store"),
-                   "--checkpoint=" + Checkpoint(),
+                   "--checkpoint=" + checkpoint_,
                    "--listen=127.0.0.1:0",
                    "--metrics_listen=127.0.0.1:0",
                    "--io_threads=2",
@@ -109,7 +122,7 @@ class Cluster {
   void StartWorker(int rank, const std::string& listen) {
     Daemon& w = workers_[rank];
     w.argv = {RunfilePath("mneme/services/worker/mneme_worker"),
-              "--checkpoint=" + Checkpoint(),
+              "--checkpoint=" + checkpoint_,
               "--listen=" + listen,
               "--metrics_listen=none",
               absl::StrCat("--rank=", rank),
@@ -119,6 +132,7 @@ class Cluster {
               "--threads=1",
               "--comm_timeout=" + options_.comm_timeout,
               "--kv_cache_bytes=33554432"};
+    w.argv.insert(w.argv.end(), worker_flags_.begin(), worker_flags_.end());
     if (rank > 0) w.argv.push_back("--group=" + workers_[0].address);
     Launch(w);
   }
@@ -183,6 +197,8 @@ class Cluster {
 
  private:
   ClusterOptions options_;
+  std::string checkpoint_;
+  std::vector<std::string> worker_flags_;
   Daemon store_;
   std::string store_metrics_;
   std::vector<Daemon> workers_;
@@ -272,6 +288,77 @@ TEST(CoordinatorTest, ConcurrentRequestsWithPreemptionMatchSequentialRuns) {
     EXPECT_EQ(outcomes[i].reason, sv1::FINISH_REASON_LENGTH);
     EXPECT_EQ(outcomes[i].tokens,
               Reference(prompts[i], max_new[i], /*ignore_eos=*/true))
+        << "request " << i;
+  }
+  EXPECT_GT(c.Loads().preemptions(), 0);
+  EXPECT_TRUE(c.WaitIdle(absl::Seconds(10)));
+}
+
+// DSpark speculative decoding through the whole serving path: greedy output
+// equals plain greedy decoding (the single-process reference without
+// drafts), with chunked prefill, at TP 1, TP 2 + DCP 2 and TP 4 + DCP 4, on
+// the model whose drafter mostly agrees with it and on the random one
+// (drafts mostly rejected, so the rollback runs every step).
+TEST(CoordinatorTest, SpeculativeDecodingMatchesGreedyAtEveryParallelism) {
+  struct Case {
+    int tp, dcp;
+    const std::string* checkpoint;
+  };
+  for (const Case& k : {Case{1, 1, &testing::TinyAlignedCheckpoint()},
+                        Case{2, 2, &testing::TinyAlignedCheckpoint()},
+                        Case{4, 4, &testing::TinyAlignedCheckpoint()},
+                        Case{2, 2, &Checkpoint()}}) {
+    SCOPED_TRACE(absl::StrCat("tp ", k.tp, " dcp ", k.dcp, " ", *k.checkpoint));
+    Cluster c({.tp = k.tp,
+               .dcp = k.dcp,
+               .coordinator_flags = {"--max_num_batched_tokens=7",
+                                     "--num_speculative_tokens=5"},
+               .comm_timeout = "60s"},
+              *k.checkpoint, {"--num_speculative_tokens=5"});
+    for (int length : {9, 30}) {
+      const std::vector<int64_t> prompt = Prompt(length, length);
+      sv1::GenerateRequest req = Request(prompt, 24);
+      req.set_ignore_eos(true);
+      const Outcome o = Generate(c.stub(), req);
+      ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+      EXPECT_EQ(o.tokens, Reference(prompt, 24, true, *k.checkpoint))
+          << "prompt of " << length;
+      EXPECT_EQ(o.completion_tokens, 24);
+    }
+    EXPECT_TRUE(c.WaitIdle(absl::Seconds(10)));
+  }
+}
+
+// Speculation with preemption: a KV budget that holds a few of the
+// sequences at once, so running requests are preempted and recomputed
+// (the workers' drafter history is rebuilt with them); each equals its
+// plain greedy run, and a request that opts out still matches.
+TEST(CoordinatorTest, SpeculativeDecodingWithPreemptionMatchesGreedy) {
+  const std::string& ckpt = testing::TinyAlignedCheckpoint();
+  Cluster c({.tp = 2,
+             .dcp = 2,
+             .coordinator_flags = {"--max_num_batched_tokens=64",
+                                   "--kv_cache_bytes=460000",
+                                   "--num_speculative_tokens=4"},
+             .comm_timeout = "60s"},
+            ckpt, {"--num_speculative_tokens=4"});
+  constexpr int kRequests = 16;
+  std::vector<Outcome> outcomes(kRequests);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] {
+      sv1::GenerateRequest req = Request(Prompt(1 + (i * 7) % 12, i), 40);
+      req.set_ignore_eos(true);
+      if (i % 5 == 0) req.set_disable_speculative_decoding(true);
+      outcomes[i] = Generate(c.stub(), req);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(outcomes[i].status.ok())
+        << i << ": " << outcomes[i].status.error_message();
+    EXPECT_EQ(outcomes[i].tokens,
+              Reference(Prompt(1 + (i * 7) % 12, i), 40, true, ckpt))
         << "request " << i;
   }
   EXPECT_GT(c.Loads().preemptions(), 0);

@@ -30,16 +30,32 @@ std::vector<std::string> NonEmptyLines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
 }
 
+namespace {
+
+// `mneme make-checkpoint --model --seed 21 EXTRA` into $TEST_TMPDIR/NAME.
+std::string* MakeTinyModel(const std::string& name,
+                           const std::vector<std::string>& extra) {
+  const char* tmp = getenv("TEST_TMPDIR");
+  auto* d =
+      new std::string(absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name));
+  std::vector<std::string> args = {"make-checkpoint", "--model", "--out", *d,
+                                   "--seed",          "21"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const CommandResult r = RunMneme(args);
+  EXPECT_EQ(r.code, 0) << r.err;
+  return d;
+}
+
+}  // namespace
+
 const std::string& TinyModelCheckpoint() {
-  static const std::string* dir = [] {
-    const char* tmp = getenv("TEST_TMPDIR");
-    auto* d =
-        new std::string(absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/tiny"));
-    const CommandResult r =
-        RunMneme({"make-checkpoint", "--model", "--out", *d, "--seed", "21"});
-    EXPECT_EQ(r.code, 0) << r.err;
-    return d;
-  }();
+  static const std::string* dir = MakeTinyModel("tiny", {});
+  return *dir;
+}
+
+const std::string& TinyAlignedCheckpoint() {
+  static const std::string* dir =
+      MakeTinyModel("tiny-aligned", {"--aligned-draft"});
   return *dir;
 }
 

@@ -30,6 +30,9 @@ CommandResult RunMneme(const std::vector<std::string>& args,
 // The tiny model (`mneme make-checkpoint --model --seed 21`) in
 // $TEST_TMPDIR/tiny, made on the first call of the test process.
 const std::string& TinyModelCheckpoint();
+// The tiny model whose DSpark drafter agrees well with it (`--aligned-draft
+// --seed 21`) in $TEST_TMPDIR/tiny-aligned, made on the first call.
+const std::string& TinyAlignedCheckpoint();
 
 // The non-empty lines of `text`.
 std::vector<std::string> NonEmptyLines(const std::string& text);

@@ -47,6 +47,8 @@ absl::Status RunBenchServing(const std::vector<std::string>& argv,
                    ServingChannel(args, server));
   std::unique_ptr<sv1::Serving::Stub> stub = sv1::Serving::NewStub(channel);
   std::atomic<int64_t> next{0}, errors{0}, output_tokens{0};
+  // Speculative decoding, summed over the requests.
+  std::atomic<int64_t> drafts{0}, draft_tokens{0}, accepted{0};
   absl::Mutex mu;
   std::vector<double> ttft, itl, e2e;
   std::string first_error;
@@ -71,6 +73,11 @@ absl::Status RunBenchServing(const std::vector<std::string>& argv,
         double my_ttft = -1;
         int64_t n = 0;
         while (reader->Read(&m)) {
+          if (m.has_speculative_decoding()) {
+            drafts += m.speculative_decoding().num_drafts();
+            draft_tokens += m.speculative_decoding().num_draft_tokens();
+            accepted += m.speculative_decoding().num_accepted_tokens();
+          }
           if (m.token_ids_size() == 0) continue;
           const absl::Time now = absl::Now();
           if (n == 0) {
@@ -113,6 +120,19 @@ absl::Status RunBenchServing(const std::vector<std::string>& argv,
       {"e2e_ms_p50", Percentile(e2e, 50)},
       {"e2e_ms_p99", Percentile(e2e, 99)},
   };
+  if (drafts > 0) {
+    // vLLM's figures: tokens a decode step with drafts produced on average
+    // (accepted drafts + 1) and the share of drafts accepted.
+    j["spec_decode"] = {
+        {"num_drafts", drafts.load()},
+        {"num_draft_tokens", draft_tokens.load()},
+        {"num_accepted_tokens", accepted.load()},
+        {"mean_acceptance_length",
+         1.0 + static_cast<double>(accepted) / static_cast<double>(drafts)},
+        {"draft_acceptance_rate",
+         static_cast<double>(accepted) / static_cast<double>(draft_tokens)},
+    };
+  }
   if (!first_error.empty()) j["first_error"] = first_error;
   out << j.dump() << "\n";
   return absl::OkStatus();

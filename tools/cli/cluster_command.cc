@@ -137,15 +137,14 @@ class SignalWatcher {
 
 absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
                    std::ostream& err) {
-  ASSIGN_OR_RETURN(
-      Args args,
-      Args::Parse(
-          argv,
-          {"checkpoint", "tp", "dcp", "chunk-tokens", "workdir", "bin-dir",
-           "kv-cache-bytes", "max-num-seqs", "threads-per-worker", "listen",
-           "comm-timeout", "ready-timeout", "coordinator-flags",
-           "num-speculative-tokens"},
-          {"all-metrics"}));
+  ASSIGN_OR_RETURN(Args args,
+                   Args::Parse(argv,
+                               {"checkpoint", "tp", "dcp", "chunk-tokens",
+                                "workdir", "bin-dir", "kv-cache-bytes",
+                                "max-num-seqs", "threads-per-worker", "listen",
+                                "comm-timeout", "ready-timeout",
+                                "coordinator-flags", "num-speculative-tokens"},
+                               {"all-metrics"}));
   if (!args.positionals().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument '", args.positionals()[0], "'"));
@@ -161,7 +160,8 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
       args.GetInt("max-num-seqs", 256, 1, int64_t{1} << 30);
   absl::StatusOr<int64_t> threads =
       args.GetInt("threads-per-worker", 1, 1, 1024);
-  absl::StatusOr<int64_t> spec = args.GetInt("num-speculative-tokens", 0, 0, 64);
+  absl::StatusOr<int64_t> spec =
+      args.GetInt("num-speculative-tokens", 0, 0, 64);
   absl::StatusOr<absl::Duration> comm =
       GetDuration(args, "comm-timeout", absl::Seconds(30));
   absl::StatusOr<absl::Duration> ready =
