@@ -175,6 +175,14 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
         {"weight_bytes", local->model().weight_bytes()},
         {"weight_resident_bytes", local->model().weight_resident_bytes()},
     };
+    if (result.token_seconds.size() >= 2 &&
+        result.token_seconds.back() > result.token_seconds.front()) {
+      // Tokens after the first per second of decoding (speculative steps
+      // produce several at once).
+      j["decode_tokens_per_s"] =
+          static_cast<double>(result.token_seconds.size() - 1) /
+          (result.token_seconds.back() - result.token_seconds.front());
+    }
     if (result.token_seconds.size() >= 2) {
       // The median time between two new tokens (a decode step), as
       // `mneme bench serving` reports a server's inter-token latency.
