@@ -155,7 +155,8 @@ absl::StatusOr<bool> Emit(const Model& model, const GenerateOptions& options,
 // target's next token, roll the rest back.
 absl::Status SpeculativeDecode(Model& model, gpu::Backend& backend,
                                const GenerateOptions& options, uint64_t id,
-                               int64_t position, std::vector<float> logits,
+                               int64_t position,
+                               const std::vector<float>& logits,
                                absl::Time began, GenerateResult& result) {
   DsparkDrafter& drafter = *options.drafter;
   const int64_t vocab = model.dims().vocab_size;
@@ -314,7 +315,7 @@ absl::StatusOr<GenerateResult> Generate(Model& model, gpu::Backend& backend,
   if (speculative) {
     if (absl::Status st = SpeculativeDecode(model, backend, options, id,
                                             static_cast<int64_t>(prompt.size()),
-                                            std::move(logits), began, result);
+                                            logits, began, result);
         !st.ok()) {
       return fail(st);
     }

@@ -2,7 +2,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <numeric>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -11,6 +10,7 @@
 #include "gpu/cpu/cpu_backend.h"
 #include "gpu/cpu/cpu_backend_internal.h"
 #include "gpu/cpu/cpu_kernels.h"
+#include "gpu/sampling.h"
 
 namespace mneme::gpu {
 namespace {
@@ -42,55 +42,17 @@ double UniformFromSeed(uint64_t seed) {
 
 // One sampled token of a row of logits (see the class comment).
 int32_t SampleRow(const float* row, int64_t vocab, const SamplingParams& p) {
-  if (!(p.temperature > 0.0f)) return Argmax(row, vocab);
-  const float max_logit = *std::max_element(row, row + vocab);
-  if (!std::isfinite(max_logit)) return Argmax(row, vocab);
-  // Unnormalised probabilities after temperature; the largest is 1.
-  std::vector<double> weight(static_cast<size_t>(vocab));
-  const double inv_temperature = 1.0 / double{p.temperature};
-  for (int64_t i = 0; i < vocab; ++i) {
-    weight[i] = std::exp((double{row[i]} - max_logit) * inv_temperature);
-  }
-  std::vector<int32_t> kept(static_cast<size_t>(vocab));
-  std::iota(kept.begin(), kept.end(), 0);
-  const auto more_likely = [&weight](int32_t a, int32_t b) {
-    return weight[a] > weight[b] || (weight[a] == weight[b] && a < b);
-  };
-  const bool top_k = p.top_k > 0 && p.top_k < vocab;
-  const bool top_p = p.top_p < 1.0f;
-  if (top_k || top_p) {
-    const size_t n = top_k ? static_cast<size_t>(p.top_k) : kept.size();
-    std::partial_sort(kept.begin(), kept.begin() + n, kept.end(), more_likely);
-    kept.resize(n);
-  }
-  if (top_p) {
-    double mass = 0.0;
-    for (int32_t id : kept) mass += weight[id];
-    const double target = double{p.top_p} * mass;
-    double cumulative = 0.0;
-    size_t n = 0;
-    while (n < kept.size()) {
-      cumulative += weight[kept[n++]];
-      if (cumulative >= target) break;
-    }
-    kept.resize(std::max<size_t>(n, 1));
-  }
-  if (p.min_p > 0.0f) {
-    // The most likely token is always kept (its weight is 1).
-    const double floor = double{p.min_p};
-    kept.erase(std::remove_if(kept.begin(), kept.end(),
-                              [&](int32_t id) { return weight[id] < floor; }),
-               kept.end());
-  }
+  SamplingCandidates c;
+  if (!FindSamplingCandidates(row, vocab, p, c)) return Argmax(row, vocab);
   double mass = 0.0;
-  for (int32_t id : kept) mass += weight[id];
+  for (int32_t id : c.kept) mass += c.weight[id];
   const double u = UniformFromSeed(p.seed) * mass;
   double cumulative = 0.0;
-  for (int32_t id : kept) {
-    cumulative += weight[id];
+  for (int32_t id : c.kept) {
+    cumulative += c.weight[id];
     if (cumulative > u) return id;
   }
-  return kept.back();
+  return c.kept.back();
 }
 
 }  // namespace

@@ -411,24 +411,10 @@ absl::Status AttentionForward(const LayerContext& ctx,
   }
 
   ASSIGN_OR_RETURN(WorkBuffer qa, ws.Take(T * ql));
-  backend.Linear(xn, *w.wq_a, qa.view(T, ql));
-  backend.RmsNorm(qa.view(T, ql), w.q_norm->data(), d.rms_norm_eps,
-                  qa.view(T, ql));
   ASSIGN_OR_RETURN(WorkBuffer q, ws.Take(T * hl * hd));
-  backend.Linear(qa.view(T, ql), *w.wq_b, q.view(T, hl * hd));
-  if (!v41) {
-    // V4 re-normalises every query head (no weight).
-    backend.RmsNorm(q.view(T * hl, hd), nullptr, d.rms_norm_eps,
-                    q.view(T * hl, hd));
-  }
-  backend.Rope(q.view(T, hl * hd), static_cast<int>(hd), d.rope_dim, w.rope,
-               positions, fwd);
   ASSIGN_OR_RETURN(WorkBuffer kv, ws.Take(T * hd));
-  backend.Linear(xn, *w.wkv, kv.view(T, hd));
-  backend.RmsNorm(kv.view(T, hd), w.kv_norm->data(), d.rms_norm_eps,
-                  kv.view(T, hd));
-  backend.Rope(kv.view(T, hd), static_cast<int>(hd), d.rope_dim, w.rope,
-               positions, fwd);
+  ProjectQueryKv(ctx, w, xn, positions, qa.view(T, ql), q.view(T, hl * hd),
+                 kv.view(T, hd));
 
   // The compressor's projections.
   WorkBuffer ckv, cscore, ikv, iscore;
@@ -613,6 +599,27 @@ absl::Status AttentionForward(const LayerContext& ctx,
                gpu::Backend::RopeDirection::kInverse);
   RETURN_IF_ERROR(OutputProjection(ctx, w, o, out));
   return ctx.AllReduce(out);
+}
+
+void ProjectQueryKv(const LayerContext& ctx, const AttentionWeights& w,
+                    ConstMatrixView xn, absl::Span<const int32_t> positions,
+                    MatrixView qa, MatrixView q, MatrixView kv) {
+  const ModelDims& d = ctx.dims;
+  gpu::Backend& backend = ctx.backend;
+  const int64_t T = xn.rows, hd = d.head_dim;
+  const auto fwd = gpu::Backend::RopeDirection::kForward;
+  backend.Linear(xn, *w.wq_a, qa);
+  backend.RmsNorm(qa, w.q_norm->data(), d.rms_norm_eps, qa);
+  backend.Linear(qa, *w.wq_b, q);
+  if (!d.IsV41()) {
+    // V4 re-normalises every query head (no weight).
+    const MatrixView heads{q.data, T * (q.cols / hd), hd};
+    backend.RmsNorm(heads, nullptr, d.rms_norm_eps, heads);
+  }
+  backend.Rope(q, static_cast<int>(hd), d.rope_dim, w.rope, positions, fwd);
+  backend.Linear(xn, *w.wkv, kv);
+  backend.RmsNorm(kv, w.kv_norm->data(), d.rms_norm_eps, kv);
+  backend.Rope(kv, static_cast<int>(hd), d.rope_dim, w.rope, positions, fwd);
 }
 
 absl::Status OutputProjection(const LayerContext& ctx,

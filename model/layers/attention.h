@@ -86,6 +86,15 @@ absl::Status AttentionForward(const LayerContext& ctx,
                               StepSelections& shared, gpu::ConstMatrixView xn,
                               gpu::MatrixView out);
 
+// The attention's projections of xn [T, D] at `positions`: qa [T, q_lora]
+// = q_norm(wq_a(xn)) (the indexer reads it), q [T, local heads * head_dim]
+// = wq_b(qa) (V4: each head re-normalised), rotated, and the shared
+// key/value row kv [T, head_dim] = kv_norm(wkv(xn)), rotated.
+void ProjectQueryKv(const LayerContext& ctx, const AttentionWeights& w,
+                    gpu::ConstMatrixView xn,
+                    absl::Span<const int32_t> positions, gpu::MatrixView qa,
+                    gpu::MatrixView q, gpu::MatrixView kv);
+
 // out [T, D] = this rank's part of wo_b(wo_a per head group(o)) for the
 // attention output o [T, local heads * head_dim] (a partial sum: the caller
 // all-reduces). Errors: the workspace's.

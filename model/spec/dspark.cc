@@ -254,22 +254,12 @@ absl::Status DsparkDrafter::StageAttention(
   const int64_t R = xn.rows, hd = d.head_dim, ql = d.q_lora_rank;
   const int64_t hl = d.num_heads / options_.tp_size;
   const int64_t bs = block_size(), W = d.sliding_window;
-  const auto fwd = gpu::Backend::RopeDirection::kForward;
   Workspace::Scope scope(ws);
   ASSIGN_OR_RETURN(WorkBuffer qa, ws.Take(R * ql));
-  backend_.Linear(xn, *w.wq_a, qa.view(R, ql));
-  backend_.RmsNorm(qa.view(R, ql), w.q_norm->data(), d.rms_norm_eps,
-                   qa.view(R, ql));
   ASSIGN_OR_RETURN(WorkBuffer q, ws.Take(R * hl * hd));
-  backend_.Linear(qa.view(R, ql), *w.wq_b, q.view(R, hl * hd));
-  backend_.Rope(q.view(R, hl * hd), static_cast<int>(hd), d.rope_dim, w.rope,
-                positions, fwd);
   ASSIGN_OR_RETURN(WorkBuffer kv, ws.Take(R * hd));
-  backend_.Linear(xn, *w.wkv, kv.view(R, hd));
-  backend_.RmsNorm(kv.view(R, hd), w.kv_norm->data(), d.rms_norm_eps,
-                   kv.view(R, hd));
-  backend_.Rope(kv.view(R, hd), static_cast<int>(hd), d.rope_dim, w.rope,
-                positions, fwd);
+  ProjectQueryKv(ctx, w, xn, positions, qa.view(R, ql), q.view(R, hl * hd),
+                 kv.view(R, hd));
   ASSIGN_OR_RETURN(WorkBuffer o, ws.Take(R * hl * hd));
   ASSIGN_OR_RETURN(WorkBuffer lse, ws.Take(R * hl));
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/sampling.h"
 
 namespace mneme::model {
 namespace {
@@ -67,54 +68,17 @@ absl::StatusOr<VerifyRule> ParseVerifyRule(absl::string_view name) {
 
 std::vector<double> SamplingDistribution(absl::Span<const float> logits,
                                          const gpu::SamplingParams& p) {
-  const int64_t vocab = static_cast<int64_t>(logits.size());
   std::vector<double> prob(logits.size(), 0.0);
-  if (vocab == 0) return prob;
-  const int64_t argmax =
-      std::max_element(logits.begin(), logits.end()) - logits.begin();
-  const float max_logit = logits[argmax];
-  if (!(p.temperature > 0.0f) || !std::isfinite(max_logit)) {
-    prob[argmax] = 1.0;
+  if (logits.empty()) return prob;
+  gpu::SamplingCandidates c;
+  if (!gpu::FindSamplingCandidates(logits.data(),
+                                   static_cast<int64_t>(logits.size()), p, c)) {
+    prob[std::max_element(logits.begin(), logits.end()) - logits.begin()] = 1.0;
     return prob;
   }
-  std::vector<double> weight(logits.size());
-  const double inv_temperature = 1.0 / double{p.temperature};
-  for (int64_t i = 0; i < vocab; ++i) {
-    weight[i] = std::exp((double{logits[i]} - max_logit) * inv_temperature);
-  }
-  std::vector<int32_t> kept(logits.size());
-  std::iota(kept.begin(), kept.end(), 0);
-  const auto more_likely = [&weight](int32_t a, int32_t b) {
-    return weight[a] > weight[b] || (weight[a] == weight[b] && a < b);
-  };
-  const bool top_k = p.top_k > 0 && p.top_k < vocab;
-  const bool top_p = p.top_p < 1.0f;
-  if (top_k || top_p) {
-    const size_t n = top_k ? static_cast<size_t>(p.top_k) : kept.size();
-    std::partial_sort(kept.begin(), kept.begin() + n, kept.end(), more_likely);
-    kept.resize(n);
-  }
-  if (top_p) {
-    double mass = 0.0;
-    for (int32_t id : kept) mass += weight[id];
-    const double target = double{p.top_p} * mass;
-    double cumulative = 0.0;
-    size_t n = 0;
-    while (n < kept.size()) {
-      cumulative += weight[kept[n++]];
-      if (cumulative >= target) break;
-    }
-    kept.resize(std::max<size_t>(n, 1));
-  }
-  if (p.min_p > 0.0f) {
-    const double floor = double{p.min_p};
-    kept.erase(std::remove_if(kept.begin(), kept.end(),
-                              [&](int32_t id) { return weight[id] < floor; }),
-               kept.end());
-  }
   double mass = 0.0;
-  for (int32_t id : kept) mass += weight[id];
-  for (int32_t id : kept) prob[id] = weight[id] / mass;
+  for (int32_t id : c.kept) mass += c.weight[id];
+  for (int32_t id : c.kept) prob[id] = c.weight[id] / mass;
   return prob;
 }
 

@@ -175,6 +175,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     std::vector<std::string> positions;
     std::vector<std::vector<absl::string_view>> values;
     const int64_t k = options.scheduler.num_speculative_tokens;
+    positions.reserve(std::max<int64_t>(k, 0));
+    values.reserve(std::max<int64_t>(k, 0));
     for (int64_t j = 0; j < k; ++j) positions.push_back(absl::StrCat(j));
     for (const std::string& p : positions) values.push_back({p});
     m->spec_per_pos =

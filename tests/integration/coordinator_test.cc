@@ -83,10 +83,10 @@ class Cluster {
  public:
   // `checkpoint`: Checkpoint() when empty; `worker_flags`: more flags for
   // every worker.
-  explicit Cluster(const ClusterOptions& o, std::string checkpoint = "",
+  explicit Cluster(const ClusterOptions& o, const std::string& checkpoint = "",
                    std::vector<std::string> worker_flags = {})
       : options_(o),
-        checkpoint_(checkpoint.empty() ? Checkpoint() : std::move(checkpoint)),
+        checkpoint_(checkpoint.empty() ? Checkpoint() : checkpoint),
         worker_flags_(std::move(worker_flags)) {
     store_.argv = {RunfilePath("mneme/services/engram/mneme_engram_store"),
                    "--checkpoint=" + checkpoint_,
@@ -345,6 +345,7 @@ TEST(CoordinatorTest, SpeculativeDecodingWithPreemptionMatchesGreedy) {
   constexpr int kRequests = 16;
   std::vector<Outcome> outcomes(kRequests);
   std::vector<std::thread> threads;
+  threads.reserve(kRequests);
   for (int i = 0; i < kRequests; ++i) {
     threads.emplace_back([&, i] {
       sv1::GenerateRequest req = Request(Prompt(1 + (i * 7) % 12, i), 40);

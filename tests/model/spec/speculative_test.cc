@@ -26,7 +26,7 @@ using worker::LocalModel;
 
 std::string MakeTiny(synthetic::ReleaseArch arch, const std::string& name,
                      bool aligned = false) {
-  const std::string dir = absl::StrCat(getenv("TEST_TMPDIR"), "/", name);
+  std::string dir = absl::StrCat(getenv("TEST_TMPDIR"), "/", name);
   synthetic::ReleaseCheckpointOptions o;
   o.out_dir = dir;
   o.arch = arch;

@@ -244,6 +244,7 @@ TEST(VerifySampledTest, GreedyDistributionsGiveTheGreedyVerdict) {
   const std::vector<float> logits = {0, 0, 5, 0, 0, 5, 0, 0,
                                      0, 0, 0, 5, 5, 0, 0, 0};
   std::vector<std::vector<double>> target;
+  target.reserve(4);
   for (int i = 0; i < 4; ++i) {
     target.push_back(SamplingDistribution(
         absl::MakeConstSpan(logits.data() + i * V, V), {}));

@@ -1,0 +1,33 @@
+#ifndef MNEME_GPU_SAMPLING_H_
+#define MNEME_GPU_SAMPLING_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "gpu/backend.h"
+
+namespace mneme::gpu {
+
+// The tokens a draw under SamplingParams may pick from one row of logits,
+// as every backend's sampler defines it: weights exp((logit - max) /
+// temperature) (the largest is 1), then top-k, then top-p of the mass top-k
+// kept (the smallest prefix reaching it, at least one token), then min-p
+// (weight < min_p dropped; the most likely token always stays).
+struct SamplingCandidates {
+  // Per token of the row.
+  std::vector<double> weight;
+  // The kept tokens: by descending weight (equal weights: lower id first)
+  // when top-k or top-p is active, else in id order.
+  std::vector<int32_t> kept;
+};
+
+// Fills `out` for `row` [vocab] and returns true; returns false (and leaves
+// `out` unspecified) when the draw is greedy: temperature 0, or a row whose
+// largest logit is not finite. vocab >= 1.
+bool FindSamplingCandidates(const float* row, int64_t vocab,
+                            const SamplingParams& params,
+                            SamplingCandidates& out);
+
+}  // namespace mneme::gpu
+
+#endif  // MNEME_GPU_SAMPLING_H_
