@@ -102,8 +102,9 @@ absl::Status Prefill(Model& model, const std::vector<int64_t>& tokens,
     in.chunks.push_back(std::move(c));
     ASSIGN_OR_RETURN(StepOutput out, model.Step(in));
     if (drafter != nullptr) {
-      RETURN_IF_ERROR(
-          drafter->Extend(id, static_cast<int64_t>(begin), out.taps[0]));
+      RETURN_IF_ERROR(drafter->Extend(id, static_cast<int64_t>(begin),
+                                      static_cast<int64_t>(end - begin),
+                                      out.taps[0]));
     }
     const std::vector<float>& rows = out.logits[0];
     if (all) {
@@ -172,7 +173,7 @@ absl::Status SpeculativeDecode(Model& model, gpu::Backend& backend,
   for (uint64_t step = 1; !done; ++step) {
     const int64_t left =
         options.max_new_tokens - static_cast<int64_t>(result.token_ids.size());
-    const int k = static_cast<int>(std::min<int64_t>(
+    int k = static_cast<int>(std::min<int64_t>(
         {options.num_speculative_tokens, drafter.block_size(), left - 1}));
     // Seeds of this step: the drafts' and the verifier's.
     const uint64_t seed = options.sampling.seed + step * 0x9E3779B97F4A7C15ull;
@@ -182,10 +183,11 @@ absl::Status SpeculativeDecode(Model& model, gpu::Backend& backend,
       request.sequence_id = id;
       request.anchor = anchor;
       request.sampling = options.sampling;
-      request.sampling.seed = seed;
+      request.sampling.seed = DraftSeed(seed);
       ASSIGN_OR_RETURN(std::vector<DraftProposal> proposals,
                        drafter.Propose({request}));
       proposal = std::move(proposals[0]);
+      k = UsableDrafts(proposal.tokens, k, model.engram_vocab_size());
     }
     StepInput in;
     SequenceChunk c;
@@ -222,8 +224,9 @@ absl::Status SpeculativeDecode(Model& model, gpu::Backend& backend,
     const int a = verdict.accepted;
     // The anchor and the accepted drafts are committed; the rest is undone.
     RETURN_IF_ERROR(model.Truncate(id, position + 1 + a));
+    // The verify chunk's taps cover all its positions (k < TapRows()).
     RETURN_IF_ERROR(drafter.Extend(
-        id, position,
+        id, position, 1 + a,
         absl::MakeConstSpan(out.taps[0])
             .subspan(0, (1 + a) * (out.taps[0].size() / (k + 1)))));
     position += 1 + a;

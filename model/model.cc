@@ -676,12 +676,15 @@ void Model::RecordTaps(const StepInput& input, int layer,
   std::vector<float> rows;
   int64_t t0 = 0;
   for (size_t i = 0; i < input.chunks.size(); ++i) {
-    const int64_t n = static_cast<int64_t>(input.chunks[i].tokens.size());
+    const int64_t chunk = static_cast<int64_t>(input.chunks[i].tokens.size());
     if (input.chunks[i].taps) {
+      // The chunk's last TapRows() positions.
+      const int64_t n = std::min(chunk, TapRows());
+      const int64_t from = t0 + chunk - n;
       std::vector<float>& taps = out.taps[i];
       taps.resize(static_cast<size_t>(n * L * D));
       rows.resize(static_cast<size_t>(n * hc * D));
-      backend_.CopyToHost(stream.data + t0 * hc * D, absl::MakeSpan(rows));
+      backend_.CopyToHost(stream.data + from * hc * D, absl::MakeSpan(rows));
       for (int64_t t = 0; t < n; ++t) {
         for (int64_t c = 0; c < D; ++c) {
           double sum = 0;
@@ -690,7 +693,7 @@ void Model::RecordTaps(const StepInput& input, int layer,
         }
       }
     }
-    t0 += n;
+    t0 += chunk;
   }
 }
 

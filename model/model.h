@@ -127,6 +127,12 @@ class Model {
     return weights_->embedding_head;
   }
   const VocabShard& vocab() const { return vocab_; }
+  // Positions at the end of a chunk whose taps a step returns
+  // (StepOutput::taps): sliding_window + max_speculative_tokens, so that
+  // a drafter sees its window after any prefix a verify step commits.
+  int64_t TapRows() const {
+    return int64_t{dims_.sliding_window} + options_.max_speculative_tokens;
+  }
   const ModelStats& stats() const { return stats_; }
   // Token ids the Engram layers accept, [0, engram_vocab_size()): the size
   // of the tokenizer the Engram hashing is built from (checkpoints may pad

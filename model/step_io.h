@@ -40,11 +40,12 @@ struct StepOutput {
   // Per chunk, in input order: fp32 logits [rows, vocab_size] of the
   // requested positions (none, the last, or every token of the chunk).
   std::vector<std::vector<float>> logits;
-  // Per chunk, in input order, for chunks with `taps`: fp32 [tokens,
-  // dspark_target_layers.size() * hidden_size], each token's attention input
-  // of every DSpark target layer (the residual stream before the block,
-  // after its Engram module, averaged over the hyper-connection copies),
-  // target layers in config order; empty for the other chunks.
+  // Per chunk, in input order, for chunks with `taps`: fp32 [rows,
+  // dspark_target_layers.size() * hidden_size] for the chunk's last rows =
+  // min(tokens, Model::TapRows()) positions: each one's attention input of
+  // every DSpark target layer (the residual stream before the block, after
+  // its Engram module, averaged over the hyper-connection copies), target
+  // layers in config order; empty for the other chunks.
   std::vector<std::vector<float>> taps;
 };
 

@@ -26,8 +26,9 @@ absl::StatusOr<HcWeights> LoadHcSublayerWeights(WeightLoader& load,
 }
 
 absl::StatusOr<HcWeights> LoadHcHeadWeights(WeightLoader& load,
-                                            const ModelDims& dims) {
-  return LoadHc(load, "hc_head", dims.hc_mult, 1, dims);
+                                            const ModelDims& dims,
+                                            const std::string& prefix) {
+  return LoadHc(load, prefix + "hc_head", dims.hc_mult, 1, dims);
 }
 
 absl::StatusOr<HcScratch> TakeHcScratch(Workspace& workspace, int64_t tokens,

@@ -31,9 +31,12 @@ struct HcWeights {
 absl::StatusOr<HcWeights> LoadHcSublayerWeights(WeightLoader& load,
                                                 const std::string& prefix,
                                                 const ModelDims& dims);
-// The head's: "hc_head_fn" [hc, hc * D], "hc_head_base", "hc_head_scale".
+// The head's: `prefix`"hc_head_fn" [hc, hc * D], "hc_head_base",
+// "hc_head_scale" (prefix "" for the model's, "mtp.S." for a V4 DSpark
+// stage's).
 absl::StatusOr<HcWeights> LoadHcHeadWeights(WeightLoader& load,
-                                            const ModelDims& dims);
+                                            const ModelDims& dims,
+                                            const std::string& prefix = "");
 
 // The per-step buffers of the mixing ([T, D], [T, hc], [T, hc], [T, hc *
 // hc]).

@@ -26,11 +26,6 @@ constexpr int64_t kWorkspaceFloatsAtLoad = int64_t{1} << 20;
 // The target's dims as the stages see them: window-only layers 0..S-1 with
 // the stages' MoE, no hash routing, no Engram, no compressed cache.
 absl::StatusOr<ModelDims> StageDims(const ModelDims& target) {
-  if (!target.IsV41()) {
-    return absl::InvalidArgumentError(
-        "the DSpark drafter is implemented for DeepSeek-V4.1 (deepseek_v41); "
-        "the V4-Flash-0731 stages are not");
-  }
   if (target.dspark_block_size < 1 || target.num_draft_layers < 1 ||
       target.dspark_target_layers.empty() || target.dspark_markov_rank < 1) {
     return absl::InvalidArgumentError(
@@ -67,6 +62,23 @@ KvCacheOptions RingOptions(const DsparkOptions& options) {
 }
 
 }  // namespace
+
+uint64_t DraftSeed(uint64_t step_seed) {
+  uint64_t z = step_seed ^ 0xD6E8FEB86659FD93ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+int UsableDrafts(absl::Span<const int64_t> drafts, int k,
+                 int64_t engram_vocab_size) {
+  int n = std::min(k, static_cast<int>(drafts.size()));
+  if (engram_vocab_size <= 0) return std::max(n, 0);
+  for (int i = 0; i < n; ++i) {
+    if (drafts[i] >= engram_vocab_size) return i;
+  }
+  return std::max(n, 0);
+}
 
 DsparkDrafter::DsparkDrafter(const DsparkOptions& options, ModelDims dims,
                              gpu::Backend& backend, gpu::Communicator* comm,
@@ -133,6 +145,10 @@ absl::Status DsparkDrafter::Load() {
   ASSIGN_OR_RETURN(main_norm_, load.Vector("mtp.0.main_norm.weight", {D}));
   const std::string last = absl::StrCat("mtp.", d.num_layers - 1, ".");
   ASSIGN_OR_RETURN(norm_, load.Vector(last + "norm.weight", {D}));
+  if (!d.IsV41()) {
+    // V4-Flash-0731: the last stage collapses with its own head mix.
+    ASSIGN_OR_RETURN(hc_head_, LoadHcHeadWeights(load, d, last));
+  }
   // V4.1 names the Markov head's tensors embed / head; V4-Flash-0731's
   // markov_w1 / markov_w2.
   const std::string mh = last + "markov_head.";
@@ -181,6 +197,7 @@ void DsparkDrafter::ReleaseAll() {
 }
 
 absl::Status DsparkDrafter::Extend(uint64_t sequence_id, int64_t first,
+                                   int64_t count,
                                    absl::Span<const float> taps) {
   const ModelDims& d = dims_;
   const int64_t D = d.hidden_size, hd = d.head_dim;
@@ -197,7 +214,16 @@ absl::Status DsparkDrafter::Extend(uint64_t sequence_id, int64_t first,
         "taps: ", taps.size(), " floats is not a positive multiple of ", L,
         " target layers x ", D));
   }
-  const int64_t n = static_cast<int64_t>(taps.size()) / (L * D);
+  // The taps are of the last `given` of the `count` positions; the rings
+  // need the last min(count, W).
+  const int64_t given = static_cast<int64_t>(taps.size()) / (L * D);
+  if (count < 1 || given > count || given < std::min(count, W)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("taps of ", given, " positions for ", count,
+                     " new positions: at least min(count, window ", W,
+                     ") and at most count are needed"));
+  }
+  const int64_t n = count;
   if (have < 0) {
     SequenceRings seq;
     seq.rings.resize(d.num_layers);
@@ -220,7 +246,7 @@ absl::Status DsparkDrafter::Extend(uint64_t sequence_id, int64_t first,
   const int64_t m = n - skip;
   Workspace::Scope scope(*workspace_);
   ASSIGN_OR_RETURN(WorkBuffer t, workspace_->Take(m * L * D));
-  backend_.CopyFromHost(taps.subspan(skip * L * D), t.data());
+  backend_.CopyFromHost(taps.subspan((given - m) * L * D), t.data());
   ASSIGN_OR_RETURN(WorkBuffer main_x, workspace_->Take(m * D));
   backend_.Linear(t.view(m, L * D), *main_proj_, main_x.view(m, D));
   backend_.RmsNorm(main_x.view(m, D), main_norm_->data(), d.rms_norm_eps,
@@ -353,12 +379,16 @@ absl::StatusOr<std::vector<DraftProposal>> DsparkDrafter::Propose(
     for (int64_t t = 0; t < R; ++t) one_hot[t * hc] = 1.0f;
     backend_.CopyFromHost(one_hot, carry.data());
   }
+  // V4.1 stages collapse each sub-layer's input with the mix the sub-layer
+  // before computed; V4 (0731) stages with their own, as the target does.
+  const bool v41 = d.IsV41();
   for (int s = 0; s < d.num_layers; ++s) {
     const LayerWeights& lw = stages_[s];
     {
       Workspace::Scope sublayer(ws);
       HcMix(ctx, lw.hc_attn, X, hcs);
-      const MatrixView src = HcCollapse(ctx, X, carry.view(R, hc), hcs);
+      const MatrixView src = HcCollapse(
+          ctx, X, v41 ? carry.view(R, hc) : hcs.pre.view(R, hc), hcs);
       backend_.CopyColumns(hcs.pre.view(R, hc), 0, attn_pre.view(R, hc));
       backend_.RmsNorm(src, lw.attn_norm->data(), d.rms_norm_eps,
                        xn.view(R, D));
@@ -370,7 +400,8 @@ absl::StatusOr<std::vector<DraftProposal>> DsparkDrafter::Propose(
     {
       Workspace::Scope sublayer(ws);
       HcMix(ctx, lw.hc_ffn, X, hcs);
-      const MatrixView src = HcCollapse(ctx, X, attn_pre.view(R, hc), hcs);
+      const MatrixView src = HcCollapse(
+          ctx, X, v41 ? attn_pre.view(R, hc) : hcs.pre.view(R, hc), hcs);
       backend_.CopyColumns(hcs.pre.view(R, hc), 0, carry.view(R, hc));
       backend_.RmsNorm(src, lw.ffn_norm->data(), d.rms_norm_eps, xn.view(R, D));
       ASSIGN_OR_RETURN(WorkBuffer a, ws.TakeZeroed(R * D));
@@ -379,11 +410,15 @@ absl::StatusOr<std::vector<DraftProposal>> DsparkDrafter::Propose(
       HcPost(ctx, a.view(R, D), hcs, X);
     }
   }
-  // forward_head: collapse with the last FFN mix, the last stage's norm,
-  // the target's head.
+  // forward_head: collapse (V4.1: with the last FFN mix; V4: with the last
+  // stage's hc_head), the last stage's norm, the target's head.
   ASSIGN_OR_RETURN(WorkBuffer xh, ws.Take(R * D));
-  backend_.HcCollapse(X, carry.view(R, hc), static_cast<int>(hc),
-                      xh.view(R, D));
+  if (v41) {
+    backend_.HcCollapse(X, carry.view(R, hc), static_cast<int>(hc),
+                        xh.view(R, D));
+  } else {
+    HcHead(ctx, hc_head_, X, xh.view(R, D));
+  }
   ASSIGN_OR_RETURN(WorkBuffer hn, ws.Take(R * D));
   backend_.RmsNorm(xh.view(R, D), norm_->data(), d.rms_norm_eps, hn.view(R, D));
   std::vector<float> logits;

@@ -14,6 +14,7 @@
 #include "gpu/comm/communicator.h"
 #include "model/kv_cache.h"
 #include "model/layers/embedding_head.h"
+#include "model/layers/hyper_connections.h"
 #include "model/model_config.h"
 #include "model/model_weights.h"
 #include "model/workspace.h"
@@ -52,10 +53,24 @@ struct DraftProposal {
   std::vector<float> confidence;
 };
 
+// The seed of a step's drafts from the step's sampling seed (draft i is
+// drawn with the result + i): a hash, so that consecutive steps, whose
+// seeds differ by the few tokens generated, draw unrelated streams.
+uint64_t DraftSeed(uint64_t step_seed);
+
+// How many of the first `k` drafts a step may carry: those before the first
+// id the target's Engram layers cannot take (>= engram_vocab_size, when
+// that is > 0; Model::engram_vocab_size).
+int UsableDrafts(absl::Span<const int64_t> drafts, int k,
+                 int64_t engram_vocab_size);
+
 // The DSpark drafter of DeepSeek-V4.1-Flash (../shared/docs/MODEL_V41.md
 // section 2; the official inference/model.py DSparkBlock, DSparkAttention,
 // DSparkMarkovHead, DSparkConfidenceHead and Transformer.forward_spec) on
-// one tensor-parallel rank.
+// one tensor-parallel rank; and of V4-Flash-0731, whose stages are V4
+// blocks (each sub-layer collapses the copies with its own mix, queries are
+// re-normalised per head) and whose last stage collapses with its own
+// hc_head before the norm (MODEL_V41.md 1.8: lower confidence).
 //
 // The target's taps at committed positions (StepOutput::taps) become
 // main_x = main_norm(main_proj(taps)), and each stage keeps the window
@@ -80,8 +95,8 @@ class DsparkDrafter {
   // Loads the stages. `shared` and `vocab` are the target's embedding/head
   // and this rank's vocabulary rows (borrowed; they must outlive the
   // drafter); `comm` is required when tp_size > 1. InvalidArgument when
-  // the checkpoint has no DSpark stages or is not V4.1 (the V4-Flash-0731
-  // drafter is not implemented); the loader's errors.
+  // the checkpoint has no DSpark stages (V4-Flash's MTP block is not a
+  // drafter here); the loader's errors.
   static absl::StatusOr<std::unique_ptr<DsparkDrafter>> Create(
       const DsparkOptions& options, const ModelDims& dims,
       gpu::Backend& backend, gpu::Communicator* comm,
@@ -93,12 +108,14 @@ class DsparkDrafter {
   // Committed positions the drafter has seen of a sequence; -1 if unknown.
   int64_t SequenceLength(uint64_t sequence_id) const;
 
-  // Adds committed positions [first, first + n) of a sequence from the
-  // target's taps there (host fp32 [n, taps * hidden_size], n >= 1).
-  // `first` must be the sequence's length (0 for a new sequence).
-  // InvalidArgument for a gap or a wrong size (nothing changes);
-  // ResourceExhausted when the rings are full for a new sequence.
-  absl::Status Extend(uint64_t sequence_id, int64_t first,
+  // Adds committed positions [first, first + count) of a sequence from the
+  // target's taps of the last m of them (host fp32 [m, taps *
+  // hidden_size], min(count, sliding_window) <= m <= count; only the last
+  // sliding_window positions reach the rings). `first` must be the
+  // sequence's length (0 for a new sequence). InvalidArgument for a gap or
+  // a wrong size (nothing changes); ResourceExhausted when the rings are
+  // full for a new sequence.
+  absl::Status Extend(uint64_t sequence_id, int64_t first, int64_t count,
                       absl::Span<const float> taps);
   // The drafts of every request's sequence (each extended by >= 1
   // position), at positions length .. length + block_size - 1. Changes no
@@ -140,6 +157,8 @@ class DsparkDrafter {
   std::vector<LayerWeights> stages_;
   std::unique_ptr<gpu::Weight> main_proj_;
   std::unique_ptr<gpu::Buffer> main_norm_, norm_;
+  // V4-Flash-0731: the last stage's head mix.
+  HcWeights hc_head_;
   std::unique_ptr<gpu::Weight> markov_embed_, markov_head_, confidence_;
   std::unique_ptr<KvCache> rings_;
   std::unique_ptr<Workspace> workspace_;

@@ -479,11 +479,24 @@ bool Engine::CheckReady() {
     pool_bytes = std::min(pool_bytes, w.kv_bytes_total());
     if (w.vocab_size() != first.vocab_size() ||
         w.checkpoint_dir() != first.checkpoint_dir() ||
-        w.dcp_size() != first.dcp_size()) {
+        w.dcp_size() != first.dcp_size() ||
+        w.max_draft_tokens() != first.max_draft_tokens()) {
       LOG_EVERY_N(ERROR, 50)
-          << "the workers disagree on the model or DCP (rank " << w.rank()
-          << ": " << w.checkpoint_dir() << ", vocab " << w.vocab_size()
-          << ", dcp " << w.dcp_size() << "); not ready";
+          << "the workers disagree on the model, DCP or speculation (rank "
+          << w.rank() << ": " << w.checkpoint_dir() << ", vocab "
+          << w.vocab_size() << ", dcp " << w.dcp_size() << ", drafts "
+          << w.max_draft_tokens() << "); not ready";
+      return false;
+    }
+    // Checked every time the group is (re)formed: a rank restarted without
+    // a drafter would refuse every decode.
+    if (w.max_draft_tokens() < options_.scheduler.num_speculative_tokens) {
+      LOG_EVERY_N(ERROR, 50)
+          << "num_speculative_tokens="
+          << options_.scheduler.num_speculative_tokens << " but worker rank "
+          << w.rank() << " verifies at most " << w.max_draft_tokens()
+          << " drafts a step (run the workers with --num_speculative_tokens "
+             ">= it, on a checkpoint with DSpark stages); not ready";
       return false;
     }
   }
@@ -513,18 +526,6 @@ bool Engine::CheckReady() {
     kv.dcp_size = first.dcp_size();
     kv.dcp_interleave = first.dcp_interleave();
     kv.sliding_window_tokens = first.sliding_window();
-    for (const v1::GetInfoResponse& w : *info) {
-      if (w.max_draft_tokens() < so.num_speculative_tokens) {
-        LOG_EVERY_N(ERROR, 50)
-            << "num_speculative_tokens=" << so.num_speculative_tokens
-            << " but worker rank " << w.rank() << " verifies at most "
-            << w.max_draft_tokens()
-            << " drafts a step (run the workers with "
-               "--num_speculative_tokens >= it, on a checkpoint with DSpark "
-               "stages)";
-        return false;
-      }
-    }
     if (kv.bytes_per_rank <= 0) {
       LOG_EVERY_N(ERROR, 50)
           << "the workers' KV cache (" << pool_bytes

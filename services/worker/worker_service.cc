@@ -567,7 +567,9 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
     RETURN_IF_ERROR(CheckLogprobs(c, i, vocab));
     RETURN_IF_ERROR(CheckDrafts(c, i, chunk.tokens.size(), *model, drafter));
     if (c.output() == v1::OUTPUT_SAMPLE) {
-      logits_values += 2 * int64_t{c.top_logprobs()};
+      // With drafts, every new token has its log-probability and top list.
+      logits_values += (1 + int64_t{std::max(c.num_draft_tokens(), 0)}) *
+                       (1 + 2 * int64_t{c.top_logprobs()});
     }
     if (c.prompt_logprobs()) {
       // Every row on the host; the response carries only log-probabilities.
@@ -586,12 +588,16 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
   const absl::Time start = absl::Now();
   const absl::Duration comm_before =
       comm != nullptr ? comm->stats().time : absl::ZeroDuration();
-  // Drafts per chunk (0: none), proposed before the step (collective).
-  ASSIGN_OR_RETURN(const std::vector<int> drafted,
-                   AddDrafts(request, drafter, input));
+  // Drafts per chunk (their logits; empty: none), proposed before the step
+  // (collective).
+  ASSIGN_OR_RETURN(const std::vector<std::vector<float>> draft_logits,
+                   AddDrafts(request, *model, drafter, input));
   absl::StatusOr<model::StepOutput> out = model->Step(input);
-  if (!out.ok() && drafter != nullptr) {
-    // The model dropped the step's sequences; so does the drafter.
+  if (!out.ok() && drafter != nullptr && !model::IsStepNotRun(out.status()) &&
+      !absl::IsInvalidArgument(out.status()) &&
+      !absl::IsResourceExhausted(out.status())) {
+    // A step that failed in the forward pass dropped its sequences on the
+    // model (model.h); the drafter drops them too.
     for (const model::SequenceChunk& c : input.chunks) {
       drafter->Release(c.sequence_id);
     }
@@ -630,10 +636,11 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
         rows.size() - static_cast<size_t>(vocab));
     // The positions the step commits (all but rejected drafts).
     int64_t committed = static_cast<int64_t>(input.chunks[i].tokens.size());
-    if (drafted[i] > 0) {
-      ASSIGN_OR_RETURN(committed,
-                       VerifyDrafts(c, input.chunks[i], rows, drafted[i], full,
-                                    *model, *result));
+    if (!draft_logits[i].empty()) {
+      const int k = static_cast<int>(draft_logits[i].size() / vocab);
+      ASSIGN_OR_RETURN(
+          committed, VerifyDrafts(c, input.chunks[i], rows, draft_logits[i], k,
+                                  full, *model, *result));
     } else if (c.output() == v1::OUTPUT_SAMPLE) {
       ASSIGN_OR_RETURN(
           const auto token,
@@ -710,10 +717,10 @@ absl::Status WorkerService::CheckDrafts(const v1::SequenceChunk& c, int index,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int>> WorkerService::AddDrafts(
-    const v1::StepRequest& request, model::DsparkDrafter* drafter,
-    model::StepInput& input) {
-  std::vector<int> drafted(input.chunks.size(), 0);
+absl::StatusOr<std::vector<std::vector<float>>> WorkerService::AddDrafts(
+    const v1::StepRequest& request, const model::Model& model,
+    model::DsparkDrafter* drafter, model::StepInput& input) {
+  std::vector<std::vector<float>> drafted(input.chunks.size());
   if (drafter == nullptr) return drafted;
   std::vector<model::DraftRequest> requests;
   std::vector<size_t> which;
@@ -722,7 +729,6 @@ absl::StatusOr<std::vector<int>> WorkerService::AddDrafts(
     const v1::SequenceChunk& c = request.chunks(static_cast<int>(i));
     // Every chunk's taps extend the drafter's history after the step.
     chunk.taps = true;
-    if (chunk.start_position == 0) drafter->Release(chunk.sequence_id);
     // Drafts need the history of every position before the anchor (a
     // sequence whose history was lost decodes without them).
     if (c.num_draft_tokens() > 0 &&
@@ -731,6 +737,9 @@ absl::StatusOr<std::vector<int>> WorkerService::AddDrafts(
       r.sequence_id = chunk.sequence_id;
       r.anchor = chunk.tokens[0];
       r.sampling = FromProto(c.sampling());
+      // A stream of its own: draft i uses seed + i, and the next step's
+      // seed is only a few above this one's.
+      r.sampling.seed = model::DraftSeed(c.sampling().seed());
       requests.push_back(r);
       which.push_back(i);
     }
@@ -738,22 +747,29 @@ absl::StatusOr<std::vector<int>> WorkerService::AddDrafts(
   if (requests.empty()) return drafted;
   ASSIGN_OR_RETURN(std::vector<model::DraftProposal> proposals,
                    drafter->Propose(requests));
+  const int64_t vocab = model.dims().vocab_size;
   for (size_t j = 0; j < which.size(); ++j) {
     model::SequenceChunk& chunk = input.chunks[which[j]];
-    const int k = request.chunks(static_cast<int>(which[j])).num_draft_tokens();
+    // Drafts the model cannot take (ids past the Engram tokenizer) end
+    // the block there.
+    const int k = model::UsableDrafts(
+        proposals[j].tokens,
+        request.chunks(static_cast<int>(which[j])).num_draft_tokens(),
+        model.engram_vocab_size());
+    if (k == 0) continue;
     chunk.tokens.insert(chunk.tokens.end(), proposals[j].tokens.begin(),
                         proposals[j].tokens.begin() + k);
     chunk.logits = model::SequenceChunk::Logits::kAll;
-    drafted[which[j]] = k;
-    draft_logits_[chunk.sequence_id] = std::move(proposals[j].logits);
+    proposals[j].logits.resize(static_cast<size_t>(k * vocab));
+    drafted[which[j]] = std::move(proposals[j].logits);
   }
   return drafted;
 }
 
 absl::StatusOr<int64_t> WorkerService::VerifyDrafts(
     const v1::SequenceChunk& c, const model::SequenceChunk& chunk,
-    absl::Span<const float> rows, int k, bool full, model::Model& model,
-    v1::ChunkResult& result) {
+    absl::Span<const float> rows, absl::Span<const float> draft_logits, int k,
+    bool full, model::Model& model, v1::ChunkResult& result) {
   const int64_t vocab = model.dims().vocab_size;
   const absl::Span<const int64_t> drafts =
       absl::MakeConstSpan(chunk.tokens).subspan(1, k);
@@ -762,15 +778,13 @@ absl::StatusOr<int64_t> WorkerService::VerifyDrafts(
   if (!(sampling.temperature > 0.0f)) {
     verdict = model::VerifyGreedy(rows, vocab, drafts);
   } else {
-    const std::vector<float>& draft_logits = draft_logits_[chunk.sequence_id];
     std::vector<std::vector<double>> target, draft;
     for (int j = 0; j <= k; ++j) {
       target.push_back(model::SamplingDistribution(
           rows.subspan(j * vocab, vocab), sampling));
       if (j < k) {
         draft.push_back(model::SamplingDistribution(
-            absl::MakeConstSpan(draft_logits).subspan(j * vocab, vocab),
-            sampling));
+            draft_logits.subspan(j * vocab, vocab), sampling));
       }
     }
     verdict = model::VerifySampled(
@@ -780,7 +794,6 @@ absl::StatusOr<int64_t> WorkerService::VerifyDrafts(
             : model::VerifyRule::kBlock,
         sampling.seed ^ 0x5851F42D4C957F2Dull);
   }
-  draft_logits_.erase(chunk.sequence_id);
   const int a = verdict.accepted;
   const int64_t committed = 1 + a;
   // The rejected drafts leave no trace in the model.
@@ -815,15 +828,21 @@ void WorkerService::ExtendDrafter(model::DsparkDrafter* drafter,
                                   int64_t committed) {
   if (drafter == nullptr || committed <= 0 || taps.empty()) return;
   const uint64_t id = chunk.sequence_id;
+  // A sequence (re)started from position 0 starts a new history.
+  if (chunk.start_position == 0) drafter->Release(id);
   if (drafter->SequenceLength(id) != chunk.start_position &&
       !(chunk.start_position == 0 && drafter->SequenceLength(id) < 0)) {
     return;  // Its history has a gap: it decodes without drafts.
   }
-  const size_t row = taps.size() / chunk.tokens.size();
+  const size_t n = chunk.tokens.size();
+  absl::Span<const float> rows = taps;
+  if (static_cast<size_t>(committed) < n) {
+    // A verify chunk (its taps cover all its positions): its committed
+    // prefix.
+    rows = rows.subspan(0, taps.size() / n * static_cast<size_t>(committed));
+  }
   const absl::Status st =
-      drafter->Extend(id, chunk.start_position,
-                      absl::MakeConstSpan(taps).subspan(
-                          0, static_cast<size_t>(committed) * row));
+      drafter->Extend(id, chunk.start_position, committed, rows);
   if (!st.ok()) {
     LOG(WARNING) << "sequence " << id
                  << " decodes without drafts from now on: " << st;

@@ -130,18 +130,21 @@ class WorkerService final : public v1::Worker::CallbackService {
                                   const model::DsparkDrafter* drafter);
   // With a drafter: asks every chunk's taps, proposes the drafts of the
   // chunks that want them (and whose history the drafter has) and appends
-  // them to those chunks; returns the drafts per chunk. Collective.
-  absl::StatusOr<std::vector<int>> AddDrafts(const v1::StepRequest& request,
-                                             model::DsparkDrafter* drafter,
-                                             model::StepInput& input);
-  // Verifies the k drafts of a chunk against the target's rows [1 + k,
-  // vocab], rolls the rejected ones back, records the next token as the
-  // sequence's sampled token and fills the result (new_tokens); returns
-  // the positions committed (1 + accepted).
+  // them to those chunks; returns, per chunk, the drafts' logits [k, vocab]
+  // (empty: no drafts). Collective.
+  absl::StatusOr<std::vector<std::vector<float>>> AddDrafts(
+      const v1::StepRequest& request, const model::Model& model,
+      model::DsparkDrafter* drafter, model::StepInput& input);
+  // Verifies the k drafts of a chunk (their logits `draft_logits` [k,
+  // vocab]) against the target's rows [1 + k, vocab], rolls the rejected
+  // ones back, records the next token as the sequence's sampled token and
+  // fills the result (new_tokens); returns the positions committed (1 +
+  // accepted).
   absl::StatusOr<int64_t> VerifyDrafts(const v1::SequenceChunk& c,
                                        const model::SequenceChunk& chunk,
-                                       absl::Span<const float> rows, int k,
-                                       bool full, model::Model& model,
+                                       absl::Span<const float> rows,
+                                       absl::Span<const float> draft_logits,
+                                       int k, bool full, model::Model& model,
                                        v1::ChunkResult& result);
   // Adds the first `committed` positions of a chunk to the drafter's
   // history (taps: the step's of the chunk). A sequence whose history
@@ -198,9 +201,6 @@ class WorkerService final : public v1::Worker::CallbackService {
     int64_t position = 0;
   };
   absl::flat_hash_map<uint64_t, Sampled> sampled_;
-  // The draft logits of the step's drafted chunks, until verified. Step
-  // thread only.
-  absl::flat_hash_map<uint64_t, std::vector<float>> draft_logits_;
   // PermissionDenied when a sequence of `run` or `release` is owned by
   // another id than `coordinator` (InvalidArgument for an over-long id);
   // else records `coordinator` as the owner of the new sequences of `run`

@@ -6,12 +6,15 @@
 // restarted.
 
 #include <csignal>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
@@ -88,14 +91,20 @@ class Cluster {
       : options_(o),
         checkpoint_(checkpoint.empty() ? Checkpoint() : checkpoint),
         worker_flags_(std::move(worker_flags)) {
-    store_.argv = {RunfilePath("mneme/services/engram/mneme_engram_store"),
-                   "--checkpoint=" + checkpoint_,
-                   "--listen=127.0.0.1:0",
-                   "--metrics_listen=127.0.0.1:0",
-                   "--io_threads=2",
-                   "--worker_threads=2"};
-    Launch(store_);
-    store_metrics_ = testing::StdoutValue(*store_.process, "metrics on ");
+    // A model without Engram layers (V4) runs without a store.
+    std::ifstream config(checkpoint_ + "/config.json");
+    const std::string text((std::istreambuf_iterator<char>(config)),
+                           std::istreambuf_iterator<char>());
+    if (absl::StrContains(text, "engram_layer_ids")) {
+      store_.argv = {RunfilePath("mneme/services/engram/mneme_engram_store"),
+                     "--checkpoint=" + checkpoint_,
+                     "--listen=127.0.0.1:0",
+                     "--metrics_listen=127.0.0.1:0",
+                     "--io_threads=2",
+                     "--worker_threads=2"};
+      Launch(store_);
+      store_metrics_ = testing::StdoutValue(*store_.process, "metrics on ");
+    }
     workers_.resize(o.tp);
     for (int r = 0; r < o.tp; ++r) {
       StartWorker(r, "127.0.0.1:0");
@@ -128,10 +137,12 @@ class Cluster {
               absl::StrCat("--rank=", rank),
               absl::StrCat("--tp_size=", options_.tp),
               absl::StrCat("--dcp_size=", options_.dcp),
-              "--engram_store=" + store_.address,
               "--threads=1",
               "--comm_timeout=" + options_.comm_timeout,
               "--kv_cache_bytes=33554432"};
+    if (!store_.address.empty()) {
+      w.argv.push_back("--engram_store=" + store_.address);
+    }
     w.argv.insert(w.argv.end(), worker_flags_.begin(), worker_flags_.end());
     if (rank > 0) w.argv.push_back("--group=" + workers_[0].address);
     Launch(w);
@@ -298,7 +309,8 @@ TEST(CoordinatorTest, ConcurrentRequestsWithPreemptionMatchSequentialRuns) {
 // equals plain greedy decoding (the single-process reference without
 // drafts), with chunked prefill, at TP 1, TP 2 + DCP 2 and TP 4 + DCP 4, on
 // the model whose drafter mostly agrees with it and on the random one
-// (drafts mostly rejected, so the rollback runs every step).
+// (drafts mostly rejected, so the rollback runs every step), and on
+// V4-Flash-0731 at TP 2 + DCP 2.
 TEST(CoordinatorTest, SpeculativeDecodingMatchesGreedyAtEveryParallelism) {
   struct Case {
     int tp, dcp;
@@ -307,7 +319,8 @@ TEST(CoordinatorTest, SpeculativeDecodingMatchesGreedyAtEveryParallelism) {
   for (const Case& k : {Case{1, 1, &testing::TinyAlignedCheckpoint()},
                         Case{2, 2, &testing::TinyAlignedCheckpoint()},
                         Case{4, 4, &testing::TinyAlignedCheckpoint()},
-                        Case{2, 2, &Checkpoint()}}) {
+                        Case{2, 2, &Checkpoint()},
+                        Case{2, 2, &testing::Tiny0731Checkpoint()}}) {
     SCOPED_TRACE(absl::StrCat("tp ", k.tp, " dcp ", k.dcp, " ", *k.checkpoint));
     Cluster c({.tp = k.tp,
                .dcp = k.dcp,

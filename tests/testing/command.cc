@@ -53,6 +53,12 @@ const std::string& TinyModelCheckpoint() {
   return *dir;
 }
 
+const std::string& Tiny0731Checkpoint() {
+  static const std::string* dir =
+      MakeTinyModel("tiny-0731", {"--arch", "v4-flash-0731"});
+  return *dir;
+}
+
 const std::string& TinyAlignedCheckpoint() {
   static const std::string* dir =
       MakeTinyModel("tiny-aligned", {"--aligned-draft"});

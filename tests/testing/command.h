@@ -33,6 +33,10 @@ const std::string& TinyModelCheckpoint();
 // The tiny model whose DSpark drafter agrees well with it (`--aligned-draft
 // --seed 21`) in $TEST_TMPDIR/tiny-aligned, made on the first call.
 const std::string& TinyAlignedCheckpoint();
+// The tiny V4-Flash-0731 model (V4 with DSpark stages; `--arch
+// v4-flash-0731 --seed 21`) in $TEST_TMPDIR/tiny-0731, made on the first
+// call.
+const std::string& Tiny0731Checkpoint();
 
 // The non-empty lines of `text`.
 std::vector<std::string> NonEmptyLines(const std::string& text);

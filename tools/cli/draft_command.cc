@@ -59,7 +59,8 @@ absl::Status RunDraft(const std::vector<std::string>& argv, std::ostream& out) {
       target.Release(kSequence);
       return step_out.status();
     }
-    RETURN_IF_ERROR(drafter->Extend(kSequence, begin, step_out->taps[0]));
+    RETURN_IF_ERROR(
+        drafter->Extend(kSequence, begin, end - begin, step_out->taps[0]));
     if (end == n) last_logits = std::move(step_out->logits[0]);
   }
   target.Release(kSequence);

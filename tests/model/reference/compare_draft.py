@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Compares `mneme draft` with the float64 reference of the DSpark drafter
-(deepseek_reference.Model.dspark_draft) on a tiny V4.1 checkpoint: for
+(deepseek_reference.Model.dspark_draft) on a tiny V4.1 or V4-Flash-0731
+checkpoint: for
 prompts shorter and longer than the window, the anchor and every greedy
 draft identical and the confidence logits within a tolerance.
 
 Usage:
-  compare_draft.py --mneme PATH/TO/mneme [--lengths 3,9,40] [--seed S]
+  compare_draft.py --mneme PATH/TO/mneme [--arch v4.1-flash|v4-flash-0731]
+      [--lengths 3,9,40] [--seed S]
       [--tolerance 2e-3] [--mneme-arg=--chunk-tokens=7 ...]
 
 Exits 0 when everything agrees, 1 when not, 2 on a usage or run error.
@@ -48,6 +50,8 @@ def gap(row):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mneme", required=True)
+    ap.add_argument("--arch", default="v4.1-flash",
+                    choices=["v4.1-flash", "v4-flash-0731"])
     ap.add_argument("--lengths", default="3,9,40")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tolerance", type=float, default=2e-3)
@@ -58,9 +62,9 @@ def main(argv=None):
     ok = True
     try:
         base = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        checkpoint = os.path.join(base, "v41")
+        checkpoint = os.path.join(base, a.arch)
         p = subprocess.run([binary, "make-checkpoint", "--model", "--arch",
-                            "v4.1-flash", "--out", checkpoint],
+                            a.arch, "--out", checkpoint],
                            capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError("mneme make-checkpoint failed:\n"

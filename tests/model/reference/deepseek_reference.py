@@ -496,7 +496,10 @@ class Model:
         tokens = np.asarray(tokens)
         e = self.V("embed.weight")[tokens]
         X = np.repeat(e[:, None, :], c.hc_mult, 1)  # [P:831]
+        self.last_taps = []
         for i in range(c.n_layers):
+            if i in c.dspark_target_layer_ids:  # 0731: the DSpark taps
+                self.last_taps.append(X.mean(1))
             X = self.v4_block(i, X, tokens)
         return self.v4_head(X)
 
@@ -517,14 +520,20 @@ class Model:
     def v4_head(self, X):
         """ParallelHead.hc_head + norm + head [P:744-761]."""
         c = self.cfg
-        flat = X.reshape(X.shape[0], -1)
-        r = 1.0 / np.sqrt(np.mean(flat * flat, -1, keepdims=True) + c.norm_eps)
-        mixes = (flat @ self.V("hc_head_fn").T) * r
-        w = sigmoid(mixes * self.V("hc_head_scale") + self.V("hc_head_base")) \
-            + c.hc_eps
-        v = np.einsum("tj,tjd->td", w, X)
+        v = self.hc_head(X, "")
         return rms(v, self.V("norm.weight"), c.norm_eps) @ self.V(
             "head.weight").T
+
+    def hc_head(self, X, pre):
+        """ParallelHead.hc_head with the `pre`hc_head_* weights: X [T, hc, d]
+        collapsed to [T, d]."""
+        c = self.cfg
+        flat = X.reshape(X.shape[0], -1)
+        r = 1.0 / np.sqrt(np.mean(flat * flat, -1, keepdims=True) + c.norm_eps)
+        mixes = (flat @ self.V(pre + "hc_head_fn").T) * r
+        w = sigmoid(mixes * self.V(pre + "hc_head_scale")
+                    + self.V(pre + "hc_head_base")) + c.hc_eps
+        return np.einsum("tj,tjd->td", w, X)
 
     # V4 incremental decode (the official decode-state semantics) ------------
     def v4_decode(self, tokens, split):
@@ -846,11 +855,11 @@ class Model:
         and the block [anchor, noise...] sits at positions T .. T + bs - 1.
         Returns (anchor, drafts, confidence logits, draft logits)."""
         c = self.cfg
-        if not c.v41 or not c.dspark_block_size:
-            raise ValueError("no DSpark stages (V4.1 only)")
+        if not c.dspark_block_size:
+            raise ValueError("no DSpark stages")
         tokens = np.asarray(tokens)
         T = len(tokens)
-        logits = self.v41_forward(tokens)
+        logits = (self.v41_forward if c.v41 else self.v4_forward)(tokens)
         anchor = int(np.argmax(logits[-1]))
         if len(self.last_taps) != len(c.dspark_target_layer_ids):
             raise ValueError("a DSpark target layer is not a main layer")
@@ -869,10 +878,15 @@ class Model:
         pre_mix = np.zeros((bs, c.hc_mult))
         pre_mix[:, 0] = 1.0
         k = c.dspark_n_activated_experts or c.n_activated_experts
-        for s in range(c.n_mtp_layers):
+        # The stages are counted from compress_ratios (the 0731 release
+        # writes num_nextn_predict_layers 1 next to three DSpark stages).
+        stages = len(c.compress_ratios) - c.n_layers
+        for s in range(stages):
             pre = f"mtp.{s}."
             attn_pre, attn_post, attn_comb = self.hc_mixes(X, pre, "attn")
-            u = np.einsum("tj,tjd->td", pre_mix, X)
+            # V4.1 blocks collapse with the previous sub-layer's mix; V4
+            # (0731) blocks with their own (Block.forward of each).
+            u = np.einsum("tj,tjd->td", pre_mix if c.v41 else attn_pre, X)
             xa = rms(u, self.V(pre + "attn_norm.weight"), c.norm_eps)
             main_kv = rope(self.window_kv(pre, main_x[ring]), ring, freqs)
             _, q = self.q_proj(pre, xa)
@@ -883,13 +897,17 @@ class Model:
                             np.ones((bs, len(keys)), bool), block, freqs)
             X = self.hc_post(y, X, attn_post, attn_comb)
             ffn_pre, ffn_post, ffn_comb = self.hc_mixes(X, pre, "ffn")
-            u = np.einsum("tj,tjd->td", attn_pre, X)
+            u = np.einsum("tj,tjd->td", attn_pre if c.v41 else ffn_pre, X)
             xf = rms(u, self.V(pre + "ffn_norm.weight"), c.norm_eps)
-            y = self.moe(s, pre, xf, ids, k)
+            # Stage layer ids follow the main layers (never hash-routed).
+            y = self.moe(c.n_layers + s, pre, xf, ids, k)
             X = self.hc_post(y, X, ffn_post, ffn_comb)
             pre_mix = ffn_pre
-        last = f"mtp.{c.n_mtp_layers - 1}."
-        x = np.einsum("tj,tjd->td", pre_mix, X)
+        last = f"mtp.{stages - 1}."
+        # forward_head: V4.1 collapses with the last FFN mix, V4 (0731) with
+        # the last stage's hc_head.
+        x = (np.einsum("tj,tjd->td", pre_mix, X) if c.v41
+             else self.hc_head(X, last))
         dl = rms(x, self.V(last + "norm.weight"), c.norm_eps) @ self.V(
             "head.weight").T
         mh = last + "markov_head."
