@@ -22,6 +22,8 @@ absl::string_view DTypeName(DType dtype) {
       return "I32";
     case DType::kI64:
       return "I64";
+    case DType::kI16:
+      return "I16";
   }
   return "INVALID";
 }

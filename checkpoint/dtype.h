@@ -20,12 +20,13 @@ enum class DType {
   kI8,      // "I8"
   kI32,     // "I32"
   kI64,     // "I64"
+  kI16,     // "I16" (EXL3 trellis words and packed signs)
 };
 
 // Every DType, in declaration order (for tests and tools).
 inline constexpr DType kAllDTypes[] = {
     DType::kBf16, DType::kF16, DType::kF32, DType::kF8E4M3, DType::kF8E8M0,
-    DType::kU8,   DType::kI8,  DType::kI32, DType::kI64,
+    DType::kU8,   DType::kI8,  DType::kI32, DType::kI64,    DType::kI16,
 };
 
 // Bytes per element.
@@ -33,6 +34,7 @@ constexpr size_t DTypeSize(DType dtype) {
   switch (dtype) {
     case DType::kBf16:
     case DType::kF16:
+    case DType::kI16:
       return 2;
     case DType::kF32:
     case DType::kI32:

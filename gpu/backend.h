@@ -10,6 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "formats/exl3/exl3.h"
+#include "formats/gridbook/gridbook.h"
 
 namespace mneme::gpu {
 
@@ -31,6 +33,16 @@ enum class WeightFormat {
   // e2m1 codes, two per byte, with one e4m3 scale per 16 consecutive values
   // of a row ([rows, cols / 16] scale bytes), times global_scale.
   kNvfp4 = 5,
+  // EXL3 (exllamav3 trellis; formats/exl3/exl3.h): data is the trellis,
+  // int16 [cols / 16, rows / 16, 16 * exl3_bits] (input features first);
+  // scale is suh (fp16 [cols]) then svh (fp16 [rows]). rows and cols are
+  // multiples of 128.
+  kExl3 = 6,
+  // GridBook codebook rungs (formats/gridbook/gridbook.h): data is
+  // [rows, cols / 256 * TypeSize(scheme)] superblocks; scale is the fp32
+  // per-row weight_scale [rows] for fp8 schemes, empty for fp4 (the group
+  // scales are in the superblocks). cols is a multiple of 256.
+  kGridbook = 7,
 };
 
 // A view of a weight's checkpoint bytes (borrowed; only read during
@@ -50,6 +62,14 @@ struct HostWeight {
   int block_cols = 32;
   // kNvfp4 second-level scale. Default: 1.
   float global_scale = 1.0f;
+  // kExl3 bits per weight (1..8) and codebook.
+  int exl3_bits = 0;
+  formats::exl3::Codebook exl3_codebook = formats::exl3::Codebook::kMul1;
+  // kGridbook scheme and tables. The tables are shared by every weight of a
+  // config group (one sidecar entry serves a whole layer stack of experts),
+  // so weights keep a reference instead of a copy each.
+  formats::gridbook::Scheme gridbook_scheme = {};
+  std::shared_ptr<const formats::gridbook::Codebooks> gridbook_books;
 };
 
 // A weight matrix resident in the backend (device memory on a GPU). Created

@@ -7,6 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "formats/block_formats.h"
+#include "formats/exl3/exl3.h"
+#include "formats/fp16.h"
+#include "formats/gridbook/gridbook.h"
 
 namespace mneme::gpu {
 namespace {
@@ -22,6 +25,8 @@ absl::Status CheckShape(const HostWeight& w) {
     case WeightFormat::kFp8Block:
     case WeightFormat::kMxfp4:
     case WeightFormat::kNvfp4:
+    case WeightFormat::kExl3:
+    case WeightFormat::kGridbook:
       break;
     default:
       return absl::InvalidArgumentError(
@@ -57,6 +62,24 @@ absl::Status CheckShape(const HostWeight& w) {
         absl::StrCat("HostWeight block shape must be > 0 for fp8 block, got ",
                      w.block_rows, " x ", w.block_cols));
   }
+  if (w.format == WeightFormat::kExl3) {
+    RETURN_IF_ERROR(
+        formats::exl3::ValidateExl3Shape(w.cols, w.rows, w.exl3_bits));
+  }
+  if (w.format == WeightFormat::kGridbook) {
+    if (w.cols % formats::gridbook::kSuperblock != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "HostWeight.cols must be a multiple of 256 for gridbook, got ",
+          w.cols));
+    }
+    RETURN_IF_ERROR(formats::gridbook::ValidateScheme(w.gridbook_scheme));
+    if (w.gridbook_books == nullptr) {
+      return absl::InvalidArgumentError(
+          "HostWeight.gridbook_books is missing for a gridbook weight");
+    }
+    RETURN_IF_ERROR(formats::gridbook::ValidateCodebooks(w.gridbook_scheme,
+                                                         *w.gridbook_books));
+  }
   const int64_t elements = w.rows * w.cols;
   int64_t data_bytes = 0;
   int64_t scale_bytes = 0;
@@ -80,6 +103,17 @@ absl::Status CheckShape(const HostWeight& w) {
       data_bytes = formats::Fp4DataBytes(w.rows, w.cols);
       scale_bytes = formats::Nvfp4ScaleBytes(w.rows, w.cols);
       break;
+    case WeightFormat::kExl3:
+      data_bytes = formats::exl3::TrellisBytes(w.cols, w.rows, w.exl3_bits);
+      scale_bytes = 2 * (w.rows + w.cols);
+      break;
+    case WeightFormat::kGridbook:
+      data_bytes = w.rows * (w.cols / formats::gridbook::kSuperblock) *
+                   formats::gridbook::TypeSize(w.gridbook_scheme);
+      scale_bytes = w.gridbook_scheme.grid == formats::gridbook::Grid::kFp8
+                        ? w.rows * 4
+                        : 0;
+      break;
     case WeightFormat::kUnspecified:
       break;
   }
@@ -100,6 +134,38 @@ absl::Status CheckShape(const HostWeight& w) {
     if (std::isinf(w.global_scale)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "HostWeight.global_scale must be finite, got ", w.global_scale));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// DataLoss for a group or row scale that is not finite (a NaN e4m3 code, a
+// two-tier exponent past the fp32 range, a NaN or infinite weight_scale).
+absl::Status CheckGridbookScales(const HostWeight& w) {
+  namespace gb = formats::gridbook;
+  if (w.gridbook_scheme.grid == gb::Grid::kFp8) {
+    for (int64_t r = 0; r < w.rows; ++r) {
+      float value;
+      std::memcpy(&value, w.scale.data() + 4 * r, 4);
+      if (!std::isfinite(value)) {
+        return absl::DataLossError(absl::StrCat(
+            "HostWeight.scale (weight_scale) of row ", r, " is not finite"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  const int64_t type_size = gb::TypeSize(w.gridbook_scheme);
+  const int64_t blocks = w.rows * (w.cols / gb::kSuperblock);
+  float scales[gb::kSuperblock / gb::kGroupSize];
+  for (int64_t b = 0; b < blocks; ++b) {
+    gb::DecodeGroupScales(w.gridbook_scheme, w.data.data() + b * type_size,
+                          scales);
+    for (const float scale : scales) {
+      if (!std::isfinite(scale)) {
+        return absl::DataLossError(absl::StrCat(
+            "HostWeight.data superblock ", b, " (row ",
+            b / (w.cols / gb::kSuperblock), ") has a non-finite group scale"));
+      }
     }
   }
   return absl::OkStatus();
@@ -148,10 +214,68 @@ absl::Status CheckNans(const HostWeight& w) {
                                                 " is an e4m3 NaN scale"));
       }
       break;
+    case WeightFormat::kExl3:
+      for (int64_t i = 0; i < w.rows + w.cols; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, scale + 2 * i, 2);
+        if (!std::isfinite(formats::Fp16ToFloat(bits))) {
+          return absl::DataLossError(absl::StrCat(
+              "HostWeight.scale ", i < w.cols ? "suh" : "svh", " value ",
+              i < w.cols ? i : i - w.cols, " is not finite"));
+        }
+      }
+      break;
+    case WeightFormat::kGridbook:
+      return CheckGridbookScales(w);
     case WeightFormat::kUnspecified:
       break;
   }
   return absl::OkStatus();
+}
+
+// EXL3 rows are made 128 at a time (the Hadamard block of the outputs): the
+// blocks covering [begin, end), then the rows asked for.
+void DequantizeExl3Rows(const HostWeight& w, int64_t begin, int64_t end,
+                        float* out) {
+  namespace x3 = formats::exl3;
+  const x3::Exl3Weight weight{
+      .in_features = w.cols,
+      .out_features = w.rows,
+      .bits = w.exl3_bits,
+      .codebook = w.exl3_codebook,
+      .trellis = reinterpret_cast<const uint16_t*>(w.data.data()),
+      .suh = reinterpret_cast<const uint16_t*>(w.scale.data()),
+      .svh = reinterpret_cast<const uint16_t*>(w.scale.data()) + w.cols};
+  const int64_t first = begin / x3::kHadamardSize * x3::kHadamardSize;
+  const int64_t last =
+      (end + x3::kHadamardSize - 1) / x3::kHadamardSize * x3::kHadamardSize;
+  if (first == begin && last == end) {
+    x3::DequantizeOutputRows(weight, begin, end, out + begin * w.cols);
+    return;
+  }
+  std::vector<float> block(static_cast<size_t>((last - first) * w.cols));
+  x3::DequantizeOutputRows(weight, first, last, block.data());
+  std::memcpy(out + begin * w.cols, block.data() + (begin - first) * w.cols,
+              static_cast<size_t>((end - begin) * w.cols) * sizeof(float));
+}
+
+void DequantizeGridbookRows(const HostWeight& w, int64_t begin, int64_t end,
+                            float* out) {
+  namespace gb = formats::gridbook;
+  const int64_t row_bytes =
+      w.cols / gb::kSuperblock * gb::TypeSize(w.gridbook_scheme);
+  for (int64_t r = begin; r < end; ++r) {
+    float row_scale = 1.0f;
+    if (w.gridbook_scheme.grid == gb::Grid::kFp8) {
+      std::memcpy(&row_scale, w.scale.data() + 4 * r, 4);
+    }
+    for (int64_t s = 0; s < w.cols / gb::kSuperblock; ++s) {
+      gb::DecodeSuperblock(
+          w.gridbook_scheme, *w.gridbook_books,
+          w.data.data() + r * row_bytes + s * gb::TypeSize(w.gridbook_scheme),
+          row_scale, out + r * w.cols + s * gb::kSuperblock);
+    }
+  }
 }
 
 }  // namespace
@@ -168,6 +292,10 @@ const char* WeightFormatName(WeightFormat format) {
       return "mxfp4";
     case WeightFormat::kNvfp4:
       return "nvfp4";
+    case WeightFormat::kExl3:
+      return "exl3";
+    case WeightFormat::kGridbook:
+      return "gridbook";
     case WeightFormat::kUnspecified:
       break;
   }
@@ -203,6 +331,12 @@ void DequantizeRows(const HostWeight& w, int64_t begin, int64_t end,
     case WeightFormat::kNvfp4:
       formats::DequantizeNvfp4Rows(data, scale, w.global_scale, cols, begin,
                                    end, out);
+      break;
+    case WeightFormat::kExl3:
+      DequantizeExl3Rows(w, begin, end, out);
+      break;
+    case WeightFormat::kGridbook:
+      DequantizeGridbookRows(w, begin, end, out);
       break;
     case WeightFormat::kUnspecified:
       break;

@@ -20,6 +20,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "gpu/backend.h"
+#include "gpu/cpu/codebook_kernels.h"
 #include "gpu/cpu/cpu_backend_internal.h"
 #include "gpu/cpu/cpu_kernels.h"
 #include "gpu/cpu/quant_kernels.h"
@@ -68,6 +69,22 @@ AlignedBytes AllocateAlignedBytes(int64_t bytes) {
   std::memset(static_cast<uint8_t*>(p) + bytes, 0,
               static_cast<size_t>(rounded - bytes));
   return AlignedBytes(static_cast<uint8_t*>(p));
+}
+
+// Rows [begin, end) of a packed weight as fp32 into out (EXL3: multiples of
+// 128).
+void DecodePackedRows(const quant_kernels::PackedMatrix& w, int64_t begin,
+                      int64_t end, float* out) {
+  switch (w.format) {
+    case WeightFormat::kExl3:
+      codebook_kernels::Exl3DecodeRows(w, begin, end, out);
+      return;
+    case WeightFormat::kGridbook:
+      codebook_kernels::GridbookDecodeRows(w, begin, end, out);
+      return;
+    default:
+      quant_kernels::DecodeRows(w, begin, end, out);
+  }
 }
 
 class CpuBuffer final : public Buffer {
@@ -158,15 +175,21 @@ absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::UploadWeight(
     std::memcpy(bytes.get() + data_bytes, weight.scale.data(),
                 weight.scale.size());
   }
-  const quant_kernels::PackedMatrix packed{.format = weight.format,
-                                           .rows = weight.rows,
-                                           .cols = weight.cols,
-                                           .data = bytes.get(),
-                                           .scale = bytes.get() + data_bytes,
-                                           .block_rows = weight.block_rows,
-                                           .block_cols = weight.block_cols,
-                                           .global_scale = weight.global_scale};
-  return std::make_unique<CpuWeight>(packed, std::move(bytes), total);
+  const quant_kernels::PackedMatrix packed{
+      .format = weight.format,
+      .rows = weight.rows,
+      .cols = weight.cols,
+      .data = bytes.get(),
+      .scale = bytes.get() + data_bytes,
+      .block_rows = weight.block_rows,
+      .block_cols = weight.block_cols,
+      .global_scale = weight.global_scale,
+      .exl3_bits = weight.exl3_bits,
+      .exl3_codebook = weight.exl3_codebook,
+      .gridbook_scheme = weight.gridbook_scheme,
+      .gridbook_books = weight.gridbook_books.get()};
+  return std::make_unique<CpuWeight>(packed, std::move(bytes), total,
+                                     weight.gridbook_books);
 }
 
 void CpuBackend::Gemm(const float* x, int64_t tokens, const CpuWeight& w,
@@ -180,16 +203,45 @@ void CpuBackend::Gemm(const float* x, int64_t tokens, const CpuWeight& w,
   CHECK_LE(tokens, std::numeric_limits<int>::max());
   const bool add = accumulate == Accumulate::kYes;
   if (w.values() == nullptr) {
-    if (tokens <= kMaxDecodeTokens) {
+    const quant_kernels::PackedMatrix& packed = w.packed();
+    if (packed.format == WeightFormat::kExl3 &&
+        tokens <= codebook_kernels::kMaxExl3Tokens) {
+      // exllamav3's route: the input transform once, then 128 outputs (the
+      // Hadamard block) at a time, the tiles decoded on the stack.
+      if (static_cast<int64_t>(exl3_input_.size()) < tokens * k) {
+        exl3_input_.resize(static_cast<size_t>(tokens * k));
+      }
+      float* const xh = exl3_input_.data();
+      codebook_kernels::Exl3TransformInput(packed, x, tokens, xh);
+      const int64_t blocks = n / formats::exl3::kHadamardSize;
+      pool_.ParallelFor(blocks,
+                        Grain(formats::exl3::kHadamardSize * k * tokens),
+                        [&](int64_t begin, int64_t end) {
+                          codebook_kernels::Exl3OutputBlocks(
+                              packed, xh, tokens, begin, end, y, n, add);
+                        });
+      return;
+    }
+    if (tokens <= kMaxDecodeTokens && packed.format != WeightFormat::kExl3) {
       // Each row decoded once (a tile at a time) for all the tokens.
       pool_.ParallelFor(n, Grain(k * tokens), [&](int64_t begin, int64_t end) {
-        quant_kernels::DotRows(w.packed(), x, tokens, begin, end, y, n, add);
+        if (packed.format == WeightFormat::kGridbook) {
+          codebook_kernels::GridbookDotRows(packed, x, tokens, begin, end, y, n,
+                                            add);
+        } else {
+          quant_kernels::DotRows(packed, x, tokens, begin, end, y, n, add);
+        }
       });
       return;
     }
     // Many tokens (prefill): panels of rows decoded to fp32, each multiplied
-    // by OpenBLAS, so the decoding is shared by all the tokens.
-    const int64_t panel_rows = std::clamp<int64_t>(kPanelFloats / k, 1, n);
+    // by OpenBLAS, so the decoding is shared by all the tokens. EXL3 panels
+    // are whole 128-row blocks.
+    const int64_t granule =
+        packed.format == WeightFormat::kExl3 ? formats::exl3::kHadamardSize : 1;
+    const int64_t panel_rows =
+        std::clamp<int64_t>(kPanelFloats / k / granule, 1, n / granule) *
+        granule;
     // Reused by later calls (one caller at a time): grown, never zeroed per
     // call (every row is decoded before it is read).
     if (static_cast<int64_t>(panel_.size()) < panel_rows * k) {
@@ -198,10 +250,11 @@ void CpuBackend::Gemm(const float* x, int64_t tokens, const CpuWeight& w,
     float* const panel = panel_.data();
     for (int64_t r0 = 0; r0 < n; r0 += panel_rows) {
       const int64_t rows = std::min(panel_rows, n - r0);
-      pool_.ParallelFor(rows, Grain(k), [&](int64_t begin, int64_t end) {
-        quant_kernels::DecodeRows(w.packed(), r0 + begin, r0 + end,
-                                  panel + begin * k);
-      });
+      pool_.ParallelFor(
+          rows / granule, Grain(k * granule), [&](int64_t begin, int64_t end) {
+            DecodePackedRows(packed, r0 + begin * granule, r0 + end * granule,
+                             panel + begin * granule * k);
+          });
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
                   static_cast<int>(tokens), static_cast<int>(rows),
                   static_cast<int>(k), 1.0f, x, static_cast<int>(k), panel,
@@ -365,7 +418,7 @@ void CpuBackend::Embedding(absl::Span<const int32_t> ids, int64_t first_id,
     if (row >= 0 && row < weight.rows() && weight.values() != nullptr) {
       std::memcpy(dst, weight.values() + row * weight.cols(), row_bytes);
     } else if (row >= 0 && row < weight.rows()) {
-      quant_kernels::DecodeRows(weight.packed(), row, row + 1, dst);
+      DecodePackedRows(weight.packed(), row, row + 1, dst);
     } else {
       std::memset(dst, 0, row_bytes);
     }

@@ -176,8 +176,11 @@ class CpuBackend : public Backend {
   // CpuBackendOptions.dequantize_weights.
   const bool dequantize_weights_;
   // Gemm's decoded weight panel (prefill on packed weights): at most
-  // kPanelFloats, or one row of the widest weight.
+  // kPanelFloats, or one row of the widest weight (EXL3: one 128-row block).
   std::vector<float> panel_;
+  // Gemm's transformed input of an EXL3 product (at most 16 tokens x the
+  // widest EXL3 weight's input features).
+  std::vector<float> exl3_input_;
 };
 
 }  // namespace mneme::gpu

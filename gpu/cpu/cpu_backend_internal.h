@@ -49,15 +49,19 @@ class CpuWeight final : public Weight {
   CpuWeight(WeightFormat format, int64_t rows, int64_t cols,
             AlignedFloats values)
       : format_(format), rows_(rows), cols_(cols), values_(std::move(values)) {}
-  // The checkpoint bytes: `bytes` holds data_bytes of codes then the scales.
+  // The checkpoint bytes: `bytes` holds data_bytes of codes then the scales;
+  // `books` the GridBook tables packed.gridbook_books points to (null for the
+  // other formats).
   CpuWeight(const quant_kernels::PackedMatrix& packed, AlignedBytes bytes,
-            int64_t total_bytes)
+            int64_t total_bytes,
+            std::shared_ptr<const formats::gridbook::Codebooks> books)
       : format_(packed.format),
         rows_(packed.rows),
         cols_(packed.cols),
         packed_(packed),
         bytes_(std::move(bytes)),
-        packed_bytes_(total_bytes) {}
+        packed_bytes_(total_bytes),
+        books_(std::move(books)) {}
   int64_t rows() const override { return rows_; }
   int64_t cols() const override { return cols_; }
   WeightFormat format() const override { return format_; }
@@ -78,6 +82,8 @@ class CpuWeight final : public Weight {
   const quant_kernels::PackedMatrix packed_;
   const AlignedBytes bytes_;
   const int64_t packed_bytes_ = 0;
+  // Shared with the other weights of the same GridBook config group.
+  const std::shared_ptr<const formats::gridbook::Codebooks> books_;
 };
 
 inline const CpuWeight& AsCpu(const Weight& weight) {

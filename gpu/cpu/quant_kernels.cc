@@ -188,6 +188,8 @@ void DecodeSpan(const PackedMatrix& w, int64_t r, int64_t begin, int64_t end,
       break;
     }
     case WeightFormat::kF32:
+    case WeightFormat::kExl3:      // codebook_kernels.h
+    case WeightFormat::kGridbook:  // codebook_kernels.h
     case WeightFormat::kUnspecified:
       break;
   }
@@ -453,6 +455,8 @@ void DotRowsOneToken(const PackedMatrix& w, const float* HWY_RESTRICT x,
         sum = Fp4DotRow<16>(w, r, xe, xo);
         break;
       case WeightFormat::kF32:
+      case WeightFormat::kExl3:      // codebook_kernels.h
+      case WeightFormat::kGridbook:  // codebook_kernels.h
       case WeightFormat::kUnspecified:
         break;
     }

@@ -38,7 +38,17 @@ struct PackedMatrix {
   int block_rows = 0;         // kFp8Block
   int block_cols = 0;         // kFp8Block
   float global_scale = 1.0f;  // kNvfp4
+  // kExl3: bits per weight and codebook (scale = suh then svh, fp16).
+  int exl3_bits = 0;
+  formats::exl3::Codebook exl3_codebook = formats::exl3::Codebook::kMul1;
+  // kGridbook: the scheme and its tables (scale = the fp32 row scales of an
+  // fp8 scheme). The tables are owned by the weight.
+  formats::gridbook::Scheme gridbook_scheme = {};
+  const formats::gridbook::Codebooks* gridbook_books = nullptr;
 };
+
+// The functions below take bf16, kFp8Block, kMxfp4 and kNvfp4 matrices;
+// codebook_kernels.h has the codebook formats (kExl3, kGridbook).
 
 // For rows r in [row_begin, row_end) and tokens t < tokens:
 //   y[t * ldy + r] = sum_c x[t * w.cols + c] * W[r, c]   (+= with accumulate)

@@ -21,6 +21,7 @@ TEST(DTypeTest, NamesAndSizes) {
   EXPECT_EQ(DTypeSize(DType::kI8), 1u);
   EXPECT_EQ(DTypeSize(DType::kI32), 4u);
   EXPECT_EQ(DTypeSize(DType::kI64), 8u);
+  EXPECT_EQ(DTypeSize(DType::kI16), 2u);
 }
 
 TEST(DTypeTest, ParseInvertsName) {
@@ -31,7 +32,7 @@ TEST(DTypeTest, ParseInvertsName) {
     ASSERT_TRUE(parsed.has_value());
     EXPECT_EQ(*parsed, dtype);
   }
-  EXPECT_EQ(names.size(), 9u);
+  EXPECT_EQ(names.size(), 10u);
   for (const char* unsupported :
        {"F64", "BOOL", "U16", "bf16", "", "F8_E5M2"}) {
     EXPECT_FALSE(ParseDTypeName(unsupported).has_value()) << unsupported;

@@ -146,6 +146,8 @@ EncodedWeight Encode(WeightFormat format, int64_t rows, int64_t cols,
       }
       break;
     }
+    case WeightFormat::kExl3:      // codebook_weights_test.cc
+    case WeightFormat::kGridbook:  // codebook_weights_test.cc
     case WeightFormat::kUnspecified:
       break;
   }
