@@ -509,7 +509,17 @@ absl::StatusOr<ModelDims> LoadModelDims(const checkpoint::ModelConfig& config) {
     if (!q.is_object()) {
       return config.KeyError("quantization_config", "must be an object");
     }
-    if (auto b = q.find("weight_block_size"); b != q.end()) {
+    // An EXL3 conversion keeps the release's config (and its FP8 block
+    // size, for the modules it left in FP8) under
+    // original_quantization_config.
+    const nlohmann::json* blocks = &q;
+    if (!q.contains("weight_block_size")) {
+      if (auto o = q.find("original_quantization_config");
+          o != q.end() && o->is_object()) {
+        blocks = &*o;
+      }
+    }
+    if (auto b = blocks->find("weight_block_size"); b != blocks->end()) {
       if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() ||
           !(*b)[1].is_number_integer() || (*b)[0].get<int64_t>() < 1 ||
           (*b)[1].get<int64_t>() < 1 || (*b)[0].get<int64_t>() > 4096 ||

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "common/status_macros.h"
 #include "formats/bf16.h"
 #include "formats/e4m3.h"
+#include "formats/exl3/exl3.h"
 #include "gpu/host_weight.h"
 
 namespace mneme::model {
@@ -75,9 +77,67 @@ absl::StatusOr<std::vector<uint8_t>> WeightLoader::Read(
   return source_.ReadTensorBytes(name);
 }
 
+absl::Status WeightLoader::ResolveSlices(absl::string_view wname, int64_t rows,
+                                         int64_t cols, Slice& row_slice,
+                                         Slice& col_slice) const {
+  if (row_slice.count < 0) row_slice.count = rows - row_slice.begin;
+  if (col_slice.count < 0) col_slice.count = cols - col_slice.begin;
+  if (row_slice.begin < 0 || row_slice.count <= 0 ||
+      row_slice.begin + row_slice.count > rows || col_slice.begin < 0 ||
+      col_slice.count <= 0 || col_slice.begin + col_slice.count > cols) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice rows [", row_slice.begin, ", +", row_slice.count,
+                     ") cols [", col_slice.begin, ", +", col_slice.count,
+                     ") is outside ", wname, " [", rows, ", ", cols, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::Upload(
+    const gpu::HostWeight& weight, absl::string_view wname) {
+  absl::StatusOr<std::unique_ptr<gpu::Weight>> uploaded =
+      backend_.UploadWeight(weight);
+  if (!uploaded.ok()) {
+    return absl::Status(uploaded.status().code(),
+                        absl::StrCat(Where(), "tensor ", wname, ": ",
+                                     uploaded.status().message()));
+  }
+  uploaded_bytes_ += (*uploaded)->bytes();
+  return uploaded;
+}
+
+absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::SliceAsFloats(
+    const gpu::HostWeight& weight, absl::string_view wname, Slice row_slice,
+    Slice col_slice) {
+  absl::StatusOr<std::vector<float>> values = gpu::DequantizeHostWeight(weight);
+  if (!values.ok()) {
+    return absl::Status(values.status().code(),
+                        absl::StrCat(Where(), "tensor ", wname, ": ",
+                                     values.status().message()));
+  }
+  const int64_t rn = row_slice.count;
+  const int64_t cn = col_slice.count;
+  std::vector<uint8_t> sliced(static_cast<size_t>(rn * cn * 4));
+  for (int64_t r = 0; r < rn; ++r) {
+    std::memcpy(
+        sliced.data() + r * cn * 4,
+        values->data() + (row_slice.begin + r) * weight.cols + col_slice.begin,
+        static_cast<size_t>(cn * 4));
+  }
+  gpu::HostWeight out;
+  out.format = gpu::WeightFormat::kF32;
+  out.rows = rn;
+  out.cols = cn;
+  out.data = sliced;
+  return Upload(out, wname);
+}
+
 absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::Linear(
     absl::string_view name, int64_t rows, int64_t cols, Slice row_slice,
     Slice col_slice) {
+  if (Has(absl::StrCat(name, ".trellis"))) {
+    return Exl3Linear(name, rows, cols, row_slice, col_slice);
+  }
   const std::string wname = absl::StrCat(name, ".weight");
   ASSIGN_OR_RETURN(const checkpoint::TensorSpec spec,
                    source_.GetTensorSpec(wname));
@@ -157,17 +217,7 @@ absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::Linear(
         ", expected F32, BF16, F8_E4M3 (FP8) or U8 (fp4)"));
   }
 
-  // Resolve and check the slices.
-  if (row_slice.count < 0) row_slice.count = rows - row_slice.begin;
-  if (col_slice.count < 0) col_slice.count = cols - col_slice.begin;
-  if (row_slice.begin < 0 || row_slice.count <= 0 ||
-      row_slice.begin + row_slice.count > rows || col_slice.begin < 0 ||
-      col_slice.count <= 0 || col_slice.begin + col_slice.count > cols) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slice rows [", row_slice.begin, ", +", row_slice.count,
-                     ") cols [", col_slice.begin, ", +", col_slice.count,
-                     ") is outside ", wname, " [", rows, ", ", cols, "]"));
-  }
+  RETURN_IF_ERROR(ResolveSlices(wname, rows, cols, row_slice, col_slice));
   if (headers_only_) return std::unique_ptr<gpu::Weight>();
   const int64_t r0 = row_slice.begin, rn = row_slice.count;
   const int64_t c0 = col_slice.begin, cn = col_slice.count;
@@ -215,31 +265,126 @@ absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::Linear(
   } else {
     w.data = data;
     w.scale = scale;
-    absl::StatusOr<std::vector<float>> values = gpu::DequantizeHostWeight(w);
-    if (!values.ok()) {
-      return absl::Status(values.status().code(),
-                          absl::StrCat(Where(), "tensor ", wname, ": ",
-                                       values.status().message()));
-    }
-    sliced_data.resize(static_cast<size_t>(rn * cn * 4));
-    for (int64_t r = 0; r < rn; ++r) {
-      std::memcpy(sliced_data.data() + r * cn * 4,
-                  values->data() + (r0 + r) * cols + c0,
-                  static_cast<size_t>(cn * 4));
-    }
-    out.format = gpu::WeightFormat::kF32;
-    out.data = sliced_data;
-    out.scale = {};
+    return SliceAsFloats(w, wname, row_slice, col_slice);
   }
-  absl::StatusOr<std::unique_ptr<gpu::Weight>> uploaded =
-      backend_.UploadWeight(out);
-  if (!uploaded.ok()) {
-    return absl::Status(uploaded.status().code(),
-                        absl::StrCat(Where(), "tensor ", wname, ": ",
-                                     uploaded.status().message()));
+  return Upload(out, wname);
+}
+
+absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::Exl3Linear(
+    absl::string_view name, int64_t rows, int64_t cols, Slice row_slice,
+    Slice col_slice) {
+  const std::string tname = absl::StrCat(name, ".trellis");
+  ASSIGN_OR_RETURN(const int bits, CheckExl3(name, rows, cols));
+  RETURN_IF_ERROR(ResolveSlices(tname, rows, cols, row_slice, col_slice));
+  if (headers_only_) return std::unique_ptr<gpu::Weight>();
+  ASSIGN_OR_RETURN(const std::vector<uint8_t> trellis,
+                   source_.ReadTensorBytes(tname));
+  // suh then svh as fp16; the legacy packed signs become +-1.
+  std::vector<uint8_t> scales;
+  for (const auto& [scaled, packed, count] :
+       {std::tuple{".suh", ".su", cols}, std::tuple{".svh", ".sv", rows}}) {
+    const std::string scaled_name = absl::StrCat(name, scaled);
+    if (Has(scaled_name)) {
+      ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes,
+                       source_.ReadTensorBytes(scaled_name));
+      scales.insert(scales.end(), bytes.begin(), bytes.end());
+      continue;
+    }
+    ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes,
+                     source_.ReadTensorBytes(absl::StrCat(name, packed)));
+    std::vector<uint16_t> words(bytes.size() / 2);
+    std::memcpy(words.data(), bytes.data(), words.size() * 2);
+    std::vector<float> signs(static_cast<size_t>(count));
+    formats::exl3::UnpackSigns(words.data(), count, signs.data());
+    for (const float sign : signs) {
+      const uint16_t half = sign < 0 ? 0xBC00 : 0x3C00;  // fp16 -1 / +1
+      scales.push_back(static_cast<uint8_t>(half & 0xFF));
+      scales.push_back(static_cast<uint8_t>(half >> 8));
+    }
   }
-  uploaded_bytes_ += (*uploaded)->bytes();
-  return uploaded;
+  gpu::HostWeight w;
+  w.format = gpu::WeightFormat::kExl3;
+  w.rows = rows;
+  w.cols = cols;
+  w.exl3_bits = bits;
+  w.exl3_codebook = formats::exl3::SelectCodebook(
+      Has(absl::StrCat(name, ".mcg")), Has(absl::StrCat(name, ".mul1")));
+  w.data = trellis;
+  w.scale = scales;
+  const int64_t r0 = row_slice.begin, rn = row_slice.count;
+  const int64_t c0 = col_slice.begin, cn = col_slice.count;
+  if (rn == rows && cn == cols) return Upload(w, tname);
+  constexpr int64_t kBlock = formats::exl3::kHadamardSize;
+  if (!Aligned(r0, rn, rows, kBlock) || !Aligned(c0, cn, cols, kBlock)) {
+    return SliceAsFloats(w, tname, row_slice, col_slice);
+  }
+  // Whole 128 blocks: the tiles of the slice (trellis dim 0 = inputs,
+  // dim 1 = outputs) and the matching scales.
+  const int64_t tile_bytes = int64_t{2} * 16 * bits;
+  const int64_t tiles_out = rows / 16;
+  std::vector<uint8_t> sliced =
+      SliceBytes(trellis, tiles_out * tile_bytes, c0 / 16, cn / 16,
+                 r0 / 16 * tile_bytes, rn / 16 * tile_bytes);
+  std::vector<uint8_t> sliced_scales(static_cast<size_t>(2 * (rn + cn)));
+  std::memcpy(sliced_scales.data(), scales.data() + 2 * c0,
+              static_cast<size_t>(2 * cn));
+  std::memcpy(sliced_scales.data() + 2 * cn, scales.data() + 2 * (cols + r0),
+              static_cast<size_t>(2 * rn));
+  w.rows = rn;
+  w.cols = cn;
+  w.data = sliced;
+  w.scale = sliced_scales;
+  return Upload(w, tname);
+}
+
+absl::StatusOr<int> WeightLoader::CheckExl3(absl::string_view name,
+                                            int64_t rows, int64_t cols) const {
+  const std::string tname = absl::StrCat(name, ".trellis");
+  ASSIGN_OR_RETURN(const checkpoint::TensorSpec spec,
+                   source_.GetTensorSpec(tname));
+  if (spec.dtype != DType::kI16 || spec.shape.size() != 3 ||
+      spec.shape[0] * 16 != cols || spec.shape[1] * 16 != rows ||
+      spec.shape[2] % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(), "EXL3 tensor ", tname, " is ",
+        checkpoint::DTypeName(spec.dtype), " ", ShapeString(spec.shape), "; a ",
+        rows, " x ", cols, " weight needs I16 [", cols / 16, ", ", rows / 16,
+        ", 16 * K]"));
+  }
+  const int bits = static_cast<int>(spec.shape[2] / 16);
+  if (absl::Status status = formats::exl3::ValidateExl3Shape(cols, rows, bits);
+      !status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(), "EXL3 module ", name, ": ", status.message()));
+  }
+  for (const char* refused : {".bias", ".scale", ".weight"}) {
+    if (Has(absl::StrCat(name, refused))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(), "EXL3 module ", name, " also has ", name,
+                       refused, " (not part of an EXL3 linear of this model)"));
+    }
+  }
+  if (Has(absl::StrCat(name, ".mcg")) && Has(absl::StrCat(name, ".mul1"))) {
+    // exllamav3's GEMM refuses this too ("Specified both mcg and mul1").
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(), "EXL3 module ", name,
+                     " names both the mcg and mul1 codebooks"));
+  }
+  for (const auto& [scaled, packed, count] :
+       {std::tuple{".suh", ".su", cols}, std::tuple{".svh", ".sv", rows}}) {
+    if (Has(absl::StrCat(name, scaled))) {
+      RETURN_IF_ERROR(
+          Check(absl::StrCat(name, scaled), {DType::kF16}, {count}));
+    } else if (Has(absl::StrCat(name, packed))) {
+      RETURN_IF_ERROR(
+          Check(absl::StrCat(name, packed), {DType::kI16}, {count / 16}));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(), "EXL3 module ", name, " has neither ", name,
+                       scaled, " nor ", name, packed));
+    }
+  }
+  return bits;
 }
 
 absl::StatusOr<std::vector<float>> WeightLoader::Floats(
@@ -316,6 +461,9 @@ absl::Status WeightLoader::Check(absl::string_view name,
 
 absl::Status WeightLoader::CheckLinear(absl::string_view name, int64_t rows,
                                        int64_t cols) const {
+  if (Has(absl::StrCat(name, ".trellis"))) {
+    return CheckExl3(name, rows, cols).status();
+  }
   const std::string w = absl::StrCat(name, ".weight");
   absl::StatusOr<checkpoint::TensorSpec> spec = source_.GetTensorSpec(w);
   if (!spec.ok()) {

@@ -33,8 +33,11 @@ struct Slice {
 //   F8_E4M3 .weight + F8_E8M0 .scale             FP8, fp8 block shape
 //   U8 / I8 .weight [out, in / 2] + F8_E8M0 .scale [out, in / 32]   MXFP4
 //   U8 .weight + F8_E4M3 .weight_scale + F32 .weight_scale_2        NVFP4
-// A slice that does not fall on the format's scale blocks is loaded as the
-// exactly dequantized fp32 values of the slice (same numbers, more bytes).
+//   I16 .trellis [cols / 16, rows / 16, 16 K] + F16 .suh [cols] (or I16
+//   .su) + F16 .svh [rows] (or I16 .sv), .mcg / .mul1 markers    EXL3
+// A slice that does not fall on the format's scale blocks (EXL3: 128 x 128
+// Hadamard blocks) is loaded as the dequantized fp32 values of the slice
+// (same numbers, more bytes).
 //
 // Thread-compatible; the borrowed source and backend outlive it.
 class WeightLoader {
@@ -106,6 +109,24 @@ class WeightLoader {
       const std::vector<int64_t>& shape, checkpoint::TensorSpec* spec);
   // "<source_name>: " (empty without a name), for messages.
   std::string Where() const;
+  // Resolves count < 0 and checks the slices lie inside [rows, cols].
+  absl::Status ResolveSlices(absl::string_view wname, int64_t rows,
+                             int64_t cols, Slice& row_slice,
+                             Slice& col_slice) const;
+  // UploadWeight with the tensor named in errors; counts uploaded_bytes_.
+  absl::StatusOr<std::unique_ptr<gpu::Weight>> Upload(
+      const gpu::HostWeight& weight, absl::string_view wname);
+  // The slice of a weight as its dequantized fp32 values.
+  absl::StatusOr<std::unique_ptr<gpu::Weight>> SliceAsFloats(
+      const gpu::HostWeight& weight, absl::string_view wname, Slice row_slice,
+      Slice col_slice);
+  // EXL3 modules (`name`.trellis): the bits per weight after checking every
+  // tensor of the module.
+  absl::StatusOr<int> CheckExl3(absl::string_view name, int64_t rows,
+                                int64_t cols) const;
+  absl::StatusOr<std::unique_ptr<gpu::Weight>> Exl3Linear(
+      absl::string_view name, int64_t rows, int64_t cols, Slice row_slice,
+      Slice col_slice);
 
   const checkpoint::TensorSource& source_;
   gpu::Backend& backend_;

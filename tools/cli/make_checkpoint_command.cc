@@ -54,8 +54,8 @@ absl::Status RunReleaseLayout(const Args& args, std::ostream& out) {
           "--", flag,
           " cannot be combined with --model (the released layouts have fixed "
           "dimensions; only --arch, --out, --seed, --engram-vocab-size, "
-          "--engram-format, --threads, --full-shapes and --aligned-draft "
-          "apply)"));
+          "--engram-format, --threads, --full-shapes, --aligned-draft and "
+          "--experts-format apply)"));
     }
   }
   synthetic::ReleaseCheckpointOptions options;
@@ -69,6 +69,9 @@ absl::Status RunReleaseLayout(const Args& args, std::ostream& out) {
   options.full_shapes = args.Has("full-shapes");
   options.aligned_draft = args.Has("aligned-draft");
   ASSIGN_OR_RETURN(
+      options.experts_format,
+      synthetic::ParseExpertsFormat(args.Get("experts-format", "mxfp4")));
+  ASSIGN_OR_RETURN(
       int64_t seed,
       args.GetInt("seed", 0, 0, std::numeric_limits<int64_t>::max()));
   options.seed = static_cast<uint64_t>(seed);
@@ -80,12 +83,15 @@ absl::Status RunReleaseLayout(const Args& args, std::ostream& out) {
   const absl::Time start = absl::Now();
   RETURN_IF_ERROR(synthetic::MakeReleaseCheckpoint(options));
   out << absl::StrFormat(
-      "wrote %s: %s %s checkpoint of the released layout%s, seed %d, %.1f "
-      "s\n",
+      "wrote %s: %s %s checkpoint of the released layout%s%s, seed %d, "
+      "%.1f s\n",
       options.out_dir, options.full_shapes ? "full-shape (sparse)" : "tiny",
       synthetic::ReleaseArchName(options.arch),
-      options.aligned_draft ? " (aligned draft)" : "", options.seed,
-      absl::ToDoubleSeconds(absl::Now() - start));
+      options.aligned_draft ? " (aligned draft)" : "",
+      options.experts_format == synthetic::ExpertsFormat::kExl3
+          ? " with EXL3 experts"
+          : "",
+      options.seed, absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
 }
 
@@ -99,14 +105,15 @@ absl::Status RunMakeCheckpoint(const std::vector<std::string>& argv,
                   {"out", "engram-format", "seed", "engram-vocab-size",
                    "threads", "wkv", "expert-layers", "draft-stages", "experts",
                    "hidden-size", "layers", "engram-layers", "hc-mult",
-                   "moe-intermediate-size", "arch"},
+                   "moe-intermediate-size", "arch", "experts-format"},
                   {"model", "full-shapes", "aligned-draft"}));
   if (!args.positionals().empty()) {
     return absl::InvalidArgumentError(
         "make-checkpoint takes no positional arguments");
   }
   const bool model = args.Has("model");
-  for (const char* flag : {"arch", "full-shapes", "aligned-draft"}) {
+  for (const char* flag :
+       {"arch", "full-shapes", "aligned-draft", "experts-format"}) {
     if (args.Has(flag) && !model) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", flag, " requires --model"));

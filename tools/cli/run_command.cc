@@ -28,11 +28,17 @@ namespace {
 
 using worker::LocalModel;
 
+// How the backend holds the weights: as the checkpoint stores them, or
+// dequantized to fp32 at load (the yardstick of the quantized paths).
+enum class WeightStorage { kAsStored, kFp32 };
+
 absl::StatusOr<std::unique_ptr<LocalModel>> OpenModel(
-    const std::string& dir, int threads, int max_speculative_tokens = 0) {
+    const std::string& dir, int threads, int max_speculative_tokens = 0,
+    WeightStorage storage = WeightStorage::kAsStored) {
   worker::LocalModelOptions options;
   options.checkpoint_dir = dir;
   options.threads = threads;
+  options.dequantize_weights = storage == WeightStorage::kFp32;
   options.model.max_speculative_tokens = max_speculative_tokens;
   return LocalModel::Create(options);
 }
@@ -96,7 +102,8 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
                                      "chunk-tokens", "threads", "logprobs",
                                      "top-logprobs", "num-speculative-tokens",
                                      "spec-method", "spec-verify"}),
-                  {"json", "ignore-eos", "prompt-logprobs"}));
+                  {"json", "ignore-eos", "prompt-logprobs",
+                   "dequantize-weights"}));
   ASSIGN_OR_RETURN(std::string dir, args.Required("checkpoint"));
   if (!args.Has("tokens")) {
     return absl::InvalidArgumentError("--tokens is required");
@@ -139,7 +146,9 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
 
   ASSIGN_OR_RETURN(
       std::unique_ptr<LocalModel> local,
-      OpenModel(dir, static_cast<int>(*threads), static_cast<int>(k)));
+      OpenModel(dir, static_cast<int>(*threads), static_cast<int>(k),
+                args.Has("dequantize-weights") ? WeightStorage::kFp32
+                                               : WeightStorage::kAsStored));
   std::unique_ptr<model::DsparkDrafter> drafter;
   if (k > 0) {
     const model::Model& m = local->model();

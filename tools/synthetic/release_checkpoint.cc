@@ -25,6 +25,8 @@
 #include "engram_store/hashing/primes.h"
 #include "formats/bf16.h"
 #include "formats/e4m3.h"
+#include "formats/exl3/exl3.h"
+#include "formats/fp16.h"
 #include "formats/row_encode.h"
 #include "formats/row_format.h"
 #include "nlohmann/json.hpp"
@@ -67,6 +69,8 @@ struct Dims {
   int64_t vision_patch = 14, vision_downsample = 3;
   // ReleaseCheckpointOptions::aligned_draft.
   bool aligned = false;
+  // ReleaseCheckpointOptions::experts_format.
+  ExpertsFormat experts_format = ExpertsFormat::kMxfp4;
 };
 
 // Aligned drafts (ReleaseCheckpointOptions::aligned_draft): the gain of the
@@ -339,6 +343,9 @@ enum class Init {
   kTid2eid,   // I64 [V, k], k distinct experts per row
   kEngram,    // Engram tensors: written by the Engram writer
   kCopy,      // BF16: columns [0, cols) of `source` (times `scale`'s values)
+  kBits,      // any dtype: uniformly random bytes (EXL3 trellis)
+  kSigned,    // F16: random sign x stddev x uniform [0.75, 1.25)
+  kMarker,    // I32 []: the value `experts` (EXL3 codebook markers)
 };
 
 struct TensorPlan {
@@ -396,6 +403,29 @@ class Planner {
     tensors().back().exponent = exponent;
     Add({prefix + ".scale", DType::kF8E8M0, {out, in / 32}}, Init::kFp4, 0, 0);
     tensors().back().exponent = exponent;
+  }
+  // EXL3 linear `prefix` [out, in] (y = x W^T): .trellis I16
+  // [in / 16, out / 16, 16 bits], .suh F16 [in], .svh F16 [out] and the
+  // codebook's marker; rms(W) ~ gain / sqrt(in).
+  void Exl3(const std::string& prefix, int64_t out, int64_t in, int bits,
+            formats::exl3::Codebook codebook, float gain) {
+    Add({prefix + ".trellis", DType::kI16, {in / 16, out / 16, 16 * bits}},
+        Init::kBits, 0, 0);
+    // The codebooks' values have rms ~1.24 (3inst, mcg) or ~1.0 (mul1);
+    // the Hadamard transforms keep it.
+    const float rms = codebook == formats::exl3::Codebook::kMul1 ? 1.0f : 1.24f;
+    Add({prefix + ".suh", DType::kF16, {in}}, Init::kSigned, 0,
+        gain / std::sqrt(static_cast<float>(in)) / rms);
+    Add({prefix + ".svh", DType::kF16, {out}}, Init::kSigned, 0, 1.0f);
+    if (codebook == formats::exl3::Codebook::kMcg) {
+      Add({prefix + ".mcg", DType::kI32, {}}, Init::kMarker, 0, 0);
+      tensors().back().experts =
+          static_cast<int64_t>(0xCBAC1FEDu) - (1LL << 32);
+    } else if (codebook == formats::exl3::Codebook::kMul1) {
+      Add({prefix + ".mul1", DType::kI32, {}}, Init::kMarker, 0, 0);
+      tensors().back().experts =
+          static_cast<int64_t>(0x83DCD12Du) - (1LL << 32);
+    }
   }
   void HcMix(const std::string& prefix) {
     const int64_t mix = int64_t{2 + m_.hc} * m_.hc;
@@ -493,6 +523,27 @@ class Planner {
     }
     const int up = synthetic_internal::UnitGainExponent(m.d);
     const int down = synthetic_internal::UnitGainExponent(m.inter);
+    if (m.experts_format == ExpertsFormat::kExl3) {
+      // The codebook cycles over the experts, the bits over the experts and
+      // projections; e = 3 (mod 8) has 4x larger w1 / w3 as below.
+      constexpr formats::exl3::Codebook kCodebooks[] = {
+          formats::exl3::Codebook::kMcg, formats::exl3::Codebook::kMul1,
+          formats::exl3::Codebook::k3Inst};
+      for (int64_t e = 0; e <= experts; ++e) {
+        const bool shared = e == experts;
+        const std::string x = shared ? f + "shared_experts."
+                                     : absl::StrCat(f, "experts.", e, ".");
+        const float boost = !shared && e % 8 == 3 ? 4.0f : 1.0f;
+        const auto codebook = kCodebooks[e % 3];
+        Exl3(x + "w1", m.inter, m.d, 2 + static_cast<int>(e % 4), codebook,
+             boost);
+        Exl3(x + "w2", m.d, m.inter, 2 + static_cast<int>((e + 1) % 4),
+             codebook, shared ? out_gain : 1.0f);
+        Exl3(x + "w3", m.inter, m.d, 2 + static_cast<int>((e + 2) % 4),
+             codebook, boost);
+      }
+      return;
+    }
     for (int64_t e = 0; e < experts; ++e) {
       // Every eighth expert (e = 3 mod 8) has 4x larger w1 / w3.
       const int boost = e % 8 == 3 ? 2 : 0;
@@ -836,6 +887,37 @@ absl::Status AppendValues(const Dims& m, uint64_t seed,
         RETURN_IF_ERROR(
             writer.Append(name, Bytes(Copied(seed, t), t.decl.dtype)));
         break;
+      case Init::kBits: {
+        SplitMix mix(TensorSeed(seed, name));
+        std::vector<uint8_t> bytes(Count(t.decl.shape) *
+                                   checkpoint::DTypeSize(t.decl.dtype));
+        for (uint8_t& b : bytes) b = static_cast<uint8_t>(mix.Next() & 0xFF);
+        RETURN_IF_ERROR(writer.Append(name, bytes));
+        break;
+      }
+      case Init::kSigned: {
+        SplitMix mix(TensorSeed(seed, name));
+        std::vector<uint8_t> bytes;
+        for (int64_t j = 0; j < Count(t.decl.shape); ++j) {
+          const uint64_t r = mix.Next();
+          const float magnitude =
+              t.stddev * (0.75f + 0.5f * static_cast<float>(r >> 40) /
+                                      static_cast<float>(1 << 24));
+          const uint16_t half =
+              formats::FloatToFp16((r & 1) != 0 ? -magnitude : magnitude);
+          bytes.push_back(static_cast<uint8_t>(half & 0xFF));
+          bytes.push_back(static_cast<uint8_t>(half >> 8));
+        }
+        RETURN_IF_ERROR(writer.Append(name, bytes));
+        break;
+      }
+      case Init::kMarker: {
+        const auto value = static_cast<int32_t>(t.experts);
+        std::vector<uint8_t> bytes(4);
+        std::memcpy(bytes.data(), &value, 4);
+        RETURN_IF_ERROR(writer.Append(name, bytes));
+        break;
+      }
       case Init::kEngram:
         return absl::InternalError("Engram tensor outside an Engram shard");
     }
@@ -911,6 +993,13 @@ std::string ReleaseArchName(ReleaseArch arch) {
   return "unknown";
 }
 
+absl::StatusOr<ExpertsFormat> ParseExpertsFormat(absl::string_view name) {
+  if (name == "mxfp4") return ExpertsFormat::kMxfp4;
+  if (name == "exl3") return ExpertsFormat::kExl3;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown experts format \"", name, "\" (mxfp4 or exl3)"));
+}
+
 absl::Status MakeReleaseCheckpoint(const ReleaseCheckpointOptions& o) {
   if (o.out_dir.empty())
     return absl::InvalidArgumentError("out_dir is required");
@@ -960,8 +1049,13 @@ absl::Status MakeReleaseCheckpoint(const ReleaseCheckpointOptions& o) {
     return absl::InvalidArgumentError(
         "aligned_draft applies to the tiny V4.1-Flash model only");
   }
+  if (o.experts_format != ExpertsFormat::kMxfp4 && o.full_shapes) {
+    return absl::InvalidArgumentError(
+        "experts_format applies to the tiny models only");
+  }
   Dims m = MakeDims(o.arch, o.full_shapes);
   m.aligned = o.aligned_draft;
+  m.experts_format = o.experts_format;
   // Engram rows and the compressed vocabulary (V4.1).
   std::vector<int64_t> engram_rows = m.engram_rows;
   int64_t engram_vocab = m.engram_vocab;
@@ -1071,6 +1165,17 @@ absl::Status MakeReleaseCheckpoint(const ReleaseCheckpointOptions& o) {
     }
   } else {
     config = nlohmann::ordered_json::parse(V4Config(m).dump());
+  }
+  if (o.experts_format == ExpertsFormat::kExl3) {
+    // exllamav3's conversion config, the release's kept beside it.
+    nlohmann::ordered_json original = config["quantization_config"];
+    config["quantization_config"] = {
+        {"quant_method", "exl3"},
+        {"version", "1.4.1"},
+        {"bits", 3.5},
+        {"head_bits", 8},
+        {"codebook", "mcg"},
+        {"original_quantization_config", original}};
   }
   config["mneme_synthetic"] = {{"seed", o.seed},
                                {"arch", ReleaseArchName(o.arch)},

@@ -37,6 +37,22 @@ absl::StatusOr<ReleaseArch> ParseReleaseArch(absl::string_view name);
 // The inverse of ParseReleaseArch.
 std::string ReleaseArchName(ReleaseArch arch);
 
+// How the tiny models' routed and shared experts are stored.
+enum class ExpertsFormat {
+  // The release's: MXFP4 routed experts, FP8 shared experts.
+  kMxfp4 = 0,
+  // exllamav3's EXL3 (formats/exl3): every expert projection a trellis of
+  // random bits (any bit pattern is a valid trellis) with fp16 input / output
+  // scales sized for unit gain; the codebook cycles mcg / mul1 / 3inst and
+  // the bits per weight 2..5 over the experts and projections. config.json's
+  // quantization_config becomes exllamav3's, with the release's kept under
+  // original_quantization_config.
+  kExl3 = 1,
+};
+
+// "mxfp4", "exl3"; InvalidArgument listing the choices otherwise.
+absl::StatusOr<ExpertsFormat> ParseExpertsFormat(absl::string_view name);
+
 struct ReleaseCheckpointOptions {
   // Directory to create; must not exist or be empty. Written under
   // OUT.partial and renamed at the end. Required.
@@ -65,6 +81,8 @@ struct ReleaseCheckpointOptions {
   // layout and a real forward pass; the drafts then follow the target's
   // bigram, and what the layers add decides the rejections.
   bool aligned_draft = false;
+  // Tiny models only: the experts' storage. Default: kMxfp4.
+  ExpertsFormat experts_format = ExpertsFormat::kMxfp4;
 };
 
 // Writes the checkpoint: config.json, tokenizer.json, tokenizer_config.json
