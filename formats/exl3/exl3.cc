@@ -141,8 +141,8 @@ void DecodeTileStates(const uint16_t* words, int bits, uint16_t* states) {
   const int num_words = 8 * bits;
   uint32_t stream[8 * kMaxBits];
   for (int i = 0; i < num_words; ++i) {
-    stream[i] = static_cast<uint32_t>(words[2 * i]) |
-                (static_cast<uint32_t>(words[2 * i + 1]) << 16);
+    stream[i] = static_cast<uint32_t>(words[2 * ptrdiff_t{i}]) |
+                (static_cast<uint32_t>(words[2 * ptrdiff_t{i} + 1]) << 16);
   }
   const int total_bits = kTileValues * bits;
   for (int j = 0; j < kTileValues; ++j) {
@@ -214,7 +214,7 @@ void DecodeTrellis(const Exl3Weight& weight, float* what) {
                  weight.bits, table, tile);
       for (int r = 0; r < kTileSide; ++r) {
         std::copy_n(
-            tile + r * kTileSide, kTileSide,
+            tile + ptrdiff_t{r} * kTileSide, kTileSide,
             what + (tk * kTileSide + r) * weight.out_features + tn * kTileSide);
       }
     }

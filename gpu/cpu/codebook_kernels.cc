@@ -115,10 +115,10 @@ void Exl3OutputBlocks(const PackedMatrix& w, const float* xh, int64_t tokens,
                        w.exl3_bits, table, tile);
         for (int64_t t = 0; t < tokens; ++t) {
           const float* xs = xh + t * w.cols + tk * kSide;
-          float* out = acc[t] + j * kSide;
+          float* out = acc[t] + ptrdiff_t{j} * kSide;
           for (int r = 0; r < kSide; ++r) {
             const float xv = xs[r];
-            const float* row = tile + r * kSide;
+            const float* row = tile + ptrdiff_t{r} * kSide;
             for (int c = 0; c < kSide; ++c) out[c] += xv * row[c];
           }
         }

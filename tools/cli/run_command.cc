@@ -97,13 +97,13 @@ model::DsparkOptions DsparkFor(const std::string& dir) {
 absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
   ASSIGN_OR_RETURN(
       Args args,
-      Args::Parse(argv,
-                  WithSamplingFlags({"checkpoint", "tokens", "max-new-tokens",
-                                     "chunk-tokens", "threads", "logprobs",
-                                     "top-logprobs", "num-speculative-tokens",
-                                     "spec-method", "spec-verify"}),
-                  {"json", "ignore-eos", "prompt-logprobs",
-                   "dequantize-weights"}));
+      Args::Parse(
+          argv,
+          WithSamplingFlags({"checkpoint", "tokens", "max-new-tokens",
+                             "chunk-tokens", "threads", "logprobs",
+                             "top-logprobs", "num-speculative-tokens",
+                             "spec-method", "spec-verify"}),
+          {"json", "ignore-eos", "prompt-logprobs", "dequantize-weights"}));
   ASSIGN_OR_RETURN(std::string dir, args.Required("checkpoint"));
   if (!args.Has("tokens")) {
     return absl::InvalidArgumentError("--tokens is required");

@@ -68,7 +68,7 @@ TEST(Exl3Tile, PermutationIsABijection) {
 TEST(Exl3Tile, StatesFollowTheShiftRecurrence) {
   std::mt19937 rng(7);
   for (int bits = kMinBits; bits <= kMaxBits; ++bits) {
-    std::vector<uint16_t> words(16 * bits);
+    std::vector<uint16_t> words(size_t{16} * bits);
     for (auto& word : words) word = static_cast<uint16_t>(rng());
     uint16_t states[kTileValues];
     DecodeTileStates(words.data(), bits, states);
@@ -95,7 +95,7 @@ TEST(Exl3Tile, PackedSymbolsReadBack) {
     for (const int symbol : symbols) {
       for (int b = bits - 1; b >= 0; --b) stream.push_back((symbol >> b) & 1);
     }
-    std::vector<uint16_t> words(16 * bits, 0);
+    std::vector<uint16_t> words(size_t{16} * bits, 0);
     for (size_t i = 0; i < stream.size(); ++i) {
       const size_t word = i / 16;
       // Stream word 2i is stored at p[2i + 1] and 2i + 1 at p[2i].
@@ -130,7 +130,7 @@ TEST(Exl3Hadamard, IsOrthonormalAndSymmetric) {
 }
 
 TEST(Exl3Weight, ValidationNamesTheProblem) {
-  std::vector<uint16_t> data(128 * 128, 0);
+  std::vector<uint16_t> data(size_t{128} * 128, 0);
   Exl3Weight weight{.in_features = 128,
                     .out_features = 128,
                     .bits = 4,

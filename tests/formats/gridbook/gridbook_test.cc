@@ -79,7 +79,7 @@ TEST(GridbookCodewords, LsbFirstAcrossBytes) {
   std::mt19937 rng(9);
   for (const int k : {12, 13, 16, 28, 29, 48}) {
     std::vector<uint64_t> expected(kCodewordsPerSuperblock);
-    std::vector<uint8_t> block(4 * k, 0);
+    std::vector<uint8_t> block(size_t{4} * k, 0);
     for (int v = 0; v < kCodewordsPerSuperblock; ++v) {
       expected[v] = (static_cast<uint64_t>(rng()) << 32 | rng()) &
                     ((uint64_t{1} << k) - 1);
@@ -101,7 +101,7 @@ TEST(GridbookDecode, WorkedExample) {
   const Scheme scheme = MustScheme("NVFP4_CB_K12", ScaleCoding::kE4m3);
   Codebooks books;
   for (int sub = 0; sub < 2; ++sub) {
-    books.tables[sub].assign(64 * 4, 0.0f);
+    books.tables[sub].assign(size_t{64} * 4, 0.0f);
   }
   const float sub0_row5[4] = {0.5f, -1.0f, 6.0f, 0.0f};
   const float sub1_row3[4] = {-3.0f, 1.5f, 2.0f, -0.5f};
@@ -128,8 +128,8 @@ TEST(GridbookDecode, WorkedExample) {
 TEST(GridbookDecode, TwoTierScalesAndFp8RowScale) {
   const Scheme scheme = MustScheme("NVFP4_CB_K12", ScaleCoding::kTwoTier);
   Codebooks books;
-  books.tables[0].assign(64 * 4, 1.0f);
-  books.tables[1].assign(64 * 4, -2.0f);
+  books.tables[0].assign(size_t{64} * 4, 1.0f);
+  books.tables[1].assign(size_t{64} * 4, -2.0f);
   std::vector<uint8_t> block(TypeSize(scheme), 0);
   block[48] = 127 + 3;           // 2^3
   block[49] = 0x9 | (0x2 << 4);  // group 0: T[9] = 2.25, group 1: T[2] = 1.25
@@ -143,7 +143,7 @@ TEST(GridbookDecode, TwoTierScalesAndFp8RowScale) {
   const Scheme fp8 = MustScheme("FP8_CB_K28", ScaleCoding::kNone);
   Codebooks fp8_books;
   for (int sub = 0; sub < 4; ++sub) {
-    fp8_books.tables[sub].assign(128 * 2, 448.0f);
+    fp8_books.tables[sub].assign(size_t{128} * 2, 448.0f);
   }
   std::vector<uint8_t> fp8_block(TypeSize(fp8), 0);
   DecodeSuperblock(fp8, fp8_books, fp8_block.data(), 1.0f / 3.0f, out);
@@ -154,11 +154,11 @@ TEST(GridbookDecode, TwoTierScalesAndFp8RowScale) {
 TEST(GridbookCodebooks, SizeAndFiniteness) {
   const Scheme scheme = MustScheme("NVFP4_CB_K14", ScaleCoding::kTwoTier);
   Codebooks books;
-  books.tables[0].assign(128 * 4, 0.5f);
-  books.tables[1].assign(127 * 4, 0.5f);
+  books.tables[0].assign(size_t{128} * 4, 0.5f);
+  books.tables[1].assign(size_t{127} * 4, 0.5f);
   EXPECT_EQ(ValidateCodebooks(scheme, books).code(),
             absl::StatusCode::kInvalidArgument);
-  books.tables[1].assign(128 * 4, 0.5f);
+  books.tables[1].assign(size_t{128} * 4, 0.5f);
   EXPECT_TRUE(ValidateCodebooks(scheme, books).ok());
   books.tables[1][7] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(ValidateCodebooks(scheme, books).code(),

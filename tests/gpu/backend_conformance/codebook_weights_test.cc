@@ -131,7 +131,7 @@ GridbookCase MakeGridbook(const gb::Scheme& scheme, int64_t rows, int64_t cols,
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t s = 0; s < blocks; ++s) {
       uint8_t* block = c.data.data() + (r * blocks + s) * type_size;
-      uint8_t* plane = block + 4 * scheme.k;
+      uint8_t* plane = block + ptrdiff_t{4} * scheme.k;
       if (scheme.scale_coding == gb::ScaleCoding::kE4m3) {
         for (int g = 0; g < 16; ++g) plane[g] = 0x20 + rng() % 0x40;
       } else if (scheme.scale_coding == gb::ScaleCoding::kTwoTier) {
@@ -166,34 +166,34 @@ class CodebookWeightsTest : public BackendConformanceTest {
   // Linear on `w` vs the double product with `values`, for several batch
   // sizes (decode and prefill paths), plain and accumulating.
   void ExpectLinearMatches(const Weight& w, const std::vector<double>& values,
-                           int64_t rows, int64_t cols);
+                           int64_t outputs, int64_t inputs);
 };
 
 void CodebookWeightsTest::ExpectLinearMatches(const Weight& w,
                                               const std::vector<double>& values,
-                                              int64_t rows, int64_t cols) {
+                                              int64_t outputs, int64_t inputs) {
   Backend& backend = *backend_;
   for (const int64_t tokens : {1, 3, 16, 17, 40}) {
     SCOPED_TRACE(testing::Message() << tokens << " tokens");
-    const std::vector<float> x = Random(tokens * cols);
-    const std::vector<float> y0 = Random(tokens * rows);
-    std::vector<double> ref(tokens * rows);
+    const std::vector<float> x = Random(tokens * inputs);
+    const std::vector<float> y0 = Random(tokens * outputs);
+    std::vector<double> ref(tokens * outputs);
     double tolerance = 0;
     for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t r = 0; r < outputs; ++r) {
         double sum = 0;
         double magnitude = 0;
-        for (int64_t c = 0; c < cols; ++c) {
-          sum += double{x[t * cols + c]} * values[r * cols + c];
-          magnitude += std::fabs(x[t * cols + c] * values[r * cols + c]);
+        for (int64_t c = 0; c < inputs; ++c) {
+          sum += double{x[t * inputs + c]} * values[r * inputs + c];
+          magnitude += std::fabs(x[t * inputs + c] * values[r * inputs + c]);
         }
-        ref[t * rows + r] = sum;
+        ref[t * outputs + r] = sum;
         tolerance = std::max(tolerance, 1e-5 * magnitude);
       }
     }
-    Mat xm = Upload(x, tokens, cols);
-    Mat ym =
-        Upload(std::vector<float>(tokens * rows, std::nanf("")), tokens, rows);
+    Mat xm = Upload(x, tokens, inputs);
+    Mat ym = Upload(std::vector<float>(tokens * outputs, std::nanf("")), tokens,
+                    outputs);
     backend.Linear(xm.view, w, ym.view);
     ExpectAllNear(Download(ym), ref, tolerance + 1e-6);
     backend.CopyFromHost(y0, ym.data());
@@ -280,7 +280,7 @@ TEST_P(CodebookWeightsTest, UploadRefusesBadCodebookWeights) {
   host.cols = 128;
   std::vector<uint8_t> scales = e.scales;
   const uint16_t nan = 0x7E00;
-  std::memcpy(scales.data() + 2 * 200, &nan, 2);  // svh[72]
+  std::memcpy(scales.data() + 400, &nan, 2);  // svh[72]
   host.scale = scales;
   EXPECT_EQ(backend_->UploadWeight(host).status().code(),
             absl::StatusCode::kDataLoss);
