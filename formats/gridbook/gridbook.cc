@@ -1,5 +1,6 @@
 #include "formats/gridbook/gridbook.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -9,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "formats/bf16.h"
+#include "formats/e2m1.h"
 #include "formats/e4m3.h"
 
 namespace mneme::formats::gridbook {
@@ -244,6 +246,32 @@ void DecodeRowBf16(const Scheme& scheme, const Codebooks& books,
     DecodeSuperblock(scheme, books, row + s * type_size, row_scale, values);
     for (int i = 0; i < kSuperblock; ++i) {
       out[s * kSuperblock + i] = FloatToBf16(values[i]);
+    }
+  }
+}
+
+void QuantizeActivationsW4A4(const float* x, int64_t count, float global_scale,
+                             float* xq, uint8_t* codes, uint8_t* scales) {
+  const float inverse = 1.0f / global_scale;
+  float xs[kGroupSize];
+  for (int64_t g = 0; g < count / kGroupSize; ++g) {
+    float amax = 0.0f;
+    for (int i = 0; i < kGroupSize; ++i) {
+      xs[i] = x[g * kGroupSize + i] * global_scale;
+      amax = std::max(amax, std::fabs(xs[i]));
+    }
+    const uint8_t sf_code = FloatToE4m3(std::min(amax / 6.0f, kE4m3Max));
+    const float sf = E4m3ToFloat(sf_code);
+    if (scales != nullptr) scales[g] = sf_code;
+    for (int i = 0; i < kGroupSize; ++i) {
+      uint8_t code;
+      if (sf == 0.0f) {
+        code = std::signbit(xs[i]) ? 0x8 : 0x0;
+      } else {
+        code = FloatToE2m1(std::clamp(xs[i] / sf, -6.0f, 6.0f));
+      }
+      if (codes != nullptr) codes[g * kGroupSize + i] = code;
+      xq[g * kGroupSize + i] = (E2m1ToFloat(code) * sf) * inverse;
     }
   }
 }

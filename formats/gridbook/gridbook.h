@@ -123,6 +123,18 @@ void DecodeRowBf16(const Scheme& scheme, const Codebooks& books,
                    const uint8_t* row, int64_t in_features, float row_scale,
                    uint16_t* out);
 
+// The NVFP4 rungs' static W4A4 activation contract
+// (e2m1_group16_ue4m3_static; gridbook codec.py nvfp4_act_quant_ref): with
+// G the target's input_global_scale, each group of 16 values is scaled
+// xs = x * G (fp32), its scale is sf = e4m3(min(amax(|xs|) / 6, 448))
+// (rounded to nearest even), each value q = e2m1(clamp(xs / sf, -6, 6))
+// (ties to the even code; a group with sf = 0 is zero, signs kept), and the
+// product uses (e2m1(q) * e4m3(sf)) * fp32(1 / G) in place of x. `count` is
+// a multiple of 16; `codes` (count e2m1 codes) and `scales` (count / 16 e4m3
+// codes) may be null.
+void QuantizeActivationsW4A4(const float* x, int64_t count, float global_scale,
+                             float* xq, uint8_t* codes, uint8_t* scales);
+
 }  // namespace mneme::formats::gridbook
 
 #endif  // MNEME_FORMATS_GRIDBOOK_GRIDBOOK_H_

@@ -59,7 +59,8 @@ TEST_F(Exl3Vectors, StatesAreBitExact) {
     ASSERT_EQ(expected.size(), 4u * kTileValues);
     for (int tile = 0; tile < 4; ++tile) {
       uint16_t states[kTileValues];
-      DecodeTileStates(trellis.data() + ptrdiff_t{tile} * 16 * bits, bits, states);
+      DecodeTileStates(trellis.data() + ptrdiff_t{tile} * 16 * bits, bits,
+                       states);
       for (int j = 0; j < kTileValues; ++j) {
         ASSERT_EQ(states[j], expected[tile * kTileValues + j])
             << "K " << bits << " tile " << tile << " position " << j;

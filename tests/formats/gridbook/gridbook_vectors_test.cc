@@ -3,6 +3,7 @@
 // weight bit for bit as bf16, for the fp4 ladders in both scale codings, the
 // signed mode and the fp8 ladder with odd splits.
 
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -96,6 +97,32 @@ TEST(GridbookVectors, EveryCaseDecodesBitExact) {
     }
     EXPECT_EQ(mismatches, 0);
   }
+}
+
+// The static NVFP4 activation contract: codes, group scales and the
+// dequantized activations, bit for bit (ties, zero groups, clamps).
+TEST(GridbookVectors, ActivationContractIsBitExact) {
+  auto file = VectorFile::OpenFromEnvironment();
+  ASSERT_NE(file, nullptr);
+  const auto x = file->Read<float>("act.x");
+  const auto g = file->Read<float>("act.G");
+  const auto codes = file->Read<uint8_t>("act.codes");
+  const auto scales = file->Read<uint8_t>("act.sf");
+  const auto xq = file->Read<float>("act.xq");
+  ASSERT_EQ(g.size(), 1u);
+  ASSERT_EQ(codes.size(), x.size());
+  ASSERT_EQ(scales.size(), x.size() / kGroupSize);
+  std::vector<float> out(x.size());
+  std::vector<uint8_t> out_codes(x.size());
+  std::vector<uint8_t> out_scales(x.size() / kGroupSize);
+  QuantizeActivationsW4A4(x.data(), static_cast<int64_t>(x.size()), g[0],
+                          out.data(), out_codes.data(), out_scales.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(out_codes[i], codes[i]) << "value " << i << " = " << x[i];
+    ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(xq[i]))
+        << "value " << i << ": " << out[i] << " vs " << xq[i];
+  }
+  EXPECT_EQ(out_scales, scales);
 }
 
 }  // namespace
