@@ -70,6 +70,12 @@ struct HostWeight {
   // so weights keep a reference instead of a copy each.
   formats::gridbook::Scheme gridbook_scheme = {};
   std::shared_ptr<const formats::gridbook::Codebooks> gridbook_books;
+  // kGridbook fp4 schemes with the static W4A4 activation contract (and
+  // kF32 slices of such weights): the target's input_global_scale (> 0,
+  // finite); activations are quantized as formats/gridbook's
+  // QuantizeActivationsW4A4 before the product, also by a backend that
+  // dequantizes weights. 0 = weight-only. Default: 0.
+  float gridbook_input_scale = 0.0f;
 };
 
 // A weight matrix resident in the backend (device memory on a GPU). Created

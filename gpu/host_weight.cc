@@ -79,6 +79,21 @@ absl::Status CheckShape(const HostWeight& w) {
     }
     RETURN_IF_ERROR(formats::gridbook::ValidateCodebooks(w.gridbook_scheme,
                                                          *w.gridbook_books));
+    if (w.gridbook_input_scale != 0.0f &&
+        w.gridbook_scheme.grid != formats::gridbook::Grid::kFp4) {
+      return absl::InvalidArgumentError(
+          "HostWeight.gridbook_input_scale is set on an fp8 scheme");
+    }
+  }
+  if (w.gridbook_input_scale != 0.0f &&
+      (!std::isfinite(w.gridbook_input_scale) ||
+       w.gridbook_input_scale < 0.0f ||
+       (w.format != WeightFormat::kGridbook &&
+        w.format != WeightFormat::kF32))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HostWeight.gridbook_input_scale must be 0 or a positive finite "
+        "scale on a gridbook (fp4) or f32 weight, got ",
+        w.gridbook_input_scale));
   }
   const int64_t elements = w.rows * w.cols;
   int64_t data_bytes = 0;

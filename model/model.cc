@@ -218,6 +218,9 @@ absl::Status Model::Load() {
       checkpoint::ShardedCheckpoint::Create(options_.checkpoint_dir));
   WeightLoader load(*ckpt, backend_, dims_.fp8_block_rows, dims_.fp8_block_cols,
                     ckpt->dir());
+  ASSIGN_OR_RETURN(const std::unique_ptr<checkpoint::GridbookArtifact> gridbook,
+                   checkpoint::GridbookArtifact::Open(ckpt->dir()));
+  load.set_gridbook(gridbook.get());
   ASSIGN_OR_RETURN(vocab_, ShardVocabulary(dims_.vocab_size, options_.tp_rank,
                                            options_.tp_size));
   ASSIGN_OR_RETURN(weights_,
@@ -252,6 +255,10 @@ absl::Status CheckCheckpointLoads(const std::string& dir, int tp_size,
   for (const int rank : {0, tp_size - 1}) {
     WeightLoader load(*ckpt, backend, dims.fp8_block_rows, dims.fp8_block_cols,
                       ckpt->dir());
+    ASSIGN_OR_RETURN(
+        const std::unique_ptr<checkpoint::GridbookArtifact> gridbook,
+        checkpoint::GridbookArtifact::Open(ckpt->dir()));
+    load.set_gridbook(gridbook.get());
     load.set_headers_only(true);
     ASSIGN_OR_RETURN(VocabShard vocab,
                      ShardVocabulary(dims.vocab_size, rank, tp_size));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -12,6 +13,7 @@
 #include "formats/bf16.h"
 #include "formats/e4m3.h"
 #include "formats/exl3/exl3.h"
+#include "formats/gridbook/gridbook.h"
 #include "gpu/host_weight.h"
 
 namespace mneme::model {
@@ -129,12 +131,20 @@ absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::SliceAsFloats(
   out.rows = rn;
   out.cols = cn;
   out.data = sliced;
+  // A W4A4 weight's slice keeps its activation contract.
+  out.gridbook_input_scale = weight.gridbook_input_scale;
   return Upload(out, wname);
 }
 
 absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::Linear(
     absl::string_view name, int64_t rows, int64_t cols, Slice row_slice,
     Slice col_slice) {
+  if (gridbook_ != nullptr) {
+    if (const std::optional<checkpoint::GridbookPlacement> placement =
+            gridbook_->Find(name)) {
+      return GridbookLinear(name, *placement, rows, cols, row_slice, col_slice);
+    }
+  }
   if (Has(absl::StrCat(name, ".trellis"))) {
     return Exl3Linear(name, rows, cols, row_slice, col_slice);
   }
@@ -337,6 +347,125 @@ absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::Exl3Linear(
   return Upload(w, tname);
 }
 
+namespace {
+
+// Rows of the physical matrix (per expert) a placement needs: the module's
+// rows, twice that for a half of gate_up_proj.
+int64_t PhysicalRows(const checkpoint::GridbookPlacement& p, int64_t rows) {
+  return p.rows == checkpoint::GridbookPlacement::Rows::kAll ? rows : 2 * rows;
+}
+
+// The first physical row of the module.
+int64_t FirstRow(const checkpoint::GridbookPlacement& p, int64_t rows) {
+  return p.rows == checkpoint::GridbookPlacement::Rows::kSecondHalf ? rows : 0;
+}
+
+}  // namespace
+
+absl::Status WeightLoader::CheckGridbook(absl::string_view name,
+                                         const checkpoint::GridbookPlacement& p,
+                                         int64_t rows, int64_t cols) const {
+  namespace gb = formats::gridbook;
+  const gb::Scheme& scheme = p.group->scheme;
+  if (cols % gb::kSuperblock != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(), "GridBook module ", name, " has ", cols,
+                     " input features, not a multiple of 256"));
+  }
+  const int64_t physical_rows = PhysicalRows(p, rows);
+  const int64_t row_bytes = cols / gb::kSuperblock * gb::TypeSize(scheme);
+  const std::string qweight = absl::StrCat(p.tensor, ".cb_qweight");
+  ASSIGN_OR_RETURN(const checkpoint::TensorSpec spec,
+                   source_.GetTensorSpec(qweight));
+  std::vector<int64_t> expected = {physical_rows, row_bytes};
+  if (p.expert >= 0) {
+    if (spec.shape.size() != 3 || p.expert >= spec.shape[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(), "GridBook tensor ", qweight, " has shape ",
+                       ShapeString(spec.shape), ", which holds no expert ",
+                       p.expert, " of ", name));
+    }
+    expected.insert(expected.begin(), spec.shape[0]);
+  }
+  if (spec.dtype != DType::kU8 || spec.shape != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(), "GridBook tensor ", qweight, " is ",
+        checkpoint::DTypeName(spec.dtype), " ", ShapeString(spec.shape), "; ",
+        name, " (", p.group->format, ", config group \"", p.group->name,
+        "\") needs U8 ", ShapeString(expected)));
+  }
+  if (scheme.grid == gb::Grid::kFp8) {
+    std::vector<int64_t> shape = {physical_rows};
+    if (p.expert >= 0) shape.insert(shape.begin(), expected[0]);
+    RETURN_IF_ERROR(
+        Check(absl::StrCat(p.tensor, ".weight_scale"), {DType::kF32}, shape));
+  }
+  if (p.group->w4a4) {
+    RETURN_IF_ERROR(Check(absl::StrCat(p.tensor, ".input_global_scale"),
+                          {DType::kF32}, {1}));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<gpu::Weight>> WeightLoader::GridbookLinear(
+    absl::string_view name, const checkpoint::GridbookPlacement& p,
+    int64_t rows, int64_t cols, Slice row_slice, Slice col_slice) {
+  namespace gb = formats::gridbook;
+  RETURN_IF_ERROR(CheckGridbook(name, p, rows, cols));
+  const std::string qweight = absl::StrCat(p.tensor, ".cb_qweight");
+  RETURN_IF_ERROR(ResolveSlices(qweight, rows, cols, row_slice, col_slice));
+  if (headers_only_) return std::unique_ptr<gpu::Weight>();
+  const gb::Scheme& scheme = p.group->scheme;
+  const int64_t type_size = gb::TypeSize(scheme);
+  const int64_t row_bytes = cols / gb::kSuperblock * type_size;
+  // The module's rows [r0, r0 + rn) of the (expert's) physical matrix.
+  const int64_t physical_rows = PhysicalRows(p, rows);
+  const int64_t first = (p.expert >= 0 ? p.expert * physical_rows : 0) +
+                        FirstRow(p, rows) + row_slice.begin;
+  const int64_t rn = row_slice.count;
+  std::vector<uint8_t> data(static_cast<size_t>(rn * row_bytes));
+  RETURN_IF_ERROR(source_.ReadTensorByteRange(
+      qweight, static_cast<uint64_t>(first * row_bytes), absl::MakeSpan(data)));
+  std::vector<uint8_t> scale;
+  if (scheme.grid == gb::Grid::kFp8) {
+    scale.resize(static_cast<size_t>(rn * 4));
+    RETURN_IF_ERROR(source_.ReadTensorByteRange(
+        absl::StrCat(p.tensor, ".weight_scale"),
+        static_cast<uint64_t>(first * 4), absl::MakeSpan(scale)));
+  }
+  gpu::HostWeight w;
+  w.format = gpu::WeightFormat::kGridbook;
+  w.rows = rn;
+  w.cols = cols;
+  w.gridbook_scheme = scheme;
+  w.gridbook_books = p.books;
+  if (p.group->w4a4) {
+    ASSIGN_OR_RETURN(
+        const std::vector<float> g,
+        Floats(absl::StrCat(p.tensor, ".input_global_scale"), {1}));
+    if (!(g[0] > 0.0f) || !std::isfinite(g[0])) {
+      return absl::DataLossError(
+          absl::StrCat(Where(), "tensor ", p.tensor,
+                       ".input_global_scale is not a positive finite scale"));
+    }
+    w.gridbook_input_scale = g[0];
+  }
+  w.data = data;
+  w.scale = scale;
+  const int64_t c0 = col_slice.begin, cn = col_slice.count;
+  if (cn == cols) return Upload(w, qweight);
+  if (!Aligned(c0, cn, cols, gb::kSuperblock)) {
+    return SliceAsFloats(w, qweight, Slice{0, rn}, col_slice);
+  }
+  // Whole superblocks of each row.
+  std::vector<uint8_t> sliced =
+      SliceBytes(data, row_bytes, 0, rn, c0 / gb::kSuperblock * type_size,
+                 cn / gb::kSuperblock * type_size);
+  w.cols = cn;
+  w.data = sliced;
+  return Upload(w, qweight);
+}
+
 absl::StatusOr<int> WeightLoader::CheckExl3(absl::string_view name,
                                             int64_t rows, int64_t cols) const {
   const std::string tname = absl::StrCat(name, ".trellis");
@@ -461,6 +590,12 @@ absl::Status WeightLoader::Check(absl::string_view name,
 
 absl::Status WeightLoader::CheckLinear(absl::string_view name, int64_t rows,
                                        int64_t cols) const {
+  if (gridbook_ != nullptr) {
+    if (const std::optional<checkpoint::GridbookPlacement> placement =
+            gridbook_->Find(name)) {
+      return CheckGridbook(name, *placement, rows, cols);
+    }
+  }
   if (Has(absl::StrCat(name, ".trellis"))) {
     return CheckExl3(name, rows, cols).status();
   }

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/dtype.h"
+#include "checkpoint/gridbook_artifact.h"
 #include "checkpoint/tensor_source.h"
 #include "gpu/backend.h"
 
@@ -35,6 +36,10 @@ struct Slice {
 //   U8 .weight + F8_E4M3 .weight_scale + F32 .weight_scale_2        NVFP4
 //   I16 .trellis [cols / 16, rows / 16, 16 K] + F16 .suh [cols] (or I16
 //   .su) + F16 .svh [rows] (or I16 .sv), .mcg / .mul1 markers    EXL3
+// and, with a GridBook artifact set (set_gridbook), its codebook targets:
+//   U8 .cb_qweight [rows, cols / 256 * type_size] (+ F32 .weight_scale
+//   [rows] on fp8 rungs, F32 .input_global_scale [1] with the W4A4
+//   contract); routed experts from the stacked [E, rows(x2), ...] tensors
 // A slice that does not fall on the format's scale blocks (EXL3: 128 x 128
 // Hadamard blocks) is loaded as the dequantized fp32 values of the slice
 // (same numbers, more bytes).
@@ -88,6 +93,12 @@ class WeightLoader {
   absl::Status CheckLinear(absl::string_view name, int64_t rows,
                            int64_t cols) const;
 
+  // The GridBook artifact of the checkpoint (borrowed; outlives the loader),
+  // or null. Modules it names as codebook targets load from its tensors.
+  void set_gridbook(const checkpoint::GridbookArtifact* artifact) {
+    gridbook_ = artifact;
+  }
+
   // Whether the source has a tensor `name` (an optional weight).
   bool Has(absl::string_view name) const {
     return source_.GetTensorSpec(name).ok();
@@ -124,6 +135,14 @@ class WeightLoader {
   // tensor of the module.
   absl::StatusOr<int> CheckExl3(absl::string_view name, int64_t rows,
                                 int64_t cols) const;
+  // GridBook codebook targets: the host weight of `placement` (the bytes of
+  // its rows read into *data / *scale), checked against [rows, cols].
+  absl::Status CheckGridbook(absl::string_view name,
+                             const checkpoint::GridbookPlacement& placement,
+                             int64_t rows, int64_t cols) const;
+  absl::StatusOr<std::unique_ptr<gpu::Weight>> GridbookLinear(
+      absl::string_view name, const checkpoint::GridbookPlacement& placement,
+      int64_t rows, int64_t cols, Slice row_slice, Slice col_slice);
   absl::StatusOr<std::unique_ptr<gpu::Weight>> Exl3Linear(
       absl::string_view name, int64_t rows, int64_t cols, Slice row_slice,
       Slice col_slice);
@@ -135,6 +154,7 @@ class WeightLoader {
   const std::string source_name_;
   int64_t uploaded_bytes_ = 0;
   bool headers_only_ = false;
+  const checkpoint::GridbookArtifact* gridbook_ = nullptr;
 };
 
 }  // namespace mneme::model

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
+#include "formats/gridbook/gridbook.h"
 #include "glog/logging.h"
 #include "gpu/backend.h"
 #include "gpu/cpu/codebook_kernels.h"
@@ -159,7 +160,8 @@ absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::UploadWeight(
                         DequantizeRows(weight, begin, end, out);
                       });
     return std::make_unique<CpuWeight>(weight.format, weight.rows, weight.cols,
-                                       std::move(values));
+                                       std::move(values),
+                                       weight.gridbook_input_scale);
   }
   // The checkpoint's bytes as they are: codes, then the scales.
   const int64_t data_bytes = static_cast<int64_t>(weight.data.size());
@@ -187,7 +189,8 @@ absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::UploadWeight(
       .exl3_bits = weight.exl3_bits,
       .exl3_codebook = weight.exl3_codebook,
       .gridbook_scheme = weight.gridbook_scheme,
-      .gridbook_books = weight.gridbook_books.get()};
+      .gridbook_books = weight.gridbook_books.get(),
+      .gridbook_input_scale = weight.gridbook_input_scale};
   return std::make_unique<CpuWeight>(packed, std::move(bytes), total,
                                      weight.gridbook_books);
 }
@@ -202,6 +205,20 @@ void CpuBackend::Gemm(const float* x, int64_t tokens, const CpuWeight& w,
   CHECK_LE(n, std::numeric_limits<int>::max());
   CHECK_LE(tokens, std::numeric_limits<int>::max());
   const bool add = accumulate == Accumulate::kYes;
+  if (const float g = w.input_scale(); g > 0.0f) {
+    // The static W4A4 contract: the product takes the quantized activations
+    // (each token's groups of 16), also when the weight was dequantized.
+    if (static_cast<int64_t>(w4a4_input_.size()) < tokens * k) {
+      w4a4_input_.resize(static_cast<size_t>(tokens * k));
+    }
+    float* const xq = w4a4_input_.data();
+    pool_.ParallelFor(tokens, Grain(k), [&](int64_t begin, int64_t end) {
+      formats::gridbook::QuantizeActivationsW4A4(
+          x + begin * k, (end - begin) * k, g, xq + begin * k, nullptr,
+          nullptr);
+    });
+    x = xq;
+  }
   if (w.values() == nullptr) {
     const quant_kernels::PackedMatrix& packed = w.packed();
     if (packed.format == WeightFormat::kExl3 &&

@@ -181,6 +181,9 @@ class CpuBackend : public Backend {
   // Gemm's transformed input of an EXL3 product (at most 16 tokens x the
   // widest EXL3 weight's input features).
   std::vector<float> exl3_input_;
+  // Gemm's W4A4-quantized input (GridBook NVFP4 rungs with the static
+  // contract): tokens x input features.
+  std::vector<float> w4a4_input_;
 };
 
 }  // namespace mneme::gpu

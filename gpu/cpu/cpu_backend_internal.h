@@ -45,10 +45,15 @@ using AlignedBytes = std::unique_ptr<uint8_t[], FreeDeleter>;
 // bytes (codes then scales, in one allocation) read by quant_kernels.
 class CpuWeight final : public Weight {
  public:
-  // fp32 values, row-major [rows, cols].
+  // fp32 values, row-major [rows, cols]; `input_scale` the GridBook W4A4
+  // input_global_scale the products keep applying (0: none).
   CpuWeight(WeightFormat format, int64_t rows, int64_t cols,
-            AlignedFloats values)
-      : format_(format), rows_(rows), cols_(cols), values_(std::move(values)) {}
+            AlignedFloats values, float input_scale)
+      : format_(format),
+        rows_(rows),
+        cols_(cols),
+        values_(std::move(values)),
+        input_scale_(input_scale) {}
   // The checkpoint bytes: `bytes` holds data_bytes of codes then the scales;
   // `books` the GridBook tables packed.gridbook_books points to (null for the
   // other formats).
@@ -61,7 +66,8 @@ class CpuWeight final : public Weight {
         packed_(packed),
         bytes_(std::move(bytes)),
         packed_bytes_(total_bytes),
-        books_(std::move(books)) {}
+        books_(std::move(books)),
+        input_scale_(packed.gridbook_input_scale) {}
   int64_t rows() const override { return rows_; }
   int64_t cols() const override { return cols_; }
   WeightFormat format() const override { return format_; }
@@ -70,6 +76,9 @@ class CpuWeight final : public Weight {
   }
   // Null when the weight is packed.
   const float* values() const { return values_.get(); }
+  // > 0: activations are quantized by the static W4A4 contract with this
+  // input_global_scale before the product (GridBook NVFP4 rungs).
+  float input_scale() const { return input_scale_; }
   // The packed matrix (pointing into this weight); only when values() is
   // null.
   const quant_kernels::PackedMatrix& packed() const { return packed_; }
@@ -84,6 +93,7 @@ class CpuWeight final : public Weight {
   const int64_t packed_bytes_ = 0;
   // Shared with the other weights of the same GridBook config group.
   const std::shared_ptr<const formats::gridbook::Codebooks> books_;
+  const float input_scale_ = 0.0f;
 };
 
 inline const CpuWeight& AsCpu(const Weight& weight) {

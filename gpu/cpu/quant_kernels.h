@@ -45,6 +45,8 @@ struct PackedMatrix {
   // fp8 scheme). The tables are owned by the weight.
   formats::gridbook::Scheme gridbook_scheme = {};
   const formats::gridbook::Codebooks* gridbook_books = nullptr;
+  // kGridbook W4A4 input_global_scale; 0 = weight-only.
+  float gridbook_input_scale = 0.0f;
 };
 
 // The functions below take bf16, kFp8Block, kMxfp4 and kNvfp4 matrices;

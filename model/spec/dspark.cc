@@ -126,6 +126,9 @@ absl::Status DsparkDrafter::Load() {
       checkpoint::ShardedCheckpoint::Create(options_.checkpoint_dir));
   WeightLoader load(*ckpt, backend_, d.fp8_block_rows, d.fp8_block_cols,
                     ckpt->dir());
+  ASSIGN_OR_RETURN(const std::unique_ptr<checkpoint::GridbookArtifact> gridbook,
+                   checkpoint::GridbookArtifact::Open(ckpt->dir()));
+  load.set_gridbook(gridbook.get());
   const int64_t D = d.hidden_size, r = d.dspark_markov_rank;
   const int64_t taps = static_cast<int64_t>(d.dspark_target_layers.size());
   const int rank = options_.tp_rank, n = options_.tp_size;

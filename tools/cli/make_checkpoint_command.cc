@@ -90,6 +90,8 @@ absl::Status RunReleaseLayout(const Args& args, std::ostream& out) {
       options.aligned_draft ? " (aligned draft)" : "",
       options.experts_format == synthetic::ExpertsFormat::kExl3
           ? " with EXL3 experts"
+      : options.experts_format == synthetic::ExpertsFormat::kGridbook
+          ? " with GridBook experts"
           : "",
       options.seed, absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -18,15 +19,19 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_index.h"
 #include "checkpoint/dtype.h"
+#include "checkpoint/gridbook_artifact.h"
 #include "checkpoint/safetensors_writer.h"
 #include "common/file_io.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 #include "engram_store/hashing/compressed_vocabulary.h"
 #include "engram_store/hashing/primes.h"
 #include "formats/bf16.h"
+#include "formats/e2m1.h"
 #include "formats/e4m3.h"
 #include "formats/exl3/exl3.h"
 #include "formats/fp16.h"
+#include "formats/gridbook/gridbook.h"
 #include "formats/row_encode.h"
 #include "formats/row_format.h"
 #include "nlohmann/json.hpp"
@@ -72,6 +77,16 @@ struct Dims {
   // ReleaseCheckpointOptions::experts_format.
   ExpertsFormat experts_format = ExpertsFormat::kMxfp4;
 };
+
+// GridBook experts: the routed rung (NVFP4_CB_K16), the shared rung
+// (FP8_CB_K36), the routed experts' input_global_scale (activations up to
+// |x| ~ 21 keep their e4m3 group scales below 448), and the intermediate size
+// of the tiny models with GridBook experts (a multiple of the 256-value
+// superblock, for down_proj's input).
+constexpr int kGridbookFp4Bits = 16;
+constexpr int kGridbookFp8Bits = 36;
+constexpr float kGridbookInputScale = 128.0f;
+constexpr int64_t kGridbookIntermediate = 256;
 
 // Aligned drafts (ReleaseCheckpointOptions::aligned_draft): the gain of the
 // embedding, the gain of the main layers' output projections, and the
@@ -334,18 +349,19 @@ nlohmann::ordered_json V41Config(const Dims& m,
 // --- Tensor plan ---
 
 enum class Init {
-  kNorm,      // BF16 1 + 0.05 N(0, 1)
-  kNormal,    // BF16 / F32 mean + stddev N(0, 1)
-  kHcBase,    // F32 [mix]: pre ~ 1 / hc, post ~ 1, comb favouring identity
-  kHeadBase,  // F32 [hc]: pre ~ 1 / hc
-  kFp8,       // .weight F8_E4M3 then .scale F8_E8M0 (two entries)
-  kFp4,       // .weight I8 then .scale F8_E8M0 (two entries)
-  kTid2eid,   // I64 [V, k], k distinct experts per row
-  kEngram,    // Engram tensors: written by the Engram writer
-  kCopy,      // BF16: columns [0, cols) of `source` (times `scale`'s values)
-  kBits,      // any dtype: uniformly random bytes (EXL3 trellis)
-  kSigned,    // F16: random sign x stddev x uniform [0.75, 1.25)
-  kMarker,    // I32 []: the value `experts` (EXL3 codebook markers)
+  kNorm,       // BF16 1 + 0.05 N(0, 1)
+  kNormal,     // BF16 / F32 mean + stddev N(0, 1)
+  kHcBase,     // F32 [mix]: pre ~ 1 / hc, post ~ 1, comb favouring identity
+  kHeadBase,   // F32 [hc]: pre ~ 1 / hc
+  kFp8,        // .weight F8_E4M3 then .scale F8_E8M0 (two entries)
+  kFp4,        // .weight I8 then .scale F8_E8M0 (two entries)
+  kTid2eid,    // I64 [V, k], k distinct experts per row
+  kEngram,     // Engram tensors: written by the Engram writer
+  kCopy,       // BF16: columns [0, cols) of `source` (times `scale`'s values)
+  kBits,       // any dtype: uniformly random bytes (EXL3 trellis)
+  kSigned,     // F16: random sign x stddev x uniform [0.75, 1.25)
+  kMarker,     // I32 []: the value `experts` (EXL3 codebook markers)
+  kCodewords,  // U8 [..., rows, blocks * type_size]: GridBook superblocks
 };
 
 struct TensorPlan {
@@ -359,6 +375,10 @@ struct TensorPlan {
   int64_t experts = 0;
   // kNormal: columns past this (> 0) are 0.
   int64_t keep_cols = 0;
+  // kCodewords: bits per codeword; two-tier scale planes with exponents
+  // `exponent` or one above (false: no plane, an fp8 rung).
+  int codeword_bits = 0;
+  bool two_tier = false;
   // kCopy: the tensors whose values are copied (BF16-rounded as written)
   // and multiplied per column.
   std::shared_ptr<const TensorPlan> source, scale;
@@ -426,6 +446,48 @@ class Planner {
       tensors().back().experts =
           static_cast<int64_t>(0x83DCD12Du) - (1LL << 32);
     }
+  }
+  // GridBook superblocks of a codebook rung (random codewords; two-tier
+  // planes around 2^(exponent - 127) for fp4).
+  void Codewords(const std::string& name, std::vector<int64_t> shape, int k,
+                 bool two_tier, int exponent) {
+    Add({name, DType::kU8, std::move(shape)}, Init::kCodewords, 0, 0);
+    tensors().back().codeword_bits = k;
+    tensors().back().two_tier = two_tier;
+    tensors().back().exponent = exponent;
+  }
+  // GridBook experts of a main layer (ExpertsFormat::kGridbook): the routed
+  // experts stacked as NVFP4_CB_K16 (two-tier scales, W4A4 contract), the
+  // shared experts as dense FP8_CB_K36 with per-row weight_scale.
+  void GridbookExperts(const std::string& f, int64_t experts) {
+    const Dims& m = m_;
+    const int64_t ts4 = 4 * kGridbookFp4Bits + 9;
+    const int64_t ts8 = 4 * kGridbookFp8Bits;
+    // E2M1 table values have rms ~2.9; T[c] ~2: 2^-7 * 2 * 2.9 ~ 1 / 16.
+    Codewords(f + "experts.gate_up_proj.cb_qweight",
+              {experts, 2 * m.inter, m.d / 256 * ts4}, kGridbookFp4Bits, true,
+              127 - 7 - (m.d > 256 ? 1 : 0));
+    F32(f + "experts.gate_up_proj.input_global_scale", {1}, kGridbookInputScale,
+        0.0f);
+    Codewords(f + "experts.down_proj.cb_qweight",
+              {experts, m.d, m.inter / 256 * ts4}, kGridbookFp4Bits, true,
+              127 - 7 - (m.inter > 256 ? 1 : 0));
+    F32(f + "experts.down_proj.input_global_scale", {1}, kGridbookInputScale,
+        0.0f);
+    for (const auto& [w, out, in] :
+         {std::tuple{"w1", m.inter, m.d}, std::tuple{"w2", m.d, m.inter},
+          std::tuple{"w3", m.inter, m.d}}) {
+      const std::string x = absl::StrCat(f, "shared_experts.", w);
+      Codewords(x + ".cb_qweight", {out, in / 256 * ts8}, kGridbookFp8Bits,
+                false, 0);
+      // Table values ~N(0, 1) as e4m3: the row scale sets the gain.
+      const float gain = 1.0f / std::sqrt(static_cast<float>(in));
+      F32(x + ".weight_scale", {out}, gain, 0.1f * gain);
+    }
+    gridbook_layers_.push_back(f);
+  }
+  const std::vector<std::string>& gridbook_layers() const {
+    return gridbook_layers_;
   }
   void HcMix(const std::string& prefix) {
     const int64_t mix = int64_t{2 + m_.hc} * m_.hc;
@@ -523,6 +585,10 @@ class Planner {
     }
     const int up = synthetic_internal::UnitGainExponent(m.d);
     const int down = synthetic_internal::UnitGainExponent(m.inter);
+    if (m.experts_format == ExpertsFormat::kGridbook && main) {
+      GridbookExperts(f, experts);
+      return;
+    }
     if (m.experts_format == ExpertsFormat::kExl3) {
       // The codebook cycles over the experts, the bits over the experts and
       // projections; e = 3 (mod 8) has 4x larger w1 / w3 as below.
@@ -696,6 +762,8 @@ class Planner {
   const Dims& m_;
   const formats::RowFormat engram_format_;
   std::vector<ShardPlan> shards_;
+  // "layers.L.ffn." of the layers with GridBook experts.
+  std::vector<std::string> gridbook_layers_;
 };
 
 // --- Values ---
@@ -911,6 +979,25 @@ absl::Status AppendValues(const Dims& m, uint64_t seed,
         RETURN_IF_ERROR(writer.Append(name, bytes));
         break;
       }
+      case Init::kCodewords: {
+        SplitMix mix(TensorSeed(seed, name));
+        std::vector<uint8_t> bytes(Count(t.decl.shape));
+        for (uint8_t& b : bytes) b = static_cast<uint8_t>(mix.Next() & 0xFF);
+        if (t.two_tier) {
+          // Each superblock's plane: the exponent byte, then 8 random
+          // nibble bytes (all 16 table entries are legal with it).
+          const int64_t index_bytes = 4 * int64_t{t.codeword_bits};
+          const int64_t type_size = index_bytes + 9;
+          for (int64_t b = 0;
+               b + type_size <= static_cast<int64_t>(bytes.size());
+               b += type_size) {
+            bytes[b + index_bytes] =
+                static_cast<uint8_t>(t.exponent + (mix.Next() & 1));
+          }
+        }
+        RETURN_IF_ERROR(writer.Append(name, bytes));
+        break;
+      }
       case Init::kMarker: {
         const auto value = static_cast<int32_t>(t.experts);
         std::vector<uint8_t> bytes(4);
@@ -993,11 +1080,186 @@ std::string ReleaseArchName(ReleaseArch arch) {
   return "unknown";
 }
 
+// The GridBook artifact files of a tiny model with GridBook experts:
+// cb_codebooks.pqcb (the NVFP4_CB_K16 tables: random E2M1 values; the
+// FP8_CB_K36 tables: e4m3 of N(0, 1)), quant_config.json (the routed and
+// shared experts' config groups, the attention projections as FP8 source
+// passthrough units in the Transformers spelling, the draft stages' MXFP4
+// experts as passthrough, the W4A4 contract and the codebook digests), and
+// the pointer stub for config.json's quantization_config.
+absl::StatusOr<nlohmann::ordered_json> WriteGridbookArtifact(
+    const std::string& dir, const Dims& m,
+    const std::vector<std::string>& layers, uint64_t seed) {
+  namespace gb = formats::gridbook;
+  struct Book {
+    std::string name;
+    std::vector<uint16_t> values;  // fp16 bits
+    int64_t rows;
+    int64_t cols;
+  };
+  std::vector<Book> books;
+  SplitMix mix(TensorSeed(seed, "cb_codebooks.pqcb"));
+  ASSIGN_OR_RETURN(
+      const gb::Scheme fp4,
+      gb::SchemeForFormat("NVFP4_CB_K16", gb::ScaleCoding::kTwoTier));
+  ASSIGN_OR_RETURN(const gb::Scheme fp8,
+                   gb::SchemeForFormat("FP8_CB_K36", gb::ScaleCoding::kNone));
+  std::vector<std::string> fp4_refs;
+  std::vector<std::string> fp8_refs;
+  for (int sub = 0; sub < fp4.n_sub; ++sub) {
+    Book b{absl::StrCat("cb_codebook.experts.NVFP4_CB_K16.sub", sub),
+           {},
+           gb::SubTableRows(fp4, sub),
+           gb::SubTableColumns(fp4)};
+    for (int64_t i = 0; i < b.rows * b.cols; ++i) {
+      b.values.push_back(formats::FloatToFp16(
+          formats::E2m1ToFloat(static_cast<uint8_t>(mix.Next() & 0xF))));
+    }
+    fp4_refs.push_back(b.name);
+    books.push_back(std::move(b));
+  }
+  for (int sub = 0; sub < fp8.n_sub; ++sub) {
+    Book b{absl::StrCat("cb_codebook.shared.FP8_CB_K36.sub", sub),
+           {},
+           gb::SubTableRows(fp8, sub),
+           gb::SubTableColumns(fp8)};
+    for (int64_t i = 0; i < b.rows * b.cols; ++i) {
+      // Box-Muller from two uniforms, then the nearest e4m3 value.
+      const double u1 = (static_cast<double>(mix.Next() >> 11) + 1.0) * 0x1p-53;
+      const double u2 = static_cast<double>(mix.Next() >> 11) * 0x1p-53;
+      const double normal =
+          std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+      b.values.push_back(formats::FloatToFp16(formats::E4m3ToFloat(
+          formats::FloatToE4m3(static_cast<float>(normal)))));
+    }
+    fp8_refs.push_back(b.name);
+    books.push_back(std::move(b));
+  }
+  std::vector<checkpoint::TensorDecl> decls;
+  for (const Book& b : books) {
+    decls.push_back({b.name, DType::kF16, {b.rows, b.cols}});
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::SafetensorsWriter> writer,
+                   checkpoint::SafetensorsWriter::Create(
+                       dir + "/cb_codebooks.pqcb", std::move(decls),
+                       {.metadata = {{"format", "pt"}}}));
+  nlohmann::ordered_json digests = nlohmann::ordered_json::object();
+  for (const Book& b : books) {
+    std::vector<uint8_t> bytes(b.values.size() * 2);
+    std::memcpy(bytes.data(), b.values.data(), bytes.size());
+    digests[b.name] = Sha256Hex(bytes);
+    RETURN_IF_ERROR(writer->Append(b.name, bytes));
+  }
+  RETURN_IF_ERROR(writer->Finish());
+
+  nlohmann::ordered_json routed = nlohmann::ordered_json::array();
+  nlohmann::ordered_json shared = nlohmann::ordered_json::array();
+  nlohmann::ordered_json units = nlohmann::ordered_json::object();
+  std::vector<std::pair<std::string, float>> contract;
+  for (const std::string& f : layers) {  // "layers.L.ffn."
+    for (const char* proj : {"experts.gate_up_proj", "experts.down_proj"}) {
+      routed.push_back(f + proj);
+      contract.emplace_back(f + proj, kGridbookInputScale);
+    }
+    // The shared experts in the Transformers spelling (mapped back by
+    // loaders), the attention projections as passthrough units.
+    const std::string layer = f.substr(0, f.size() - 5);  // "layers.L"
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+      shared.push_back(
+          absl::StrCat("model.", layer, ".mlp.shared_experts.", proj));
+    }
+    for (const char* proj : {"wq_a", "wq_b", "wkv", "wo_a", "wo_b"}) {
+      units[absl::StrCat("model.", layer, ".self_attn.", proj)] =
+          "fp8_e4m3_ue8m0_block128";
+    }
+  }
+  for (int s = 0; s < m.stages; ++s) {
+    units[absl::StrCat("mtp.", s, ".ffn.experts")] = "mxfp4_e2m1_ue8m0_g32";
+  }
+  std::vector<std::string> target_names;
+  for (const auto& [name, value] : contract) target_names.push_back(name);
+  std::sort(target_names.begin(), target_names.end());
+  const char* policy = "full_e4m3_range_448x6_over_calibration_amax.v1";
+  nlohmann::ordered_json table = nlohmann::ordered_json::array();
+  for (const float t : fp4.two_tier_table) table.push_back(t);
+  const nlohmann::ordered_json quant = {
+      {"quant_method", "gridbook"},
+      {"format", "nvfp4_cb"},
+      {"codebook_file", "cb_codebooks.pqcb"},
+      {"layout_version", 2},
+      {"config_groups",
+       {{"group_routed_experts",
+         {{"format", "NVFP4_CB_K16"},
+          {"targets", routed},
+          {"scheme",
+           {{"grid", "fp4"},
+            {"mode", "product"},
+            {"k", fp4.k},
+            {"n_sub", fp4.n_sub},
+            {"type_size", gb::TypeSize(fp4)},
+            {"group_size", 16},
+            {"vec_dim", 8},
+            {"superblock", gb::kSuperblock},
+            {"act_bits", 4},
+            {"scale_coding",
+             {{"kind", "two_tier"},
+              {"sub_bits", 4},
+              {"super_bias", 127},
+              {"table", table}}},
+            {"activation_contract", "nvfp4_w4a4"},
+            {"codebook_source", "lattice"},
+            {"codebook_group", "experts"},
+            {"codebook_ref", fp4_refs}}}}},
+        {"group_shared_experts",
+         {{"format", "FP8_CB_K36"},
+          {"targets", shared},
+          {"scheme",
+           {{"grid", "fp8"},
+            {"mode", "product"},
+            {"k", fp8.k},
+            {"n_sub", fp8.n_sub},
+            {"type_size", gb::TypeSize(fp8)},
+            {"group_size", 0},
+            {"vec_dim", 8},
+            {"superblock", gb::kSuperblock},
+            {"act_bits", 8},
+            {"codebook_source", "lattice"},
+            {"codebook_group", "shared"},
+            {"codebook_ref", fp8_refs}}}}},
+        {"group_source",
+         {{"format", "source-passthrough"},
+          {"source_format", "FP8_BLOCK_UE8M0_SOURCE"},
+          {"weights", {{"source_passthrough", true}}}}}}},
+      {"ignore", {"embed", "head", "re:.*norm.*", "re:.*ffn\\.gate\\..*"}},
+      {"source_passthrough", {{"version", 1}, {"units", units}}},
+      {"execution_contracts",
+       {{"nvfp4_w4a4",
+         {{"schema", "prismaquant.nvfp4_w4a4_activation.v1"},
+          {"contract", "e2m1_group16_ue4m3_static"},
+          {"group_size", 16},
+          {"tensor_suffix", "input_global_scale"},
+          {"value_dtype", "float32"},
+          {"input_global_scale_policy", policy},
+          {"target_count", target_names.size()},
+          {"target_names", target_names},
+          {"target_values_sha256",
+           checkpoint::GridbookContractDigest(policy, contract)}}}}},
+      {"provenance",
+       {{"codebook_sha256", digests}, {"codebook_source", "lattice"}}}};
+  RETURN_IF_ERROR(mneme::WriteFileAtomically(dir + "/quant_config.json",
+                                             quant.dump(2) + "\n"));
+  return nlohmann::ordered_json{{"quant_method", "gridbook"},
+                                {"format", "nvfp4_cb"},
+                                {"config_file", "quant_config.json"},
+                                {"codebook_file", "cb_codebooks.pqcb"}};
+}
+
 absl::StatusOr<ExpertsFormat> ParseExpertsFormat(absl::string_view name) {
   if (name == "mxfp4") return ExpertsFormat::kMxfp4;
   if (name == "exl3") return ExpertsFormat::kExl3;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown experts format \"", name, "\" (mxfp4 or exl3)"));
+  if (name == "gridbook") return ExpertsFormat::kGridbook;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown experts format \"", name, "\" (mxfp4, exl3 or gridbook)"));
 }
 
 absl::Status MakeReleaseCheckpoint(const ReleaseCheckpointOptions& o) {
@@ -1056,6 +1318,9 @@ absl::Status MakeReleaseCheckpoint(const ReleaseCheckpointOptions& o) {
   Dims m = MakeDims(o.arch, o.full_shapes);
   m.aligned = o.aligned_draft;
   m.experts_format = o.experts_format;
+  if (o.experts_format == ExpertsFormat::kGridbook) {
+    m.inter = kGridbookIntermediate;
+  }
   // Engram rows and the compressed vocabulary (V4.1).
   std::vector<int64_t> engram_rows = m.engram_rows;
   int64_t engram_vocab = m.engram_vocab;
@@ -1165,6 +1430,11 @@ absl::Status MakeReleaseCheckpoint(const ReleaseCheckpointOptions& o) {
     }
   } else {
     config = nlohmann::ordered_json::parse(V4Config(m).dump());
+  }
+  if (o.experts_format == ExpertsFormat::kGridbook) {
+    ASSIGN_OR_RETURN(
+        config["quantization_config"],
+        WriteGridbookArtifact(partial, m, planner.gridbook_layers(), o.seed));
   }
   if (o.experts_format == ExpertsFormat::kExl3) {
     // exllamav3's conversion config, the release's kept beside it.

@@ -48,9 +48,20 @@ enum class ExpertsFormat {
   // quantization_config becomes exllamav3's, with the release's kept under
   // original_quantization_config.
   kExl3 = 1,
+  // A GridBook / PrismaQuant artifact (formats/gridbook,
+  // checkpoint/gridbook_artifact.h): the main layers' routed experts stacked
+  // as NVFP4_CB_K16 (two-tier scales, the static W4A4 activation contract
+  // with input_global_scale 128), the shared experts as FP8_CB_K36 with
+  // per-row weight_scale, the attention projections and the draft stages'
+  // experts kept as the release's FP8 / MXFP4 (source passthrough), random
+  // codewords over random grid-valued tables; quant_config.json,
+  // cb_codebooks.pqcb and the config.json pointer stub. The intermediate size
+  // becomes 256 (down_proj's input must hold whole superblocks).
+  kGridbook = 2,
 };
 
-// "mxfp4", "exl3"; InvalidArgument listing the choices otherwise.
+// "mxfp4", "exl3", "gridbook"; InvalidArgument listing the choices
+// otherwise.
 absl::StatusOr<ExpertsFormat> ParseExpertsFormat(absl::string_view name);
 
 struct ReleaseCheckpointOptions {
