@@ -7,9 +7,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/gridbook_artifact.h"
+#include "common/sha256.h"
 #include "formats/fp16.h"
 #include "formats/gridbook/gridbook.h"
 #include "gtest/gtest.h"
@@ -123,6 +126,27 @@ TEST(GridbookVectors, ActivationContractIsBitExact) {
         << "value " << i << ": " << out[i] << " vs " << xq[i];
   }
   EXPECT_EQ(out_scales, scales);
+}
+
+// The codebook digest (SHA-256 of a table's fp16 bytes) and the W4A4
+// contract's target_values_sha256, as the reference computes them.
+TEST(GridbookVectors, DigestsMatchTheReference) {
+  auto file = VectorFile::OpenFromEnvironment();
+  ASSERT_NE(file, nullptr);
+  const auto& meta = file->metadata();
+  ASSERT_TRUE(meta.contains("digest.sub0"));
+  EXPECT_EQ(Sha256Hex(file->Read<uint8_t>("digest.sub0")),
+            meta.at("digest.sub0"));
+  ASSERT_TRUE(meta.contains("digest.target_values.input"));
+  const auto input =
+      nlohmann::json::parse(meta.at("digest.target_values.input"));
+  std::vector<std::pair<std::string, float>> targets;
+  for (const auto& [name, value] : input.at("scales").items()) {
+    targets.emplace_back(name, value.get<float>());
+  }
+  EXPECT_EQ(checkpoint::GridbookContractDigest(
+                input.at("policy").get<std::string>(), targets),
+            meta.at("digest.target_values"));
 }
 
 }  // namespace

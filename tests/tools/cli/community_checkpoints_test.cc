@@ -42,8 +42,8 @@ double MaxDifference(const nlohmann::json& a, const nlohmann::json& b) {
   EXPECT_EQ(a.size(), b.size());
   double max_diff = 0.0;
   for (size_t i = 1; i < a.size() && i < b.size(); ++i) {
-    max_diff = std::max(max_diff,
-                        std::fabs(a[i].get<double>() - b[i].get<double>()));
+    max_diff =
+        std::max(max_diff, std::fabs(a[i].get<double>() - b[i].get<double>()));
   }
   return max_diff;
 }
@@ -62,9 +62,8 @@ TEST_P(CommunityCheckpointsTest, MatchesTheDequantizedModel) {
                            synthetic::ReleaseArchName(o.arch));
   ASSERT_TRUE(synthetic::MakeReleaseCheckpoint(o).ok());
   const std::vector<std::string> common = {
-      "--checkpoint=" + o.out_dir, "--tokens=" + Prompt(),
-      "--max-new-tokens=8",        "--prompt-logprobs",
-      "--threads=2",               "--json"};
+      "--checkpoint=" + o.out_dir, "--tokens=" + Prompt(), "--max-new-tokens=8",
+      "--prompt-logprobs",         "--threads=2",          "--json"};
   std::vector<std::string> dequantized_args = common;
   dequantized_args.push_back("--dequantize-weights");
   // Chunks of 7 tokens take the decode-sized products (the weights decoded a
