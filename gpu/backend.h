@@ -183,6 +183,11 @@ class Backend {
   // problem for a bad shape / byte count / format; DataLoss for a NaN scale.
   virtual absl::StatusOr<std::unique_ptr<Weight>> UploadWeight(
       const HostWeight& weight) = 0;
+  // The weight's values as fp32 on the host, row-major [rows, cols] into
+  // `out` (rows * cols floats): what Linear multiplies by (for tools that
+  // inspect a loaded weight; not on the serving path).
+  virtual void DequantizeWeight(const Weight& weight,
+                                absl::Span<float> out) = 0;
 
   // ---- dense ops -----------------------------------------------------------
   // y[T, w.rows] = x[T, w.cols] . w^T (fp32 accumulation). With

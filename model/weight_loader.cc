@@ -588,6 +588,46 @@ absl::Status WeightLoader::Check(absl::string_view name,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::pair<int64_t, int64_t>> WeightLoader::LinearShape(
+    absl::string_view name) const {
+  namespace gb = formats::gridbook;
+  if (gridbook_ != nullptr) {
+    if (const std::optional<checkpoint::GridbookPlacement> p =
+            gridbook_->Find(name)) {
+      ASSIGN_OR_RETURN(
+          const checkpoint::TensorSpec spec,
+          source_.GetTensorSpec(absl::StrCat(p->tensor, ".cb_qweight")));
+      const size_t rank = p->expert >= 0 ? 3 : 2;
+      if (spec.shape.size() != rank) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Where(), p->tensor, ".cb_qweight has shape ",
+                         ShapeString(spec.shape)));
+      }
+      int64_t rows = spec.shape[rank - 2];
+      if (p->rows != checkpoint::GridbookPlacement::Rows::kAll) rows /= 2;
+      return std::pair<int64_t, int64_t>{
+          rows, spec.shape[rank - 1] / gb::TypeSize(p->group->scheme) *
+                    gb::kSuperblock};
+    }
+  }
+  if (absl::StatusOr<checkpoint::TensorSpec> trellis =
+          source_.GetTensorSpec(absl::StrCat(name, ".trellis"));
+      trellis.ok() && trellis->shape.size() == 3) {
+    return std::pair<int64_t, int64_t>{trellis->shape[1] * 16,
+                                       trellis->shape[0] * 16};
+  }
+  ASSIGN_OR_RETURN(const checkpoint::TensorSpec spec,
+                   source_.GetTensorSpec(absl::StrCat(name, ".weight")));
+  if (spec.shape.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(), name, ".weight has shape ",
+                     ShapeString(spec.shape), ", not a matrix"));
+  }
+  const bool fp4 = spec.dtype == DType::kU8 || spec.dtype == DType::kI8;
+  return std::pair<int64_t, int64_t>{spec.shape[0],
+                                     fp4 ? 2 * spec.shape[1] : spec.shape[1]};
+}
+
 absl::Status WeightLoader::CheckLinear(absl::string_view name, int64_t rows,
                                        int64_t cols) const {
   if (gridbook_ != nullptr) {

@@ -99,6 +99,12 @@ class WeightLoader {
     gridbook_ = artifact;
   }
 
+  // The [rows, cols] of linear weight `name` (the model's orientation: rows
+  // = output features) from its stored tensors in any of Linear's formats.
+  // NotFound when no format's tensors are there.
+  absl::StatusOr<std::pair<int64_t, int64_t>> LinearShape(
+      absl::string_view name) const;
+
   // Whether the source has a tensor `name` (an optional weight).
   bool Has(absl::string_view name) const {
     return source_.GetTensorSpec(name).ok();

@@ -19,6 +19,7 @@
 #include "tools/cli/plan_command.h"
 #include "tools/cli/quantize_engram_command.h"
 #include "tools/cli/run_command.h"
+#include "tools/cli/tensor_command.h"
 
 namespace {
 
@@ -38,20 +39,25 @@ constexpr char kUsage[] =
     "                  --out DIR [--full-shapes] [--seed N]\n"
     "                  [--engram-vocab-size N] [--engram-format fp8|nvfp4]\n"
     "                  [--threads N] [--aligned-draft]\n"
+    "                  [--experts-format mxfp4|exl3|gridbook]\n"
     "      write a checkpoint of the released layout of that model (default\n"
     "      v4.1-flash; NVFP4 Engram tables for the tiny v4.1-flash): every\n"
     "      tensor, dtype and config key of the release, at tiny size with\n"
     "      healthy values, or with --full-shapes the release's exact config\n"
     "      and shapes as sparse files (headers real, data left as holes);\n"
     "      --aligned-draft: a tiny v4.1-flash whose DSpark drafter agrees\n"
-    "      well with it (speculative decoding benchmarks)\n"
+    "      well with it (speculative decoding benchmarks); --experts-format:\n"
+    "      the tiny model's experts as EXL3 trellises or a GridBook artifact\n"
     "  bench engram --checkpoint DIR --layer L [--io pread|uring] [--direct]\n"
     "               [--threads N] [--tokens-per-step N] [--steps N] [--json]\n"
     "      Engram lookups driven by a realistic token stream; rows/s, p50/p99\n"
     "  inspect DIR\n"
     "      the architecture, its layer types, draft stages, Engram layers,\n"
-    "      expert format; tensors, dtypes, shapes, shards and the Engram\n"
-    "      configuration\n"
+    "      expert format, the linear modules per storage format; tensors,\n"
+    "      dtypes, shapes, shards and the Engram configuration\n"
+    "  tensor --checkpoint DIR --name NAME --npy FILE [--threads N] [--json]\n"
+    "      the linear weight NAME of any format (BF16, FP8, MXFP4, NVFP4,\n"
+    "      EXL3, GridBook) dequantized to float32 [out, in] as a .npy file\n"
     "  plan --checkpoint DIR --tp N [--dcp N] --kv-cache-bytes B [--json]\n"
     "       [--kv-block-rows N] [--dcp-interleave N]\n"
     "      from config.json and the tensor headers only: weight bytes per\n"
@@ -84,7 +90,7 @@ constexpr char kUsage[] =
     "  run --checkpoint DIR --tokens T0,T1,... [--max-new-tokens N]\n"
     "      [--temperature X] [--top-p X] [--top-k N] [--min-p X] [--seed N]\n"
     "      [--chunk-tokens N] [--ignore-eos] [--threads N] [--json]\n"
-    "      [--prompt-logprobs] [--logprobs N]\n"
+    "      [--prompt-logprobs] [--logprobs N] [--dequantize-weights]\n"
     "      [--num-speculative-tokens K [--spec-method dspark]\n"
     "       [--spec-verify block|standard]]\n"
     "      generate with the whole model in this process (TP 1, CPU);\n"
@@ -149,6 +155,8 @@ int main(int argc, char** argv) {
     status = mneme::cli::RunPlan(rest, std::cout);
   } else if (command == "inspect") {
     status = mneme::cli::RunInspect(rest, std::cout);
+  } else if (command == "tensor") {
+    status = mneme::cli::RunTensor(rest, std::cout);
   } else if (command == "engram" && !rest.empty() && rest[0] == "lookup") {
     status = mneme::cli::RunEngramLookup(
         std::vector<std::string>(rest.begin() + 1, rest.end()), std::cout);

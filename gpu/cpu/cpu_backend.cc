@@ -195,6 +195,16 @@ absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::UploadWeight(
                                      weight.gridbook_books);
 }
 
+void CpuBackend::DequantizeWeight(const Weight& weight, absl::Span<float> out) {
+  const CpuWeight& w = AsCpu(weight);
+  CHECK_EQ(static_cast<int64_t>(out.size()), w.rows() * w.cols());
+  if (w.values() != nullptr) {
+    std::memcpy(out.data(), w.values(), out.size() * sizeof(float));
+    return;
+  }
+  DecodePackedRows(w.packed(), 0, w.rows(), out.data());
+}
+
 void CpuBackend::Gemm(const float* x, int64_t tokens, const CpuWeight& w,
                       float* y, Accumulate accumulate) {
   const int64_t k = w.cols();

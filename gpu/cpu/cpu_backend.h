@@ -102,6 +102,7 @@ class CpuBackend : public Backend {
   void CopyToHost(const float* src, absl::Span<float> dst) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
+  void DequantizeWeight(const Weight& weight, absl::Span<float> out) override;
   absl::StatusOr<std::unique_ptr<Weight>> UploadWeight(
       const HostWeight& weight) override;
 

@@ -79,6 +79,10 @@ class TimingBackend : public gpu::Backend {
   absl::Status Synchronize() override;
   absl::StatusOr<std::unique_ptr<gpu::Weight>> UploadWeight(
       const gpu::HostWeight& weight) override;
+  void DequantizeWeight(const gpu::Weight& weight,
+                        absl::Span<float> out) override {
+    inner_.DequantizeWeight(weight, out);
+  }
   void Linear(gpu::ConstMatrixView x, const gpu::Weight& w, gpu::MatrixView y,
               Accumulate accumulate) override;
   void RmsNorm(gpu::ConstMatrixView x, const float* weight, float eps,
