@@ -139,19 +139,22 @@ void DecodeTileStates(const uint16_t* words, int bits, uint16_t* states) {
   // The stream's 32-bit words, MSB-first: the little-endian reads of the
   // stored int16 pairs.
   const int num_words = 8 * bits;
-  uint32_t stream[8 * kMaxBits];
+  uint32_t stream[8 * kMaxBits + 1];
   for (int i = 0; i < num_words; ++i) {
     stream[i] = static_cast<uint32_t>(words[2 * ptrdiff_t{i}]) |
                 (static_cast<uint32_t>(words[2 * ptrdiff_t{i} + 1]) << 16);
   }
+  // The word after the last is the first (the stream is circular).
+  stream[num_words] = stream[0];
   const int total_bits = kTileValues * bits;
   for (int j = 0; j < kTileValues; ++j) {
-    const int start = ((j + 1) * bits - 16 + total_bits) % total_bits;
-    const int word = start / 32;
-    const uint64_t window = (static_cast<uint64_t>(stream[word]) << 32) |
-                            stream[(word + 1) % num_words];
-    states[j] =
-        static_cast<uint16_t>((window >> (64 - 16 - start % 32)) & 0xFFFFu);
+    int start = (j + 1) * bits - 16;
+    if (start < 0) start += total_bits;  // only the first states wrap
+    const unsigned word = static_cast<unsigned>(start) >> 5;
+    const uint64_t window =
+        (static_cast<uint64_t>(stream[word]) << 32) | stream[word + 1];
+    states[j] = static_cast<uint16_t>(
+        (window >> (48 - (static_cast<unsigned>(start) & 31u))) & 0xFFFFu);
   }
 }
 

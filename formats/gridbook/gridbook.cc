@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "absl/status/status.h"
@@ -179,18 +180,17 @@ absl::Status ValidateCodebooks(const Scheme& scheme, const Codebooks& books) {
 }
 
 void ExtractCodewords(const uint8_t* block, int k, uint64_t* codewords) {
+  // The index bytes copied with 8 bytes of zeros after them, so every
+  // codeword is one unaligned 8-byte little-endian read (k + 7 <= 64 bits).
   const int index_bytes = kCodewordsPerSuperblock * k / 8;
-  const uint64_t mask = k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1;
+  uint8_t padded[kCodewordsPerSuperblock * 48 / 8 + 8] = {};
+  std::memcpy(padded, block, static_cast<size_t>(index_bytes));
+  const uint64_t mask = (uint64_t{1} << k) - 1;
   for (int v = 0; v < kCodewordsPerSuperblock; ++v) {
     const int first_bit = v * k;
-    const int first_byte = first_bit / 8;
-    const int shift = first_bit % 8;
-    const int needed = (shift + k + 7) / 8;
-    uint64_t window = 0;
-    for (int b = 0; b < needed && first_byte + b < index_bytes; ++b) {
-      window |= static_cast<uint64_t>(block[first_byte + b]) << (8 * b);
-    }
-    codewords[v] = (window >> shift) & mask;
+    uint64_t window;
+    std::memcpy(&window, padded + first_bit / 8, 8);  // little-endian hosts
+    codewords[v] = (window >> (first_bit % 8)) & mask;
   }
 }
 
@@ -232,8 +232,16 @@ void DecodeSuperblock(const Scheme& scheme, const Codebooks& books,
   }
   float scales[kSuperblock / kGroupSize];
   DecodeGroupScales(scheme, block, scales);
-  for (int i = 0; i < kSuperblock; ++i) {
-    out[i] = Bf16ToFloat(FloatToBf16(values[i] * scales[i / kGroupSize]));
+  // An E2M1 value times an e4m3 or two-tier group scale has at most 6
+  // significant bits: exact in fp32 and in bf16, so the contract's bf16
+  // rounding changes nothing unless the product leaves the fp32 range.
+  for (int g = 0; g < kSuperblock / kGroupSize; ++g) {
+    const float scale = scales[g];
+    const bool exact = scale <= kE4m3Max;
+    for (int i = g * kGroupSize; i < (g + 1) * kGroupSize; ++i) {
+      const float product = values[i] * scale;
+      out[i] = exact ? product : Bf16ToFloat(FloatToBf16(product));
+    }
   }
 }
 

@@ -26,6 +26,8 @@
 #include "absl/status/statusor.h"
 #include "benchmark/benchmark.h"
 #include "common/process_memory.h"
+#include "formats/exl3/exl3.h"
+#include "formats/gridbook/gridbook.h"
 #include "gpu/backend.h"
 #include "gpu/cpu/cpu_backend.h"
 
@@ -48,12 +50,76 @@ struct Bytes {
   HostWeight host;
 };
 
-Bytes MakeBytes(WeightFormat format) {
+// The codebook formats' variants.
+enum class Variant {
+  kNone,
+  kExl3K3Mcg,
+  kExl3K4Mul1,
+  kGridbookFp4,
+  kGridbookFp4W4a4,
+  kGridbookFp8
+};
+
+Bytes MakeBytes(WeightFormat format, Variant variant = Variant::kNone) {
   std::mt19937 rng(5);
   Bytes b;
   b.host.format = format;
   b.host.rows = kOut;
   b.host.cols = kIn;
+  if (format == WeightFormat::kExl3) {
+    const int bits = variant == Variant::kExl3K3Mcg ? 3 : 4;
+    b.host.exl3_bits = bits;
+    b.host.exl3_codebook = variant == Variant::kExl3K3Mcg
+                               ? formats::exl3::Codebook::kMcg
+                               : formats::exl3::Codebook::kMul1;
+    b.data.resize(kOut * kIn * bits / 8);
+    for (uint8_t& v : b.data) v = static_cast<uint8_t>(rng());
+    b.scale.resize(2 * (kOut + kIn));
+    for (size_t i = 0; i < b.scale.size(); i += 2) {
+      b.scale[i] = 0;
+      b.scale[i + 1] = static_cast<uint8_t>(0x24 | (rng() % 2 ? 0x80 : 0));
+    }
+    b.host.data = b.data;
+    b.host.scale = b.scale;
+    return b;
+  }
+  if (format == WeightFormat::kGridbook) {
+    namespace gb = formats::gridbook;
+    const bool fp8 = variant == Variant::kGridbookFp8;
+    b.host.gridbook_scheme = *gb::SchemeForFormat(
+        fp8 ? "FP8_CB_K36" : "NVFP4_CB_K16",
+        fp8 ? gb::ScaleCoding::kNone : gb::ScaleCoding::kTwoTier);
+    const gb::Scheme& scheme = b.host.gridbook_scheme;
+    auto books = std::make_shared<gb::Codebooks>();
+    for (int sub = 0; sub < scheme.n_sub; ++sub) {
+      for (int64_t i = 0;
+           i < gb::SubTableRows(scheme, sub) * gb::SubTableColumns(scheme);
+           ++i) {
+        books->tables[sub].push_back(static_cast<float>(rng() % 7) - 3.0f);
+      }
+    }
+    b.host.gridbook_books = books;
+    const int64_t type_size = gb::TypeSize(scheme);
+    b.data.resize(kOut * kIn / gb::kSuperblock * type_size);
+    for (uint8_t& v : b.data) v = static_cast<uint8_t>(rng());
+    if (fp8) {
+      b.scale.resize(kOut * 4);
+      const float row_scale = 0.01f;
+      for (int64_t r = 0; r < kOut; ++r) {
+        std::memcpy(b.scale.data() + 4 * r, &row_scale, 4);
+      }
+    } else {
+      for (size_t i = 4 * scheme.k; i < b.data.size(); i += type_size) {
+        b.data[i] = 120;  // two-tier exponent: 2^-7
+      }
+      if (variant == Variant::kGridbookFp4W4a4) {
+        b.host.gridbook_input_scale = 128.0f;
+      }
+    }
+    b.host.data = b.data;
+    b.host.scale = b.scale;
+    return b;
+  }
   switch (format) {
     case WeightFormat::kBf16:
       b.data.resize(kOut * kIn * 2);
@@ -86,11 +152,12 @@ Bytes MakeBytes(WeightFormat format) {
 }
 
 // threads: 1 or 0 (every core).
-void BM_Gemv(benchmark::State& state, WeightFormat format, bool fp32) {
+void BM_Gemv(benchmark::State& state, WeightFormat format, bool fp32,
+             Variant variant = Variant::kNone) {
   const int threads = static_cast<int>(state.range(0));
   std::unique_ptr<CpuBackend> backend = ValueOrDie(CpuBackend::Create(
       CpuBackendOptions{.threads = threads, .dequantize_weights = fp32}));
-  const Bytes bytes = MakeBytes(format);
+  const Bytes bytes = MakeBytes(format, variant);
   const int64_t checkpoint_bytes =
       static_cast<int64_t>(bytes.data.size() + bytes.scale.size());
   const int64_t before = ResidentBytes().value_or(0);
@@ -173,6 +240,41 @@ BENCHMARK_CAPTURE(BM_Gemv, nvfp4, WeightFormat::kNvfp4, false)
 BENCHMARK_CAPTURE(BM_Gemv, nvfp4_as_fp32, WeightFormat::kNvfp4, true)
     ->Arg(1)
     ->Arg(0)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Gemv, exl3_k3_mcg, WeightFormat::kExl3, false,
+                  Variant::kExl3K3Mcg)
+    ->Arg(1)
+    ->Arg(0)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Gemv, exl3_k4_mul1, WeightFormat::kExl3, false,
+                  Variant::kExl3K4Mul1)
+    ->Arg(1)
+    ->Arg(0)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Gemv, gridbook_nvfp4_k16, WeightFormat::kGridbook, false,
+                  Variant::kGridbookFp4)
+    ->Arg(1)
+    ->Arg(0)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Gemv, gridbook_nvfp4_k16_w4a4, WeightFormat::kGridbook,
+                  false, Variant::kGridbookFp4W4a4)
+    ->Arg(1)
+    ->Arg(0)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Gemv, gridbook_fp8_k36, WeightFormat::kGridbook, false,
+                  Variant::kGridbookFp8)
+    ->Arg(1)
+    ->Arg(0)
+    ->UseRealTime();
+// The codebook formats' bytes: EXL3 K3 / K4 (+ 48 KiB of scales), GridBook
+// NVFP4_CB_K16 (73 B per 256) and FP8_CB_K36 (144 B per 256).
+BENCHMARK(BM_Memcpy)
+    ->Args({1, kOut* kIn * 3 / 8})
+    ->Args({0, kOut* kIn * 3 / 8})
+    ->Args({1, kOut* kIn * 73 / 256})
+    ->Args({0, kOut* kIn * 73 / 256})
+    ->Args({1, kOut* kIn * 144 / 256})
+    ->Args({0, kOut* kIn * 144 / 256})
     ->UseRealTime();
 // The checkpoint bytes of the weights above: bf16, fp8, fp4 (+ scales are
 // under 2%).
