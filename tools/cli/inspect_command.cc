@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_index.h"
 #include "checkpoint/dtype.h"
+#include "checkpoint/gridbook_artifact.h"
 #include "checkpoint/model_config.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/status_macros.h"
@@ -66,6 +67,98 @@ std::string ExpertFormat(const checkpoint::ShardedCheckpoint& ckpt) {
   }
   if (dt == DType::kF8E4M3) return "FP8 (e4m3, block scales)";
   return std::string(checkpoint::DTypeName(dt));
+}
+
+// The linear modules per storage format, like a quantized artifact's
+// allocation map: EXL3 (by bits and codebook), GridBook (by config group
+// format; stacked experts counted one module per expert and projection),
+// and the release's formats (FP8 block, MXFP4, NVFP4, BF16 / F32 matrices).
+void PrintModuleFormats(const checkpoint::ShardedCheckpoint& ckpt,
+                        const checkpoint::GridbookArtifact* gridbook,
+                        std::ostream& out) {
+  struct Count {
+    int64_t modules = 0;
+    uint64_t bytes = 0;
+  };
+  std::map<std::string, Count> formats;
+  auto bytes_of = [&](const std::string& name) -> uint64_t {
+    const checkpoint::TensorLocation* t = ckpt.FindOrNull(name);
+    return t == nullptr ? 0 : t->info->byte_length;
+  };
+  for (const auto& [name, location] : ckpt.tensors()) {
+    const std::vector<int64_t>& shape = location.info->shape;
+    if (absl::EndsWith(name, ".trellis") && shape.size() == 3) {
+      const std::string m = name.substr(0, name.size() - 8);
+      const char* codebook = ckpt.FindOrNull(m + ".mcg") != nullptr ? "mcg"
+                             : ckpt.FindOrNull(m + ".mul1") != nullptr
+                                 ? "mul1"
+                                 : "3inst";
+      Count& c = formats[absl::StrCat("EXL3 K", shape[2] / 16, " ", codebook)];
+      ++c.modules;
+      c.bytes += location.info->byte_length;
+      for (const char* s : {".suh", ".svh", ".su", ".sv"}) {
+        c.bytes += bytes_of(m + s);
+      }
+      continue;
+    }
+    if (absl::EndsWith(name, ".cb_qweight")) {
+      const std::string t = name.substr(0, name.size() - 11);
+      std::string format = "GridBook (no config group)";
+      int64_t modules = 1;
+      if (gridbook != nullptr) {
+        // Stacked experts: the first expert's module names the group.
+        const bool stacked = shape.size() == 3;
+        std::string module = t;
+        if (stacked) {
+          const std::string experts = t.substr(0, t.rfind('.'));
+          module = absl::StrCat(experts, ".0.",
+                                absl::EndsWith(t, ".down_proj") ? "w2" : "w1");
+          modules = shape[0] * (absl::EndsWith(t, ".gate_up_proj") ? 2 : 1);
+        }
+        if (const auto p = gridbook->Find(module)) {
+          format = absl::StrCat("GridBook ", p->group->format,
+                                p->group->w4a4 ? " (W4A4)" : "");
+        }
+      }
+      Count& c = formats[format];
+      c.modules += modules;
+      c.bytes += location.info->byte_length + bytes_of(t + ".weight_scale");
+      continue;
+    }
+    if (!absl::EndsWith(name, ".weight") || shape.size() != 2) continue;
+    const std::string m = name.substr(0, name.size() - 7);
+    using checkpoint::DType;
+    const DType dt = location.info->dtype;
+    std::string format;
+    uint64_t bytes = location.info->byte_length;
+    if (dt == DType::kF8E4M3) {
+      format = "FP8 block";
+      bytes += bytes_of(m + ".scale");
+    } else if (dt == DType::kU8 || dt == DType::kI8) {
+      const bool nvfp4 = ckpt.FindOrNull(m + ".weight_scale") != nullptr;
+      format = nvfp4 ? "NVFP4" : "MXFP4";
+      bytes += bytes_of(m + (nvfp4 ? ".weight_scale" : ".scale"));
+    } else {
+      format = std::string(checkpoint::DTypeName(dt));
+    }
+    if (gridbook != nullptr) {
+      // A unit names a module or the experts holding it.
+      for (const auto& [unit, wire] : gridbook->passthrough()) {
+        if (m == unit || absl::StartsWith(m, unit + ".")) {
+          format += " (source passthrough)";
+          break;
+        }
+      }
+    }
+    Count& c = formats[format];
+    ++c.modules;
+    c.bytes += bytes;
+  }
+  out << "module formats\n";
+  for (const auto& [format, c] : formats) {
+    out << absl::StrFormat("  %-36s %6d modules  %10s\n", format, c.modules,
+                           HumanBytes(c.bytes));
+  }
 }
 
 // What the config and the tensor names say about the architecture.
@@ -188,6 +281,13 @@ absl::Status RunInspect(const std::vector<std::string>& argv,
   }
 
   PrintArchitecture(*model, *tensors, out);
+  absl::StatusOr<std::unique_ptr<checkpoint::GridbookArtifact>> gridbook =
+      checkpoint::GridbookArtifact::Open(dir);
+  PrintModuleFormats(*tensors, gridbook.ok() ? gridbook->get() : nullptr, out);
+  if (!gridbook.ok()) {
+    out << "  the GridBook artifact does not open: "
+        << gridbook.status().message() << "\n";
+  }
 
   out << "shards\n";
   uint64_t total = 0;

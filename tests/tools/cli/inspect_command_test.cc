@@ -36,6 +36,38 @@ std::string Inspect(synthetic::ReleaseArch arch, const std::string& name,
   return out.str();
 }
 
+// The linear modules per storage format of the community variants (the tiny
+// V4-Flash: 5 layers of 16 experts x 3 projections).
+TEST(InspectTest, ModuleFormatsOfTheCommunityVariants) {
+  for (const auto format :
+       {synthetic::ExpertsFormat::kExl3, synthetic::ExpertsFormat::kGridbook}) {
+    synthetic::ReleaseCheckpointOptions o;
+    o.out_dir = testing::MakeTempDir("inspect") + "/variant";
+    o.arch = synthetic::ReleaseArch::kV4Flash;
+    o.experts_format = format;
+    o.threads = 2;
+    ASSERT_TRUE(synthetic::MakeReleaseCheckpoint(o).ok());
+    std::ostringstream out;
+    ASSERT_TRUE(RunInspect({o.out_dir}, out).ok());
+    EXPECT_THAT(out.str(), HasSubstr("module formats"));
+    if (format == synthetic::ExpertsFormat::kExl3) {
+      for (const char* entry :
+           {"EXL3 K2 mcg", "EXL3 K3 mul1", "EXL3 K5 3inst", "FP8 block"}) {
+        EXPECT_THAT(out.str(), HasSubstr(entry));
+      }
+    } else {
+      EXPECT_THAT(out.str(),
+                  HasSubstr("GridBook NVFP4_CB_K16 (W4A4)            240 "
+                            "modules"));
+      EXPECT_THAT(out.str(),
+                  HasSubstr("GridBook FP8_CB_K36                      15 "
+                            "modules"));
+      EXPECT_THAT(out.str(), HasSubstr("FP8 block (source passthrough)"));
+      EXPECT_THAT(out.str(), HasSubstr("MXFP4 (source passthrough)"));
+    }
+  }
+}
+
 TEST(InspectTest, TinyV41) {
   const std::string out =
       Inspect(synthetic::ReleaseArch::kV41Flash, "v41", false);
