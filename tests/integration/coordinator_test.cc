@@ -342,6 +342,35 @@ TEST(CoordinatorTest, SpeculativeDecodingMatchesGreedyAtEveryParallelism) {
   }
 }
 
+// The community checkpoint variants (EXL3 experts; a GridBook artifact with
+// W4A4 routed experts, FP8 codebook shared experts and FP8 passthrough) at
+// TP 2 with chunked prefill: each equals `mneme run` on one process.
+TEST(CoordinatorTest, CommunityCheckpointVariantsAtTp2) {
+  for (const char* format : {"exl3", "gridbook"}) {
+    const std::string dir =
+        absl::StrCat(std::getenv("TEST_TMPDIR"), "/variant-", format);
+    const testing::CommandResult made = testing::RunMneme(
+        {"make-checkpoint", "--model", "--arch", "v4-flash", "--seed", "7",
+         "--experts-format", format, "--out", dir});
+    ASSERT_EQ(made.code, 0) << made.err;
+    SCOPED_TRACE(format);
+    Cluster c({.tp = 2,
+               .coordinator_flags = {"--max_num_batched_tokens=7"},
+               .comm_timeout = "60s"},
+              dir);
+    for (int length : {5, 20}) {
+      const std::vector<int64_t> prompt = Prompt(length, length);
+      sv1::GenerateRequest req = Request(prompt, 8);
+      req.set_ignore_eos(true);
+      const Outcome o = Generate(c.stub(), req);
+      ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+      EXPECT_EQ(o.tokens, Reference(prompt, 8, true, dir))
+          << "prompt of " << length;
+    }
+    EXPECT_TRUE(c.WaitIdle(absl::Seconds(10)));
+  }
+}
+
 // Speculation with preemption: a KV budget that holds a few of the
 // sequences at once, so running requests are preempted and recomputed
 // (the workers' drafter history is rebuilt with them); each equals its
