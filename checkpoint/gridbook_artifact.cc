@@ -306,14 +306,7 @@ std::string GridbookContractDigest(
         static_cast<uint8_t>(bits >> 16), static_cast<uint8_t>(bits >> 24)};
     hash.Update(absl::MakeConstSpan(bytes, 4));
   }
-  const std::array<uint8_t, 32> digest = hash.Finish();
-  std::string hex;
-  for (const uint8_t byte : digest) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    hex.push_back(kHex[byte >> 4]);
-    hex.push_back(kHex[byte & 0xF]);
-  }
-  return hex;
+  return DigestHex(hash.Finish());
 }
 
 std::string CheckpointSpelling(absl::string_view name) {

@@ -31,7 +31,7 @@ Sha256::Sha256()
 
 void Sha256::Block(const uint8_t* block) {
   uint32_t w[64];
-  for (int i = 0; i < 16; ++i) {
+  for (size_t i = 0; i < 16; ++i) {
     w[i] = (uint32_t{block[4 * i]} << 24) | (uint32_t{block[4 * i + 1]} << 16) |
            (uint32_t{block[4 * i + 2]} << 8) | uint32_t{block[4 * i + 3]};
   }
@@ -114,7 +114,10 @@ std::array<uint8_t, 32> Sha256::Finish() {
 std::string Sha256Hex(absl::Span<const uint8_t> data) {
   Sha256 hash;
   hash.Update(data);
-  const std::array<uint8_t, 32> digest = hash.Finish();
+  return DigestHex(hash.Finish());
+}
+
+std::string DigestHex(const std::array<uint8_t, 32>& digest) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   for (const uint8_t byte : digest) {

@@ -33,6 +33,9 @@ class Sha256 {
   uint64_t total_bytes_ = 0;
 };
 
+// A digest as lower-case hex (64 characters).
+std::string DigestHex(const std::array<uint8_t, 32>& digest);
+
 // The lower-case hex digest of `data`.
 std::string Sha256Hex(absl::Span<const uint8_t> data);
 

@@ -49,8 +49,7 @@ json ReadJson(const std::string& path) {
 // A copy of the checkpoint (shards linked) with quant_config.json edited.
 std::string Edited(const std::string& name,
                    const std::function<void(json&)>& edit) {
-  const std::string dir =
-      absl::StrCat(std::getenv("TEST_TMPDIR"), "/edited-", name);
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/edited-", name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const fs::directory_entry& e : fs::directory_iterator(Original())) {

@@ -41,14 +41,7 @@ TEST(Sha256, IncrementalEqualsOneShot) {
     Sha256 hash;
     hash.Update(absl::MakeConstSpan(data).subspan(0, split));
     hash.Update(absl::MakeConstSpan(data).subspan(split));
-    const std::array<uint8_t, 32> digest = hash.Finish();
-    std::string hex;
-    for (const uint8_t b : digest) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      hex.push_back(kHex[b >> 4]);
-      hex.push_back(kHex[b & 0xF]);
-    }
-    EXPECT_EQ(hex, whole) << split;
+    EXPECT_EQ(DigestHex(hash.Finish()), whole) << split;
   }
 }
 

@@ -94,7 +94,7 @@ class Exl3WeightLoaderTest : public ::testing::Test {
     m_.sv = RandomBytes(kOut / 8, rng);
     path_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/exl3.safetensors");
     const std::vector<int64_t> trellis_shape = {kIn / 16, kOut / 16,
-                                                16 * kBits};
+                                                int64_t{16} * kBits};
     std::vector<checkpoint::TensorDecl> decls;
     std::vector<std::pair<std::string, std::vector<uint8_t>>> data;
     auto add = [&](const std::string& name, DType dtype,
@@ -109,8 +109,9 @@ class Exl3WeightLoaderTest : public ::testing::Test {
     for (const char* name : {"a", "b", "c", "d", "e", "f"}) {
       const std::string n = name;
       add(n + ".trellis", DType::kI16,
-          n == "f" ? std::vector<int64_t>{kOut / 16, kIn / 16, 16 * kBits}
-                   : trellis_shape,
+          n == "f"
+              ? std::vector<int64_t>{kOut / 16, kIn / 16, int64_t{16} * kBits}
+              : trellis_shape,
           m_.trellis);
       if (n == "b") {
         add(n + ".su", DType::kI16, {kIn / 16}, m_.su);

@@ -429,7 +429,9 @@ class Planner {
   // codebook's marker; rms(W) ~ gain / sqrt(in).
   void Exl3(const std::string& prefix, int64_t out, int64_t in, int bits,
             formats::exl3::Codebook codebook, float gain) {
-    Add({prefix + ".trellis", DType::kI16, {in / 16, out / 16, 16 * bits}},
+    Add({prefix + ".trellis",
+         DType::kI16,
+         {in / 16, out / 16, int64_t{16} * bits}},
         Init::kBits, 0, 0);
     // The codebooks' values have rms ~1.24 (3inst, mcg) or ~1.0 (mul1);
     // the Hadamard transforms keep it.
@@ -462,7 +464,7 @@ class Planner {
   void GridbookExperts(const std::string& f, int64_t experts) {
     const Dims& m = m_;
     const int64_t ts4 = 4 * kGridbookFp4Bits + 9;
-    const int64_t ts8 = 4 * kGridbookFp8Bits;
+    const int64_t ts8 = int64_t{4} * kGridbookFp8Bits;
     // E2M1 table values have rms ~2.9; T[c] ~2: 2^-7 * 2 * 2.9 ~ 1 / 16.
     Codewords(f + "experts.gate_up_proj.cb_qweight",
               {experts, 2 * m.inter, m.d / 256 * ts4}, kGridbookFp4Bits, true,
@@ -1136,6 +1138,7 @@ absl::StatusOr<nlohmann::ordered_json> WriteGridbookArtifact(
     books.push_back(std::move(b));
   }
   std::vector<checkpoint::TensorDecl> decls;
+  decls.reserve(books.size());
   for (const Book& b : books) {
     decls.push_back({b.name, DType::kF16, {b.rows, b.cols}});
   }
@@ -1177,6 +1180,7 @@ absl::StatusOr<nlohmann::ordered_json> WriteGridbookArtifact(
     units[absl::StrCat("mtp.", s, ".ffn.experts")] = "mxfp4_e2m1_ue8m0_g32";
   }
   std::vector<std::string> target_names;
+  target_names.reserve(contract.size());
   for (const auto& [name, value] : contract) target_names.push_back(name);
   std::sort(target_names.begin(), target_names.end());
   const char* policy = "full_e4m3_range_448x6_over_calibration_amax.v1";

@@ -109,7 +109,7 @@ Bytes MakeBytes(WeightFormat format, Variant variant = Variant::kNone) {
         std::memcpy(b.scale.data() + 4 * r, &row_scale, 4);
       }
     } else {
-      for (size_t i = 4 * scheme.k; i < b.data.size(); i += type_size) {
+      for (size_t i = size_t{4} * scheme.k; i < b.data.size(); i += type_size) {
         b.data[i] = 120;  // two-tier exponent: 2^-7
       }
       if (variant == Variant::kGridbookFp4W4a4) {

@@ -65,11 +65,11 @@ TEST_P(CommunityCheckpointsTest, MatchesTheDequantizedModel) {
       "--checkpoint=" + o.out_dir, "--tokens=" + Prompt(), "--max-new-tokens=8",
       "--prompt-logprobs",         "--threads=2",          "--json"};
   std::vector<std::string> dequantized_args = common;
-  dequantized_args.push_back("--dequantize-weights");
+  dequantized_args.emplace_back("--dequantize-weights");
   // Chunks of 7 tokens take the decode-sized products (the weights decoded a
   // tile or a superblock at a time), whole prefill the decoded panels.
   std::vector<std::string> chunked_args = common;
-  chunked_args.push_back("--chunk-tokens=7");
+  chunked_args.emplace_back("--chunk-tokens=7");
   absl::StatusOr<nlohmann::json> stored = RunJson(common);
   absl::StatusOr<nlohmann::json> dequantized = RunJson(dequantized_args);
   absl::StatusOr<nlohmann::json> chunked = RunJson(chunked_args);
