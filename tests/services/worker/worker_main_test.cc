@@ -183,13 +183,15 @@ TEST(WorkerMainTest, MetricsCountStepsTokensAndBlocks) {
   c->set_output(worker::v1::OUTPUT_SAMPLE);
   worker::v1::StepResponse response;
   grpc::Status st;
-  for (int attempt = 0; attempt < 100; ++attempt) {  // Until it is ready.
+  // Until it is ready: loading takes longer on a busy machine.
+  const absl::Time ready_by = absl::Now() + absl::Seconds(120);
+  do {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
     st = stub->Step(&ctx, step, &response);
     if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
     absl::SleepFor(absl::Milliseconds(100));
-  }
+  } while (absl::Now() < ready_by);
   ASSERT_TRUE(st.ok()) << st.error_message();
   const size_t colon = metrics.rfind(':');
   httplib::Client http(metrics.substr(0, colon),
