@@ -251,13 +251,12 @@ absl::Status CheckCheckpointLoads(const std::string& dir, int tp_size,
   }
   ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::ShardedCheckpoint> ckpt,
                    checkpoint::ShardedCheckpoint::Create(dir));
+  ASSIGN_OR_RETURN(const std::unique_ptr<checkpoint::GridbookArtifact> gridbook,
+                   checkpoint::GridbookArtifact::Open(ckpt->dir()));
   // The first and the last rank cover every slice's bounds.
   for (const int rank : {0, tp_size - 1}) {
     WeightLoader load(*ckpt, backend, dims.fp8_block_rows, dims.fp8_block_cols,
                       ckpt->dir());
-    ASSIGN_OR_RETURN(
-        const std::unique_ptr<checkpoint::GridbookArtifact> gridbook,
-        checkpoint::GridbookArtifact::Open(ckpt->dir()));
     load.set_gridbook(gridbook.get());
     load.set_headers_only(true);
     ASSIGN_OR_RETURN(VocabShard vocab,

@@ -255,12 +255,12 @@ void DequantizeOutputRows(const Exl3Weight& weight, int64_t row_begin,
   for (int64_t block = 0; block < rows; block += kHadamardSize) {
     HadamardAcrossRows(out + block * k, k, k);
   }
+  std::vector<float> su(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) su[i] = Fp16ToFloat(weight.suh[i]);
   for (int64_t row = 0; row < rows; ++row) {
     const float sv = Fp16ToFloat(weight.svh[row_begin + row]);
     float* values = out + row * k;
-    for (int64_t i = 0; i < k; ++i) {
-      values[i] *= Fp16ToFloat(weight.suh[i]) * sv;
-    }
+    for (int64_t i = 0; i < k; ++i) values[i] *= su[i] * sv;
   }
 }
 
