@@ -122,6 +122,15 @@ def check_gridbook(mneme, work):
                 gb.decode_weight_bf16(q, shared_tables, shared, ws))
             assert np.array_equal(got, want), name
             checked += 1
+    # A name that is no linear weight: a clear error, no file.
+    bad = subprocess.run(
+        [mneme, "tensor", "--checkpoint", ckpt_dir, "--name",
+         "layers.0.ffn.experts.99.w1", "--npy",
+         os.path.join(work, "bad.npy")], capture_output=True, text=True)
+    assert bad.returncode != 0, bad
+    assert "no linear weight" in bad.stderr or "expert 99" in bad.stderr, \
+        bad.stderr
+    assert not os.path.exists(os.path.join(work, "bad.npy"))
     # A passthrough unit stays FP8.
     info, _ = mneme_tensor(mneme, ckpt_dir, "layers.0.attn.wq_a", work)
     assert info["format"] == "fp8 block", info
