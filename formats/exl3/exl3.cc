@@ -166,7 +166,29 @@ void DecodeTile(const uint16_t* words, int bits,
   for (int j = 0; j < kTileValues; ++j) tile[perm[j]] = table[states[j]];
 }
 
-void Hadamard128(float* values) { HadamardAcrossRows(values, 1, 1); }
+void DecodeTileStream(const uint16_t* words, int bits, const float* table,
+                      float* values) {
+  uint16_t states[kTileValues];
+  DecodeTileStates(words, bits, states);
+  for (int j = 0; j < kTileValues; ++j) values[j] = table[states[j]];
+}
+
+void Hadamard128(float* values) {
+  // HadamardAcrossRows of width 1, its butterflies written over contiguous
+  // values so they vectorize (the same operations in the same order).
+  for (int h = 1; h < kHadamardSize; h *= 2) {
+    for (int i = 0; i < kHadamardSize; i += 2 * h) {
+      for (int j = i; j < i + h; ++j) {
+        const float x = values[j];
+        const float y = values[j + h];
+        values[j] = x + y;
+        values[j + h] = x - y;
+      }
+    }
+  }
+  const float norm = 1.0f / std::sqrt(static_cast<float>(kHadamardSize));
+  for (int j = 0; j < kHadamardSize; ++j) values[j] *= norm;
+}
 
 void UnpackSigns(const uint16_t* packed, int64_t count, float* signs) {
   for (int64_t i = 0; i < count; ++i) {
@@ -226,21 +248,22 @@ void DecodeTrellis(const Exl3Weight& weight, float* what) {
 
 void DequantizeOutputRows(const Exl3Weight& weight, int64_t row_begin,
                           int64_t row_end, float* out) {
-  const auto& table = CodebookTable(weight.codebook);
+  const float* table = CodebookTable(weight.codebook).data();
+  const auto& perm = TilePermutation();
   const int64_t k = weight.in_features;
   const int64_t tiles_out = weight.out_features / kTileSide;
   const int64_t tile_words = int64_t{kTileSide} * weight.bits;
-  float tile[kTileValues];
+  float values[kTileValues];
   // out[c][r] = What[r][row_begin + c], tile by tile.
   for (int64_t tn = row_begin / kTileSide; tn < row_end / kTileSide; ++tn) {
+    float* const tile_out = out + (tn * kTileSide - row_begin) * k;
     for (int64_t tk = 0; tk < k / kTileSide; ++tk) {
-      DecodeTile(weight.trellis + (tk * tiles_out + tn) * tile_words,
-                 weight.bits, table, tile);
-      for (int r = 0; r < kTileSide; ++r) {
-        for (int c = 0; c < kTileSide; ++c) {
-          out[(tn * kTileSide + c - row_begin) * k + tk * kTileSide + r] =
-              tile[r * kTileSide + c];
-        }
+      DecodeTileStreamSimd(weight.trellis + (tk * tiles_out + tn) * tile_words,
+                           weight.bits, table, values);
+      for (int j = 0; j < kTileValues; ++j) {
+        const int r = perm[j] / kTileSide;
+        const int c = perm[j] % kTileSide;
+        tile_out[c * k + tk * kTileSide + r] = values[j];
       }
     }
   }

@@ -77,6 +77,21 @@ void DecodeTileStates(const uint16_t* words, int bits, uint16_t* states);
 void DecodeTile(const uint16_t* words, int bits,
                 const std::array<float, 65536>& table, float* tile);
 
+// One tile's values in stream order: values[j] = table[state j] (position j
+// of DecodeTileStates; TilePermutation()[j] places it in the tile). `table`
+// holds 65536 values indexed by state (CodebookTable()). Scalar reference.
+void DecodeTileStream(const uint16_t* words, int bits, const float* table,
+                      float* values);
+
+// DecodeTileStream with Highway SIMD (the state windows and the table read
+// as gathers), dispatched to the best target this CPU supports: the same
+// values, bit for bit.
+void DecodeTileStreamSimd(const uint16_t* words, int bits, const float* table,
+                          float* values);
+
+// The Highway target DecodeTileStreamSimd dispatches to now, e.g. "AVX2".
+const char* SimdTargetName();
+
 // The in-place orthonormal Hadamard transform of 128 consecutive values
 // (H128 / sqrt(128), natural order, symmetric: its own inverse).
 void Hadamard128(float* values);

@@ -5,15 +5,19 @@
 #include "formats/exl3/exl3.h"
 
 #include <algorithm>
+#include <bit>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "formats/fp16.h"
 #include "gtest/gtest.h"
+#include "hwy/targets.h"
 
 namespace mneme::formats::exl3 {
 namespace {
@@ -203,6 +207,73 @@ TEST(Exl3Weight, DenseWeightMatchesTheKernelRoute) {
     }
   }
 }
+
+// The SIMD stream decoder equals the scalar reference bit for bit on every
+// Highway target this binary carries that the CPU supports (each forced in
+// turn), for every K and codebook, on random tiles and on the all-zero and
+// all-one streams (states 0 and 0xFFFF).
+class Exl3SimdTest : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
+  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+};
+
+TEST_P(Exl3SimdTest, StreamDecodeMatchesTheScalarReference) {
+  std::mt19937 rng(7);
+  for (const Codebook codebook :
+       {Codebook::k3Inst, Codebook::kMcg, Codebook::kMul1}) {
+    const float* table = CodebookTable(codebook).data();
+    for (int bits = kMinBits; bits <= kMaxBits; ++bits) {
+      std::vector<uint16_t> words(16 * static_cast<size_t>(bits));
+      for (int trial = 0; trial < 20; ++trial) {
+        for (uint16_t& word : words) {
+          word = trial == 0   ? 0
+                 : trial == 1 ? 0xFFFF
+                              : static_cast<uint16_t>(rng());
+        }
+        float expected[kTileValues];
+        float simd[kTileValues];
+        DecodeTileStream(words.data(), bits, table, expected);
+        DecodeTileStreamSimd(words.data(), bits, table, simd);
+        for (int j = 0; j < kTileValues; ++j) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(simd[j]),
+                    std::bit_cast<uint32_t>(expected[j]))
+              << SimdTargetName() << " " << CodebookName(codebook) << " K "
+              << bits << " trial " << trial << " position " << j;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Exl3SimdTest, StreamDecodeIsTheTileThroughThePermutation) {
+  std::mt19937 rng(11);
+  const auto& table = CodebookTable(Codebook::kMul1);
+  const auto& perm = TilePermutation();
+  for (int bits = kMinBits; bits <= kMaxBits; ++bits) {
+    std::vector<uint16_t> words(16 * static_cast<size_t>(bits));
+    for (uint16_t& word : words) word = static_cast<uint16_t>(rng());
+    float tile[kTileValues];
+    float stream[kTileValues];
+    DecodeTile(words.data(), bits, table, tile);
+    DecodeTileStreamSimd(words.data(), bits, table.data(), stream);
+    for (int j = 0; j < kTileValues; ++j) {
+      ASSERT_EQ(stream[j], tile[perm[j]]) << "K " << bits << " position " << j;
+    }
+  }
+}
+
+std::string TargetTestName(const ::testing::TestParamInfo<int64_t>& info) {
+  std::string name = hwy::TargetName(info.param);
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Targets, Exl3SimdTest,
+    ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), TargetTestName);
 
 }  // namespace
 }  // namespace mneme::formats::exl3
