@@ -109,10 +109,11 @@ absl::Status ValidateScheme(const Scheme& scheme) {
           "signed mode k ", scheme.k, " (8 sign bits and 1 to 16 index bits)"));
     }
   } else {
-    if (scheme.n_sub != 1 && scheme.n_sub != 2 && scheme.n_sub != 4 &&
-        scheme.n_sub != 8) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "n_sub ", scheme.n_sub, " does not divide the 8-value codeword"));
+    if (scheme.n_sub != 1 && scheme.n_sub != 2 && scheme.n_sub != 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("n_sub ", scheme.n_sub,
+                       " (1, 2 or 4 sub-tables dividing the 8-value "
+                       "codeword)"));
     }
     // A sub-table of more than 2^16 rows is not a codebook anyone ships;
     // 64 bits is the codeword limit of the decoder.

@@ -118,6 +118,14 @@ void DecodeGroupScales(const Scheme& scheme, const uint8_t* block,
 void DecodeSuperblock(const Scheme& scheme, const Codebooks& books,
                       const uint8_t* block, float row_scale, float* out);
 
+// DecodeSuperblock with Highway SIMD, dispatched to the best target this CPU
+// supports: the same values, bit for bit.
+void DecodeSuperblockSimd(const Scheme& scheme, const Codebooks& books,
+                          const uint8_t* block, float row_scale, float* out);
+
+// The Highway target DecodeSuperblockSimd dispatches to now, e.g. "AVX2".
+const char* SimdTargetName();
+
 // A whole row of `in_features` (a multiple of 256) as bf16 bits.
 void DecodeRowBf16(const Scheme& scheme, const Codebooks& books,
                    const uint8_t* row, int64_t in_features, float row_scale,

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/gridbook_artifact.h"
 #include "common/sha256.h"
+#include "formats/bf16.h"
 #include "formats/fp16.h"
 #include "formats/gridbook/gridbook.h"
 #include "gtest/gtest.h"
@@ -84,9 +85,25 @@ TEST(GridbookVectors, EveryCaseDecodesBitExact) {
     std::vector<uint16_t> row(in);
     int mismatches = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      DecodeRowBf16(*scheme, books,
-                    qweight.data() + r * (in / kSuperblock) * TypeSize(*scheme),
-                    in, row_scales[r], row.data());
+      const uint8_t* row_bytes =
+          qweight.data() + r * (in / kSuperblock) * TypeSize(*scheme);
+      DecodeRowBf16(*scheme, books, row_bytes, in, row_scales[r], row.data());
+      // The SIMD decoder gives the same bits (as fp32 holding bf16 values).
+      float simd[kSuperblock];
+      for (int64_t s = 0; s < in / kSuperblock; ++s) {
+        DecodeSuperblockSimd(*scheme, books, row_bytes + s * TypeSize(*scheme),
+                             row_scales[r], simd);
+        for (int i = 0; i < kSuperblock; ++i) {
+          const uint16_t bits = FloatToBf16(simd[i]);
+          if (IsBf16Nan(bits) && IsBf16Nan(row[s * kSuperblock + i])) continue;
+          if ((bits != row[s * kSuperblock + i] ||
+               Bf16ToFloat(bits) != simd[i]) &&
+              ++mismatches <= 5) {
+            ADD_FAILURE() << "SIMD (" << SimdTargetName() << ") row " << r
+                          << " weight " << s * kSuperblock + i;
+          }
+        }
+      }
       for (int64_t i = 0; i < in; ++i) {
         // A scale past the fp32 range times a zero value is NaN on both
         // sides; its sign bit is the CPU's choice (loaders refuse such

@@ -1,0 +1,157 @@
+// DecodeSuperblockSimd (see gridbook.h). This file is compiled once per SIMD
+// target by hwy/foreach_target.h (it includes itself), and
+// HWY_DYNAMIC_DISPATCH picks the best target the CPU supports at run time.
+//
+// The codewords are read as in the reference; the table rows are copied with
+// the row width known at compile time (one instantiation per sub-table
+// count), and the scale pass (fp4 group scales; fp8 row scale and the bf16
+// rounding of the decode contract) runs on vectors.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "formats/gridbook/gridbook.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "formats/gridbook/gridbook_simd.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mneme::formats::gridbook {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+int64_t CurrentTarget() { return HWY_TARGET; }
+
+#if HWY_TARGET == HWY_SCALAR
+void Decode(const Scheme& scheme, const Codebooks& books,
+            const uint8_t* HWY_RESTRICT block, float row_scale,
+            float* HWY_RESTRICT out) {
+  DecodeSuperblock(scheme, books, block, row_scale, out);
+}
+#else
+
+// Product mode with kSub sub-tables: codeword v's 8 values are the rows
+// sub_i[index_i] (8 / kSub values each), sub 0 in the low bits.
+template <int kSub>
+HWY_INLINE void CopyProductRows(const Scheme& scheme, const Codebooks& books,
+                                const uint64_t* HWY_RESTRICT codewords,
+                                float* HWY_RESTRICT values) {
+  constexpr int kColumns = kVectorDim / kSub;
+  const float* tables[kSub];
+  int widths[kSub];
+  uint64_t masks[kSub];
+  for (int sub = 0; sub < kSub; ++sub) {
+    tables[sub] = books.tables[sub].data();
+    widths[sub] = BitWidth(scheme, sub);
+    masks[sub] = (uint64_t{1} << widths[sub]) - 1;
+  }
+  for (int v = 0; v < kCodewordsPerSuperblock; ++v) {
+    uint64_t code = codewords[v];
+    for (int sub = 0; sub < kSub; ++sub) {
+      std::memcpy(values + v * kVectorDim + sub * kColumns,
+                  tables[sub] + (code & masks[sub]) * kColumns,
+                  sizeof(float) * kColumns);
+      code >>= widths[sub];
+    }
+  }
+}
+
+// Signed mode: row (code >> 8) of the table, value j negated when bit j of
+// the code is set (the sign bit flipped, as the reference's negation).
+HWY_INLINE void CopySignedRows(const Codebooks& books,
+                               const uint64_t* HWY_RESTRICT codewords,
+                               float* HWY_RESTRICT values) {
+  const float* table = books.tables[0].data();
+  for (int v = 0; v < kCodewordsPerSuperblock; ++v) {
+    const uint64_t code = codewords[v];
+    uint32_t row[kVectorDim];
+    std::memcpy(row, table + (code >> kVectorDim) * kVectorDim, sizeof(row));
+    for (int j = 0; j < kVectorDim; ++j) {
+      row[j] ^= static_cast<uint32_t>((code >> j) & 1u) << 31;
+    }
+    std::memcpy(values + v * kVectorDim, row, sizeof(row));
+  }
+}
+
+void Decode(const Scheme& scheme, const Codebooks& books,
+            const uint8_t* HWY_RESTRICT block, float row_scale,
+            float* HWY_RESTRICT out) {
+  uint64_t codewords[kCodewordsPerSuperblock];
+  ExtractCodewords(block, scheme.k, codewords);
+  HWY_ALIGN float values[kSuperblock];
+  if (scheme.mode == Mode::kSigned) {
+    CopySignedRows(books, codewords, values);
+  } else {
+    switch (scheme.n_sub) {
+      case 1:
+        CopyProductRows<1>(scheme, books, codewords, values);
+        break;
+      case 2:
+        CopyProductRows<2>(scheme, books, codewords, values);
+        break;
+      default:  // 4 (ValidateScheme)
+        CopyProductRows<4>(scheme, books, codewords, values);
+        break;
+    }
+  }
+  // At most 16 lanes: a vector stays inside one scale group.
+  const hn::CappedTag<float, kGroupSize> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const size_t lanes = hn::Lanes(df);
+  if (scheme.grid == Grid::kFp8) {
+    // bf16(value * row_scale): round to nearest even on the fp32 bits; a NaN
+    // keeps its sign and upper payload, made quiet (FloatToBf16).
+    const auto scale = hn::Set(df, row_scale);
+    const auto abs_mask = hn::Set(du, 0x7FFFFFFFu);
+    const auto inf = hn::Set(du, 0x7F800000u);
+    const auto quiet = hn::Set(du, 0x00400000u);
+    const auto bias = hn::Set(du, 0x7FFFu);
+    const auto one = hn::Set(du, 1u);
+    const auto high = hn::Set(du, 0xFFFF0000u);
+    for (size_t i = 0; i < static_cast<size_t>(kSuperblock); i += lanes) {
+      const auto bits =
+          hn::BitCast(du, hn::Mul(hn::Load(df, values + i), scale));
+      const auto rounded = hn::Add(
+          bits, hn::Add(bias, hn::And(hn::ShiftRight<16>(bits), one)));
+      const auto nan = hn::Gt(hn::And(bits, abs_mask), inf);
+      const auto result =
+          hn::And(hn::IfThenElse(nan, hn::Or(bits, quiet), rounded), high);
+      hn::StoreU(hn::BitCast(df, result), df, out + i);
+    }
+    return;
+  }
+  float scales[kSuperblock / kGroupSize];
+  DecodeGroupScales(scheme, block, scales);
+  // Exact products (see DecodeSuperblock): no rounding pass.
+  for (size_t i = 0; i < static_cast<size_t>(kSuperblock); i += lanes) {
+    hn::StoreU(hn::Mul(hn::Load(df, values + i),
+                       hn::Set(df, scales[i / kGroupSize])),
+               df, out + i);
+  }
+}
+#endif
+
+}  // namespace HWY_NAMESPACE
+}  // namespace mneme::formats::gridbook
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace mneme::formats::gridbook {
+
+HWY_EXPORT(CurrentTarget);
+HWY_EXPORT(Decode);
+
+void DecodeSuperblockSimd(const Scheme& scheme, const Codebooks& books,
+                          const uint8_t* block, float row_scale, float* out) {
+  HWY_DYNAMIC_DISPATCH(Decode)(scheme, books, block, row_scale, out);
+}
+
+const char* SimdTargetName() {
+  return hwy::TargetName(HWY_DYNAMIC_DISPATCH(CurrentTarget)());
+}
+
+}  // namespace mneme::formats::gridbook
+#endif  // HWY_ONCE
