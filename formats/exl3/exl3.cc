@@ -166,8 +166,9 @@ void DecodeTile(const uint16_t* words, int bits,
   for (int j = 0; j < kTileValues; ++j) tile[perm[j]] = table[states[j]];
 }
 
-void DecodeTileStream(const uint16_t* words, int bits, const float* table,
+void DecodeTileStream(const uint16_t* words, int bits, Codebook codebook,
                       float* values) {
+  const auto& table = CodebookTable(codebook);
   uint16_t states[kTileValues];
   DecodeTileStates(words, bits, states);
   for (int j = 0; j < kTileValues; ++j) values[j] = table[states[j]];
@@ -248,7 +249,6 @@ void DecodeTrellis(const Exl3Weight& weight, float* what) {
 
 void DequantizeOutputRows(const Exl3Weight& weight, int64_t row_begin,
                           int64_t row_end, float* out) {
-  const float* table = CodebookTable(weight.codebook).data();
   const auto& perm = TilePermutation();
   const int64_t k = weight.in_features;
   const int64_t tiles_out = weight.out_features / kTileSide;
@@ -259,7 +259,7 @@ void DequantizeOutputRows(const Exl3Weight& weight, int64_t row_begin,
     float* const tile_out = out + (tn * kTileSide - row_begin) * k;
     for (int64_t tk = 0; tk < k / kTileSide; ++tk) {
       DecodeTileStreamSimd(weight.trellis + (tk * tiles_out + tn) * tile_words,
-                           weight.bits, table, values);
+                           weight.bits, weight.codebook, values);
       for (int j = 0; j < kTileValues; ++j) {
         const int r = perm[j] / kTileSide;
         const int c = perm[j] % kTileSide;

@@ -77,19 +77,29 @@ void DecodeTileStates(const uint16_t* words, int bits, uint16_t* states);
 void DecodeTile(const uint16_t* words, int bits,
                 const std::array<float, 65536>& table, float* tile);
 
-// One tile's values in stream order: values[j] = table[state j] (position j
-// of DecodeTileStates; TilePermutation()[j] places it in the tile). `table`
-// holds 65536 values indexed by state (CodebookTable()). Scalar reference.
-void DecodeTileStream(const uint16_t* words, int bits, const float* table,
+// One tile's values in stream order: values[j] = the codebook value of state
+// j (position j of DecodeTileStates; TilePermutation()[j] places it in the
+// tile), through CodebookTable(). Scalar reference.
+void DecodeTileStream(const uint16_t* words, int bits, Codebook codebook,
                       float* values);
 
-// DecodeTileStream with Highway SIMD (the state windows and the table read
-// as gathers), dispatched to the best target this CPU supports: the same
-// values, bit for bit.
-void DecodeTileStreamSimd(const uint16_t* words, int bits, const float* table,
+// DecodeTileStream with Highway SIMD, dispatched to the best target this CPU
+// supports: the state windows gathered from a rewritten stream, the codebook
+// computed on the lanes (CodebookValuesSimd). The same values, bit for bit.
+void DecodeTileStreamSimd(const uint16_t* words, int bits, Codebook codebook,
                           float* values);
 
-// The Highway target DecodeTileStreamSimd dispatches to now, e.g. "AVX2".
+// values[i] = CodebookTable(codebook)[states[i]] for i < count, computed on
+// Highway vectors without the table: the codebook's integer hash, its fp16
+// halves (MCG tail) or byte sum (MUL1) moved into fp32 exactly, and the
+// fp16 rounding as round-to-nearest-even of the fp32 bits to 11 significant
+// bits (exact here: the MCG sums are multiples of 2^-13 below 4, the MUL1
+// values multiples of 2^-18 below 4, so no result needs a subnormal fp16
+// rounding).
+void CodebookValuesSimd(Codebook codebook, const uint16_t* states,
+                        int64_t count, float* values);
+
+// The Highway target the Simd functions dispatch to now, e.g. "AVX2".
 const char* SimdTargetName();
 
 // The in-place orthonormal Hadamard transform of 128 consecutive values

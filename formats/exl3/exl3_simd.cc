@@ -4,13 +4,15 @@
 //
 // A state is 16 bits of the tile's MSB-first stream; the stream is rewritten
 // (a copy of at most 130 halves) so that each state's window is one
-// little-endian 32-bit read, gathered for a vector of states at once, then
-// the codebook value is a gather from the 65536-entry table.
+// little-endian 32-bit read, gathered for a vector of states at once. The
+// codebook value is then computed on the lanes (no table: a gather from the
+// 256 KiB table misses L1 for every value and was most of the time).
 
 #include <cstddef>
 #include <cstdint>
 
 #include "formats/exl3/exl3.h"
+#include "formats/fp16.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "formats/exl3/exl3_simd.cc"
@@ -30,14 +32,83 @@ int64_t CurrentTarget() { return HWY_TARGET; }
 
 #if HWY_TARGET == HWY_SCALAR
 void DecodeStream(const uint16_t* HWY_RESTRICT words, int bits,
-                  const float* HWY_RESTRICT table,
-                  float* HWY_RESTRICT values) {
-  DecodeTileStream(words, bits, table, values);
+                  Codebook codebook, float* HWY_RESTRICT values) {
+  DecodeTileStream(words, bits, codebook, values);
+}
+
+void Values(Codebook codebook, const uint16_t* HWY_RESTRICT states,
+            int64_t count, float* HWY_RESTRICT values) {
+  const auto& table = CodebookTable(codebook);
+  for (int64_t i = 0; i < count; ++i) values[i] = table[states[i]];
 }
 #else
-void DecodeStream(const uint16_t* HWY_RESTRICT words, int bits,
-                  const float* HWY_RESTRICT table,
-                  float* HWY_RESTRICT values) {
+
+using DU = hn::ScalableTag<uint32_t>;
+using DF = hn::Rebind<float, DU>;
+using VU = hn::Vec<DU>;
+using VF = hn::Vec<DF>;
+
+// fp32 bits of a normal fp16 value (exponent field 1..30) in the low 16 bits.
+HWY_INLINE VU NormalFp16ToF32Bits(VU half) {
+  const DU du;
+  const auto sign = hn::ShiftLeft<16>(hn::And(half, hn::Set(du, 0x8000u)));
+  const auto magnitude =
+      hn::Add(hn::ShiftLeft<13>(hn::And(half, hn::Set(du, 0x7FFFu))),
+              hn::Set(du, 112u << 23));  // rebias 15 -> 127
+  return hn::Or(sign, magnitude);
+}
+
+// v rounded to nearest even at 11 significant bits (fp16's precision; v is
+// zero, or not below 2^-14, or already exact: see CodebookValuesSimd).
+HWY_INLINE VF RoundToFp16Precision(VF v) {
+  const DU du;
+  const auto bits = hn::BitCast(du, v);
+  const auto odd = hn::And(hn::ShiftRight<13>(bits), hn::Set(du, 1u));
+  const auto rounded = hn::Add(bits, hn::Add(hn::Set(du, 0xFFFu), odd));
+  return hn::BitCast(DF(), hn::And(rounded, hn::Set(du, 0xFFFFE000u)));
+}
+
+// The MCG tail: each half keeps its sign and low exponent bits, its high
+// exponent bits set (exponent field 12..15: a normal value in +-[1/8, 2)),
+// and the halves are added in fp32 (exactly) and rounded once.
+HWY_INLINE VF McgTail(VU x) {
+  const DU du;
+  const DF df;
+  x = hn::Xor(hn::And(x, hn::Set(du, 0x8FFF8FFFu)), hn::Set(du, 0x3B603B60u));
+  const auto low = hn::BitCast(
+      df, NormalFp16ToF32Bits(hn::And(x, hn::Set(du, 0xFFFFu))));
+  const auto high = hn::BitCast(df, NormalFp16ToF32Bits(hn::ShiftRight<16>(x)));
+  return RoundToFp16Precision(hn::Add(low, high));
+}
+
+template <Codebook kCodebook>
+HWY_INLINE VF CodebookVector(VU state) {
+  const DU du;
+  const DF df;
+  if constexpr (kCodebook == Codebook::k3Inst) {
+    return McgTail(hn::Add(hn::Mul(state, hn::Set(du, 89226354u)),
+                           hn::Set(du, 64248484u)));
+  } else if constexpr (kCodebook == Codebook::kMcg) {
+    return McgTail(hn::Mul(state, hn::Set(du, 0xCBAC1FEDu)));
+  } else {
+    const auto x = hn::Mul(state, hn::Set(du, 0x83DCD12Du));
+    const auto byte_mask = hn::Set(du, 0x00FF00FFu);
+    const auto pairs = hn::Add(hn::And(x, byte_mask),
+                               hn::And(hn::ShiftRight<8>(x), byte_mask));
+    const auto sum = hn::Add(hn::And(pairs, hn::Set(du, 0xFFFFu)),
+                             hn::ShiftRight<16>(pairs));
+    const hn::RebindToSigned<DU> di;
+    const auto h =
+        hn::ConvertTo(df, hn::BitCast(di, hn::Add(sum, hn::Set(du, 1024u))));
+    // fp16 0x1EEE and 0xC931: h * k_inv + k_bias is exact in fp32.
+    return RoundToFp16Precision(hn::MulAdd(h, hn::Set(df, Fp16ToFloat(0x1EEEu)),
+                                           hn::Set(df, Fp16ToFloat(0xC931u))));
+  }
+}
+
+template <Codebook kCodebook>
+HWY_INLINE void DecodeStreamFor(const uint16_t* HWY_RESTRICT words, int bits,
+                                float* HWY_RESTRICT values) {
   // The stream as 16-bit halves h[0..L) (MSB-first: h[2i] is the high half
   // of 32-bit word i, the stored words[2i + 1]), extended to
   // E = (h[L - 1], h[0], ..., h[L - 1], pad) so that state j is the 16 bits
@@ -55,9 +126,9 @@ void DecodeStream(const uint16_t* HWY_RESTRICT words, int bits,
   rev[halves + 1] = words[halves - 2];  // h[L - 1]
   const auto* base = reinterpret_cast<const uint32_t*>(rev);
 
-  const hn::ScalableTag<uint32_t> du;
-  const hn::RebindToSigned<decltype(du)> di;
-  const hn::Rebind<float, decltype(du)> df;
+  const DU du;
+  const hn::RebindToSigned<DU> di;
+  const DF df;
   const size_t lanes = hn::Lanes(du);
   const auto k = hn::Set(di, bits);
   const auto last = hn::Set(di, halves);
@@ -72,8 +143,47 @@ void DecodeStream(const uint16_t* HWY_RESTRICT words, int bits,
     const auto window = hn::GatherOffset(du, base, offset);
     const auto shift = hn::Sub(sixteen, hn::And(hn::BitCast(du, s), low4));
     const auto state = hn::And(window >> shift, state_mask);
-    hn::StoreU(hn::GatherIndex(df, table, hn::BitCast(di, state)), df,
-               values + j);
+    hn::StoreU(CodebookVector<kCodebook>(state), df, values + j);
+  }
+}
+
+void DecodeStream(const uint16_t* HWY_RESTRICT words, int bits,
+                  Codebook codebook, float* HWY_RESTRICT values) {
+  switch (codebook) {
+    case Codebook::k3Inst:
+      return DecodeStreamFor<Codebook::k3Inst>(words, bits, values);
+    case Codebook::kMcg:
+      return DecodeStreamFor<Codebook::kMcg>(words, bits, values);
+    case Codebook::kMul1:
+      return DecodeStreamFor<Codebook::kMul1>(words, bits, values);
+  }
+}
+
+template <Codebook kCodebook>
+HWY_INLINE void ValuesFor(const uint16_t* HWY_RESTRICT states, int64_t count,
+                          float* HWY_RESTRICT values) {
+  const DU du;
+  const DF df;
+  const hn::Rebind<uint16_t, DU> du16;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(du));
+  int64_t i = 0;
+  for (; i + lanes <= count; i += lanes) {
+    const auto state = hn::PromoteTo(du, hn::LoadU(du16, states + i));
+    hn::StoreU(CodebookVector<kCodebook>(state), df, values + i);
+  }
+  const auto& table = CodebookTable(kCodebook);
+  for (; i < count; ++i) values[i] = table[states[i]];
+}
+
+void Values(Codebook codebook, const uint16_t* HWY_RESTRICT states,
+            int64_t count, float* HWY_RESTRICT values) {
+  switch (codebook) {
+    case Codebook::k3Inst:
+      return ValuesFor<Codebook::k3Inst>(states, count, values);
+    case Codebook::kMcg:
+      return ValuesFor<Codebook::kMcg>(states, count, values);
+    case Codebook::kMul1:
+      return ValuesFor<Codebook::kMul1>(states, count, values);
   }
 }
 #endif
@@ -87,10 +197,16 @@ namespace mneme::formats::exl3 {
 
 HWY_EXPORT(CurrentTarget);
 HWY_EXPORT(DecodeStream);
+HWY_EXPORT(Values);
 
-void DecodeTileStreamSimd(const uint16_t* words, int bits, const float* table,
+void DecodeTileStreamSimd(const uint16_t* words, int bits, Codebook codebook,
                           float* values) {
-  HWY_DYNAMIC_DISPATCH(DecodeStream)(words, bits, table, values);
+  HWY_DYNAMIC_DISPATCH(DecodeStream)(words, bits, codebook, values);
+}
+
+void CodebookValuesSimd(Codebook codebook, const uint16_t* states,
+                        int64_t count, float* values) {
+  HWY_DYNAMIC_DISPATCH(Values)(codebook, states, count, values);
 }
 
 const char* SimdTargetName() {

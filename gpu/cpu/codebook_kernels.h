@@ -11,10 +11,11 @@
 // features at a time (the Hadamard block of the outputs). GridBook rows are
 // independent (row scales or in-superblock group scales).
 //
-// Values are those of formats/exl3 and formats/gridbook; products are summed
-// in fp32, so results differ from a product with the dequantized fp32 matrix
-// by rounding only. The functions trust their arguments (the weight passed
-// ValidateHostWeight). Thread-safe (no state).
+// Values are those of formats/exl3 and formats/gridbook (their Highway
+// decoders); products are summed in fp32 on Highway vectors (every target,
+// dynamic dispatch), so results differ from a product with the dequantized
+// fp32 matrix by rounding only. The functions trust their arguments (the
+// weight passed ValidateHostWeight). Thread-safe (no state).
 
 #include <cstdint>
 
@@ -34,14 +35,17 @@ void GridbookDotRows(const PackedMatrix& w, const float* x, int64_t tokens,
 void GridbookDecodeRows(const PackedMatrix& w, int64_t begin, int64_t end,
                         float* out);
 
-// EXL3: xh[t * w.cols + c] = (had128 of x[t] * suh)[c], for t < tokens.
+// EXL3: xh = had128 of x[t] * suh for t < tokens, written in the order the
+// tiles are read: xp[2 t w.cols + 32 tk + m] = xh[16 tk + row(m)], where
+// row(m) is the tile row of stream positions j with j % 32 = m. `xp` holds
+// 2 * tokens * w.cols values.
 void Exl3TransformInput(const PackedMatrix& w, const float* x, int64_t tokens,
-                        float* xh);
+                        float* xp);
 
 // EXL3: for output blocks b in [block_begin, block_end) (128 features each)
 // and tokens t < tokens, y[t * ldy + o] (+)= (x W)[t, o] for the block's
-// outputs o, from xh = Exl3TransformInput(x). tokens <= 16.
-void Exl3OutputBlocks(const PackedMatrix& w, const float* xh, int64_t tokens,
+// outputs o, from xp = Exl3TransformInput(x). tokens <= 16.
+void Exl3OutputBlocks(const PackedMatrix& w, const float* xp, int64_t tokens,
                       int64_t block_begin, int64_t block_end, float* y,
                       int64_t ldy, bool accumulate);
 
@@ -49,6 +53,9 @@ void Exl3OutputBlocks(const PackedMatrix& w, const float* xh, int64_t tokens,
 // into out ((end - begin) * w.cols).
 void Exl3DecodeRows(const PackedMatrix& w, int64_t begin, int64_t end,
                     float* out);
+
+// The Highway target the kernels dispatch to now, e.g. "AVX2".
+const char* SimdTargetName();
 
 // The most tokens Exl3OutputBlocks takes.
 inline constexpr int64_t kMaxExl3Tokens = 16;

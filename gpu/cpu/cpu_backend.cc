@@ -235,17 +235,17 @@ void CpuBackend::Gemm(const float* x, int64_t tokens, const CpuWeight& w,
         tokens <= codebook_kernels::kMaxExl3Tokens) {
       // exllamav3's route: the input transform once, then 128 outputs (the
       // Hadamard block) at a time, the tiles decoded on the stack.
-      if (static_cast<int64_t>(exl3_input_.size()) < tokens * k) {
-        exl3_input_.resize(static_cast<size_t>(tokens * k));
+      if (static_cast<int64_t>(exl3_input_.size()) < 2 * tokens * k) {
+        exl3_input_.resize(static_cast<size_t>(2 * tokens * k));
       }
-      float* const xh = exl3_input_.data();
-      codebook_kernels::Exl3TransformInput(packed, x, tokens, xh);
+      float* const xp = exl3_input_.data();
+      codebook_kernels::Exl3TransformInput(packed, x, tokens, xp);
       const int64_t blocks = n / formats::exl3::kHadamardSize;
       pool_.ParallelFor(blocks,
                         Grain(formats::exl3::kHadamardSize * k * tokens),
                         [&](int64_t begin, int64_t end) {
                           codebook_kernels::Exl3OutputBlocks(
-                              packed, xh, tokens, begin, end, y, n, add);
+                              packed, xp, tokens, begin, end, y, n, add);
                         });
       return;
     }

@@ -179,8 +179,8 @@ class CpuBackend : public Backend {
   // Gemm's decoded weight panel (prefill on packed weights): at most
   // kPanelFloats, or one row of the widest weight (EXL3: one 128-row block).
   std::vector<float> panel_;
-  // Gemm's transformed input of an EXL3 product (at most 16 tokens x the
-  // widest EXL3 weight's input features).
+  // Gemm's transformed input of an EXL3 product (at most 16 tokens x twice
+  // the widest EXL3 weight's input features: the tiles' row order).
   std::vector<float> exl3_input_;
   // Gemm's W4A4-quantized input (GridBook NVFP4 rungs with the static
   // contract): tokens x input features.

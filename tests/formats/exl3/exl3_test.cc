@@ -218,11 +218,31 @@ class Exl3SimdTest : public ::testing::TestWithParam<int64_t> {
   void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
 };
 
+// Every state of every codebook: the computed values are the table's.
+TEST_P(Exl3SimdTest, CodebookValuesMatchTheTableForEveryState) {
+  std::vector<uint16_t> states(65536 + 5);
+  for (size_t i = 0; i < states.size(); ++i) {
+    states[i] = static_cast<uint16_t>(i);
+  }
+  for (const Codebook codebook :
+       {Codebook::k3Inst, Codebook::kMcg, Codebook::kMul1}) {
+    const auto& table = CodebookTable(codebook);
+    std::vector<float> values(states.size());
+    CodebookValuesSimd(codebook, states.data(),
+                       static_cast<int64_t>(states.size()), values.data());
+    for (size_t i = 0; i < states.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(values[i]),
+                std::bit_cast<uint32_t>(table[states[i]]))
+          << SimdTargetName() << " " << CodebookName(codebook) << " state "
+          << states[i];
+    }
+  }
+}
+
 TEST_P(Exl3SimdTest, StreamDecodeMatchesTheScalarReference) {
   std::mt19937 rng(7);
   for (const Codebook codebook :
        {Codebook::k3Inst, Codebook::kMcg, Codebook::kMul1}) {
-    const float* table = CodebookTable(codebook).data();
     for (int bits = kMinBits; bits <= kMaxBits; ++bits) {
       std::vector<uint16_t> words(16 * static_cast<size_t>(bits));
       for (int trial = 0; trial < 20; ++trial) {
@@ -233,8 +253,8 @@ TEST_P(Exl3SimdTest, StreamDecodeMatchesTheScalarReference) {
         }
         float expected[kTileValues];
         float simd[kTileValues];
-        DecodeTileStream(words.data(), bits, table, expected);
-        DecodeTileStreamSimd(words.data(), bits, table, simd);
+        DecodeTileStream(words.data(), bits, codebook, expected);
+        DecodeTileStreamSimd(words.data(), bits, codebook, simd);
         for (int j = 0; j < kTileValues; ++j) {
           ASSERT_EQ(std::bit_cast<uint32_t>(simd[j]),
                     std::bit_cast<uint32_t>(expected[j]))
@@ -256,7 +276,7 @@ TEST_P(Exl3SimdTest, StreamDecodeIsTheTileThroughThePermutation) {
     float tile[kTileValues];
     float stream[kTileValues];
     DecodeTile(words.data(), bits, table, tile);
-    DecodeTileStreamSimd(words.data(), bits, table.data(), stream);
+    DecodeTileStreamSimd(words.data(), bits, Codebook::kMul1, stream);
     for (int j = 0; j < kTileValues; ++j) {
       ASSERT_EQ(stream[j], tile[perm[j]]) << "K " << bits << " position " << j;
     }

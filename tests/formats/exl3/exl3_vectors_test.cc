@@ -103,14 +103,13 @@ TEST_F(Exl3Vectors, WeightsMatchEveryBitWidthAndCodebook) {
 
       // What again through the SIMD stream decoder and the tile
       // permutation, bit for bit.
-      const float* table = CodebookTable(codebook).data();
       const auto& perm = TilePermutation();
       for (int64_t tk = 0; tk < k / kTileSide; ++tk) {
         for (int64_t tn = 0; tn < n / kTileSide; ++tn) {
           float values[kTileValues];
           DecodeTileStreamSimd(
               trellis.data() + (tk * (n / kTileSide) + tn) * 16 * bits, bits,
-              table, values);
+              codebook, values);
           for (int j = 0; j < kTileValues; ++j) {
             const int64_t row = tk * kTileSide + perm[j] / kTileSide;
             const int64_t column = tn * kTileSide + perm[j] % kTileSide;
