@@ -2,14 +2,15 @@
 // target by hwy/foreach_target.h (it includes itself), and
 // HWY_DYNAMIC_DISPATCH picks the best target the CPU supports at run time.
 //
-// A state is 16 bits of the tile's MSB-first stream; the stream is rewritten
-// (a copy of at most 130 halves) so that each state's window is one
-// little-endian 32-bit read, gathered for a vector of states at once. The
-// codebook value is then computed on the lanes (no table: a gather from the
-// 256 KiB table misses L1 for every value and was most of the time).
+// A state is 16 bits of the tile's MSB-first stream: a vector of states is
+// cut from one unaligned load of the stream's words by two lane permutations
+// and per-lane shifts (see DecodeStreamFor). The codebook value is then
+// computed on the lanes (no table: a gather from the 256 KiB table misses L1
+// for every value and took most of the time).
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "formats/exl3/exl3.h"
 #include "formats/fp16.h"
@@ -20,7 +21,7 @@
 #include "hwy/highway.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the reversed stream is read as little-endian 32-bit windows"
+#error "the stream words are the little-endian reads of the int16 pairs"
 #endif
 
 HWY_BEFORE_NAMESPACE();
@@ -109,41 +110,45 @@ HWY_INLINE VF CodebookVector(VU state) {
 template <Codebook kCodebook>
 HWY_INLINE void DecodeStreamFor(const uint16_t* HWY_RESTRICT words, int bits,
                                 float* HWY_RESTRICT values) {
-  // The stream as 16-bit halves h[0..L) (MSB-first: h[2i] is the high half
-  // of 32-bit word i, the stored words[2i + 1]), extended to
-  // E = (h[L - 1], h[0], ..., h[L - 1], pad) so that state j is the 16 bits
-  // of E starting at bit s = (j + 1) bits (the first states wrap into the
-  // prefix), and stored reversed: rev[n] = E[L + 1 - n]. Then the 32 bits
-  // E[a] << 16 | E[a + 1], a = s / 16, are the little-endian read at rev
-  // + (L - a), and the state is that window >> (16 - s % 16).
-  const int halves = kTileSide * bits;  // L
-  uint16_t rev[kTileSide * kMaxBits + 2];
-  rev[0] = 0;
-  for (int u = 0; u < halves / 2; ++u) {
-    rev[halves - 1 - 2 * u] = words[2 * u];
-    rev[halves - 2 * u] = words[2 * u + 1];
-  }
-  rev[halves + 1] = words[halves - 2];  // h[L - 1]
-  const auto* base = reinterpret_cast<const uint32_t*>(rev);
+  // The stream's 32-bit words (MSB-first; word i is the little-endian read
+  // of words[2i], words[2i + 1]) extended to ext = (w[n - 1], w[0], ...,
+  // w[n - 1], zeros): state j is the 16 bits of ext starting at bit
+  // s = (j + 1) bits + 16 (the first states wrap into the prefix). A vector
+  // of states spans at most lanes * bits + 16 bits, fewer than lanes - 1
+  // words for every lane count >= 4, so one unaligned load of ext at the
+  // first state's word and two lane permutations give each lane its word
+  // a = s / 32 and the next; the window is ext[a] << o | ext[a + 1] >>
+  // (32 - o) with o = s % 32, and the state its high half.
+  constexpr int kMaxWords = kTileValues * kMaxBits / 32;
+  const int words32 = kTileValues * bits / 32;  // n
+  uint32_t ext[1 + kMaxWords + HWY_MAX_BYTES / 4];
+  std::memcpy(ext + 1, words, sizeof(uint32_t) * words32);
+  ext[0] = ext[words32];
+  std::memset(ext + 1 + words32, 0, HWY_MAX_BYTES);
 
   const DU du;
   const hn::RebindToSigned<DU> di;
   const DF df;
   const size_t lanes = hn::Lanes(du);
   const auto k = hn::Set(di, bits);
-  const auto last = hn::Set(di, halves);
-  const auto low4 = hn::Set(du, 15u);
-  const auto sixteen = hn::Set(du, 16u);
-  const auto state_mask = hn::Set(du, 0xFFFFu);
+  const auto low5 = hn::Set(du, 31u);
+  const auto one = hn::Set(di, 1);
   for (size_t j = 0; j < static_cast<size_t>(kTileValues); j += lanes) {
-    const auto s = hn::Mul(hn::Iota(di, static_cast<int32_t>(j + 1)), k);
-    // Byte offset 2 (L - a) of the window.
-    const auto offset =
-        hn::ShiftLeft<1>(hn::Sub(last, hn::ShiftRight<4>(s)));
-    const auto window = hn::GatherOffset(du, base, offset);
-    const auto shift = hn::Sub(sixteen, hn::And(hn::BitCast(du, s), low4));
-    const auto state = hn::And(window >> shift, state_mask);
-    hn::StoreU(CodebookVector<kCodebook>(state), df, values + j);
+    const int first = static_cast<int>((j + 1) * bits + 16) >> 5;
+    const auto s = hn::Add(
+        hn::Mul(hn::Iota(di, static_cast<int32_t>(j + 1)), k), hn::Set(di, 16));
+    const auto local = hn::Sub(hn::ShiftRight<5>(s), hn::Set(di, first));
+    const auto span = hn::LoadU(du, ext + first);
+    const auto high =
+        hn::TableLookupLanes(span, hn::IndicesFromVec(du, local));
+    const auto low = hn::TableLookupLanes(
+        span, hn::IndicesFromVec(du, hn::Add(local, one)));
+    const auto o = hn::And(hn::BitCast(du, s), low5);
+    // ext[a + 1] >> (32 - o) as (>> 1) >> (31 - o): no shift by 32.
+    const auto window =
+        hn::Or(high << o, hn::ShiftRight<1>(low) >> hn::Sub(low5, o));
+    hn::StoreU(CodebookVector<kCodebook>(hn::ShiftRight<16>(window)), df,
+               values + j);
   }
 }
 
