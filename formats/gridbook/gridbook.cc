@@ -1,6 +1,7 @@
 #include "formats/gridbook/gridbook.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -33,9 +34,18 @@ void DecodeGroupScales(const Scheme& scheme, const uint8_t* block,
     return;
   }
   const int exponent = static_cast<int>(plane[0]) - scheme.super_bias;
+  // T * 2^e: with 2^e a normal fp32 value the product rounds the exact value
+  // once, as ldexp does (and is much cheaper); other exponents take ldexp.
+  const bool normal_power = exponent >= -126 && exponent <= 127;
+  const float power = normal_power
+                          ? std::bit_cast<float>(
+                                static_cast<uint32_t>(exponent + 127) << 23)
+                          : 0.0f;
   for (int g = 0; g < kSuperblock / kGroupSize; ++g) {
     const int index = (plane[1 + g / 2] >> (4 * (g % 2))) & 0xF;
-    scales[g] = std::ldexp(scheme.two_tier_table[index], exponent);
+    scales[g] = normal_power
+                    ? scheme.two_tier_table[index] * power
+                    : std::ldexp(scheme.two_tier_table[index], exponent);
   }
 }
 
