@@ -2,10 +2,11 @@
 // target by hwy/foreach_target.h (it includes itself), and
 // HWY_DYNAMIC_DISPATCH picks the best target the CPU supports at run time.
 //
-// The codewords are read as in the reference; the table rows are copied with
-// the row width known at compile time (one instantiation per sub-table
-// count), and the scale pass (fp4 group scales; fp8 row scale and the bf16
-// rounding of the decode contract) runs on vectors.
+// The codewords are read in place (the reference copies the index bytes
+// first); the table rows are copied with the row width known at compile time
+// (one instantiation per sub-table count), and the scale pass (fp4 group
+// scales; fp8 row scale and the bf16 rounding of the decode contract) runs on
+// vectors.
 
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +25,10 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 int64_t CurrentTarget() { return HWY_TARGET; }
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "codewords are little-endian 8-byte reads"
+#endif
 
 #if HWY_TARGET == HWY_SCALAR
 void Decode(const Scheme& scheme, const Codebooks& books,
@@ -76,11 +81,35 @@ HWY_INLINE void CopySignedRows(const Codebooks& books,
   }
 }
 
+// ExtractCodewords without copying the index bytes: each codeword is an
+// 8-byte read of the block where those 8 bytes are index bytes, else (the
+// last few) of a zero-padded copy of the last 8 index bytes.
+HWY_INLINE void ReadCodewords(const uint8_t* HWY_RESTRICT block, int k,
+                              uint64_t* HWY_RESTRICT codewords) {
+  const int index_bytes = kCodewordsPerSuperblock * k / 8;  // >= 4
+  const int tail_start = index_bytes > 8 ? index_bytes - 8 : 0;
+  uint8_t tail[16] = {};
+  std::memcpy(tail, block + tail_start,
+              static_cast<size_t>(index_bytes - tail_start));
+  const uint64_t mask = (uint64_t{1} << k) - 1;
+  for (int v = 0; v < kCodewordsPerSuperblock; ++v) {
+    const int first_bit = v * k;
+    const int byte = first_bit >> 3;
+    uint64_t window;  // little-endian hosts
+    if (byte + 8 <= index_bytes) {
+      std::memcpy(&window, block + byte, 8);
+    } else {
+      std::memcpy(&window, tail + (byte - tail_start), 8);
+    }
+    codewords[v] = (window >> (first_bit & 7)) & mask;
+  }
+}
+
 void Decode(const Scheme& scheme, const Codebooks& books,
             const uint8_t* HWY_RESTRICT block, float row_scale,
             float* HWY_RESTRICT out) {
   uint64_t codewords[kCodewordsPerSuperblock];
-  ExtractCodewords(block, scheme.k, codewords);
+  ReadCodewords(block, scheme.k, codewords);
   HWY_ALIGN float values[kSuperblock];
   if (scheme.mode == Mode::kSigned) {
     CopySignedRows(books, codewords, values);
