@@ -49,6 +49,26 @@ using DF = hn::Rebind<float, DU>;
 using VU = hn::Vec<DU>;
 using VF = hn::Vec<DF>;
 
+// v << bits and v >> bits lane by lane (SVE's sizeless vectors have no
+// operators in this Highway).
+HWY_INLINE VU ShiftLeftLanes(VU v, VU bits) {
+#if HWY_TARGET == HWY_SVE || HWY_TARGET == HWY_SVE2 || \
+    HWY_TARGET == HWY_SVE_256 || HWY_TARGET == HWY_SVE2_128
+  return hn::Shl(v, bits);
+#else
+  return v << bits;
+#endif
+}
+
+HWY_INLINE VU ShiftRightLanes(VU v, VU bits) {
+#if HWY_TARGET == HWY_SVE || HWY_TARGET == HWY_SVE2 || \
+    HWY_TARGET == HWY_SVE_256 || HWY_TARGET == HWY_SVE2_128
+  return hn::Shr(v, bits);
+#else
+  return v >> bits;
+#endif
+}
+
 // fp32 bits of a normal fp16 value (exponent field 1..30) in the low 16 bits.
 HWY_INLINE VU NormalFp16ToF32Bits(VU half) {
   const DU du;
@@ -146,7 +166,8 @@ HWY_INLINE void DecodeStreamFor(const uint16_t* HWY_RESTRICT words, int bits,
     const auto o = hn::And(hn::BitCast(du, s), low5);
     // ext[a + 1] >> (32 - o) as (>> 1) >> (31 - o): no shift by 32.
     const auto window =
-        hn::Or(high << o, hn::ShiftRight<1>(low) >> hn::Sub(low5, o));
+        hn::Or(ShiftLeftLanes(high, o),
+               ShiftRightLanes(hn::ShiftRight<1>(low), hn::Sub(low5, o)));
     hn::StoreU(CodebookVector<kCodebook>(hn::ShiftRight<16>(window)), df,
                values + j);
   }
