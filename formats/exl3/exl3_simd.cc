@@ -96,8 +96,8 @@ HWY_INLINE VF McgTail(VU x) {
   const DU du;
   const DF df;
   x = hn::Xor(hn::And(x, hn::Set(du, 0x8FFF8FFFu)), hn::Set(du, 0x3B603B60u));
-  const auto low = hn::BitCast(
-      df, NormalFp16ToF32Bits(hn::And(x, hn::Set(du, 0xFFFFu))));
+  const auto low =
+      hn::BitCast(df, NormalFp16ToF32Bits(hn::And(x, hn::Set(du, 0xFFFFu))));
   const auto high = hn::BitCast(df, NormalFp16ToF32Bits(hn::ShiftRight<16>(x)));
   return RoundToFp16Precision(hn::Add(low, high));
 }
@@ -159,10 +159,9 @@ HWY_INLINE void DecodeStreamFor(const uint16_t* HWY_RESTRICT words, int bits,
         hn::Mul(hn::Iota(di, static_cast<int32_t>(j + 1)), k), hn::Set(di, 16));
     const auto local = hn::Sub(hn::ShiftRight<5>(s), hn::Set(di, first));
     const auto span = hn::LoadU(du, ext + first);
-    const auto high =
-        hn::TableLookupLanes(span, hn::IndicesFromVec(du, local));
-    const auto low = hn::TableLookupLanes(
-        span, hn::IndicesFromVec(du, hn::Add(local, one)));
+    const auto high = hn::TableLookupLanes(span, hn::IndicesFromVec(du, local));
+    const auto low =
+        hn::TableLookupLanes(span, hn::IndicesFromVec(du, hn::Add(local, one)));
     const auto o = hn::And(hn::BitCast(du, s), low5);
     // ext[a + 1] >> (32 - o) as (>> 1) >> (31 - o): no shift by 32.
     const auto window =

@@ -37,10 +37,10 @@ void DecodeGroupScales(const Scheme& scheme, const uint8_t* block,
   // T * 2^e: with 2^e a normal fp32 value the product rounds the exact value
   // once, as ldexp does (and is much cheaper); other exponents take ldexp.
   const bool normal_power = exponent >= -126 && exponent <= 127;
-  const float power = normal_power
-                          ? std::bit_cast<float>(
-                                static_cast<uint32_t>(exponent + 127) << 23)
-                          : 0.0f;
+  const float power =
+      normal_power
+          ? std::bit_cast<float>(static_cast<uint32_t>(exponent + 127) << 23)
+          : 0.0f;
   for (int g = 0; g < kSuperblock / kGroupSize; ++g) {
     const int index = (plane[1 + g / 2] >> (4 * (g % 2))) & 0xF;
     scales[g] = normal_power

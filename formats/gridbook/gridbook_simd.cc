@@ -143,8 +143,8 @@ void Decode(const Scheme& scheme, const Codebooks& books,
     for (size_t i = 0; i < static_cast<size_t>(kSuperblock); i += lanes) {
       const auto bits =
           hn::BitCast(du, hn::Mul(hn::Load(df, values + i), scale));
-      const auto rounded = hn::Add(
-          bits, hn::Add(bias, hn::And(hn::ShiftRight<16>(bits), one)));
+      const auto rounded =
+          hn::Add(bits, hn::Add(bias, hn::And(hn::ShiftRight<16>(bits), one)));
       const auto nan = hn::Gt(hn::And(bits, abs_mask), inf);
       const auto result =
           hn::And(hn::IfThenElse(nan, hn::Or(bits, quiet), rounded), high);
@@ -156,9 +156,9 @@ void Decode(const Scheme& scheme, const Codebooks& books,
   DecodeGroupScales(scheme, block, scales);
   // Exact products (see DecodeSuperblock): no rounding pass.
   for (size_t i = 0; i < static_cast<size_t>(kSuperblock); i += lanes) {
-    hn::StoreU(hn::Mul(hn::Load(df, values + i),
-                       hn::Set(df, scales[i / kGroupSize])),
-               df, out + i);
+    hn::StoreU(
+        hn::Mul(hn::Load(df, values + i), hn::Set(df, scales[i / kGroupSize])),
+        df, out + i);
   }
 }
 #endif

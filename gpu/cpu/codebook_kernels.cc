@@ -61,8 +61,8 @@ inline const std::array<uint8_t, kPartialSums>& Exl3SumColumns() {
     std::array<uint8_t, kPartialSums> columns{};
     const auto& perm = x3::TilePermutation();
     for (int e = 0; e < kPartialSums; ++e) {
-      columns[e] = static_cast<uint8_t>(perm[32 * (e / 8) + e % 8] %
-                                        x3::kTileSide);
+      columns[e] =
+          static_cast<uint8_t>(perm[32 * (e / 8) + e % 8] % x3::kTileSide);
     }
     return columns;
   }();
@@ -97,8 +97,7 @@ HWY_INLINE float Dot256(const float* HWY_RESTRICT a,
   const size_t lanes = hn::Lanes(df);
   auto sum0 = hn::Zero(df);
   auto sum1 = hn::Zero(df);
-  for (size_t i = 0; i < static_cast<size_t>(gb::kSuperblock);
-       i += 2 * lanes) {
+  for (size_t i = 0; i < static_cast<size_t>(gb::kSuperblock); i += 2 * lanes) {
     sum0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), sum0);
     sum1 = hn::MulAdd(hn::LoadU(df, a + i + lanes),
                       hn::LoadU(df, b + i + lanes), sum1);
@@ -136,8 +135,8 @@ void GridbookDotRowsKernel(const PackedMatrix& w, const float* HWY_RESTRICT x,
   }
 }
 
-void GridbookDecodeRowsKernel(const PackedMatrix& w, int64_t begin,
-                              int64_t end, float* HWY_RESTRICT out) {
+void GridbookDecodeRowsKernel(const PackedMatrix& w, int64_t begin, int64_t end,
+                              float* HWY_RESTRICT out) {
   const int64_t type_size = gb::TypeSize(w.gridbook_scheme);
   const int64_t blocks = w.cols / gb::kSuperblock;
   for (int64_t r = begin; r < end; ++r) {

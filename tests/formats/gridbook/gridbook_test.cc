@@ -192,7 +192,8 @@ TEST_P(GridbookSimdTest, SuperblockDecodeMatchesTheScalarReference) {
   for (const char* format :
        {"NVFP4_CB_K12", "NVFP4_CB_K15", "NVFP4_CB_K18", "NVFP4_CB_S9",
         "NVFP4_CB_S14", "FP8_CB_K28", "FP8_CB_K37", "FP8_CB_K48"}) {
-    for (const ScaleCoding coding : {ScaleCoding::kE4m3, ScaleCoding::kTwoTier}) {
+    for (const ScaleCoding coding :
+         {ScaleCoding::kE4m3, ScaleCoding::kTwoTier}) {
       schemes.push_back(MustScheme(format, coding));
     }
   }
@@ -207,9 +208,8 @@ TEST_P(GridbookSimdTest, SuperblockDecodeMatchesTheScalarReference) {
   for (const Scheme& scheme : schemes) {
     Codebooks books;
     for (int sub = 0; sub < scheme.n_sub; ++sub) {
-      books.tables[sub].resize(
-          static_cast<size_t>(SubTableRows(scheme, sub)) *
-          static_cast<size_t>(SubTableColumns(scheme)));
+      books.tables[sub].resize(static_cast<size_t>(SubTableRows(scheme, sub)) *
+                               static_cast<size_t>(SubTableColumns(scheme)));
       for (float& value : books.tables[sub]) {
         value = Bf16ToFloat(FloatToBf16(normal(rng) * 4.0f));
       }

@@ -114,15 +114,14 @@ TEST_P(CodebookKernelsTest, Exl3ProductsMatchTheDequantizedWeight) {
       const PackedMatrix packed = w.Packed(bits, codebook);
       // The reference: the formats' dequantized rows (scalar decoding).
       std::vector<float> dense(static_cast<size_t>(in * out));
-      x3::DequantizeOutputRows(
-          {.in_features = in,
-           .out_features = out,
-           .bits = bits,
-           .codebook = codebook,
-           .trellis = w.trellis.data(),
-           .suh = w.scales.data(),
-           .svh = w.scales.data() + in},
-          0, out, dense.data());
+      x3::DequantizeOutputRows({.in_features = in,
+                                .out_features = out,
+                                .bits = bits,
+                                .codebook = codebook,
+                                .trellis = w.trellis.data(),
+                                .suh = w.scales.data(),
+                                .svh = w.scales.data() + in},
+                               0, out, dense.data());
       // Exl3DecodeRows of one block is those rows, bit for bit.
       std::vector<float> rows(static_cast<size_t>(128 * in));
       Exl3DecodeRows(packed, 128, 256, rows.data());
@@ -132,9 +131,8 @@ TEST_P(CodebookKernelsTest, Exl3ProductsMatchTheDequantizedWeight) {
             << "K " << bits << " value " << i;
       }
       for (const int64_t tokens : {1, 2, 5, 16}) {
-        SCOPED_TRACE(testing::Message()
-                     << x3::CodebookName(codebook) << " K " << bits << ", "
-                     << tokens << " tokens");
+        SCOPED_TRACE(testing::Message() << x3::CodebookName(codebook) << " K "
+                                        << bits << ", " << tokens << " tokens");
         const std::vector<float> x = Random(tokens * in, seed++);
         std::vector<float> xp(static_cast<size_t>(2 * tokens * in));
         Exl3TransformInput(packed, x.data(), tokens, xp.data());
@@ -144,8 +142,8 @@ TEST_P(CodebookKernelsTest, Exl3ProductsMatchTheDequantizedWeight) {
           // Blocks 1 and 2 only: block 0 keeps its value.
           Exl3OutputBlocks(packed, xp.data(), tokens, 1, 3, y.data(), ldy,
                            accumulate);
-          ExpectProduct(dense, out, in, x, tokens, 128, out, y, ldy,
-                        accumulate, 0.25f);
+          ExpectProduct(dense, out, in, x, tokens, 128, out, y, ldy, accumulate,
+                        0.25f);
         }
       }
     }
@@ -181,16 +179,14 @@ GridbookTest MakeGridbook(const char* format, gb::ScaleCoding coding,
   EXPECT_TRUE(scheme.ok()) << scheme.status();
   w.scheme = *scheme;
   for (int sub = 0; sub < w.scheme.n_sub; ++sub) {
-    w.books.tables[sub].resize(
-        static_cast<size_t>(gb::SubTableRows(w.scheme, sub) *
-                            gb::SubTableColumns(w.scheme)));
+    w.books.tables[sub].resize(static_cast<size_t>(
+        gb::SubTableRows(w.scheme, sub) * gb::SubTableColumns(w.scheme)));
     for (float& v : w.books.tables[sub]) {
       v = formats::Bf16ToFloat(formats::FloatToBf16(normal(rng)));
     }
   }
-  w.data.resize(
-      static_cast<size_t>(rows * (cols / gb::kSuperblock) *
-                          gb::TypeSize(w.scheme)));
+  w.data.resize(static_cast<size_t>(rows * (cols / gb::kSuperblock) *
+                                    gb::TypeSize(w.scheme)));
   for (uint8_t& b : w.data) b = static_cast<uint8_t>(rng());
   if (w.scheme.scale_coding == gb::ScaleCoding::kE4m3) {
     // e4m3 group scales of 0.5 .. 2 (no NaN codes).
@@ -259,8 +255,8 @@ TEST_P(CodebookKernelsTest, GridbookRowsAndProductsMatchTheReference) {
         std::vector<float> y(static_cast<size_t>(tokens * ldy), -3.0f);
         GridbookDotRows(packed, x.data(), tokens, 1, rows, y.data(), ldy,
                         accumulate);
-        ExpectProduct(dense, rows, cols, x, tokens, 1, rows, y, ldy,
-                      accumulate, -3.0f);
+        ExpectProduct(dense, rows, cols, x, tokens, 1, rows, y, ldy, accumulate,
+                      -3.0f);
       }
     }
     // A unit vector picks one value of each row: exactly that value.
