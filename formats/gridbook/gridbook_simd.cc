@@ -56,9 +56,10 @@ HWY_INLINE void CopyProductRows(const Scheme& scheme, const Codebooks& books,
   for (int v = 0; v < kCodewordsPerSuperblock; ++v) {
     uint64_t code = codewords[v];
     for (int sub = 0; sub < kSub; ++sub) {
-      std::memcpy(values + v * kVectorDim + sub * kColumns,
-                  tables[sub] + (code & masks[sub]) * kColumns,
-                  sizeof(float) * kColumns);
+      std::memcpy(
+          values + ptrdiff_t{v} * kVectorDim + ptrdiff_t{sub} * kColumns,
+          tables[sub] + (code & masks[sub]) * kColumns,
+          sizeof(float) * kColumns);
       code >>= widths[sub];
     }
   }
@@ -77,7 +78,7 @@ HWY_INLINE void CopySignedRows(const Codebooks& books,
     for (int j = 0; j < kVectorDim; ++j) {
       row[j] ^= static_cast<uint32_t>((code >> j) & 1u) << 31;
     }
-    std::memcpy(values + v * kVectorDim, row, sizeof(row));
+    std::memcpy(values + ptrdiff_t{v} * kVectorDim, row, sizeof(row));
   }
 }
 

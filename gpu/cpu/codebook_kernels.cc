@@ -204,11 +204,11 @@ void Exl3OutputBlocksKernel(const PackedMatrix& w, const float* HWY_RESTRICT xp,
         for (int64_t t = 0; t < tokens; ++t) {
           const float* xt = xp + 2 * t * w.cols + tk * kPatternValues;
           float* sums = partial[t][j];
-          for (int q = 0; q < kPartialSums / 8; ++q) {
-            const float* v = values + ptrdiff_t{q} * kPatternValues;
+          for (ptrdiff_t q = 0; q < kPartialSums / 8; ++q) {
+            const float* v = values + q * kPatternValues;
             for (size_t l = 0; l < 8; l += lanes) {
               auto sum = hn::Load(df, sums + 8 * q + l);
-              for (int i = 0; i < kPatternValues / 8; ++i) {
+              for (ptrdiff_t i = 0; i < kPatternValues / 8; ++i) {
                 sum = hn::MulAdd(hn::Load(df, v + 8 * i + l),
                                  hn::LoadU(df, xt + 8 * i + l), sum);
               }
