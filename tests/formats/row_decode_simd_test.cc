@@ -16,6 +16,7 @@
 #include "formats/row_format.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
+#include "tests/testing/hwy_targets.h"
 
 namespace mneme::formats {
 namespace {
@@ -67,11 +68,8 @@ template <typename T>
   return ::testing::AssertionSuccess();
 }
 
-class RowDecodeSimdTest : public ::testing::TestWithParam<int64_t> {
+class RowDecodeSimdTest : public ::mneme::testing::HwyTargetTest {
  protected:
-  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
-
   // Decodes `rows` with both impls to both outputs and compares the bits.
   void ExpectSimdMatchesScalar(RowFormat format, float global_scale,
                                const std::vector<uint8_t>& rows) {
@@ -143,17 +141,7 @@ TEST_P(RowDecodeSimdTest, ManyRandomRows) {
   }
 }
 
-std::string TargetTestName(const ::testing::TestParamInfo<int64_t>& info) {
-  std::string name = hwy::TargetName(info.param);
-  for (char& c : name) {
-    if (std::isalnum(static_cast<unsigned char>(c)) == 0) c = '_';
-  }
-  return name;
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Targets, RowDecodeSimdTest,
-    ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), TargetTestName);
+MNEME_INSTANTIATE_HWY_TARGETS(RowDecodeSimdTest);
 
 }  // namespace
 }  // namespace mneme::formats

@@ -18,6 +18,7 @@
 #include "formats/fp16.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
+#include "tests/testing/hwy_targets.h"
 
 namespace mneme::formats::exl3 {
 namespace {
@@ -212,11 +213,7 @@ TEST(Exl3Weight, DenseWeightMatchesTheKernelRoute) {
 // Highway target this binary carries that the CPU supports (each forced in
 // turn), for every K and codebook, on random tiles and on the all-zero and
 // all-one streams (states 0 and 0xFFFF).
-class Exl3SimdTest : public ::testing::TestWithParam<int64_t> {
- protected:
-  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
-};
+class Exl3SimdTest : public ::mneme::testing::HwyTargetTest {};
 
 // Every state of every codebook: the computed values are the table's.
 TEST_P(Exl3SimdTest, CodebookValuesMatchTheTableForEveryState) {
@@ -283,17 +280,7 @@ TEST_P(Exl3SimdTest, StreamDecodeIsTheTileThroughThePermutation) {
   }
 }
 
-std::string TargetTestName(const ::testing::TestParamInfo<int64_t>& info) {
-  std::string name = hwy::TargetName(info.param);
-  for (char& c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return name;
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Targets, Exl3SimdTest,
-    ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), TargetTestName);
+MNEME_INSTANTIATE_HWY_TARGETS(Exl3SimdTest);
 
 }  // namespace
 }  // namespace mneme::formats::exl3

@@ -17,6 +17,7 @@
 #include "formats/e4m3.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
+#include "tests/testing/hwy_targets.h"
 
 namespace mneme::formats::gridbook {
 namespace {
@@ -179,11 +180,7 @@ TEST(GridbookCodebooks, SizeAndFiniteness) {
 // every Highway target this binary carries that the CPU supports (each forced
 // in turn): every mode, sub-table count and scale coding, random tables and
 // superblocks, fp8 row scales that overflow bf16 and one that is NaN.
-class GridbookSimdTest : public ::testing::TestWithParam<int64_t> {
- protected:
-  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
-};
+class GridbookSimdTest : public ::mneme::testing::HwyTargetTest {};
 
 TEST_P(GridbookSimdTest, SuperblockDecodeMatchesTheScalarReference) {
   std::mt19937 rng(5);
@@ -234,17 +231,7 @@ TEST_P(GridbookSimdTest, SuperblockDecodeMatchesTheScalarReference) {
   }
 }
 
-std::string TargetTestName(const ::testing::TestParamInfo<int64_t>& info) {
-  std::string name = hwy::TargetName(info.param);
-  for (char& c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return name;
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Targets, GridbookSimdTest,
-    ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), TargetTestName);
+MNEME_INSTANTIATE_HWY_TARGETS(GridbookSimdTest);
 
 }  // namespace
 }  // namespace mneme::formats::gridbook

@@ -16,6 +16,7 @@
 #include "gpu/backend.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
+#include "tests/testing/hwy_targets.h"
 
 // The codebook kernels on every Highway target the CPU supports (each forced
 // in turn): decoding is the formats' reference values bit for bit, products
@@ -93,11 +94,7 @@ void ExpectProduct(const std::vector<float>& dense, int64_t rows, int64_t cols,
   }
 }
 
-class CodebookKernelsTest : public ::testing::TestWithParam<int64_t> {
- protected:
-  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
-};
+class CodebookKernelsTest : public ::mneme::testing::HwyTargetTest {};
 
 TEST_P(CodebookKernelsTest, DispatchesToTheForcedTarget) {
   EXPECT_STREQ(SimdTargetName(), hwy::TargetName(GetParam()));
@@ -131,8 +128,9 @@ TEST_P(CodebookKernelsTest, Exl3ProductsMatchTheDequantizedWeight) {
             << "K " << bits << " value " << i;
       }
       for (const int64_t tokens : {1, 2, 5, 16}) {
-        SCOPED_TRACE(testing::Message() << x3::CodebookName(codebook) << " K "
-                                        << bits << ", " << tokens << " tokens");
+        SCOPED_TRACE(::testing::Message()
+                     << x3::CodebookName(codebook) << " K " << bits << ", "
+                     << tokens << " tokens");
         const std::vector<float> x = Random(tokens * in, seed++);
         std::vector<float> xp(static_cast<size_t>(2 * tokens * in));
         Exl3TransformInput(packed, x.data(), tokens, xp.data());
@@ -248,7 +246,7 @@ TEST_P(CodebookKernelsTest, GridbookRowsAndProductsMatchTheReference) {
       ASSERT_EQ(decoded[i], 9.0f) << "written past the end";
     }
     for (const int64_t tokens : {1, 2, 17}) {
-      SCOPED_TRACE(testing::Message() << tokens << " tokens");
+      SCOPED_TRACE(::testing::Message() << tokens << " tokens");
       const std::vector<float> x = Random(tokens * cols, seed++);
       const int64_t ldy = rows + 2;
       for (const bool accumulate : {false, true}) {
@@ -273,17 +271,7 @@ TEST_P(CodebookKernelsTest, GridbookRowsAndProductsMatchTheReference) {
   }
 }
 
-std::string TargetTestName(const ::testing::TestParamInfo<int64_t>& info) {
-  std::string name = hwy::TargetName(info.param);
-  for (char& c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return name;
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Targets, CodebookKernelsTest,
-    ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), TargetTestName);
+MNEME_INSTANTIATE_HWY_TARGETS(CodebookKernelsTest);
 
 }  // namespace
 }  // namespace mneme::gpu::codebook_kernels

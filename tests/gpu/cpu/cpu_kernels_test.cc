@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
+#include "tests/testing/hwy_targets.h"
 
 namespace mneme::gpu::cpu_kernels {
 namespace {
@@ -34,11 +35,7 @@ double Tolerance(int64_t n, double abs_sum) {
 // Every test runs once per Highway target this CPU supports (forced through
 // SetSupportedTargetsForTest), so one run covers e.g. SSE4, AVX2 and AVX-512
 // here and NEON, SVE and SVE2 under the Arm suites (tests/arm).
-class CpuKernelsTest : public ::testing::TestWithParam<int64_t> {
- protected:
-  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
-};
+class CpuKernelsTest : public ::mneme::testing::HwyTargetTest {};
 
 TEST_P(CpuKernelsTest, DispatchesToTheForcedTarget) {
   EXPECT_STREQ(SimdTargetName(), hwy::TargetName(GetParam()));
@@ -101,7 +98,7 @@ TEST_P(CpuKernelsTest, RowKernelsMatchScalarLoops) {
   std::mt19937 rng(3);
   for (int64_t dim : kSizes) {
     for (int64_t rows : {0, 1, 5}) {
-      SCOPED_TRACE(testing::Message() << dim << " x " << rows);
+      SCOPED_TRACE(::testing::Message() << dim << " x " << rows);
       const std::vector<float> q = Random(rng, dim),
                                m = Random(rng, rows * dim),
                                weights = Random(rng, rows),
@@ -128,13 +125,7 @@ TEST_P(CpuKernelsTest, RowKernelsMatchScalarLoops) {
   }
 }
 
-std::string TargetTestName(const ::testing::TestParamInfo<int64_t>& info) {
-  return hwy::TargetName(info.param);
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Targets, CpuKernelsTest,
-    ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), TargetTestName);
+MNEME_INSTANTIATE_HWY_TARGETS(CpuKernelsTest);
 
 }  // namespace
 }  // namespace mneme::gpu::cpu_kernels

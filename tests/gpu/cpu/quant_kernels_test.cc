@@ -13,6 +13,7 @@
 #include "gpu/host_weight.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
+#include "tests/testing/hwy_targets.h"
 
 namespace mneme::gpu::quant_kernels {
 namespace {
@@ -143,11 +144,7 @@ std::string Describe(const Shape& s) {
 
 // Every test runs once per Highway target the CPU supports (the Arm suites
 // in tests/arm run it for NEON, SVE and SVE2 too).
-class QuantKernelsTest : public ::testing::TestWithParam<int64_t> {
- protected:
-  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
-};
+class QuantKernelsTest : public ::mneme::testing::HwyTargetTest {};
 
 TEST_P(QuantKernelsTest, DispatchesToTheForcedTarget) {
   EXPECT_STREQ(SimdTargetName(), hwy::TargetName(GetParam()));
@@ -169,7 +166,7 @@ TEST_P(QuantKernelsTest, DecodeRowsMatchesTheScalarDequantizationBitForBit) {
                                                   {rows / 2, rows / 2 + 1},
                                                   {rows - 1, rows}}) {
       if (begin >= end) continue;
-      SCOPED_TRACE(testing::Message() << "rows " << begin << " to " << end);
+      SCOPED_TRACE(::testing::Message() << "rows " << begin << " to " << end);
       const size_t n = static_cast<size_t>((end - begin) * shape.cols);
       std::vector<float> out(n + 16, 12345.0f);
       DecodeRows(w.Packed(), begin, end, out.data());
@@ -265,13 +262,7 @@ TEST_P(QuantKernelsTest, DotRowsMatchesDoubleSumsOfTheDequantizedValues) {
   }
 }
 
-std::string TargetTestName(const ::testing::TestParamInfo<int64_t>& info) {
-  return hwy::TargetName(info.param);
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Targets, QuantKernelsTest,
-    ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), TargetTestName);
+MNEME_INSTANTIATE_HWY_TARGETS(QuantKernelsTest);
 
 }  // namespace
 }  // namespace mneme::gpu::quant_kernels
