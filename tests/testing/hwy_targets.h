@@ -36,10 +36,10 @@ inline std::string HwyTargetTestName(
 
 }  // namespace mneme::testing
 
-#define MNEME_INSTANTIATE_HWY_TARGETS(suite)                               \
-  INSTANTIATE_TEST_SUITE_P(                                                \
-      Targets, suite,                                                      \
-      ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),            \
+#define MNEME_INSTANTIATE_HWY_TARGETS(suite)                    \
+  INSTANTIATE_TEST_SUITE_P(                                     \
+      Targets, suite,                                           \
+      ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), \
       ::mneme::testing::HwyTargetTestName)
 
 #endif  // MNEME_TESTS_TESTING_HWY_TARGETS_H_
