@@ -19,7 +19,7 @@ uint16_t McgTail(uint32_t x) {
   x = (x & 0x8FFF8FFFu) ^ 0x3B603B60u;
   const float low = Fp16ToFloat(static_cast<uint16_t>(x & 0xFFFFu));
   const float high = Fp16ToFloat(static_cast<uint16_t>(x >> 16));
-  // Exact in fp32 (11-bit significands whose exponents differ by at most 4),
+  // Exact in fp32 (11-bit significands whose exponents differ by at most 3),
   // so this rounds once, as __hadd does.
   return FloatToFp16(low + high);
 }
@@ -32,7 +32,7 @@ uint16_t Mul1Value(uint32_t x) {
   const float h = 1024.0f + static_cast<float>(byte_sum);
   const float k_inv = Fp16ToFloat(0x1EEEu);
   const float k_bias = Fp16ToFloat(0xC931u);
-  // h * k_inv has at most 22 significant bits and the sum stays below 16
+  // h * k_inv has at most 22 significant bits and the sum stays below 4
   // with k_bias a multiple of 2^-7, so fp32 holds h * k_inv + k_bias exactly
   // and the conversion is the fused multiply-add's single rounding.
   return FloatToFp16(h * k_inv + k_bias);

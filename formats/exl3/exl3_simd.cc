@@ -133,12 +133,13 @@ HWY_INLINE void DecodeStreamFor(const uint16_t* HWY_RESTRICT words, int bits,
   // The stream's 32-bit words (MSB-first; word i is the little-endian read
   // of words[2i], words[2i + 1]) extended to ext = (w[n - 1], w[0], ...,
   // w[n - 1], zeros): state j is the 16 bits of ext starting at bit
-  // s = (j + 1) bits + 16 (the first states wrap into the prefix). A vector
-  // of states spans at most lanes * bits + 16 bits, fewer than lanes - 1
-  // words for every lane count >= 4, so one unaligned load of ext at the
-  // first state's word and two lane permutations give each lane its word
-  // a = s / 32 and the next; the window is ext[a] << o | ext[a + 1] >>
-  // (32 - o) with o = s % 32, and the state its high half.
+  // s = (j + 1) bits + 16 (the first states wrap into the prefix). The
+  // lanes' first words lie within floor((31 + (lanes - 1) bits) / 32) + 1
+  // <= lanes - 2 words of the first lane's for every lane count >= 4 (bits
+  // <= 8), so one unaligned load of ext at the first lane's word and two
+  // lane permutations give each lane its word a = s / 32 and the next; the
+  // window is ext[a] << o | ext[a + 1] >> (32 - o) with o = s % 32, and the
+  // state its high half.
   constexpr int kMaxWords = kTileValues * kMaxBits / 32;
   const int words32 = kTileValues * bits / 32;  // n
   uint32_t ext[1 + kMaxWords + HWY_MAX_BYTES / 4];
@@ -150,6 +151,7 @@ HWY_INLINE void DecodeStreamFor(const uint16_t* HWY_RESTRICT words, int bits,
   const hn::RebindToSigned<DU> di;
   const DF df;
   const size_t lanes = hn::Lanes(du);
+  HWY_DASSERT(lanes >= 4);
   const auto k = hn::Set(di, bits);
   const auto low5 = hn::Set(du, 31u);
   const auto one = hn::Set(di, 1);
@@ -196,8 +198,9 @@ HWY_INLINE void ValuesFor(const uint16_t* HWY_RESTRICT states, int64_t count,
     const auto state = hn::PromoteTo(du, hn::LoadU(du16, states + i));
     hn::StoreU(CodebookVector<kCodebook>(state), df, values + i);
   }
-  const auto& table = CodebookTable(kCodebook);
-  for (; i < count; ++i) values[i] = table[states[i]];
+  for (; i < count; ++i) {
+    values[i] = Fp16ToFloat(CodebookValue(kCodebook, states[i]));
+  }
 }
 
 void Values(Codebook codebook, const uint16_t* HWY_RESTRICT states,

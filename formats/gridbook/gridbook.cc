@@ -243,13 +243,13 @@ void DecodeSuperblock(const Scheme& scheme, const Codebooks& books,
   }
   float scales[kSuperblock / kGroupSize];
   DecodeGroupScales(scheme, block, scales);
-  // An E2M1 value times an e4m3 or two-tier group scale has at most 6
-  // significant bits, the lowest at 2^-131 or above: exact in fp32 and in
-  // bf16 (subnormals included), so
-  // the contract's bf16 rounding is the identity (an overflow is inf, and
-  // inf times zero NaN, either way).
+  // An E2M1 value times an e4m3 group scale, or a scale of the default
+  // two-tier table, has at most 6 significant bits, the lowest at 2^-131 or
+  // above: exact in fp32 and in bf16 (subnormals included), so the
+  // contract's bf16 rounding is the identity there; an artifact's own
+  // two-tier table may hold values that are not, and is rounded.
   for (int i = 0; i < kSuperblock; ++i) {
-    out[i] = values[i] * scales[i / kGroupSize];
+    out[i] = Bf16ToFloat(FloatToBf16(values[i] * scales[i / kGroupSize]));
   }
 }
 

@@ -59,7 +59,7 @@ enum class ScaleCoding {
 struct Scheme {
   Grid grid = Grid::kFp4;
   Mode mode = Mode::kProduct;
-  // Bits per codeword (per 8 weights). Product: n_sub..64; signed: 9..24.
+  // Bits per codeword (per 8 weights). Product: n_sub..48; signed: 9..24.
   int k = 0;
   // Sub-tables: product fp4 2, product fp8 4, signed 1.
   int n_sub = 0;

@@ -115,6 +115,7 @@ void Decode(const Scheme& scheme, const Codebooks& books,
   if (scheme.mode == Mode::kSigned) {
     CopySignedRows(books, codewords, values);
   } else {
+    HWY_DASSERT(scheme.n_sub == 1 || scheme.n_sub == 2 || scheme.n_sub == 4);
     switch (scheme.n_sub) {
       case 1:
         CopyProductRows<1>(scheme, books, codewords, values);
@@ -131,35 +132,36 @@ void Decode(const Scheme& scheme, const Codebooks& books,
   const hn::CappedTag<float, kGroupSize> df;
   const hn::RebindToUnsigned<decltype(df)> du;
   const size_t lanes = hn::Lanes(df);
+  // bf16 of an fp32 vector (FloatToBf16): round to nearest even on the bits;
+  // a NaN keeps its sign and upper payload, made quiet.
+  const auto abs_mask = hn::Set(du, 0x7FFFFFFFu);
+  const auto inf = hn::Set(du, 0x7F800000u);
+  const auto quiet = hn::Set(du, 0x00400000u);
+  const auto bias = hn::Set(du, 0x7FFFu);
+  const auto one = hn::Set(du, 1u);
+  const auto high = hn::Set(du, 0xFFFF0000u);
+  const auto round_bf16 = [&](auto v) HWY_ATTR {
+    const auto bits = hn::BitCast(du, v);
+    const auto rounded =
+        hn::Add(bits, hn::Add(bias, hn::And(hn::ShiftRight<16>(bits), one)));
+    const auto nan = hn::Gt(hn::And(bits, abs_mask), inf);
+    return hn::BitCast(
+        df, hn::And(hn::IfThenElse(nan, hn::Or(bits, quiet), rounded), high));
+  };
   if (scheme.grid == Grid::kFp8) {
-    // bf16(value * row_scale): round to nearest even on the fp32 bits; a NaN
-    // keeps its sign and upper payload, made quiet (FloatToBf16).
     const auto scale = hn::Set(df, row_scale);
-    const auto abs_mask = hn::Set(du, 0x7FFFFFFFu);
-    const auto inf = hn::Set(du, 0x7F800000u);
-    const auto quiet = hn::Set(du, 0x00400000u);
-    const auto bias = hn::Set(du, 0x7FFFu);
-    const auto one = hn::Set(du, 1u);
-    const auto high = hn::Set(du, 0xFFFF0000u);
     for (size_t i = 0; i < static_cast<size_t>(kSuperblock); i += lanes) {
-      const auto bits =
-          hn::BitCast(du, hn::Mul(hn::Load(df, values + i), scale));
-      const auto rounded =
-          hn::Add(bits, hn::Add(bias, hn::And(hn::ShiftRight<16>(bits), one)));
-      const auto nan = hn::Gt(hn::And(bits, abs_mask), inf);
-      const auto result =
-          hn::And(hn::IfThenElse(nan, hn::Or(bits, quiet), rounded), high);
-      hn::StoreU(hn::BitCast(df, result), df, out + i);
+      hn::StoreU(round_bf16(hn::Mul(hn::Load(df, values + i), scale)), df,
+                 out + i);
     }
     return;
   }
   float scales[kSuperblock / kGroupSize];
   DecodeGroupScales(scheme, block, scales);
-  // Exact products (see DecodeSuperblock): no rounding pass.
   for (size_t i = 0; i < static_cast<size_t>(kSuperblock); i += lanes) {
-    hn::StoreU(
-        hn::Mul(hn::Load(df, values + i), hn::Set(df, scales[i / kGroupSize])),
-        df, out + i);
+    const auto scale = hn::Set(df, scales[i / kGroupSize]);
+    hn::StoreU(round_bf16(hn::Mul(hn::Load(df, values + i), scale)), df,
+               out + i);
   }
 }
 #endif

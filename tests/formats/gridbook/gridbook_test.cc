@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -194,6 +195,13 @@ TEST_P(GridbookSimdTest, SuperblockDecodeMatchesTheScalarReference) {
       schemes.push_back(MustScheme(format, coding));
     }
   }
+  // An artifact's own two-tier table, with values that are not bf16 values:
+  // the products are rounded to bf16 by the contract.
+  Scheme own_table = MustScheme("NVFP4_CB_K14", ScaleCoding::kTwoTier);
+  for (int i = 0; i < 16; ++i) {
+    own_table.two_tier_table[i] = 1.0f + 0.0371f * static_cast<float>(i);
+  }
+  schemes.push_back(own_table);
   // A sub-table count no named format uses.
   Scheme one_table = MustScheme("FP8_CB_K32", ScaleCoding::kNone);
   one_table.n_sub = 1;
@@ -221,6 +229,10 @@ TEST_P(GridbookSimdTest, SuperblockDecodeMatchesTheScalarReference) {
         DecodeSuperblock(scheme, books, block.data(), row_scale, expected);
         DecodeSuperblockSimd(scheme, books, block.data(), row_scale, simd);
         for (int i = 0; i < kSuperblock; ++i) {
+          if (!std::isnan(expected[i])) {
+            ASSERT_EQ(Bf16ToFloat(FloatToBf16(expected[i])), expected[i])
+                << "not a bf16 value: k " << scheme.k << " value " << i;
+          }
           ASSERT_EQ(std::bit_cast<uint32_t>(simd[i]),
                     std::bit_cast<uint32_t>(expected[i]))
               << SimdTargetName() << " k " << scheme.k << " n_sub "
