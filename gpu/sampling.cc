@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
+#include <vector>
 
 namespace mneme::gpu {
 
@@ -50,6 +52,75 @@ bool FindSamplingCandidates(const float* row, int64_t vocab,
                kept.end());
   }
   return true;
+}
+
+namespace {
+
+// log(sum_i exp(row[i])) in double.
+double LogSumExp(const float* row, int64_t n) {
+  const float max = *std::max_element(row, row + n);
+  if (std::isinf(max)) return max;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(double{row[i]} - max);
+  return max + std::log(sum);
+}
+
+// SplitMix64's first output for `seed`, as a double in [0, 1).
+double UniformFromSeed(uint64_t seed) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1p-53;
+}
+
+float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+}  // namespace
+
+int32_t SampleToken(const float* row, int64_t vocab, const SamplingParams& p) {
+  SamplingCandidates c;
+  if (!FindSamplingCandidates(row, vocab, p, c)) {
+    return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+  }
+  double mass = 0.0;
+  for (int32_t id : c.kept) mass += c.weight[id];
+  const double u = UniformFromSeed(p.seed) * mass;
+  double cumulative = 0.0;
+  for (int32_t id : c.kept) {
+    cumulative += c.weight[id];
+    if (cumulative > u) return id;
+  }
+  return c.kept.back();
+}
+
+float LogProbOf(const float* row, int64_t vocab, int32_t id) {
+  return static_cast<float>(row[id] - LogSumExp(row, vocab));
+}
+
+void MoeRouter::Route(const float* logits, int64_t experts, const float* bias,
+                      int top_k, float routed_scaling, int32_t* expert_ids,
+                      float* weights) {
+  score_.resize(static_cast<size_t>(experts));
+  biased_.resize(static_cast<size_t>(experts));
+  order_.resize(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e) {
+    score_[e] = std::sqrt(Softplus(logits[e]));
+    biased_[e] = score_[e] + (bias != nullptr ? bias[e] : 0.0f);
+  }
+  std::iota(order_.begin(), order_.end(), 0);
+  std::partial_sort(order_.begin(), order_.begin() + top_k, order_.end(),
+                    [this](int32_t a, int32_t b) {
+                      return biased_[a] > biased_[b] ||
+                             (biased_[a] == biased_[b] && a < b);
+                    });
+  float sum = 0.0f;
+  for (int i = 0; i < top_k; ++i) sum += score_[order_[i]];
+  for (int i = 0; i < top_k; ++i) {
+    expert_ids[i] = order_[i];
+    weights[i] = sum > 0.0f ? score_[order_[i]] / sum * routed_scaling
+                            : routed_scaling / static_cast<float>(top_k);
+  }
 }
 
 }  // namespace mneme::gpu

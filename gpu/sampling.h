@@ -28,6 +28,30 @@ bool FindSamplingCandidates(const float* row, int64_t vocab,
                             const SamplingParams& params,
                             SamplingCandidates& out);
 
+// The token a draw under `params` picks from `row` [vocab]: the lowest id of
+// the largest logit when greedy, else the kept candidate where the seeded
+// uniform (SplitMix64 of params.seed) falls in their cumulative weight.
+int32_t SampleToken(const float* row, int64_t vocab,
+                    const SamplingParams& params);
+
+// log_softmax(row)[id] (sum in double). 0 <= id < vocab.
+float LogProbOf(const float* row, int64_t vocab, int32_t id);
+
+// Backend::MoeRoute for one token: scores sqrt(softplus(logit)), the top_k
+// of score + bias (bias may be null; ties -> lower id), their unbiased
+// scores normalised to sum 1 times routed_scaling, in descending biased
+// order. Reuses its buffers between calls (one caller at a time).
+class MoeRouter {
+ public:
+  void Route(const float* logits, int64_t experts, const float* bias, int top_k,
+             float routed_scaling, int32_t* expert_ids, float* weights);
+
+ private:
+  std::vector<float> score_;
+  std::vector<float> biased_;
+  std::vector<int32_t> order_;
+};
+
 }  // namespace mneme::gpu
 
 #endif  // MNEME_GPU_SAMPLING_H_

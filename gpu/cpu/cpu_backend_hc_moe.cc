@@ -11,6 +11,7 @@
 #include "gpu/cpu/cpu_backend.h"
 #include "gpu/cpu/cpu_backend_internal.h"
 #include "gpu/cpu/cpu_kernels.h"
+#include "gpu/sampling.h"
 
 namespace mneme::gpu {
 namespace {
@@ -21,8 +22,6 @@ using cpu_backend_internal::CpuWeight;
 using cpu_backend_internal::Grain;
 using cpu_backend_internal::Rsqrt;
 using cpu_backend_internal::Sigmoid;
-
-float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 float Silu(float x) { return x / (1.0f + std::exp(-x)); }
 
@@ -232,28 +231,11 @@ void CpuBackend::MoeRoute(ConstMatrixView logits, const float* bias, int top_k,
   CHECK_EQ(static_cast<int64_t>(weights.size()), tokens * top_k);
   pool_.ParallelFor(
       tokens, Grain(experts * 40), [&](int64_t begin, int64_t end) {
-        std::vector<float> score(experts), biased(experts);
-        std::vector<int32_t> order(experts);
+        MoeRouter router;
         for (int64_t t = begin; t < end; ++t) {
-          const float* row = logits.data + t * experts;
-          for (int64_t e = 0; e < experts; ++e) {
-            score[e] = std::sqrt(Softplus(row[e]));
-            biased[e] = score[e] + (bias != nullptr ? bias[e] : 0.0f);
-          }
-          std::iota(order.begin(), order.end(), 0);
-          std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
-                            [&](int32_t a, int32_t b) {
-                              return biased[a] > biased[b] ||
-                                     (biased[a] == biased[b] && a < b);
-                            });
-          float sum = 0.0f;
-          for (int i = 0; i < top_k; ++i) sum += score[order[i]];
-          for (int i = 0; i < top_k; ++i) {
-            expert_ids[t * top_k + i] = order[i];
-            weights[t * top_k + i] =
-                sum > 0.0f ? score[order[i]] / sum * routed_scaling
-                           : routed_scaling / static_cast<float>(top_k);
-          }
+          router.Route(logits.data + t * experts, experts, bias, top_k,
+                       routed_scaling, expert_ids.data() + t * top_k,
+                       weights.data() + t * top_k);
         }
       });
 }

@@ -9,6 +9,8 @@
 #include "common/status_macros.h"
 #include "gpu/backend.h"
 #include "gpu/cpu/cpu_backend.h"
+#include "gpu/cuda/host_executor.h"
+#include "gpu/cuda/kernel_backend.h"
 #include "gtest/gtest.h"
 
 namespace mneme::gpu::conformance {
@@ -25,6 +27,12 @@ std::vector<BackendFactory> BackendFactories() {
           return backend;
         }});
   }
+  // The CUDA backend's kernels run on the host, item by item.
+  factories.push_back(BackendFactory{
+      .name = "kernels_host",
+      .create = []() -> absl::StatusOr<std::unique_ptr<Backend>> {
+        return std::make_unique<KernelBackend>(MakeHostExecutor());
+      }});
   AppendCudaBackendFactories(&factories);
   return factories;
 }

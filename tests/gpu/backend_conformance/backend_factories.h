@@ -23,9 +23,9 @@ struct BackendFactory {
 };
 
 // Every backend of this build: the CPU backend with one thread (everything
-// inline) and with three (the pool splits loops), then, under
-// --config=cuda, each CUDA backend whose device is present
-// (AppendCudaBackendFactories).
+// inline) and with three (the pool splits loops), the CUDA backend's
+// kernels on the host executor ("kernels_host"), then, under --config=cuda,
+// the CUDA backend of each device present (AppendCudaBackendFactories).
 std::vector<BackendFactory> BackendFactories();
 
 // The gtest parameter name of a factory (its name).
@@ -33,8 +33,8 @@ std::string BackendFactoryName(
     const ::testing::TestParamInfo<BackendFactory>& info);
 
 // Appends the CUDA backends of this build to `factories`: defined by
-// cuda_backend_factories.cc under --config=cuda (nothing yet: there is no
-// CUDA Backend), by no_cuda_backend_factories.cc (nothing) otherwise.
+// cuda_backend_factories.cc under --config=cuda (one per device present), by
+// no_cuda_backend_factories.cc (nothing) otherwise.
 void AppendCudaBackendFactories(std::vector<BackendFactory>* factories);
 
 }  // namespace mneme::gpu::conformance

@@ -1,0 +1,744 @@
+#include "gpu/cuda/kernel_backend.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "gpu/backend.h"
+#include "gpu/cuda/executor.h"
+#include "gpu/cuda/kernel_ops.h"
+#include "gpu/host_weight.h"
+#include "gpu/sampling.h"
+
+namespace mneme::gpu {
+namespace {
+
+namespace k = kernels;
+
+// Every carved block starts on this boundary (bytes).
+constexpr int64_t kAlign = 256;
+constexpr int64_t RoundUp(int64_t bytes) {
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
+class KernelBuffer final : public Buffer {
+ public:
+  KernelBuffer(Executor* executor, void* data, int64_t size)
+      : executor_(executor), data_(static_cast<float*>(data)), size_(size) {}
+  ~KernelBuffer() override { executor_->Free(data_); }
+  KernelBuffer(const KernelBuffer&) = delete;
+  KernelBuffer& operator=(const KernelBuffer&) = delete;
+  int64_t size() const override { return size_; }
+  float* data() override { return data_; }
+  const float* data() const override { return data_; }
+
+ private:
+  Executor* executor_;
+  float* data_;
+  int64_t size_;
+};
+
+class KernelWeight final : public Weight {
+ public:
+  KernelWeight(Executor* executor, WeightFormat format, void* device,
+               int64_t bytes, const k::WeightView& view, float input_scale)
+      : executor_(executor),
+        format_(format),
+        device_(device),
+        bytes_(bytes),
+        view_(view),
+        input_scale_(input_scale) {}
+  ~KernelWeight() override { executor_->Free(device_); }
+  KernelWeight(const KernelWeight&) = delete;
+  KernelWeight& operator=(const KernelWeight&) = delete;
+
+  int64_t rows() const override { return view_.rows; }
+  int64_t cols() const override { return view_.cols; }
+  WeightFormat format() const override { return format_; }
+  int64_t bytes() const override { return bytes_; }
+  const k::WeightView& view() const { return view_; }
+  float input_scale() const { return input_scale_; }
+
+ private:
+  Executor* executor_;
+  WeightFormat format_;
+  void* device_;
+  int64_t bytes_;
+  k::WeightView view_;
+  float input_scale_;
+};
+
+const KernelWeight& AsKernel(const Weight& w) {
+  const auto* kw = dynamic_cast<const KernelWeight*>(&w);
+  CHECK(kw != nullptr) << "weight of another backend";
+  return *kw;
+}
+
+// The formats the kernels decode in place.
+bool KeptAsStored(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kF32:
+    case WeightFormat::kBf16:
+    case WeightFormat::kFp8Block:
+    case WeightFormat::kMxfp4:
+    case WeightFormat::kNvfp4:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+class KernelBackend::Carver {
+ public:
+  Carver(KernelBackend& backend, int64_t bytes)
+      : backend_(backend), base_(backend.Reserve(backend.work_, bytes)) {}
+
+  template <typename T>
+  T* Take(int64_t count) {
+    T* p = reinterpret_cast<T*>(base_ + offset_);
+    offset_ += RoundUp(count * static_cast<int64_t>(sizeof(T)));
+    return p;
+  }
+  // A device copy of host values.
+  template <typename T>
+  const T* Stage(absl::Span<const T> host) {
+    T* p = Take<T>(static_cast<int64_t>(host.size()));
+    backend_.executor_->ToDevice(p, host.data(),
+                                 static_cast<int64_t>(host.size() * sizeof(T)));
+    return p;
+  }
+
+  template <typename T>
+  static int64_t Bytes(int64_t count) {
+    return RoundUp(count * static_cast<int64_t>(sizeof(T)));
+  }
+
+ private:
+  KernelBackend& backend_;
+  uint8_t* base_;
+  int64_t offset_ = 0;
+};
+
+KernelBackend::KernelBackend(std::unique_ptr<Executor> executor)
+    : executor_(std::move(executor)) {}
+
+KernelBackend::~KernelBackend() {
+  (void)executor_->Synchronize();
+  if (work_.data != nullptr) executor_->Free(work_.data);
+  if (w4a4_.data != nullptr) executor_->Free(w4a4_.data);
+}
+
+uint8_t* KernelBackend::Reserve(Arena& arena, int64_t bytes) {
+  if (arena.bytes < bytes) {
+    if (arena.data != nullptr) executor_->Free(arena.data);
+    arena = Arena{};
+    // Room to grow without a reallocation per call.
+    const int64_t want = std::max(RoundUp(bytes + bytes / 4), int64_t{1} << 20);
+    absl::StatusOr<void*> block = executor_->Allocate(want);
+    CHECK(block.ok()) << name() << ": workspace of " << want
+                      << " bytes: " << block.status();
+    arena = Arena{*block, want};
+  }
+  return static_cast<uint8_t*>(arena.data);
+}
+
+std::vector<float> KernelBackend::Fetch(const float* src, int64_t n) {
+  std::vector<float> host(static_cast<size_t>(n));
+  executor_->ToHost(host.data(), src, n * static_cast<int64_t>(sizeof(float)));
+  return host;
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> KernelBackend::Allocate(
+    int64_t elements) {
+  CHECK_GE(elements, 0);
+  ASSIGN_OR_RETURN(void* p, executor_->Allocate(elements * 4));
+  return std::make_unique<KernelBuffer>(executor_.get(), p, elements);
+}
+
+void KernelBackend::CopyFromHost(absl::Span<const float> src, float* dst) {
+  executor_->ToDevice(dst, src.data(),
+                      static_cast<int64_t>(src.size() * sizeof(float)));
+}
+
+void KernelBackend::CopyToHost(const float* src, absl::Span<float> dst) {
+  executor_->ToHost(dst.data(), src,
+                    static_cast<int64_t>(dst.size() * sizeof(float)));
+}
+
+absl::Status KernelBackend::Synchronize() { return executor_->Synchronize(); }
+
+absl::StatusOr<std::unique_ptr<Weight>> KernelBackend::UploadWeight(
+    const HostWeight& weight) {
+  RETURN_IF_ERROR(ValidateHostWeight(weight));
+  k::WeightView view{.format = k::Format::kF32,
+                     .rows = weight.rows,
+                     .cols = weight.cols,
+                     .block_rows = weight.block_rows,
+                     .block_cols = weight.block_cols,
+                     .global_scale = weight.global_scale};
+  std::vector<float> dense;
+  absl::Span<const uint8_t> data = weight.data;
+  absl::Span<const uint8_t> scale = weight.scale;
+  if (KeptAsStored(weight.format)) {
+    view.format = static_cast<k::Format>(weight.format);
+  } else {
+    // EXL3 and GridBook: exact fp32 values (their kernels come later).
+    ASSIGN_OR_RETURN(dense, DequantizeHostWeight(weight));
+    data = absl::Span<const uint8_t>(
+        reinterpret_cast<const uint8_t*>(dense.data()), dense.size() * 4);
+    scale = {};
+  }
+  const int64_t data_bytes = RoundUp(static_cast<int64_t>(data.size()));
+  const int64_t total = data_bytes + static_cast<int64_t>(scale.size());
+  absl::StatusOr<void*> device = executor_->Allocate(total);
+  if (!device.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        name(), ": no room for a ", weight.rows, " x ", weight.cols, " ",
+        WeightFormatName(weight.format), " weight (", total,
+        " bytes): ", device.status().message()));
+  }
+  auto* bytes = static_cast<uint8_t*>(*device);
+  executor_->ToDevice(bytes, data.data(), static_cast<int64_t>(data.size()));
+  executor_->ToDevice(bytes + data_bytes, scale.data(),
+                      static_cast<int64_t>(scale.size()));
+  view.data = bytes;
+  view.scale = bytes + data_bytes;
+  // The host copy (dense) must outlive the queued copy.
+  RETURN_IF_ERROR(executor_->Synchronize());
+  return std::make_unique<KernelWeight>(executor_.get(), weight.format, bytes,
+                                        total, view,
+                                        weight.gridbook_input_scale);
+}
+
+void KernelBackend::DequantizeWeight(const Weight& weight,
+                                     absl::Span<float> out) {
+  const KernelWeight& w = AsKernel(weight);
+  const int64_t n = w.rows() * w.cols();
+  CHECK_EQ(static_cast<int64_t>(out.size()), n);
+  Carver carve(*this, Carver::Bytes<float>(n));
+  float* values = carve.Take<float>(n);
+  executor_->Run(k::DequantizeOp{.w = w.view(), .out = values}, n);
+  executor_->ToHost(out.data(), values, n * 4);
+}
+
+void KernelBackend::Gemm(const float* x, int64_t tokens, const Weight& weight,
+                         float* y, bool accumulate) {
+  const KernelWeight& w = AsKernel(weight);
+  if (tokens == 0 || w.rows() == 0) return;
+  if (const float g = w.input_scale(); g > 0.0f) {
+    // The static W4A4 contract: the product takes the quantized activations.
+    const int64_t n = tokens * w.cols();
+    CHECK_EQ(n % 16, 0);
+    auto* xq = reinterpret_cast<float*>(Reserve(w4a4_, n * 4));
+    executor_->Run(k::QuantizeW4A4Op{.x = x, .xq = xq, .global_scale = g},
+                   n / 16);
+    x = xq;
+  }
+  executor_->Run(
+      k::LinearOp{.w = w.view(), .x = x, .y = y, .accumulate = accumulate},
+      tokens * w.rows());
+}
+
+void KernelBackend::Linear(ConstMatrixView x, const Weight& w, MatrixView y,
+                           Accumulate accumulate) {
+  CHECK_EQ(x.cols, w.cols());
+  CHECK_EQ(y.rows, x.rows);
+  CHECK_EQ(y.cols, w.rows());
+  Gemm(x.data, x.rows, w, y.data, accumulate == Accumulate::kYes);
+}
+
+void KernelBackend::RmsNorm(ConstMatrixView x, const float* weight, float eps,
+                            MatrixView y) {
+  CHECK_EQ(y.rows, x.rows);
+  CHECK_EQ(y.cols, x.cols);
+  if (x.cols == 0) return;
+  executor_->Run(k::RmsNormOp{.x = x.data,
+                              .weight = weight,
+                              .y = y.data,
+                              .cols = x.cols,
+                              .eps = eps},
+                 x.rows);
+}
+
+void KernelBackend::Rope(MatrixView x, int head_dim, int rope_dim,
+                         absl::Span<const double> inv_freq,
+                         absl::Span<const int32_t> positions,
+                         RopeDirection direction) {
+  CHECK_GT(head_dim, 0);
+  CHECK_GE(rope_dim, 0);
+  CHECK_LE(rope_dim, head_dim);
+  CHECK_EQ(rope_dim % 2, 0);
+  CHECK_EQ(x.cols % head_dim, 0);
+  CHECK_EQ(static_cast<int64_t>(positions.size()), x.rows);
+  if (rope_dim == 0 || x.rows == 0) return;
+  const int64_t half = rope_dim / 2;
+  CHECK_EQ(static_cast<int64_t>(inv_freq.size()), half);
+  Carver carve(*this,
+               Carver::Bytes<double>(half) + Carver::Bytes<int32_t>(x.rows));
+  const double* freq = carve.Stage(inv_freq);
+  const int32_t* pos = carve.Stage(positions);
+  executor_->Run(
+      k::RopeOp{.x = x.data,
+                .cols = x.cols,
+                .head_dim = head_dim,
+                .rope_dim = rope_dim,
+                .inv_freq = freq,
+                .positions = pos,
+                .sign = direction == RopeDirection::kInverse ? -1.0 : 1.0},
+      x.rows * (x.cols / head_dim) * half);
+}
+
+void KernelBackend::Add(ConstMatrixView a, ConstMatrixView b, MatrixView y) {
+  CHECK_EQ(a.rows, y.rows);
+  CHECK_EQ(a.cols, y.cols);
+  CHECK_EQ(b.rows, y.rows);
+  CHECK_EQ(b.cols, y.cols);
+  executor_->Run(k::AddOp{.a = a.data, .b = b.data, .y = y.data},
+                 y.rows * y.cols);
+}
+
+void KernelBackend::CopyColumns(ConstMatrixView x, int64_t src_col,
+                                MatrixView y) {
+  CHECK_EQ(y.rows, x.rows);
+  CHECK_GE(src_col, 0);
+  CHECK_LE(src_col + y.cols, x.cols);
+  if (y.cols == 0) return;
+  executor_->Run(k::CopyBlockOp{.src = x.data,
+                                .src_cols = x.cols,
+                                .src_col = src_col,
+                                .dst = y.data,
+                                .dst_cols = y.cols,
+                                .dst_col = 0,
+                                .width = y.cols},
+                 y.rows * y.cols);
+}
+
+void KernelBackend::PlaceColumns(ConstMatrixView x, MatrixView y,
+                                 int64_t dst_col) {
+  CHECK_EQ(y.rows, x.rows);
+  CHECK_GE(dst_col, 0);
+  CHECK_LE(dst_col + x.cols, y.cols);
+  if (x.cols == 0) return;
+  executor_->Run(k::CopyBlockOp{.src = x.data,
+                                .src_cols = x.cols,
+                                .src_col = 0,
+                                .dst = y.data,
+                                .dst_cols = y.cols,
+                                .dst_col = dst_col,
+                                .width = x.cols},
+                 x.rows * x.cols);
+}
+
+void KernelBackend::GatherRows(ConstMatrixView x,
+                               absl::Span<const int32_t> rows, MatrixView y) {
+  CHECK_EQ(static_cast<int64_t>(rows.size()), y.rows);
+  CHECK_EQ(y.cols, x.cols);
+  if (x.cols == 0 || rows.empty()) return;
+  for (const int32_t r : rows) CHECK(r >= 0 && r < x.rows) << "row " << r;
+  const auto n = static_cast<int64_t>(rows.size());
+  Carver carve(*this, Carver::Bytes<int32_t>(n));
+  const int32_t* staged = carve.Stage(rows);
+  executor_->Run(k::MoveRowsOp{.src = x.data,
+                               .src_rows = staged,
+                               .dst = y.data,
+                               .dst_rows = nullptr,
+                               .cols = x.cols},
+                 n * x.cols);
+}
+
+void KernelBackend::ScatterRows(ConstMatrixView src,
+                                absl::Span<const int32_t> rows, MatrixView x) {
+  CHECK_EQ(static_cast<int64_t>(rows.size()), src.rows);
+  CHECK_EQ(src.cols, x.cols);
+  if (x.cols == 0 || rows.empty()) return;
+  for (const int32_t r : rows) CHECK(r >= 0 && r < x.rows) << "row " << r;
+  // A row named twice gets its last source, as a sequential copy would: the
+  // kernel then writes each destination row once.
+  std::vector<int32_t> from;
+  std::vector<int32_t> to;
+  absl::flat_hash_set<int32_t> seen;
+  for (int64_t i = static_cast<int64_t>(rows.size()) - 1; i >= 0; --i) {
+    if (seen.insert(rows[i]).second) {
+      from.push_back(static_cast<int32_t>(i));
+      to.push_back(rows[i]);
+    }
+  }
+  const auto n = static_cast<int64_t>(from.size());
+  Carver carve(*this, 2 * Carver::Bytes<int32_t>(n));
+  const int32_t* src_rows = carve.Stage(absl::Span<const int32_t>(from));
+  const int32_t* dst_rows = carve.Stage(absl::Span<const int32_t>(to));
+  executor_->Run(k::MoveRowsOp{.src = src.data,
+                               .src_rows = src_rows,
+                               .dst = x.data,
+                               .dst_rows = dst_rows,
+                               .cols = x.cols},
+                 n * x.cols);
+}
+
+void KernelBackend::Embedding(absl::Span<const int32_t> ids, int64_t first_id,
+                              const Weight& table, MatrixView y) {
+  const KernelWeight& w = AsKernel(table);
+  CHECK(w.format() == WeightFormat::kF32 || w.format() == WeightFormat::kBf16)
+      << "embedding tables are f32 or bf16, got "
+      << WeightFormatName(w.format());
+  CHECK_EQ(static_cast<int64_t>(ids.size()), y.rows);
+  CHECK_EQ(y.cols, w.cols());
+  if (ids.empty()) return;
+  const auto n = static_cast<int64_t>(ids.size());
+  Carver carve(*this, Carver::Bytes<int32_t>(n));
+  const int32_t* staged = carve.Stage(ids);
+  executor_->Run(
+      k::EmbeddingOp{
+          .table = w.view(), .ids = staged, .first_id = first_id, .y = y.data},
+      n * w.cols());
+}
+
+void KernelBackend::ApplySink(ConstMatrixView lse, const float* sink,
+                              MatrixView out) {
+  CHECK_EQ(lse.rows, out.rows);
+  CHECK_GT(lse.cols, 0);
+  CHECK_EQ(out.cols % lse.cols, 0);
+  executor_->Run(k::ApplySinkOp{.lse = lse.data,
+                                .sink = sink,
+                                .out = out.data,
+                                .heads = lse.cols,
+                                .hd = out.cols / lse.cols},
+                 out.rows * out.cols);
+}
+
+void KernelBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
+                                    int heads, absl::Span<const int32_t> idx,
+                                    int width, float scale, const float* sink,
+                                    MatrixView out, MatrixView lse) {
+  CHECK_GT(heads, 0);
+  CHECK_GE(width, 0);
+  const int64_t hd = kv.cols;
+  const int64_t tokens = q.rows;
+  CHECK_EQ(q.cols, heads * hd);
+  CHECK_EQ(out.rows, tokens);
+  CHECK_EQ(out.cols, q.cols);
+  CHECK_EQ(lse.rows, tokens);
+  CHECK_EQ(lse.cols, heads);
+  CHECK_EQ(static_cast<int64_t>(idx.size()), tokens * width);
+  for (const int32_t i : idx) {
+    CHECK_GE(i, -1);
+    CHECK_LT(i, kv.rows);
+  }
+  if (tokens == 0) return;
+  Carver carve(*this, Carver::Bytes<int32_t>(tokens * width));
+  const int32_t* staged = carve.Stage(idx);
+  executor_->Run(k::SparseAttentionOp{.q = q.data,
+                                      .kv = kv.data,
+                                      .idx = staged,
+                                      .width = width,
+                                      .heads = heads,
+                                      .hd = hd,
+                                      .scale = scale,
+                                      .sink = sink,
+                                      .out = out.data,
+                                      .lse = lse.data},
+                 tokens * heads);
+}
+
+void KernelBackend::IndexScores(ConstMatrixView q, ConstMatrixView w,
+                                ConstMatrixView keys,
+                                absl::Span<const int32_t> rows,
+                                MatrixView out) {
+  const int64_t tokens = q.rows;
+  CHECK_EQ(w.rows, tokens);
+  CHECK_GT(w.cols, 0);
+  const int64_t heads = w.cols;
+  CHECK_EQ(q.cols % heads, 0);
+  const int64_t d = q.cols / heads;
+  CHECK_LE(d, keys.cols);
+  const auto n = static_cast<int64_t>(rows.size());
+  CHECK_EQ(out.rows, tokens);
+  CHECK_EQ(out.cols, n);
+  for (const int32_t r : rows) {
+    CHECK_GE(r, 0);
+    CHECK_LT(r, keys.rows);
+  }
+  if (tokens == 0 || n == 0) return;
+  Carver carve(*this, Carver::Bytes<int32_t>(n));
+  const int32_t* staged = carve.Stage(rows);
+  executor_->Run(k::IndexScoresOp{.q = q.data,
+                                  .w = w.data,
+                                  .keys = keys.data,
+                                  .key_cols = keys.cols,
+                                  .rows = staged,
+                                  .n = n,
+                                  .heads = heads,
+                                  .d = d,
+                                  .out = out.data},
+                 tokens * n);
+}
+
+void KernelBackend::SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
+                                ConstMatrixView ape, MatrixView out) {
+  const int64_t r = kv.rows;
+  const int64_t d = kv.cols;
+  CHECK_GT(r, 0);
+  CHECK_EQ(score.rows, r);
+  CHECK_EQ(score.cols, d);
+  CHECK_EQ(ape.rows, r);
+  CHECK_EQ(ape.cols, d);
+  CHECK_EQ(out.rows, 1);
+  CHECK_EQ(out.cols, d);
+  executor_->Run(k::SoftmaxPoolOp{.kv = kv.data,
+                                  .score = score.data,
+                                  .ape = ape.data,
+                                  .r = r,
+                                  .d = d,
+                                  .out = out.data},
+                 d);
+}
+
+void KernelBackend::HcMix(ConstMatrixView x_stream, const Weight& fn,
+                          const float* base, const float* scale, int hc,
+                          int sinkhorn_iters, float hc_eps, float norm_eps,
+                          MatrixView pre, MatrixView post, MatrixView comb) {
+  CHECK_GE(hc, 1);
+  CHECK_LE(hc, k::kMaxHc);
+  CHECK_GE(sinkhorn_iters, 1);
+  const int64_t tokens = x_stream.rows;
+  const int64_t width = x_stream.cols;
+  const int64_t num_mix = int64_t{2 + hc} * hc;
+  CHECK_EQ(width % hc, 0);
+  CHECK_EQ(fn.rows(), num_mix);
+  CHECK_EQ(fn.cols(), width);
+  CHECK_EQ(pre.rows, tokens);
+  CHECK_EQ(pre.cols, hc);
+  CHECK_EQ(post.rows, tokens);
+  CHECK_EQ(post.cols, hc);
+  CHECK_EQ(comb.rows, tokens);
+  CHECK_EQ(comb.cols, hc * hc);
+  if (tokens == 0) return;
+  Carver carve(*this, Carver::Bytes<float>(tokens * num_mix));
+  float* mix = carve.Take<float>(tokens * num_mix);
+  Gemm(x_stream.data, tokens, fn, mix, false);
+  executor_->Run(k::HcMixOp{.x_stream = x_stream.data,
+                            .width = width,
+                            .mix = mix,
+                            .base = base,
+                            .scale = scale,
+                            .hc = hc,
+                            .sinkhorn_iters = sinkhorn_iters,
+                            .hc_eps = hc_eps,
+                            .norm_eps = norm_eps,
+                            .pre = pre.data,
+                            .post = post.data,
+                            .comb = comb.data},
+                 tokens);
+}
+
+void KernelBackend::HcCollapse(ConstMatrixView x_stream, ConstMatrixView pre,
+                               int hc, MatrixView x) {
+  CHECK_GE(hc, 1);
+  const int64_t tokens = x_stream.rows;
+  const int64_t d = x.cols;
+  CHECK_EQ(x_stream.cols, hc * d);
+  CHECK_EQ(x.rows, tokens);
+  CHECK_EQ(pre.rows, tokens);
+  CHECK_EQ(pre.cols, hc);
+  if (d == 0) return;
+  executor_->Run(k::HcCombineOp{.x_stream = x_stream.data,
+                                .hc = hc,
+                                .d = d,
+                                .pre = pre.data,
+                                .x = x.data},
+                 tokens * d);
+}
+
+void KernelBackend::HcPost(ConstMatrixView a, ConstMatrixView post,
+                           ConstMatrixView comb, int hc, MatrixView x_stream) {
+  CHECK_GE(hc, 1);
+  CHECK_LE(hc, k::kMaxHc);
+  const int64_t tokens = x_stream.rows;
+  const int64_t d = a.cols;
+  CHECK_EQ(x_stream.cols, hc * d);
+  CHECK_EQ(a.rows, tokens);
+  CHECK_EQ(post.rows, tokens);
+  CHECK_EQ(post.cols, hc);
+  CHECK_EQ(comb.rows, tokens);
+  CHECK_EQ(comb.cols, hc * hc);
+  if (d == 0) return;
+  executor_->Run(k::HcPostOp{.a = a.data,
+                             .post = post.data,
+                             .comb = comb.data,
+                             .hc = hc,
+                             .d = d,
+                             .x_stream = x_stream.data},
+                 tokens * d);
+}
+
+void KernelBackend::HcHead(ConstMatrixView x_stream, const Weight& fn,
+                           const float* base, const float* scale, int hc,
+                           float eps, MatrixView x) {
+  CHECK_GE(hc, 1);
+  const int64_t tokens = x_stream.rows;
+  const int64_t d = x.cols;
+  const int64_t width = hc * d;
+  CHECK_EQ(x_stream.cols, width);
+  CHECK_EQ(x.rows, tokens);
+  CHECK_EQ(fn.rows(), hc);
+  CHECK_EQ(fn.cols(), width);
+  if (tokens == 0 || d == 0) return;
+  Carver carve(
+      *this, Carver::Bytes<float>(tokens * hc) + Carver::Bytes<float>(tokens));
+  float* mix = carve.Take<float>(tokens * hc);
+  float* norm = carve.Take<float>(tokens);
+  Gemm(x_stream.data, tokens, fn, mix, false);
+  executor_->Run(
+      k::RowRsqrtOp{
+          .x = x_stream.data, .width = width, .eps = eps, .norm = norm},
+      tokens);
+  executor_->Run(k::HcCombineOp{.x_stream = x_stream.data,
+                                .hc = hc,
+                                .d = d,
+                                .mix = mix,
+                                .norm = norm,
+                                .base = base,
+                                .scale = scale,
+                                .eps = eps,
+                                .x = x.data},
+                 tokens * d);
+}
+
+void KernelBackend::EngramGate(ConstMatrixView kv, const float* q_w,
+                               const float* k_w, int hc, float eps,
+                               MatrixView x_stream) {
+  CHECK_GE(hc, 1);
+  const int64_t tokens = x_stream.rows;
+  CHECK_EQ(x_stream.cols % hc, 0);
+  const int64_t d = x_stream.cols / hc;
+  CHECK_EQ(kv.rows, tokens);
+  CHECK_EQ(kv.cols, (hc + 1) * d);
+  if (d == 0) return;
+  executor_->Run(k::EngramGateOp{.kv = kv.data,
+                                 .q_w = q_w,
+                                 .k_w = k_w,
+                                 .hc = hc,
+                                 .d = d,
+                                 .eps = eps,
+                                 .x_stream = x_stream.data},
+                 tokens * hc);
+}
+
+void KernelBackend::MoeRoute(ConstMatrixView logits, const float* bias,
+                             int top_k, float routed_scaling,
+                             absl::Span<int32_t> expert_ids,
+                             absl::Span<float> weights) {
+  const int64_t tokens = logits.rows;
+  const int64_t experts = logits.cols;
+  CHECK_GE(top_k, 1);
+  CHECK_LE(top_k, experts);
+  CHECK_EQ(static_cast<int64_t>(expert_ids.size()), tokens * top_k);
+  CHECK_EQ(static_cast<int64_t>(weights.size()), tokens * top_k);
+  if (tokens == 0) return;
+  const std::vector<float> host = Fetch(logits.data, tokens * experts);
+  std::vector<float> host_bias;
+  if (bias != nullptr) host_bias = Fetch(bias, experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    router_.Route(host.data() + t * experts, experts,
+                  bias != nullptr ? host_bias.data() : nullptr, top_k,
+                  routed_scaling, expert_ids.data() + t * top_k,
+                  weights.data() + t * top_k);
+  }
+}
+
+void KernelBackend::ExpertForward(ConstMatrixView x_all,
+                                  absl::Span<const int32_t> rows,
+                                  absl::Span<const float> weights,
+                                  const Weight& w1, const Weight& w2,
+                                  const Weight& w3, float limit,
+                                  MatrixView y_all) {
+  const int64_t d = x_all.cols;
+  const int64_t inter = w1.rows();
+  CHECK_EQ(w1.cols(), d);
+  CHECK_EQ(w3.rows(), inter);
+  CHECK_EQ(w3.cols(), d);
+  CHECK_EQ(w2.rows(), d);
+  CHECK_EQ(w2.cols(), inter);
+  CHECK_EQ(y_all.cols, d);
+  CHECK_EQ(rows.size(), weights.size());
+  const auto n = static_cast<int64_t>(rows.size());
+  if (n == 0 || d == 0) return;
+  for (const int32_t r : rows) {
+    CHECK(r >= 0 && r < x_all.rows && r < y_all.rows) << "row " << r;
+  }
+  Carver carve(*this, Carver::Bytes<int32_t>(n) + Carver::Bytes<float>(n) +
+                          2 * Carver::Bytes<float>(n * d) +
+                          2 * Carver::Bytes<float>(n * inter));
+  const int32_t* staged_rows = carve.Stage(rows);
+  const float* staged_weights = carve.Stage(weights);
+  float* x = carve.Take<float>(n * d);
+  float* h1 = carve.Take<float>(n * inter);
+  float* h3 = carve.Take<float>(n * inter);
+  float* out = carve.Take<float>(n * d);
+  executor_->Run(k::MoveRowsOp{.src = x_all.data,
+                               .src_rows = staged_rows,
+                               .dst = x,
+                               .dst_rows = nullptr,
+                               .cols = d},
+                 n * d);
+  Gemm(x, n, w1, h1, false);
+  Gemm(x, n, w3, h3, false);
+  executor_->Run(k::SwiGluOp{.h1 = h1, .h3 = h3, .limit = limit}, n * inter);
+  Gemm(h1, n, w2, out, false);
+  executor_->Run(k::ScatterAddOp{.src = out,
+                                 .rows = staged_rows,
+                                 .weights = staged_weights,
+                                 .n = n,
+                                 .cols = d,
+                                 .y = y_all.data},
+                 d);
+}
+
+void KernelBackend::Sample(ConstMatrixView logits,
+                           absl::Span<const SamplingParams> params,
+                           absl::Span<int32_t> ids,
+                           absl::Span<float> logprobs) {
+  const int64_t tokens = logits.rows;
+  const int64_t vocab = logits.cols;
+  CHECK_GT(vocab, 0);
+  CHECK_EQ(static_cast<int64_t>(params.size()), tokens);
+  CHECK_EQ(static_cast<int64_t>(ids.size()), tokens);
+  CHECK_EQ(static_cast<int64_t>(logprobs.size()), tokens);
+  if (tokens == 0) return;
+  const std::vector<float> host = Fetch(logits.data, tokens * vocab);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* row = host.data() + t * vocab;
+    ids[t] = SampleToken(row, vocab, params[t]);
+    logprobs[t] = LogProbOf(row, vocab, ids[t]);
+  }
+}
+
+void KernelBackend::LogProbs(ConstMatrixView logits,
+                             absl::Span<const int32_t> ids,
+                             absl::Span<float> logprobs) {
+  const int64_t tokens = logits.rows;
+  const int64_t vocab = logits.cols;
+  CHECK_EQ(static_cast<int64_t>(ids.size()), tokens);
+  CHECK_EQ(static_cast<int64_t>(logprobs.size()), tokens);
+  if (tokens == 0) return;
+  const std::vector<float> host = Fetch(logits.data, tokens * vocab);
+  for (int64_t t = 0; t < tokens; ++t) {
+    CHECK(ids[t] >= 0 && ids[t] < vocab) << "id " << ids[t];
+    logprobs[t] = LogProbOf(host.data() + t * vocab, vocab, ids[t]);
+  }
+}
+
+}  // namespace mneme::gpu

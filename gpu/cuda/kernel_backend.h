@@ -1,0 +1,122 @@
+#ifndef MNEME_GPU_CUDA_KERNEL_BACKEND_H_
+#define MNEME_GPU_CUDA_KERNEL_BACKEND_H_
+
+// The CUDA backend's Backend implementation over an Executor: weights kept
+// in their checkpoint formats (fp32, bf16, FP8 with UE8M0 block scales,
+// MXFP4, NVFP4) and decoded inside the kernels; EXL3 and GridBook weights
+// are dequantized to fp32 at upload for now. Every op is a kernel of
+// kernel_ops.h. Routing, sampling and log-probs read the logits back and run
+// the host's shared code (gpu/sampling.h) for now.
+//
+// Thread-safety: as Backend (one caller at a time).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "gpu/backend.h"
+#include "gpu/cuda/executor.h"
+#include "gpu/sampling.h"
+
+namespace mneme::gpu {
+
+class KernelBackend final : public Backend {
+ public:
+  explicit KernelBackend(std::unique_ptr<Executor> executor);
+  ~KernelBackend() override;
+  KernelBackend(const KernelBackend&) = delete;
+  KernelBackend& operator=(const KernelBackend&) = delete;
+
+  std::string name() const override { return executor_->name(); }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(int64_t elements) override;
+  void CopyFromHost(absl::Span<const float> src, float* dst) override;
+  void CopyToHost(const float* src, absl::Span<float> dst) override;
+  absl::Status Synchronize() override;
+  absl::StatusOr<std::unique_ptr<Weight>> UploadWeight(
+      const HostWeight& weight) override;
+  void DequantizeWeight(const Weight& weight, absl::Span<float> out) override;
+
+  void Linear(ConstMatrixView x, const Weight& w, MatrixView y,
+              Accumulate accumulate) override;
+  void RmsNorm(ConstMatrixView x, const float* weight, float eps,
+               MatrixView y) override;
+  void Rope(MatrixView x, int head_dim, int rope_dim,
+            absl::Span<const double> inv_freq,
+            absl::Span<const int32_t> positions,
+            RopeDirection direction) override;
+  void Add(ConstMatrixView a, ConstMatrixView b, MatrixView y) override;
+  void CopyColumns(ConstMatrixView x, int64_t src_col, MatrixView y) override;
+  void PlaceColumns(ConstMatrixView x, MatrixView y, int64_t dst_col) override;
+  void GatherRows(ConstMatrixView x, absl::Span<const int32_t> rows,
+                  MatrixView y) override;
+  void ScatterRows(ConstMatrixView src, absl::Span<const int32_t> rows,
+                   MatrixView x) override;
+  void Embedding(absl::Span<const int32_t> ids, int64_t first_id,
+                 const Weight& table, MatrixView y) override;
+  void ApplySink(ConstMatrixView lse, const float* sink,
+                 MatrixView out) override;
+  void SparseAttention(ConstMatrixView q, ConstMatrixView kv, int heads,
+                       absl::Span<const int32_t> idx, int width, float scale,
+                       const float* sink, MatrixView out,
+                       MatrixView lse) override;
+  void IndexScores(ConstMatrixView q, ConstMatrixView w, ConstMatrixView keys,
+                   absl::Span<const int32_t> rows, MatrixView out) override;
+  void SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
+                   ConstMatrixView ape, MatrixView out) override;
+  void HcPost(ConstMatrixView a, ConstMatrixView post, ConstMatrixView comb,
+              int hc, MatrixView x_stream) override;
+  void HcHead(ConstMatrixView x_stream, const Weight& fn, const float* base,
+              const float* scale, int hc, float eps, MatrixView x) override;
+  void HcMix(ConstMatrixView x_stream, const Weight& fn, const float* base,
+             const float* scale, int hc, int sinkhorn_iters, float hc_eps,
+             float norm_eps, MatrixView pre, MatrixView post,
+             MatrixView comb) override;
+  void HcCollapse(ConstMatrixView x_stream, ConstMatrixView pre, int hc,
+                  MatrixView x) override;
+  void EngramGate(ConstMatrixView kv, const float* q_w, const float* k_w,
+                  int hc, float eps, MatrixView x_stream) override;
+  void MoeRoute(ConstMatrixView logits, const float* bias, int top_k,
+                float routed_scaling, absl::Span<int32_t> expert_ids,
+                absl::Span<float> weights) override;
+  void ExpertForward(ConstMatrixView x_all, absl::Span<const int32_t> rows,
+                     absl::Span<const float> weights, const Weight& w1,
+                     const Weight& w2, const Weight& w3, float limit,
+                     MatrixView y_all) override;
+  void Sample(ConstMatrixView logits, absl::Span<const SamplingParams> params,
+              absl::Span<int32_t> ids, absl::Span<float> logprobs) override;
+  void LogProbs(ConstMatrixView logits, absl::Span<const int32_t> ids,
+                absl::Span<float> logprobs) override;
+
+ private:
+  // A device block reused by later calls: grown (never shrunk) on demand.
+  struct Arena {
+    void* data = nullptr;
+    int64_t bytes = 0;
+  };
+  // Carves an op's temporaries from an arena of at least `bytes`.
+  class Carver;
+
+  uint8_t* Reserve(Arena& arena, int64_t bytes);
+  // y[T, w.rows] (+)= x[T, w.cols] . w^T on device memory.
+  void Gemm(const float* x, int64_t tokens, const Weight& w, float* y,
+            bool accumulate);
+  // `n` floats of device memory copied back to the host.
+  std::vector<float> Fetch(const float* src, int64_t n);
+
+  std::unique_ptr<Executor> executor_;
+  // Temporaries of one op (staged host indices, intermediate products).
+  Arena work_;
+  // Quantized activations of the W4A4 contract (used inside Gemm, so apart
+  // from work_).
+  Arena w4a4_;
+  MoeRouter router_;
+};
+
+}  // namespace mneme::gpu
+
+#endif  // MNEME_GPU_CUDA_KERNEL_BACKEND_H_

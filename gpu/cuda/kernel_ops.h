@@ -1,0 +1,767 @@
+#ifndef MNEME_GPU_CUDA_KERNEL_OPS_H_
+#define MNEME_GPU_CUDA_KERNEL_OPS_H_
+
+// The device kernels of the CUDA backend, written once as "ops": a plain
+// struct of pointers and sizes whose operator()(item) computes one
+// independent item of the output. nvcc runs an op as a grid-stride kernel
+// (gpu/cuda/cuda_kernels.cu); the host executor (gpu/cuda/host_executor.h)
+// runs the same code in a loop, so every op's index and number logic is
+// tested on machines without a GPU, against the CPU backend's results.
+//
+// Items never write what another item of the same op reads or writes, so
+// they run in any order. Pointers are device memory (host memory under the
+// host executor). Plain C++ (no library calls beyond math), so that it
+// compiles in both worlds.
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define MNEME_HD __host__ __device__
+#else
+#define MNEME_HD
+#endif
+
+namespace mneme::gpu::kernels {
+
+// ---- math that compiles on both sides ----------------------------------
+
+MNEME_HD inline float Expf(float x) {
+#if defined(__CUDA_ARCH__)
+  return expf(x);
+#else
+  return std::exp(x);
+#endif
+}
+MNEME_HD inline double ExpD(double x) {
+#if defined(__CUDA_ARCH__)
+  return exp(x);
+#else
+  return std::exp(x);
+#endif
+}
+MNEME_HD inline float Logf(float x) {
+#if defined(__CUDA_ARCH__)
+  return logf(x);
+#else
+  return std::log(x);
+#endif
+}
+MNEME_HD inline float Sqrtf(float x) {
+#if defined(__CUDA_ARCH__)
+  return sqrtf(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+MNEME_HD inline double SqrtD(double x) {
+#if defined(__CUDA_ARCH__)
+  return sqrt(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+MNEME_HD inline double CosD(double x) {
+#if defined(__CUDA_ARCH__)
+  return cos(x);
+#else
+  return std::cos(x);
+#endif
+}
+MNEME_HD inline double SinD(double x) {
+#if defined(__CUDA_ARCH__)
+  return sin(x);
+#else
+  return std::sin(x);
+#endif
+}
+MNEME_HD inline float Fabsf(float x) { return x < 0.0f ? -x : x; }
+MNEME_HD inline float Minf(float a, float b) { return b < a ? b : a; }
+MNEME_HD inline float Maxf(float a, float b) { return a < b ? b : a; }
+MNEME_HD inline float Rsqrtf(float x) { return 1.0f / Sqrtf(x); }
+MNEME_HD inline float Sigmoidf(float x) { return 1.0f / (1.0f + Expf(-x)); }
+MNEME_HD inline float Siluf(float x) { return x / (1.0f + Expf(-x)); }
+
+MNEME_HD inline float BitsToFloat(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+#endif
+}
+MNEME_HD inline uint32_t FloatToBits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+#endif
+}
+
+// ---- the checkpoint number formats (formats/*.h, bit for bit) ------------
+
+MNEME_HD inline float Bf16Value(uint16_t bits) {
+  return BitsToFloat(static_cast<uint32_t>(bits) << 16);
+}
+
+// e4m3 (fn): 0x7F / 0xFF are NaN, no infinities.
+MNEME_HD inline float E4m3Value(uint8_t code) {
+  const uint32_t sign = static_cast<uint32_t>(code & 0x80u) << 24;
+  const uint32_t exponent = (code >> 3) & 0xFu;
+  const uint32_t mantissa = code & 0x7u;
+  if ((code & 0x7Fu) == 0x7Fu) return BitsToFloat(0x7FC00000u);
+  if (exponent == 0) {
+    const float m = static_cast<float>(mantissa) * 0.001953125f;  // 2^-9
+    return sign != 0 ? -m : m;
+  }
+  return BitsToFloat(sign | ((exponent + 127 - 7) << 23) | (mantissa << 20));
+}
+
+// 2^(code - 127); 0 -> 2^-127, 255 -> NaN.
+MNEME_HD inline float Ue8m0Value(uint8_t code) {
+  const uint32_t bits = code == 255 ? 0x7FC00000u
+                        : code == 0 ? 0x00400000u
+                                    : static_cast<uint32_t>(code) << 23;
+  return BitsToFloat(bits);
+}
+
+// The low nibble of `code`.
+MNEME_HD inline float E2m1Value(uint8_t code) {
+  const uint32_t magnitude = code & 0x7u;
+  // 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+  const float value = magnitude < 4
+                          ? 0.5f * static_cast<float>(magnitude)
+                          : 0.5f * static_cast<float>(1u << (magnitude >> 1)) *
+                                ((magnitude & 1u) != 0 ? 1.5f : 1.0f);
+  return (code & 0x8u) != 0 ? -value : value;
+}
+
+// Round to nearest, ties to even; saturating to 448; NaN -> 0x7F.
+MNEME_HD inline uint8_t E4m3Code(float value) {
+  const uint32_t bits = FloatToBits(value);
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude > 0x7F800000u) return 0x7F;
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t exponent = magnitude >> 23;
+  uint32_t code;
+  if (exponent >= 127 - 6) {
+    const uint32_t rounded =
+        (magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u)) >> 20;
+    code = rounded - ((127 - 7) << 3);
+    if (code > 0x7E) code = 0x7E;
+  } else if (exponent == 0) {
+    code = 0;
+  } else {
+    const uint32_t significand = (magnitude & 0x7FFFFFu) | 0x800000u;
+    const uint32_t shift = 141 - exponent;
+    if (shift >= 32) {
+      code = 0;
+    } else {
+      const uint32_t quotient = significand >> shift;
+      const uint32_t remainder = significand & ((1u << shift) - 1);
+      const uint32_t half = 1u << (shift - 1);
+      code = quotient +
+             ((remainder > half || (remainder == half && (quotient & 1u) != 0))
+                  ? 1u
+                  : 0u);
+    }
+  }
+  return static_cast<uint8_t>(sign | code);
+}
+
+// Round to nearest, ties to even; saturating to 6; NaN -> 0.
+MNEME_HD inline uint8_t E2m1Code(float value) {
+  if (value != value) return 0;
+  const uint8_t sign = (FloatToBits(value) >> 31) != 0 ? 0x8 : 0x0;
+  const float m = Fabsf(value);
+  uint8_t code;
+  if (m <= 0.25f) {
+    code = 0;
+  } else if (m < 0.75f) {
+    code = 1;
+  } else if (m <= 1.25f) {
+    code = 2;
+  } else if (m < 1.75f) {
+    code = 3;
+  } else if (m <= 2.5f) {
+    code = 4;
+  } else if (m < 3.5f) {
+    code = 5;
+  } else if (m <= 5.0f) {
+    code = 6;
+  } else {
+    code = 7;
+  }
+  return static_cast<uint8_t>(sign | code);
+}
+
+// ---- weights -------------------------------------------------------------
+
+// The storage formats a device weight keeps (gpu/backend.h WeightFormat
+// values; EXL3 and GridBook weights are stored as kF32 for now).
+enum class Format : int32_t {
+  kF32 = 1,
+  kBf16 = 2,
+  kFp8Block = 3,
+  kMxfp4 = 4,
+  kNvfp4 = 5,
+};
+
+// A weight's bytes on the device, decoded an element at a time.
+struct WeightView {
+  Format format = Format::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const uint8_t* data = nullptr;
+  const uint8_t* scale = nullptr;
+  int32_t block_rows = 32;
+  int32_t block_cols = 32;
+  float global_scale = 1.0f;
+
+  // Element (r, c) as fp32: the values of gpu/host_weight.h DequantizeRows.
+  MNEME_HD float At(int64_t r, int64_t c) const {
+    const int64_t i = r * cols + c;
+    switch (format) {
+      case Format::kF32:
+        return reinterpret_cast<const float*>(data)[i];
+      case Format::kBf16:
+        return Bf16Value(reinterpret_cast<const uint16_t*>(data)[i]);
+      case Format::kFp8Block: {
+        const int64_t per_row = (cols + block_cols - 1) / block_cols;
+        return E4m3Value(data[i]) *
+               Ue8m0Value(scale[(r / block_rows) * per_row + c / block_cols]);
+      }
+      case Format::kMxfp4: {
+        const uint8_t pair = data[i / 2];
+        return E2m1Value((c & 1) != 0 ? pair >> 4 : pair) *
+               Ue8m0Value(scale[r * (cols / 32) + c / 32]);
+      }
+      case Format::kNvfp4: {
+        const uint8_t pair = data[i / 2];
+        return (E2m1Value((c & 1) != 0 ? pair >> 4 : pair) *
+                E4m3Value(scale[r * (cols / 16) + c / 16])) *
+               global_scale;
+      }
+    }
+    return 0.0f;
+  }
+};
+
+// ---- ops: one item each ------------------------------------------------
+
+// y[t, r] (= or +=) sum_c x[t, c] * w(r, c); item = t * w.rows + r.
+struct LinearOp {
+  WeightView w;
+  const float* x = nullptr;
+  float* y = nullptr;
+  bool accumulate = false;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t t = item / w.rows;
+    const int64_t r = item % w.rows;
+    const float* xt = x + t * w.cols;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < w.cols; ++c) sum += xt[c] * w.At(r, c);
+    float* out = y + t * w.rows + r;
+    *out = accumulate ? *out + sum : sum;
+  }
+};
+
+// out[i] = w(i / cols, i % cols): a weight decoded to fp32.
+struct DequantizeOp {
+  WeightView w;
+  float* out = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    out[item] = w.At(item / w.cols, item % w.cols);
+  }
+};
+
+// gridbook's static W4A4 activation contract
+// (formats/gridbook/gridbook.h QuantizeActivationsW4A4); item = a group of
+// 16 values.
+struct QuantizeW4A4Op {
+  const float* x = nullptr;
+  float* xq = nullptr;
+  float global_scale = 1.0f;
+  MNEME_HD void operator()(int64_t group) const {
+    const float inverse = 1.0f / global_scale;
+    float xs[16];
+    float amax = 0.0f;
+    for (int i = 0; i < 16; ++i) {
+      xs[i] = x[group * 16 + i] * global_scale;
+      amax = Maxf(amax, Fabsf(xs[i]));
+    }
+    const float sf = E4m3Value(E4m3Code(Minf(amax / 6.0f, 448.0f)));
+    for (int i = 0; i < 16; ++i) {
+      uint8_t code;
+      if (sf == 0.0f) {
+        code = (FloatToBits(xs[i]) >> 31) != 0 ? 0x8 : 0x0;
+      } else {
+        code = E2m1Code(Maxf(-6.0f, Minf(xs[i] / sf, 6.0f)));
+      }
+      xq[group * 16 + i] = (E2m1Value(code) * sf) * inverse;
+    }
+  }
+};
+
+// y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight; item = row.
+struct RmsNormOp {
+  const float* x = nullptr;
+  const float* weight = nullptr;  // null: no scale
+  float* y = nullptr;
+  int64_t cols = 0;
+  float eps = 0.0f;
+  MNEME_HD void operator()(int64_t r) const {
+    const float* row = x + r * cols;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) sum += row[c] * row[c];
+    const float s = Rsqrtf(sum / static_cast<float>(cols) + eps);
+    float* out = y + r * cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      out[c] = weight != nullptr ? row[c] * s * weight[c] : row[c] * s;
+    }
+  }
+};
+
+// Interleaved rotary pairs of the last rope_dim values of each head; item =
+// (t * heads + h) * (rope_dim / 2) + i.
+struct RopeOp {
+  float* x = nullptr;
+  int64_t cols = 0;
+  int64_t head_dim = 0;
+  int64_t rope_dim = 0;
+  const double* inv_freq = nullptr;
+  const int32_t* positions = nullptr;
+  double sign = 1.0;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t half = rope_dim / 2;
+    const int64_t heads = cols / head_dim;
+    const int64_t i = item % half;
+    const int64_t h = (item / half) % heads;
+    const int64_t t = item / half / heads;
+    const double angle = sign * positions[t] * inv_freq[i];
+    const float cosine = static_cast<float>(CosD(angle));
+    const float sine = static_cast<float>(SinD(angle));
+    float* v = x + t * cols + h * head_dim + head_dim - rope_dim;
+    const float a = v[2 * i];
+    const float b = v[2 * i + 1];
+    v[2 * i] = a * cosine - b * sine;
+    v[2 * i + 1] = a * sine + b * cosine;
+  }
+};
+
+// y = a + b; item = element.
+struct AddOp {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  float* y = nullptr;
+  MNEME_HD void operator()(int64_t i) const { y[i] = a[i] + b[i]; }
+};
+
+// dst[r, dst_col + c] = src[r, src_col + c] for c < width; item = r * width
+// + c. Source and destination do not overlap.
+struct CopyBlockOp {
+  const float* src = nullptr;
+  int64_t src_cols = 0;
+  int64_t src_col = 0;
+  float* dst = nullptr;
+  int64_t dst_cols = 0;
+  int64_t dst_col = 0;
+  int64_t width = 0;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t r = item / width;
+    const int64_t c = item % width;
+    dst[r * dst_cols + dst_col + c] = src[r * src_cols + src_col + c];
+  }
+};
+
+// dst[dst_rows ? dst_rows[i] : i, c] = src[src_rows ? src_rows[i] : i, c];
+// item = i * cols + c. Destination rows are distinct.
+struct MoveRowsOp {
+  const float* src = nullptr;
+  const int32_t* src_rows = nullptr;
+  float* dst = nullptr;
+  const int32_t* dst_rows = nullptr;
+  int64_t cols = 0;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t i = item / cols;
+    const int64_t c = item % cols;
+    const int64_t s = src_rows != nullptr ? src_rows[i] : i;
+    const int64_t d = dst_rows != nullptr ? dst_rows[i] : i;
+    dst[d * cols + c] = src[s * cols + c];
+  }
+};
+
+// y[t, c] = table(ids[t] - first_id, c), zero outside the table; item = t *
+// cols + c.
+struct EmbeddingOp {
+  WeightView table;
+  const int32_t* ids = nullptr;
+  int64_t first_id = 0;
+  float* y = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t t = item / table.cols;
+    const int64_t c = item % table.cols;
+    const int64_t row = static_cast<int64_t>(ids[t]) - first_id;
+    y[item] = row >= 0 && row < table.rows ? table.At(row, c) : 0.0f;
+  }
+};
+
+// out[t, h * hd + e] *= sigmoid(lse[t, h] - sink[h]); item = element.
+struct ApplySinkOp {
+  const float* lse = nullptr;
+  const float* sink = nullptr;
+  float* out = nullptr;
+  int64_t heads = 0;
+  int64_t hd = 0;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t t = item / (heads * hd);
+    const int64_t h = (item / hd) % heads;
+    out[item] *= Sigmoidf(lse[t * heads + h] - sink[h]);
+  }
+};
+
+// Backend::SparseAttention for one (query, head); item = t * heads + h.
+// Online softmax over the listed keys (-1 = none).
+struct SparseAttentionOp {
+  const float* q = nullptr;   // [T, heads * hd]
+  const float* kv = nullptr;  // [K, hd]
+  const int32_t* idx = nullptr;
+  int64_t width = 0;
+  int64_t heads = 0;
+  int64_t hd = 0;
+  float scale = 1.0f;
+  const float* sink = nullptr;  // null: none
+  float* out = nullptr;         // [T, heads * hd]
+  float* lse = nullptr;         // [T, heads]
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t t = item / heads;
+    const int64_t h = item % heads;
+    const float* qh = q + t * heads * hd + h * hd;
+    float* o = out + t * heads * hd + h * hd;
+    for (int64_t e = 0; e < hd; ++e) o[e] = 0.0f;
+    float max = 0.0f;
+    float denominator = 0.0f;
+    bool any = false;
+    for (int64_t j = 0; j < width; ++j) {
+      const int32_t row = idx[t * width + j];
+      if (row < 0) continue;
+      const float* key = kv + static_cast<int64_t>(row) * hd;
+      float s = 0.0f;
+      for (int64_t e = 0; e < hd; ++e) s += qh[e] * key[e];
+      s *= scale;
+      if (!any || s > max) {
+        const float correction = any ? Expf(max - s) : 0.0f;
+        denominator *= correction;
+        for (int64_t e = 0; e < hd; ++e) o[e] *= correction;
+        max = s;
+        any = true;
+      }
+      const float p = Expf(s - max);
+      denominator += p;
+      for (int64_t e = 0; e < hd; ++e) o[e] += p * key[e];
+    }
+    if (!any) {
+      lse[t * heads + h] = -INFINITY;
+      return;
+    }
+    const float l = max + Logf(denominator);
+    lse[t * heads + h] = l;
+    // Two roundings, as normalising and then ApplySink: both routes agree
+    // bit for bit.
+    const float inverse = 1.0f / denominator;
+    for (int64_t e = 0; e < hd; ++e) o[e] *= inverse;
+    if (sink != nullptr) {
+      const float gate = Sigmoidf(l - sink[h]);
+      for (int64_t e = 0; e < hd; ++e) o[e] *= gate;
+    }
+  }
+};
+
+// out[t, j] = sum_h w[t, h] * max(0, q[t, h] . keys[rows[j], :d]); item = t
+// * n + j.
+struct IndexScoresOp {
+  const float* q = nullptr;
+  const float* w = nullptr;
+  const float* keys = nullptr;
+  int64_t key_cols = 0;
+  const int32_t* rows = nullptr;
+  int64_t n = 0;
+  int64_t heads = 0;
+  int64_t d = 0;
+  float* out = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t t = item / n;
+    const int64_t j = item % n;
+    const float* key = keys + static_cast<int64_t>(rows[j]) * key_cols;
+    float score = 0.0f;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* qh = q + t * heads * d + h * d;
+      float dot = 0.0f;
+      for (int64_t e = 0; e < d; ++e) dot += qh[e] * key[e];
+      score += w[t * heads + h] * Maxf(dot, 0.0f);
+    }
+    out[item] = score;
+  }
+};
+
+// out[c] = sum_i softmax_i(score[i, c] + ape[i, c]) * kv[i, c]; item = c.
+struct SoftmaxPoolOp {
+  const float* kv = nullptr;
+  const float* score = nullptr;
+  const float* ape = nullptr;
+  int64_t r = 0;
+  int64_t d = 0;
+  float* out = nullptr;
+  MNEME_HD void operator()(int64_t c) const {
+    float max = -INFINITY;
+    for (int64_t i = 0; i < r; ++i) {
+      max = Maxf(max, score[i * d + c] + ape[i * d + c]);
+    }
+    float denominator = 0.0f;
+    float numerator = 0.0f;
+    for (int64_t i = 0; i < r; ++i) {
+      const float e = Expf(score[i * d + c] + ape[i * d + c] - max);
+      denominator += e;
+      numerator += e * kv[i * d + c];
+    }
+    out[c] = numerator / denominator;
+  }
+};
+
+// The largest hyper-connection count the ops keep on the stack.
+inline constexpr int kMaxHc = 16;
+
+// norm[t] = rsqrt(mean(x[t, :]^2) + eps) for rows of `width`; item = t.
+struct RowRsqrtOp {
+  const float* x = nullptr;
+  int64_t width = 0;
+  float eps = 0.0f;
+  float* norm = nullptr;
+  MNEME_HD void operator()(int64_t t) const {
+    const float* row = x + t * width;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < width; ++c) sum += row[c] * row[c];
+    norm[t] = Rsqrtf(sum / static_cast<float>(width) + eps);
+  }
+};
+
+// Backend::HcMix after the mix product: item = token.
+struct HcMixOp {
+  const float* x_stream = nullptr;
+  int64_t width = 0;
+  const float* mix = nullptr;  // [T, (2 + hc) * hc]
+  const float* base = nullptr;
+  const float* scale = nullptr;
+  int32_t hc = 0;
+  int32_t sinkhorn_iters = 1;
+  float hc_eps = 0.0f;
+  float norm_eps = 0.0f;
+  float* pre = nullptr;
+  float* post = nullptr;
+  float* comb = nullptr;
+  MNEME_HD void operator()(int64_t t) const {
+    const float* stream = x_stream + t * width;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < width; ++c) sum += stream[c] * stream[c];
+    const double norm =
+        1.0 /
+        SqrtD(static_cast<double>(sum) / static_cast<double>(width) + norm_eps);
+    const float* m = mix + t * (2 + hc) * hc;
+    for (int h = 0; h < hc; ++h) {
+      pre[t * hc + h] =
+          Sigmoidf(static_cast<float>(m[h] * norm) * scale[0] + base[h]) +
+          hc_eps;
+      post[t * hc + h] =
+          2.0f * Sigmoidf(static_cast<float>(m[hc + h] * norm) * scale[1] +
+                          base[hc + h]);
+    }
+    double c[kMaxHc * kMaxHc];
+    for (int i = 0; i < hc * hc; ++i) {
+      c[i] = static_cast<double>(static_cast<float>(m[2 * hc + i] * norm) *
+                                     scale[2] +
+                                 base[2 * hc + i]);
+    }
+    for (int i = 0; i < hc; ++i) {
+      double row_max = c[i * hc];
+      for (int j = 1; j < hc; ++j) {
+        row_max = c[i * hc + j] > row_max ? c[i * hc + j] : row_max;
+      }
+      double row_sum = 0.0;
+      for (int j = 0; j < hc; ++j) {
+        c[i * hc + j] = ExpD(c[i * hc + j] - row_max);
+        row_sum += c[i * hc + j];
+      }
+      for (int j = 0; j < hc; ++j)
+        c[i * hc + j] = c[i * hc + j] / row_sum + hc_eps;
+    }
+    for (int iter = 0; iter < sinkhorn_iters; ++iter) {
+      if (iter > 0) {
+        for (int i = 0; i < hc; ++i) {
+          double s = 0.0;
+          for (int j = 0; j < hc; ++j) s += c[i * hc + j];
+          for (int j = 0; j < hc; ++j) c[i * hc + j] /= s + hc_eps;
+        }
+      }
+      for (int j = 0; j < hc; ++j) {
+        double s = 0.0;
+        for (int i = 0; i < hc; ++i) s += c[i * hc + j];
+        for (int i = 0; i < hc; ++i) c[i * hc + j] /= s + hc_eps;
+      }
+    }
+    for (int i = 0; i < hc * hc; ++i) {
+      comb[t * hc * hc + i] = static_cast<float>(c[i]);
+    }
+  }
+};
+
+// x[t, c] = sum_h weight(t, h) * x_stream[t, h * d + c] where weight is
+// pre[t, h] (HcCollapse) or sigmoid(mix[t, h] * norm[t] * scale + base[h]) +
+// eps (HcHead, with mix set); item = t * d + c.
+struct HcCombineOp {
+  const float* x_stream = nullptr;
+  int32_t hc = 0;
+  int64_t d = 0;
+  const float* pre = nullptr;
+  const float* mix = nullptr;
+  const float* norm = nullptr;
+  const float* base = nullptr;
+  const float* scale = nullptr;
+  float eps = 0.0f;
+  float* x = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t t = item / d;
+    const int64_t c = item % d;
+    float sum = 0.0f;
+    for (int h = 0; h < hc; ++h) {
+      const float w =
+          mix != nullptr
+              ? Sigmoidf(mix[t * hc + h] * norm[t] * scale[0] + base[h]) + eps
+              : pre[t * hc + h];
+      sum += w * x_stream[t * hc * d + h * d + c];
+    }
+    x[item] = sum;
+  }
+};
+
+// x_stream[t, j, c] = post[t, j] * a[t, c] + sum_i comb[t, i, j] *
+// x_stream[t, i, c] for every j (in place); item = t * d + c.
+struct HcPostOp {
+  const float* a = nullptr;
+  const float* post = nullptr;
+  const float* comb = nullptr;
+  int32_t hc = 0;
+  int64_t d = 0;
+  float* x_stream = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t t = item / d;
+    const int64_t c = item % d;
+    float* stream = x_stream + t * hc * d + c;
+    float old[kMaxHc];
+    for (int i = 0; i < hc; ++i) old[i] = stream[i * d];
+    const float* cm = comb + t * hc * hc;
+    for (int j = 0; j < hc; ++j) {
+      float v = a[t * d + c] * post[t * hc + j];
+      for (int i = 0; i < hc; ++i) v += cm[i * hc + j] * old[i];
+      stream[j * d] = v;
+    }
+  }
+};
+
+// Backend::EngramGate for one copy h of token t; item = t * hc + h.
+struct EngramGateOp {
+  const float* kv = nullptr;
+  const float* q_w = nullptr;
+  const float* k_w = nullptr;
+  int32_t hc = 0;
+  int64_t d = 0;
+  float eps = 0.0f;
+  float* x_stream = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t t = item / hc;
+    const int64_t h = item % hc;
+    float* x_h = x_stream + t * hc * d + h * d;
+    const float* row = kv + t * (hc + 1) * d;
+    const float* key = row + h * d;
+    float dot = 0.0f;
+    float xx = 0.0f;
+    float kk = 0.0f;
+    for (int64_t i = 0; i < d; ++i) {
+      dot += x_h[i] * q_w[h * d + i] * k_w[h * d + i] * key[i];
+      xx += x_h[i] * x_h[i];
+      kk += key[i] * key[i];
+    }
+    const float inv_d = 1.0f / static_cast<float>(d);
+    const float g = dot * Rsqrtf(xx * inv_d + eps) * Rsqrtf(kk * inv_d + eps) *
+                    Rsqrtf(static_cast<float>(d));
+    const float magnitude = Sqrtf(Maxf(Fabsf(g), 1e-6f));
+    const float root = g > 0.0f ? magnitude : g < 0.0f ? -magnitude : 0.0f;
+    const float gate = Sigmoidf(root);
+    const float* value = row + hc * d;
+    for (int64_t i = 0; i < d; ++i) x_h[i] += gate * value[i];
+  }
+};
+
+// h1 = silu(min(h1, limit)) * clamp(h3, -limit, limit) (limit <= 0: no
+// clamp); item = element.
+struct SwiGluOp {
+  float* h1 = nullptr;
+  const float* h3 = nullptr;
+  float limit = 0.0f;
+  MNEME_HD void operator()(int64_t i) const {
+    float a = h1[i];
+    float b = h3[i];
+    if (limit > 0.0f) {
+      a = Minf(a, limit);
+      b = Maxf(-limit, Minf(b, limit));
+    }
+    h1[i] = Siluf(a) * b;
+  }
+};
+
+// y[rows[i], c] += weights[i] * src[i, c] for i < n in order (rows may
+// repeat); item = c.
+struct ScatterAddOp {
+  const float* src = nullptr;
+  const int32_t* rows = nullptr;
+  const float* weights = nullptr;
+  int64_t n = 0;
+  int64_t cols = 0;
+  float* y = nullptr;
+  MNEME_HD void operator()(int64_t c) const {
+    for (int64_t i = 0; i < n; ++i) {
+      y[static_cast<int64_t>(rows[i]) * cols + c] +=
+          weights[i] * src[i * cols + c];
+    }
+  }
+};
+
+// Every op, for the executors' declarations and instantiations.
+#define MNEME_KERNEL_OPS(X) \
+  X(LinearOp)               \
+  X(DequantizeOp)           \
+  X(QuantizeW4A4Op)         \
+  X(RmsNormOp)              \
+  X(RopeOp)                 \
+  X(AddOp)                  \
+  X(CopyBlockOp)            \
+  X(MoveRowsOp)             \
+  X(EmbeddingOp)            \
+  X(ApplySinkOp)            \
+  X(SparseAttentionOp)      \
+  X(IndexScoresOp)          \
+  X(SoftmaxPoolOp)          \
+  X(RowRsqrtOp)             \
+  X(HcMixOp)                \
+  X(HcCombineOp)            \
+  X(HcPostOp)               \
+  X(EngramGateOp)           \
+  X(SwiGluOp)               \
+  X(ScatterAddOp)
+
+}  // namespace mneme::gpu::kernels
+
+#endif  // MNEME_GPU_CUDA_KERNEL_OPS_H_
