@@ -1,17 +1,30 @@
-// AppendCudaBackendFactories under --config=cuda.
-//
-// gpu/cuda has no Backend implementation yet, so nothing is appended. When
-// it has one, append one factory per device that ListDevices()
-// (gpu/device_info.h) reports, named "cuda_<index>", so that every
-// conformance test also runs on each GPU present (and on none when the
-// machine has no GPU: the CPU backends still run).
+// AppendCudaBackendFactories under --config=cuda: one CUDA backend per
+// device that ListDevices() reports, named "cuda_<index>"; none on a machine
+// without a GPU (the CPU backends and the host executor still run).
 
+#include <memory>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gpu/backend.h"
+#include "gpu/cuda/cuda_backend.h"
+#include "gpu/device_info.h"
 #include "tests/gpu/backend_conformance/backend_factories.h"
 
 namespace mneme::gpu::conformance {
 
-void AppendCudaBackendFactories(std::vector<BackendFactory>* /*factories*/) {}
+void AppendCudaBackendFactories(std::vector<BackendFactory>* factories) {
+  const absl::StatusOr<std::vector<DeviceInfo>> devices = ListDevices();
+  if (!devices.ok()) return;
+  for (const DeviceInfo& device : *devices) {
+    const int index = device.index;
+    factories->push_back(BackendFactory{
+        .name = absl::StrCat("cuda_", index),
+        .create = [index]() -> absl::StatusOr<std::unique_ptr<Backend>> {
+          return CreateCudaBackend(index);
+        }});
+  }
+}
 
 }  // namespace mneme::gpu::conformance
