@@ -64,10 +64,10 @@ int LaunchImpl(const kernels::LinearOp& op, int64_t items,
 
 }  // namespace
 
-#define MNEME_CUDA_LAUNCH_DEFINITION(Op)                               \
-  int LaunchOp(const kernels::Op& op, int64_t items, void* stream) {   \
-    if (items <= 0) return 0;                                          \
-    return LaunchImpl(op, items, static_cast<cudaStream_t>(stream));   \
+#define MNEME_CUDA_LAUNCH_DEFINITION(Op)                             \
+  int LaunchOp(const kernels::Op& op, int64_t items, void* stream) { \
+    if (items <= 0) return 0;                                        \
+    return LaunchImpl(op, items, static_cast<cudaStream_t>(stream)); \
   }
 MNEME_KERNEL_OPS(MNEME_CUDA_LAUNCH_DEFINITION)
 #undef MNEME_CUDA_LAUNCH_DEFINITION

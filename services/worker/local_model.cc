@@ -18,10 +18,14 @@ LocalModel::~LocalModel() {
 absl::StatusOr<std::unique_ptr<LocalModel>> LocalModel::Create(
     const LocalModelOptions& options) {
   std::unique_ptr<LocalModel> local(new LocalModel());
-  gpu::CpuBackendOptions backend_options;
-  backend_options.threads = options.threads;
-  backend_options.dequantize_weights = options.dequantize_weights;
-  ASSIGN_OR_RETURN(local->backend_, gpu::CpuBackend::Create(backend_options));
+  if (options.make_backend) {
+    ASSIGN_OR_RETURN(local->backend_, options.make_backend());
+  } else {
+    gpu::CpuBackendOptions backend_options;
+    backend_options.threads = options.threads;
+    backend_options.dequantize_weights = options.dequantize_weights;
+    ASSIGN_OR_RETURN(local->backend_, gpu::CpuBackend::Create(backend_options));
+  }
 
   model::ModelOptions model_options = options.model;
   model_options.checkpoint_dir = options.checkpoint_dir;

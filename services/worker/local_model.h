@@ -1,6 +1,7 @@
 #ifndef MNEME_SERVICES_WORKER_LOCAL_MODEL_H_
 #define MNEME_SERVICES_WORKER_LOCAL_MODEL_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -20,11 +21,16 @@ struct LocalModelOptions {
   // CpuBackendOptions.dequantize_weights: fp32 copies of every weight (the
   // yardstick of the packed kernels). Default: false.
   bool dequantize_weights = false;
+  // Makes the backend in place of the CPU backend (threads and
+  // dequantize_weights then unused), e.g. gpu/cuda's CreateCudaBackend.
+  // Default: empty (the CPU backend).
+  std::function<absl::StatusOr<std::unique_ptr<gpu::Backend>>()> make_backend;
   // The model's cache and step limits. Default: ModelOptions{} (TP 1).
   model::ModelOptions model;
 };
 
-// A whole model in one process (TP 1): the CPU backend, an engram store over
+// A whole model in one process (TP 1): a backend (the CPU's unless
+// options.make_backend says otherwise), an engram store over
 // the checkpoint's tables with an in-process client, and the model. The
 // reference ("oracle") run that distributed runs are checked against, and
 // what `mneme run` and `mneme score` use. Thread-compatible.

@@ -1,0 +1,175 @@
+// The whole model on the CUDA backend's kernels against the CPU backend, on
+// the tiny real-layout checkpoints of both architectures: every prompt
+// position's logits within a stated tolerance and the same greedy tokens.
+// The kernels run on the host executor everywhere and, under --config=cuda,
+// on every GPU present.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gpu/backend.h"
+#include "gpu/cuda/cuda_backend.h"
+#include "gpu/cuda/host_executor.h"
+#include "gpu/cuda/kernel_backend.h"
+#include "gpu/device_info.h"
+#include "gtest/gtest.h"
+#include "model/model.h"
+#include "services/worker/local_model.h"
+#include "tools/synthetic/release_checkpoint.h"
+
+namespace mneme::model {
+namespace {
+
+using worker::LocalModel;
+using worker::LocalModelOptions;
+
+// |kernels - cpu| <= kTolerance * (1 + |cpu|) for every logit: the two
+// backends sum in different orders (fp32), nothing else differs.
+constexpr float kTolerance = 2e-3f;
+
+std::string MakeTiny(synthetic::ReleaseArch arch) {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/tiny-",
+                                 synthetic::ReleaseArchName(arch));
+  synthetic::ReleaseCheckpointOptions o;
+  o.out_dir = dir;
+  o.arch = arch;
+  o.seed = 5;
+  o.threads = 1;
+  const absl::Status st = synthetic::MakeReleaseCheckpoint(o);
+  EXPECT_TRUE(st.ok()) << st;
+  return dir;
+}
+
+absl::StatusOr<std::unique_ptr<LocalModel>> Open(
+    const std::string& dir,
+    std::function<absl::StatusOr<std::unique_ptr<gpu::Backend>>()> make) {
+  LocalModelOptions o;
+  o.checkpoint_dir = dir;
+  o.threads = 1;
+  o.make_backend = std::move(make);
+  o.model.kv_cache.budget_bytes = 32 << 20;
+  return LocalModel::Create(o);
+}
+
+SequenceChunk Chunk(std::vector<int64_t> tokens, int64_t start,
+                    SequenceChunk::Logits logits) {
+  SequenceChunk c;
+  c.sequence_id = 1;
+  c.tokens = std::move(tokens);
+  c.start_position = start;
+  c.logits = logits;
+  return c;
+}
+
+// The logits of a 48-token prompt (every position), then of 6 greedy decode
+// steps, and the tokens chosen.
+struct Generation {
+  std::vector<float> logits;
+  std::vector<int64_t> greedy;
+};
+
+Generation Generate(Model& model) {
+  Generation run;
+  std::vector<int64_t> prompt(48);
+  for (int i = 0; i < 48; ++i) prompt[i] = 3 + (i * 37 + 11) % 500;
+  StepInput in;
+  in.chunks.push_back(Chunk(prompt, 0, SequenceChunk::Logits::kAll));
+  absl::StatusOr<StepOutput> out = model.Step(in);
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (!out.ok()) return run;
+  const int64_t vocab = model.dims().vocab_size;
+  int64_t position = static_cast<int64_t>(prompt.size());
+  for (int step = 0; step <= 6; ++step) {
+    const std::vector<float>& l = out->logits[0];
+    run.logits.insert(run.logits.end(), l.begin(), l.end());
+    const auto last = l.end() - vocab;
+    const int64_t next = std::max_element(last, l.end()) - last;
+    run.greedy.push_back(next);
+    if (step == 6) break;
+    StepInput decode;
+    decode.chunks.push_back(
+        Chunk({next}, position++, SequenceChunk::Logits::kLast));
+    out = model.Step(decode);
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (!out.ok()) return run;
+  }
+  return run;
+}
+
+struct Case {
+  std::string name;
+  synthetic::ReleaseArch arch;
+  std::function<absl::StatusOr<std::unique_ptr<gpu::Backend>>()> make;
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  std::vector<
+      std::pair<std::string,
+                std::function<absl::StatusOr<std::unique_ptr<gpu::Backend>>()>>>
+      backends;
+  backends.emplace_back(
+      "kernels_host", []() -> absl::StatusOr<std::unique_ptr<gpu::Backend>> {
+        return std::make_unique<gpu::KernelBackend>(gpu::MakeHostExecutor());
+      });
+  if (absl::StatusOr<std::vector<gpu::DeviceInfo>> devices = gpu::ListDevices();
+      devices.ok()) {
+    for (const gpu::DeviceInfo& d : *devices) {
+      const int index = d.index;
+      backends.emplace_back(absl::StrCat("cuda_", index), [index]() {
+        return gpu::CreateCudaBackend(index);
+      });
+    }
+  }
+  for (const auto& [name, make] : backends) {
+    cases.push_back({absl::StrCat("V4Flash_", name),
+                     synthetic::ReleaseArch::kV4Flash, make});
+    cases.push_back({absl::StrCat("V41Flash_", name),
+                     synthetic::ReleaseArch::kV41Flash, make});
+  }
+  return cases;
+}
+
+class BackendsModelTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(BackendsModelTest, LogitsAndGreedyTokensMatchTheCpuBackend) {
+  const std::string dir = MakeTiny(GetParam().arch);
+  absl::StatusOr<std::unique_ptr<LocalModel>> cpu = Open(dir, nullptr);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  absl::StatusOr<std::unique_ptr<LocalModel>> other =
+      Open(dir, GetParam().make);
+  ASSERT_TRUE(other.ok()) << other.status();
+  const Generation want = Generate((*cpu)->model());
+  const Generation got = Generate((*other)->model());
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  ASSERT_FALSE(want.logits.empty());
+  int64_t bad = 0;
+  float worst = 0.0f;
+  for (size_t i = 0; i < want.logits.size(); ++i) {
+    const float err = std::fabs(got.logits[i] - want.logits[i]) /
+                      (1.0f + std::fabs(want.logits[i]));
+    worst = std::max(worst, err);
+    if (!(err <= kTolerance)) ++bad;
+  }
+  EXPECT_EQ(bad, 0) << "worst relative error " << worst;
+  EXPECT_EQ(got.greedy, want.greedy);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendsModelTest,
+                         ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           return i.param.name;
+                         });
+
+}  // namespace
+}  // namespace mneme::model
