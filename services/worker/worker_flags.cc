@@ -31,7 +31,9 @@ ABSL_FLAG(std::string, engram_shm_socket, "",
 ABSL_FLAG(absl::Duration, engram_timeout, absl::Seconds(10),
           "Deadline of each Engram lookup.");
 ABSL_FLAG(std::string, backend, "cpu",
-          "Backend of the model ops: cpu (the only one this build has).");
+          "Backend of the model ops: cpu, or cuda (builds with --config=cuda; "
+          "NCCL collectives between ranks).");
+ABSL_FLAG(int, device, 0, "CUDA device index of --backend=cuda.");
 ABSL_FLAG(int, threads, 0, "Backend threads (CPU); 0 = all cores.");
 ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{256} << 20,
           "KV cache budget of this rank, bytes.");
@@ -118,11 +120,16 @@ absl::StatusOr<worker::WorkerRuntimeOptions> WorkerRuntimeOptionsFromFlags() {
   const std::string backend = absl::GetFlag(FLAGS_backend);
   if (backend == "cpu") {
     o.backend = worker::BackendKind::kCpu;
+  } else if (backend == "cuda") {
+    o.backend = worker::BackendKind::kCuda;
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("--backend=", backend,
-                     ": the only backend of the model ops is cpu (CUDA "
-                     "kernels for it do not exist yet)"));
+        absl::StrCat("--backend=", backend, ": the backends are cpu and cuda"));
+  }
+  o.device = absl::GetFlag(FLAGS_device);
+  if (o.device < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device=", o.device, " must be >= 0"));
   }
   o.threads = absl::GetFlag(FLAGS_threads);
   if (o.threads < 0 || o.threads > 1024) {

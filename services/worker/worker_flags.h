@@ -16,7 +16,7 @@ inline constexpr int kWorkerMetricsPort = 50162;
 //   rank-0 worker; required when tp_size > 1), --group_name, --comm_host,
 //   --comm_timeout, --engram_store=HOST:PORT, --engram_shm_socket=PATH,
 //   --engram_timeout,
-//   --backend=cpu, --threads, --kv_cache_bytes, --kv_block_rows,
+//   --backend=cpu|cuda, --device, --threads, --kv_cache_bytes, --kv_block_rows,
 //   --max_step_tokens, --dcp_size, --dcp_interleave.
 // InvalidArgument naming the flag on a malformed value.
 absl::StatusOr<worker::WorkerRuntimeOptions> WorkerRuntimeOptionsFromFlags();

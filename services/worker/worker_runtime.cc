@@ -1,5 +1,7 @@
 #include "services/worker/worker_runtime.h"
 
+#include <cstdint>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -11,9 +13,54 @@
 #include "engram_store/client/shm_engram_client.h"
 #include "gpu/comm/gloo_communicator.h"
 #include "gpu/comm/grpc_rendezvous_store.h"
+#include "gpu/comm/nccl_communicator.h"
 #include "gpu/cpu/cpu_backend.h"
+#include "gpu/cuda/cuda_backend.h"
 
 namespace mneme::worker {
+namespace {
+
+// A communicator whose collectives start after the backend's queued work:
+// the CUDA backend queues its kernels on its own stream and NCCL runs on
+// another, so the buffers a collective reads are complete only after the
+// backend's Synchronize. (A collective is complete when the call returns.)
+class BackendOrderedCommunicator final : public gpu::Communicator {
+ public:
+  BackendOrderedCommunicator(std::unique_ptr<gpu::Communicator> inner,
+                             gpu::Backend* backend)
+      : inner_(std::move(inner)), backend_(backend) {}
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  absl::Status AllReduceSum(float* data, int64_t count) override {
+    RETURN_IF_ERROR(backend_->Synchronize());
+    return inner_->AllReduceSum(data, count);
+  }
+  absl::Status AllGather(const float* in, int64_t count, float* out) override {
+    RETURN_IF_ERROR(backend_->Synchronize());
+    return inner_->AllGather(in, count, out);
+  }
+  absl::Status ReduceScatterSum(const float* in, int64_t count,
+                                float* out) override {
+    RETURN_IF_ERROR(backend_->Synchronize());
+    return inner_->ReduceScatterSum(in, count, out);
+  }
+  absl::Status Broadcast(float* data, int64_t count, int root) override {
+    RETURN_IF_ERROR(backend_->Synchronize());
+    return inner_->Broadcast(data, count, root);
+  }
+  absl::Status Barrier() override {
+    RETURN_IF_ERROR(backend_->Synchronize());
+    return inner_->Barrier();
+  }
+  gpu::CommStats stats() const override { return inner_->stats(); }
+
+ private:
+  std::unique_ptr<gpu::Communicator> inner_;
+  gpu::Backend* backend_;
+};
+
+}  // namespace
 
 std::string GroupGenerationPrefix(absl::string_view group_name,
                                   int64_t generation) {
@@ -72,19 +119,46 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
       ASSIGN_OR_RETURN(rt->backend_, gpu::CpuBackend::Create(bo));
       break;
     }
+    case BackendKind::kCuda: {
+      if (options.device < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("device must be >= 0, got ", options.device));
+      }
+      ASSIGN_OR_RETURN(rt->backend_, gpu::CreateCudaBackend(options.device));
+      break;
+    }
     default:
       return absl::InvalidArgumentError("backend is unspecified");
   }
+  gpu::Backend* const backend = rt->backend_.get();
   if (mo.tp_size > 1) {
     // Each generation meets under its own prefix, so a re-formed group
     // never reads a predecessor's addresses.
-    auto form = [options](int64_t generation)
+    auto form = [options, backend](int64_t generation)
         -> absl::StatusOr<std::unique_ptr<gpu::Communicator>> {
       gpu::GrpcRendezvousStoreOptions so;
       so.target = options.group_address;
       so.key_prefix = GroupGenerationPrefix(options.group_name, generation);
       ASSIGN_OR_RETURN(std::unique_ptr<gpu::GrpcRendezvousStore> store,
                        gpu::GrpcRendezvousStore::Create(so));
+      if (options.backend == BackendKind::kCuda) {
+        gpu::NcclCommunicatorOptions no;
+        no.rank = options.model.tp_rank;
+        no.size = options.model.tp_size;
+        no.device = options.device;
+        no.timeout = options.comm_timeout;
+        absl::StatusOr<std::unique_ptr<gpu::Communicator>> nccl =
+            gpu::CreateNcclCommunicator(no, *store);
+        if (!nccl.ok()) {
+          return absl::Status(nccl.status().code(),
+                              absl::StrCat("joining the TP group (NCCL) at ",
+                                           options.group_address, ": ",
+                                           nccl.status().message()));
+        }
+        return std::unique_ptr<gpu::Communicator>(
+            std::make_unique<BackendOrderedCommunicator>(*std::move(nccl),
+                                                         backend));
+      }
       gpu::GlooCommunicatorOptions co;
       co.rank = options.model.tp_rank;
       co.size = options.model.tp_size;

@@ -31,6 +31,9 @@ enum class BackendKind {
   kUnspecified = 0,
   // CPU backend, Gloo collectives over TCP.
   kCpu = 1,
+  // CUDA backend on one device, NCCL collectives (unique id through the
+  // group's rendezvous store).
+  kCuda = 2,
 };
 
 struct WorkerRuntimeOptions {
@@ -41,6 +44,8 @@ struct WorkerRuntimeOptions {
   BackendKind backend = BackendKind::kCpu;
   // Backend threads (CPU); 0 = all cores. Default: 0.
   int threads = 0;
+  // CUDA device index (kCuda), >= 0. Default: 0.
+  int device = 0;
   // "host:port" of the rank-0 worker, whose gRPC server holds the group's
   // rendezvous store (rank 0 may name itself). Required when tp_size > 1.
   std::string group_address;

@@ -137,14 +137,15 @@ class SignalWatcher {
 
 absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
                    std::ostream& err) {
-  ASSIGN_OR_RETURN(Args args,
-                   Args::Parse(argv,
-                               {"checkpoint", "tp", "dcp", "chunk-tokens",
-                                "workdir", "bin-dir", "kv-cache-bytes",
-                                "max-num-seqs", "threads-per-worker", "listen",
-                                "comm-timeout", "ready-timeout",
-                                "coordinator-flags", "num-speculative-tokens"},
-                               {"all-metrics"}));
+  ASSIGN_OR_RETURN(
+      Args args,
+      Args::Parse(
+          argv,
+          {"checkpoint", "tp", "dcp", "chunk-tokens", "workdir", "bin-dir",
+           "kv-cache-bytes", "max-num-seqs", "threads-per-worker", "listen",
+           "comm-timeout", "ready-timeout", "coordinator-flags",
+           "num-speculative-tokens", "backend"},
+          {"all-metrics"}));
   if (!args.positionals().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument '", args.positionals()[0], "'"));
@@ -174,6 +175,11 @@ absl::Status RunUp(const std::vector<std::string>& argv, std::ostream& out,
   if (*dcp != 1 && *dcp != *tp) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--dcp=", *dcp, " must be 1 or the --tp size (", *tp, ")"));
+  }
+  options.backend = args.Get("backend", "cpu");
+  if (options.backend != "cpu" && options.backend != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--backend ", options.backend, ": the backends are cpu and cuda"));
   }
   options.tp_size = static_cast<int>(*tp);
   options.dcp_size = static_cast<int>(*dcp);

@@ -13,8 +13,10 @@ namespace mneme::cli {
 //     [--workdir DIR] [--bin-dir DIR] [--kv-cache-bytes N]
 //     [--max-num-seqs N] [--threads-per-worker N] [--listen HOST:PORT]
 //     [--comm-timeout D] [--ready-timeout D] [--num-speculative-tokens K]
+//     [--backend cpu|cuda]
 // Runs a whole cluster on this machine (tools/cluster/local_cluster.h): an
-// engram store, --tp workers (CPU backend) and the coordinator. Without
+// engram store, --tp workers (CPU backend, or CUDA with worker R on device
+// R and NCCL between them) and the coordinator. Without
 // --checkpoint it writes the tiny V4.1-Flash model (MakeReleaseCheckpoint) to
 // WORKDIR/checkpoint, or reuses the one already there. WORKDIR (default: a
 // new directory under $TMPDIR or /tmp, removed on a clean exit) holds the
@@ -33,6 +35,7 @@ namespace mneme::cli {
 //
 // Defaults: --tp 1, --dcp 1, --chunk-tokens 8192, --kv-cache-bytes 64 MiB,
 // --max-num-seqs 256, --threads-per-worker 1, --listen 127.0.0.1:0,
+// --backend cpu,
 // --comm-timeout 30s, --ready-timeout 120s. InvalidArgument naming the flag
 // for bad flags; NotFound naming the paths tried when the daemons cannot be
 // found; the startup error of LocalCluster::Start otherwise (the workdir

@@ -131,6 +131,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
                                             options.workdir,
                                             " is not a directory"));
   }
+  if (options.backend != "cpu" && options.backend != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LocalClusterOptions.backend must be cpu or cuda, got '",
+                     options.backend, "'"));
+  }
   for (const absl::Status& s : {
            CheckRange("tp_size", options.tp_size, 1, 64),
            CheckRange("max_num_batched_tokens", options.max_num_batched_tokens,
@@ -287,7 +292,8 @@ std::vector<std::string> LocalCluster::WorkerArgv(int rank) const {
       absl::StrCat("--rank=", rank),
       absl::StrCat("--tp_size=", options_.tp_size),
       absl::StrCat("--dcp_size=", options_.dcp_size),
-      "--backend=cpu",
+      absl::StrCat("--backend=", options_.backend),
+      absl::StrCat("--device=", options_.backend == "cuda" ? rank : 0),
       absl::StrCat("--threads=", options_.threads_per_worker),
       absl::StrCat("--kv_cache_bytes=", options_.kv_cache_bytes),
       absl::StrCat("--num_speculative_tokens=",

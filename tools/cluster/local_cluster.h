@@ -44,6 +44,10 @@ struct LocalClusterOptions {
   // KV cache budget of each worker, bytes; >= 1. Default: 256 MiB (256
   // sequences of the tiny V4-Flash model reserve 78 MiB of fixed state).
   int64_t kv_cache_bytes = int64_t{256} << 20;
+  // The workers' backend: "cpu", or "cuda" (worker R on CUDA device R,
+  // NCCL between them; the workers must be built with --config=cuda).
+  // Default: "cpu".
+  std::string backend = "cpu";
   // CPU backend threads of each worker; in [1, 1024]. Default: 1.
   int threads_per_worker = 1;
   // DSpark speculative decoding: drafts per decode step, for the workers

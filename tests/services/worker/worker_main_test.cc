@@ -69,6 +69,12 @@ TEST(WorkerMainTest, BadStartupInputExitsOneWithOneLine) {
       {{ckpt, "--tp_size=2", "--rank=1"}, "--group=HOST:PORT"},
       {{ckpt, "--tp_size=2", "--rank=1", "--group=nope"}, "--group"},
       {{ckpt, "--backend=tpu"}, "--backend=tpu"},
+      {{ckpt, "--backend=cuda", "--device=-1"}, "--device=-1"},
+      // No such device, whatever this build and machine have: "this build
+      // has no CUDA backend", "no usable CUDA device" or "CUDA device 99 is
+      // not there".
+      {{ckpt, "--backend=cuda", "--device=99", "--engram_store=127.0.0.1:1"},
+       "CUDA"},
       {{ckpt, "--kv_cache_bytes=0"}, "--kv_cache_bytes"},
       {{ckpt, "--engram_store=127.0.0.1:x"}, "--engram_store"},
       // The model is checked before the group is joined.

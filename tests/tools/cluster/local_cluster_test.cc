@@ -199,6 +199,9 @@ TEST_F(LocalClusterTest, RejectsBadOptions) {
   o.threads_per_worker = 0;
   EXPECT_THAT(code_and_message(o).second, HasSubstr("threads_per_worker"));
   o = options_;
+  o.backend = "tpu";
+  EXPECT_THAT(code_and_message(o).second, HasSubstr("backend"));
+  o = options_;
   o.comm_timeout = absl::ZeroDuration();
   EXPECT_THAT(code_and_message(o).second, HasSubstr("comm_timeout"));
   o = options_;
