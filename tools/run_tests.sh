@@ -43,6 +43,8 @@ check check:clang-tidy tools/ci/check_tidy.sh
 if [ -n "$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)" ]; then
   echo "== bazel build --config=cuda //..."
   check check:build-config-cuda bazel build --config=cuda //...
+  echo "== GPU bundle (tools/gpu/bundle.sh): builds, packs, under 60 MiB"
+  check check:gpu-bundle tools/gpu/bundle.sh "$logdir/mneme-gpu.tar.xz"
 else
   echo "== no CUDA toolkit here: skipping bazel build --config=cuda"
 fi

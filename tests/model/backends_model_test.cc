@@ -130,6 +130,14 @@ std::vector<Case> Cases() {
         return gpu::CreateCudaBackend(index);
       });
     }
+  } else if (gpu::BuiltWithCuda()) {
+    // Listed, and skipped with the reason.
+    const absl::Status reason = devices.status();
+    backends.emplace_back(
+        "cuda_none",
+        [reason]() -> absl::StatusOr<std::unique_ptr<gpu::Backend>> {
+          return reason;
+        });
   }
   for (const auto& [name, make] : backends) {
     cases.push_back({absl::StrCat("V4Flash_", name),
@@ -143,6 +151,10 @@ std::vector<Case> Cases() {
 class BackendsModelTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(BackendsModelTest, LogitsAndGreedyTokensMatchTheCpuBackend) {
+  if (absl::StatusOr<std::unique_ptr<gpu::Backend>> probe = GetParam().make();
+      absl::IsUnavailable(probe.status())) {
+    GTEST_SKIP() << probe.status();
+  }
   const std::string dir = MakeTiny(GetParam().arch);
   absl::StatusOr<std::unique_ptr<LocalModel>> cpu = Open(dir, nullptr);
   ASSERT_TRUE(cpu.ok()) << cpu.status();

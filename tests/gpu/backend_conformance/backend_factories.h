@@ -33,7 +33,8 @@ std::string BackendFactoryName(
     const ::testing::TestParamInfo<BackendFactory>& info);
 
 // Appends the CUDA backends of this build to `factories`: defined by
-// cuda_backend_factories.cc under --config=cuda (one per device present), by
+// cuda_backend_factories.cc under --config=cuda (one per device present, or
+// one whose create() is Unavailable with the reason: its cases skip), by
 // no_cuda_backend_factories.cc (nothing) otherwise.
 void AppendCudaBackendFactories(std::vector<BackendFactory>* factories);
 

@@ -1,10 +1,11 @@
 // AppendCudaBackendFactories under --config=cuda: one CUDA backend per
-// device that ListDevices() reports, named "cuda_<index>"; none on a machine
-// without a GPU (the CPU backends and the host executor still run).
+// device that ListDevices() reports, named "cuda_<index>"; on a machine
+// without a GPU one "cuda_none" whose cases skip with the reason.
 
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "gpu/backend.h"
@@ -16,7 +17,16 @@ namespace mneme::gpu::conformance {
 
 void AppendCudaBackendFactories(std::vector<BackendFactory>* factories) {
   const absl::StatusOr<std::vector<DeviceInfo>> devices = ListDevices();
-  if (!devices.ok()) return;
+  if (!devices.ok()) {
+    // Every case is listed and skipped with the reason.
+    const absl::Status reason = devices.status();
+    factories->push_back(BackendFactory{
+        .name = "cuda_none",
+        .create = [reason]() -> absl::StatusOr<std::unique_ptr<Backend>> {
+          return reason;
+        }});
+    return;
+  }
   for (const DeviceInfo& device : *devices) {
     const int index = device.index;
     factories->push_back(BackendFactory{

@@ -1,0 +1,198 @@
+// The CUDA backend on one device, each figure side by side with its limit
+// measured in the same run: decode GEMV (1 token) on checkpoint-format
+// weights against a device memcpy of the same weight bytes, decode
+// attention against a device memcpy of the KV bytes it reads, and prefill
+// Linear (512 tokens) in tokens per second. Prints one JSON object.
+//
+//   cuda_backend_bench [--device=N] [--iters=N]
+//
+// Without a device it prints {"skipped": REASON} and exits 0.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "formats/bf16.h"
+#include "gpu/backend.h"
+#include "gpu/cuda/cuda_backend.h"
+
+ABSL_FLAG(int, device, 0, "CUDA device index.");
+ABSL_FLAG(int, iters, 50, "Timed repetitions of each measurement.");
+
+namespace mneme::gpu {
+namespace {
+
+// Seconds per repetition of a device memcpy of `bytes` (read once, written
+// once).
+double MemcpySeconds(int64_t bytes, int iters) {
+  void* a = nullptr;
+  void* b = nullptr;
+  if (cudaMalloc(&a, bytes) != cudaSuccess ||
+      cudaMalloc(&b, bytes) != cudaSuccess) {
+    return -1.0;
+  }
+  cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaDeviceSynchronize();
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < iters; ++i) {
+    cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, nullptr);
+  }
+  cudaDeviceSynchronize();
+  const double s = absl::ToDoubleSeconds(absl::Now() - start) / iters;
+  cudaFree(a);
+  cudaFree(b);
+  return s;
+}
+
+// A [rows, cols] weight of random valid codes in `format` (scales 1.0).
+struct Bytes {
+  std::vector<uint8_t> data;
+  std::vector<uint8_t> scale;
+};
+Bytes RandomWeight(WeightFormat format, int64_t rows, int64_t cols,
+                   std::mt19937& rng) {
+  Bytes b;
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  switch (format) {
+    case WeightFormat::kBf16:
+      b.data.resize(rows * cols * 2);
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        const uint16_t v = formats::FloatToBf16(normal(rng));
+        b.data[2 * i] = static_cast<uint8_t>(v);
+        b.data[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+      }
+      break;
+    case WeightFormat::kFp8Block:
+      b.data.resize(rows * cols);
+      // No NaN codes (0x7F / 0xFF).
+      for (uint8_t& c : b.data) c = static_cast<uint8_t>(byte(rng) & 0x7E);
+      b.scale.assign(((rows + 127) / 128) * ((cols + 127) / 128), 127);
+      break;
+    case WeightFormat::kMxfp4:
+      b.data.resize(rows * cols / 2);
+      for (uint8_t& c : b.data) c = static_cast<uint8_t>(byte(rng));
+      b.scale.assign(rows * cols / 32, 127);
+      break;
+    case WeightFormat::kNvfp4:
+      b.data.resize(rows * cols / 2);
+      for (uint8_t& c : b.data) c = static_cast<uint8_t>(byte(rng));
+      b.scale.assign(rows * cols / 16, 0x38);  // e4m3 1.0
+      break;
+    default:
+      break;
+  }
+  return b;
+}
+
+std::string Run(Backend& backend, int iters) {
+  std::mt19937 rng(1);
+  std::vector<std::string> fields;
+  constexpr int64_t kRows = 4096;
+  constexpr int64_t kCols = 4096;
+  absl::StatusOr<std::unique_ptr<Buffer>> x = backend.Allocate(512 * kCols);
+  absl::StatusOr<std::unique_ptr<Buffer>> y = backend.Allocate(512 * kRows);
+  if (!x.ok() || !y.ok()) return "{\"error\": \"allocation\"}";
+  std::vector<float> ones(512 * kCols, 0.01f);
+  backend.CopyFromHost(ones, (*x)->data());
+  for (const auto& [format, name] :
+       std::vector<std::pair<WeightFormat, const char*>>{
+           {WeightFormat::kBf16, "bf16"},
+           {WeightFormat::kFp8Block, "fp8"},
+           {WeightFormat::kMxfp4, "mxfp4"},
+           {WeightFormat::kNvfp4, "nvfp4"}}) {
+    const Bytes bytes = RandomWeight(format, kRows, kCols, rng);
+    HostWeight h;
+    h.format = format;
+    h.rows = kRows;
+    h.cols = kCols;
+    h.data = bytes.data;
+    h.scale = bytes.scale;
+    h.block_rows = 128;
+    h.block_cols = 128;
+    absl::StatusOr<std::unique_ptr<Weight>> w = backend.UploadWeight(h);
+    if (!w.ok()) return absl::StrCat("{\"error\": \"", name, " upload\"}");
+    const int64_t weight_bytes =
+        static_cast<int64_t>(bytes.data.size() + bytes.scale.size());
+    for (const int64_t tokens : {int64_t{1}, int64_t{512}}) {
+      const ConstMatrixView xv((*x)->data(), tokens, kCols);
+      const MatrixView yv = (*y)->view(tokens, kRows);
+      backend.Linear(xv, **w, yv);
+      (void)backend.Synchronize();
+      const absl::Time start = absl::Now();
+      const int n = tokens == 1 ? iters : 3;
+      for (int i = 0; i < n; ++i) backend.Linear(xv, **w, yv);
+      const absl::Status st = backend.Synchronize();
+      if (!st.ok()) return absl::StrCat("{\"error\": \"", st.ToString(), "\"}");
+      const double s = absl::ToDoubleSeconds(absl::Now() - start) / n;
+      if (tokens == 1) {
+        const double copy = MemcpySeconds(weight_bytes, iters);
+        fields.push_back(absl::StrCat("\"gemv_", name, "_vs_memcpy\": ",
+                                      copy / s));
+      } else {
+        fields.push_back(absl::StrCat("\"prefill_", name, "_tokens_per_s\": ",
+                                      static_cast<double>(tokens) / s));
+      }
+    }
+  }
+  // Decode attention: 64 heads of 512 over 640 keys (window + selected).
+  constexpr int kHeads = 64;
+  constexpr int kDim = 512;
+  constexpr int kKeys = 640;
+  absl::StatusOr<std::unique_ptr<Buffer>> q = backend.Allocate(kHeads * kDim);
+  absl::StatusOr<std::unique_ptr<Buffer>> kv = backend.Allocate(kKeys * kDim);
+  absl::StatusOr<std::unique_ptr<Buffer>> out =
+      backend.Allocate(kHeads * kDim);
+  absl::StatusOr<std::unique_ptr<Buffer>> lse = backend.Allocate(kHeads);
+  if (!q.ok() || !kv.ok() || !out.ok() || !lse.ok()) {
+    return "{\"error\": \"allocation\"}";
+  }
+  std::vector<int32_t> idx(kKeys);
+  for (int i = 0; i < kKeys; ++i) idx[i] = i;
+  auto attend = [&] {
+    backend.SparseAttention(ConstMatrixView((*q)->data(), 1, kHeads * kDim),
+                            ConstMatrixView((*kv)->data(), kKeys, kDim), kHeads,
+                            idx, kKeys, 0.04f, nullptr,
+                            (*out)->view(1, kHeads * kDim),
+                            (*lse)->view(1, kHeads));
+  };
+  attend();
+  (void)backend.Synchronize();
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < iters; ++i) attend();
+  (void)backend.Synchronize();
+  const double s = absl::ToDoubleSeconds(absl::Now() - start) / iters;
+  const double copy = MemcpySeconds(int64_t{kKeys} * kDim * 4, iters);
+  fields.push_back(absl::StrCat("\"attention_vs_memcpy\": ", copy / s));
+  return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
+}
+
+}  // namespace
+}  // namespace mneme::gpu
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<std::unique_ptr<mneme::gpu::Backend>> backend =
+      mneme::gpu::CreateCudaBackend(absl::GetFlag(FLAGS_device));
+  if (!backend.ok()) {
+    std::printf("{\"skipped\": \"%s\"}\n",
+                std::string(backend.status().message()).c_str());
+    return 0;
+  }
+  std::printf("%s\n",
+              mneme::gpu::Run(**backend, absl::GetFlag(FLAGS_iters)).c_str());
+  return 0;
+}
