@@ -109,7 +109,8 @@ class ReferenceTopologyTest(unittest.TestCase):
             with self.subTest(node=node):
                 self.assertEqual(worker["tp_size"], "4")
                 self.assertEqual(worker["dcp_size"], "4")
-                self.assertEqual(worker["backend"], "cpu")
+                self.assertEqual(worker["backend"], "cuda")
+                self.assertEqual(worker["device"], "0")
                 self.assertEqual(worker["kv_cache_bytes"], str(6 << 30))
                 self.assertEqual(worker["max_step_tokens"], "8192")
                 self.assertEqual(store["tp_size"], "4")
