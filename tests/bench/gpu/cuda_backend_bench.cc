@@ -140,8 +140,8 @@ std::string Run(Backend& backend, int iters) {
       const double s = absl::ToDoubleSeconds(absl::Now() - start) / n;
       if (tokens == 1) {
         const double copy = MemcpySeconds(weight_bytes, iters);
-        fields.push_back(absl::StrCat("\"gemv_", name, "_vs_memcpy\": ",
-                                      copy / s));
+        fields.push_back(
+            absl::StrCat("\"gemv_", name, "_vs_memcpy\": ", copy / s));
       } else {
         fields.push_back(absl::StrCat("\"prefill_", name, "_tokens_per_s\": ",
                                       static_cast<double>(tokens) / s));
@@ -154,8 +154,7 @@ std::string Run(Backend& backend, int iters) {
   constexpr int kKeys = 640;
   absl::StatusOr<std::unique_ptr<Buffer>> q = backend.Allocate(kHeads * kDim);
   absl::StatusOr<std::unique_ptr<Buffer>> kv = backend.Allocate(kKeys * kDim);
-  absl::StatusOr<std::unique_ptr<Buffer>> out =
-      backend.Allocate(kHeads * kDim);
+  absl::StatusOr<std::unique_ptr<Buffer>> out = backend.Allocate(kHeads * kDim);
   absl::StatusOr<std::unique_ptr<Buffer>> lse = backend.Allocate(kHeads);
   if (!q.ok() || !kv.ok() || !out.ok() || !lse.ok()) {
     return "{\"error\": \"allocation\"}";
@@ -163,11 +162,10 @@ std::string Run(Backend& backend, int iters) {
   std::vector<int32_t> idx(kKeys);
   for (int i = 0; i < kKeys; ++i) idx[i] = i;
   auto attend = [&] {
-    backend.SparseAttention(ConstMatrixView((*q)->data(), 1, kHeads * kDim),
-                            ConstMatrixView((*kv)->data(), kKeys, kDim), kHeads,
-                            idx, kKeys, 0.04f, nullptr,
-                            (*out)->view(1, kHeads * kDim),
-                            (*lse)->view(1, kHeads));
+    backend.SparseAttention(
+        ConstMatrixView((*q)->data(), 1, kHeads * kDim),
+        ConstMatrixView((*kv)->data(), kKeys, kDim), kHeads, idx, kKeys, 0.04f,
+        nullptr, (*out)->view(1, kHeads * kDim), (*lse)->view(1, kHeads));
   };
   attend();
   (void)backend.Synchronize();
