@@ -132,12 +132,11 @@ std::vector<Case> Cases() {
     }
   } else if (gpu::BuiltWithCuda()) {
     // Listed, and skipped with the reason.
-    const absl::Status reason = devices.status();
-    backends.emplace_back(
-        "cuda_none",
-        [reason]() -> absl::StatusOr<std::unique_ptr<gpu::Backend>> {
-          return reason;
-        });
+    backends.emplace_back("cuda_none",
+                          [reason = devices.status()]()
+                              -> absl::StatusOr<std::unique_ptr<gpu::Backend>> {
+                            return reason;
+                          });
   }
   for (const auto& [name, make] : backends) {
     cases.push_back({absl::StrCat("V4Flash_", name),

@@ -129,7 +129,7 @@ std::string Run(Backend& backend, int iters) {
         static_cast<int64_t>(bytes.data.size() + bytes.scale.size());
     for (const int64_t tokens : {int64_t{1}, int64_t{512}}) {
       const ConstMatrixView xv((*x)->data(), tokens, kCols);
-      const MatrixView yv = (*y)->view(tokens, kRows);
+      const MatrixView yv{(*y)->data(), tokens, kRows};
       backend.Linear(xv, **w, yv);
       (void)backend.Synchronize();
       const absl::Time start = absl::Now();
@@ -150,11 +150,13 @@ std::string Run(Backend& backend, int iters) {
   }
   // Decode attention: 64 heads of 512 over 640 keys (window + selected).
   constexpr int kHeads = 64;
-  constexpr int kDim = 512;
+  constexpr int64_t kDim = 512;
   constexpr int kKeys = 640;
-  absl::StatusOr<std::unique_ptr<Buffer>> q = backend.Allocate(kHeads * kDim);
-  absl::StatusOr<std::unique_ptr<Buffer>> kv = backend.Allocate(kKeys * kDim);
-  absl::StatusOr<std::unique_ptr<Buffer>> out = backend.Allocate(kHeads * kDim);
+  constexpr int64_t kQueryWidth = int64_t{kHeads} * kDim;
+  absl::StatusOr<std::unique_ptr<Buffer>> q = backend.Allocate(kQueryWidth);
+  absl::StatusOr<std::unique_ptr<Buffer>> kv =
+      backend.Allocate(int64_t{kKeys} * kDim);
+  absl::StatusOr<std::unique_ptr<Buffer>> out = backend.Allocate(kQueryWidth);
   absl::StatusOr<std::unique_ptr<Buffer>> lse = backend.Allocate(kHeads);
   if (!q.ok() || !kv.ok() || !out.ok() || !lse.ok()) {
     return "{\"error\": \"allocation\"}";
@@ -163,9 +165,9 @@ std::string Run(Backend& backend, int iters) {
   for (int i = 0; i < kKeys; ++i) idx[i] = i;
   auto attend = [&] {
     backend.SparseAttention(
-        ConstMatrixView((*q)->data(), 1, kHeads * kDim),
+        ConstMatrixView((*q)->data(), 1, kQueryWidth),
         ConstMatrixView((*kv)->data(), kKeys, kDim), kHeads, idx, kKeys, 0.04f,
-        nullptr, (*out)->view(1, kHeads * kDim), (*lse)->view(1, kHeads));
+        nullptr, (*out)->view(1, kQueryWidth), (*lse)->view(1, kHeads));
   };
   attend();
   (void)backend.Synchronize();

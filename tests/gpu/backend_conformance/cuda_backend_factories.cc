@@ -19,12 +19,10 @@ void AppendCudaBackendFactories(std::vector<BackendFactory>* factories) {
   const absl::StatusOr<std::vector<DeviceInfo>> devices = ListDevices();
   if (!devices.ok()) {
     // Every case is listed and skipped with the reason.
-    const absl::Status reason = devices.status();
     factories->push_back(BackendFactory{
         .name = "cuda_none",
-        .create = [reason]() -> absl::StatusOr<std::unique_ptr<Backend>> {
-          return reason;
-        }});
+        .create = [reason = devices.status()]()
+            -> absl::StatusOr<std::unique_ptr<Backend>> { return reason; }});
     return;
   }
   for (const DeviceInfo& device : *devices) {

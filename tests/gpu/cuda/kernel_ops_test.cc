@@ -76,6 +76,7 @@ std::vector<float> EncoderInputs(const std::vector<float>& values) {
 
 TEST(KernelFormatsTest, E4m3EncoderMatches) {
   std::vector<float> values;
+  values.reserve(0x7F);
   for (int code = 0; code < 0x7F; ++code) {
     values.push_back(formats::E4m3ToFloat(static_cast<uint8_t>(code)));
   }
@@ -86,6 +87,7 @@ TEST(KernelFormatsTest, E4m3EncoderMatches) {
 
 TEST(KernelFormatsTest, E2m1EncoderMatches) {
   std::vector<float> values;
+  values.reserve(8);
   for (int code = 0; code < 8; ++code) {
     values.push_back(formats::E2m1ToFloat(static_cast<uint8_t>(code)));
   }
