@@ -25,6 +25,8 @@ PACKAGES=(
   python3-prometheus-client python3-yaml
   # Deploy checks (systemd-analyze verify).
   systemd
+  # The GPU bundle (tools/gpu/bundle.sh: tar -J).
+  xz-utils
   # The Arm tests (tests/arm): the aarch64 cross compiler, qemu user-mode
   # emulation, and the arm64 builds of the libraries those tests link
   # (multiarch: dpkg gets the arm64 architecture added below).
