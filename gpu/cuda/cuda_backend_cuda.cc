@@ -31,8 +31,11 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
 }
 
 // One device, one non-blocking stream; every copy and kernel is queued on
-// it in call order. A failed launch or copy is kept and reported by the
-// next Synchronize.
+// it in call order. Every call first makes the device current on the
+// calling thread (steps run on the worker's step thread, not the one that
+// created the backend). The first failed launch or copy is kept for good:
+// Synchronize reports it from then on (the device's context is then
+// usually unusable; the process restarts).
 class CudaExecutor final : public Executor {
  public:
   static absl::StatusOr<std::unique_ptr<CudaExecutor>> Create(int device) {
@@ -69,7 +72,7 @@ class CudaExecutor final : public Executor {
 
   absl::StatusOr<void*> Allocate(int64_t bytes) override {
     if (bytes < 0) return absl::InvalidArgumentError("negative allocation");
-    cudaSetDevice(device_);
+    Use();
     void* p = nullptr;
     const int64_t rounded = bytes > 0 ? bytes : 256;
     if (cudaError_t e = cudaMalloc(&p, static_cast<size_t>(rounded));
@@ -83,6 +86,7 @@ class CudaExecutor final : public Executor {
     return p;
   }
   void Free(void* p) override {
+    Use();
     // After the queued work that may still read it.
     Keep(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     Keep(cudaFree(p), "cudaFree");
@@ -90,32 +94,35 @@ class CudaExecutor final : public Executor {
 
   void ToDevice(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
+    Use();
     Keep(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
                          cudaMemcpyHostToDevice, stream_),
          "cudaMemcpyAsync to the device");
   }
   void DeviceCopy(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
+    Use();
     Keep(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
                          cudaMemcpyDeviceToDevice, stream_),
          "cudaMemcpyAsync on the device");
   }
   void ToHost(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
+    Use();
     Keep(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
                          cudaMemcpyDeviceToHost, stream_),
          "cudaMemcpyAsync to the host");
     Keep(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
   absl::Status Synchronize() override {
+    Use();
     Keep(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    absl::Status status = status_;
-    status_ = absl::OkStatus();
-    return status;
+    return status_;
   }
 
 #define MNEME_CUDA_RUN(Op)                                             \
   void Run(const kernels::Op& op, int64_t items) override {            \
+    Use();                                                             \
     Keep(static_cast<cudaError_t>(cuda::LaunchOp(op, items, stream_)), \
          "launch of " #Op);                                            \
   }
@@ -126,7 +133,16 @@ class CudaExecutor final : public Executor {
   CudaExecutor(int device, cudaStream_t stream)
       : device_(device), stream_(stream) {}
 
-  // Keeps the first error until Synchronize reports it.
+  // This executor's device on the calling thread (cheap when it already
+  // is).
+  void Use() {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device_) {
+      Keep(cudaSetDevice(device_), "cudaSetDevice");
+    }
+  }
+
+  // Keeps the first error for good.
   void Keep(cudaError_t error, absl::string_view what) {
     if (error != cudaSuccess && status_.ok()) {
       status_ = CudaStatus(error, absl::StrCat(name(), ": ", what));

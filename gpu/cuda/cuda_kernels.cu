@@ -67,6 +67,8 @@ int LaunchImpl(const kernels::LinearOp& op, int64_t items,
 #define MNEME_CUDA_LAUNCH_DEFINITION(Op)                             \
   int LaunchOp(const kernels::Op& op, int64_t items, void* stream) { \
     if (items <= 0) return 0;                                        \
+    /* An earlier error, already reported, is not this launch's. */  \
+    (void)cudaGetLastError();                                        \
     return LaunchImpl(op, items, static_cast<cudaStream_t>(stream)); \
   }
 MNEME_KERNEL_OPS(MNEME_CUDA_LAUNCH_DEFINITION)

@@ -34,8 +34,8 @@ class Executor {
   virtual void DeviceCopy(void* dst, const void* src, int64_t bytes) = 0;
   // Waits for the queued work, then copies.
   virtual void ToHost(void* dst, const void* src, int64_t bytes) = 0;
-  // Waits for the queued work; the first error of a launch or copy since the
-  // last call.
+  // Waits for the queued work; the first error of a launch or copy so far
+  // (kept: a device that failed once stays failed).
   virtual absl::Status Synchronize() = 0;
 
   // Queues op(i) for every i < items (items >= 0).

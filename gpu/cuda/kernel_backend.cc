@@ -157,7 +157,7 @@ uint8_t* KernelBackend::Reserve(Arena& arena, int64_t bytes) {
 
 std::vector<float> KernelBackend::Fetch(const float* src, int64_t n) {
   std::vector<float> host(static_cast<size_t>(n));
-  executor_->ToHost(host.data(), src, n * static_cast<int64_t>(sizeof(float)));
+  CopyToHost(src, absl::MakeSpan(host));
   return host;
 }
 
@@ -176,6 +176,11 @@ void KernelBackend::CopyFromHost(absl::Span<const float> src, float* dst) {
 void KernelBackend::CopyToHost(const float* src, absl::Span<float> dst) {
   executor_->ToHost(dst.data(), src,
                     static_cast<int64_t>(dst.size() * sizeof(float)));
+  // What leaves the device must be what the queued ops computed: a device
+  // that failed cannot answer (the process restarts; the coordinator
+  // requeues its work).
+  const absl::Status status = executor_->Synchronize();
+  CHECK(status.ok()) << name() << ": the device failed: " << status;
 }
 
 absl::Status KernelBackend::Synchronize() { return executor_->Synchronize(); }
@@ -217,7 +222,10 @@ absl::StatusOr<std::unique_ptr<Weight>> KernelBackend::UploadWeight(
   view.data = bytes;
   view.scale = bytes + data_bytes;
   // The host copy (dense) must outlive the queued copy.
-  RETURN_IF_ERROR(executor_->Synchronize());
+  if (absl::Status status = executor_->Synchronize(); !status.ok()) {
+    executor_->Free(bytes);
+    return status;
+  }
   return std::make_unique<KernelWeight>(executor_.get(), weight.format, bytes,
                                         total, view,
                                         weight.gridbook_input_scale);
@@ -231,7 +239,7 @@ void KernelBackend::DequantizeWeight(const Weight& weight,
   Carver carve(*this, Carver::Bytes<float>(n));
   float* values = carve.Take<float>(n);
   executor_->Run(k::DequantizeOp{.w = w.view(), .out = values}, n);
-  executor_->ToHost(out.data(), values, n * 4);
+  CopyToHost(values, out);
 }
 
 void KernelBackend::Gemm(const float* x, int64_t tokens, const Weight& weight,

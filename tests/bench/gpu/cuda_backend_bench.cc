@@ -35,26 +35,38 @@ ABSL_FLAG(int, iters, 50, "Timed repetitions of each measurement.");
 namespace mneme::gpu {
 namespace {
 
-// Seconds per repetition of a device memcpy of `bytes` (read once, written
-// once).
+// Seconds per repetition of a device memcpy of `bytes` (each byte read
+// once and written once, so the memcpy moves 2 * bytes); -1 when the
+// device refuses.
 double MemcpySeconds(int64_t bytes, int iters) {
   void* a = nullptr;
   void* b = nullptr;
-  if (cudaMalloc(&a, bytes) != cudaSuccess ||
-      cudaMalloc(&b, bytes) != cudaSuccess) {
-    return -1.0;
+  double s = -1.0;
+  if (cudaMalloc(&a, bytes) == cudaSuccess &&
+      cudaMalloc(&b, bytes) == cudaSuccess &&
+      cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess) {
+    const absl::Time start = absl::Now();
+    for (int i = 0; i < iters; ++i) {
+      cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, nullptr);
+    }
+    if (cudaDeviceSynchronize() == cudaSuccess) {
+      s = absl::ToDoubleSeconds(absl::Now() - start) / iters;
+    }
   }
-  cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-  cudaDeviceSynchronize();
-  const absl::Time start = absl::Now();
-  for (int i = 0; i < iters; ++i) {
-    cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, nullptr);
-  }
-  cudaDeviceSynchronize();
-  const double s = absl::ToDoubleSeconds(absl::Now() - start) / iters;
-  cudaFree(a);
-  cudaFree(b);
+  (void)cudaGetLastError();
+  if (a != nullptr) cudaFree(a);
+  if (b != nullptr) cudaFree(b);
   return s;
+}
+
+// Bandwidth of an op that reads `bytes` in `seconds`, over the bandwidth of
+// a device memcpy (bytes read + written per second); 1.0 = reading as fast
+// as memcpy moves bytes.
+double VsMemcpy(int64_t bytes, double seconds, int iters) {
+  const double copy = MemcpySeconds(bytes, iters);
+  if (copy <= 0.0 || seconds <= 0.0) return -1.0;
+  return (static_cast<double>(bytes) / seconds) /
+         (2.0 * static_cast<double>(bytes) / copy);
 }
 
 // A [rows, cols] weight of random valid codes in `format` (scales 1.0).
@@ -139,9 +151,8 @@ std::string Run(Backend& backend, int iters) {
       if (!st.ok()) return absl::StrCat("{\"error\": \"", st.ToString(), "\"}");
       const double s = absl::ToDoubleSeconds(absl::Now() - start) / n;
       if (tokens == 1) {
-        const double copy = MemcpySeconds(weight_bytes, iters);
-        fields.push_back(
-            absl::StrCat("\"gemv_", name, "_vs_memcpy\": ", copy / s));
+        fields.push_back(absl::StrCat("\"gemv_", name, "_vs_memcpy\": ",
+                                      VsMemcpy(weight_bytes, s, iters)));
       } else {
         fields.push_back(absl::StrCat("\"prefill_", name, "_tokens_per_s\": ",
                                       static_cast<double>(tokens) / s));
@@ -173,10 +184,12 @@ std::string Run(Backend& backend, int iters) {
   (void)backend.Synchronize();
   const absl::Time start = absl::Now();
   for (int i = 0; i < iters; ++i) attend();
-  (void)backend.Synchronize();
+  if (const absl::Status st = backend.Synchronize(); !st.ok()) {
+    return absl::StrCat("{\"error\": \"", st.ToString(), "\"}");
+  }
   const double s = absl::ToDoubleSeconds(absl::Now() - start) / iters;
-  const double copy = MemcpySeconds(int64_t{kKeys} * kDim * 4, iters);
-  fields.push_back(absl::StrCat("\"attention_vs_memcpy\": ", copy / s));
+  fields.push_back(absl::StrCat("\"attention_vs_memcpy\": ",
+                                VsMemcpy(int64_t{kKeys} * kDim * 4, s, iters)));
   return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
 }
 
