@@ -21,6 +21,7 @@
 #include "formats/gridbook/gridbook.h"
 #include "glog/logging.h"
 #include "gpu/backend.h"
+#include "gpu/backend_checks.h"
 #include "gpu/cpu/codebook_kernels.h"
 #include "gpu/cpu/cpu_backend_internal.h"
 #include "gpu/cpu/cpu_kernels.h"
@@ -336,12 +337,7 @@ void CpuBackend::Rope(MatrixView x, int head_dim, int rope_dim,
                       absl::Span<const double> inv_freq,
                       absl::Span<const int32_t> positions,
                       RopeDirection direction) {
-  CHECK_GT(head_dim, 0);
-  CHECK_GE(rope_dim, 0);
-  CHECK_LE(rope_dim, head_dim);
-  CHECK_EQ(rope_dim % 2, 0);
-  CHECK_EQ(x.cols % head_dim, 0);
-  CHECK_EQ(static_cast<int64_t>(positions.size()), x.rows);
+  CheckRopeShapes(x, head_dim, rope_dim, positions);
   if (rope_dim == 0) return;
   const int64_t heads = x.cols / head_dim;
   const int half = rope_dim / 2;

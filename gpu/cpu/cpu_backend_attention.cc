@@ -8,6 +8,7 @@
 #include "absl/types/span.h"
 #include "glog/logging.h"
 #include "gpu/backend.h"
+#include "gpu/backend_checks.h"
 #include "gpu/cpu/cpu_backend.h"
 #include "gpu/cpu/cpu_backend_internal.h"
 #include "gpu/cpu/cpu_kernels.h"
@@ -68,20 +69,9 @@ void CpuBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
                                  int heads, absl::Span<const int32_t> idx,
                                  int width, float scale, const float* sink,
                                  MatrixView out, MatrixView lse) {
-  CHECK_GT(heads, 0);
-  CHECK_GE(width, 0);
+  CheckSparseAttentionShapes(q, kv, heads, idx, width, out, lse);
   const int64_t hd = kv.cols;
   const int64_t tokens = q.rows;
-  CHECK_EQ(q.cols, heads * hd);
-  CHECK_EQ(out.rows, tokens);
-  CHECK_EQ(out.cols, q.cols);
-  CHECK_EQ(lse.rows, tokens);
-  CHECK_EQ(lse.cols, heads);
-  CHECK_EQ(static_cast<int64_t>(idx.size()), tokens * width);
-  for (const int32_t i : idx) {
-    CHECK_GE(i, -1);
-    CHECK_LT(i, kv.rows);
-  }
   if (tokens == 0) return;
   // Each query's keys are gathered once into a contiguous block, then every
   // head attends over it.
@@ -114,20 +104,11 @@ void CpuBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
 void CpuBackend::IndexScores(ConstMatrixView q, ConstMatrixView w,
                              ConstMatrixView keys,
                              absl::Span<const int32_t> rows, MatrixView out) {
+  CheckIndexScoresShapes(q, w, keys, rows, out);
   const int64_t tokens = q.rows;
-  CHECK_EQ(w.rows, tokens);
-  CHECK_GT(w.cols, 0);
   const int64_t heads = w.cols;
-  CHECK_EQ(q.cols % heads, 0);
   const int64_t d = q.cols / heads;
-  CHECK_LE(d, keys.cols);
   const int64_t n = static_cast<int64_t>(rows.size());
-  CHECK_EQ(out.rows, tokens);
-  CHECK_EQ(out.cols, n);
-  for (const int32_t r : rows) {
-    CHECK_GE(r, 0);
-    CHECK_LT(r, keys.rows);
-  }
   if (tokens == 0 || n == 0) return;
   // Over the keys (each read once per token block), then the tokens and
   // heads.

@@ -8,6 +8,7 @@
 #include "absl/types/span.h"
 #include "glog/logging.h"
 #include "gpu/backend.h"
+#include "gpu/backend_checks.h"
 #include "gpu/cpu/cpu_backend.h"
 #include "gpu/cpu/cpu_backend_internal.h"
 #include "gpu/cpu/cpu_kernels.h"
@@ -32,20 +33,11 @@ void CpuBackend::HcMix(ConstMatrixView x_stream, const Weight& fn,
                        int sinkhorn_iters, float hc_eps, float norm_eps,
                        MatrixView pre, MatrixView post, MatrixView comb) {
   const CpuWeight& weight = AsCpu(fn);
-  CHECK_GE(hc, 1);
-  CHECK_GE(sinkhorn_iters, 1);
+  CheckHcMixShapes(x_stream, weight.rows(), weight.cols(), hc, sinkhorn_iters,
+                   pre, post, comb);
   const int64_t tokens = x_stream.rows;
   const int64_t width = x_stream.cols;
   const int64_t num_mix = int64_t{2 + hc} * hc;
-  CHECK_EQ(width % hc, 0);
-  CHECK_EQ(weight.rows(), num_mix);
-  CHECK_EQ(weight.cols(), width);
-  CHECK_EQ(pre.rows, tokens);
-  CHECK_EQ(pre.cols, hc);
-  CHECK_EQ(post.rows, tokens);
-  CHECK_EQ(post.cols, hc);
-  CHECK_EQ(comb.rows, tokens);
-  CHECK_EQ(comb.cols, hc * hc);
   if (tokens == 0) return;
   std::vector<float> mix(tokens * num_mix);
   Gemm(x_stream.data, tokens, weight, mix.data(), Accumulate::kNo);

@@ -16,6 +16,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "gpu/backend.h"
+#include "gpu/backend_checks.h"
 #include "gpu/cuda/executor.h"
 #include "gpu/cuda/kernel_ops.h"
 #include "gpu/host_weight.h"
@@ -285,12 +286,7 @@ void KernelBackend::Rope(MatrixView x, int head_dim, int rope_dim,
                          absl::Span<const double> inv_freq,
                          absl::Span<const int32_t> positions,
                          RopeDirection direction) {
-  CHECK_GT(head_dim, 0);
-  CHECK_GE(rope_dim, 0);
-  CHECK_LE(rope_dim, head_dim);
-  CHECK_EQ(rope_dim % 2, 0);
-  CHECK_EQ(x.cols % head_dim, 0);
-  CHECK_EQ(static_cast<int64_t>(positions.size()), x.rows);
+  CheckRopeShapes(x, head_dim, rope_dim, positions);
   if (rope_dim == 0 || x.rows == 0) return;
   const int64_t half = rope_dim / 2;
   CHECK_EQ(static_cast<int64_t>(inv_freq.size()), half);
@@ -431,20 +427,9 @@ void KernelBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
                                     int heads, absl::Span<const int32_t> idx,
                                     int width, float scale, const float* sink,
                                     MatrixView out, MatrixView lse) {
-  CHECK_GT(heads, 0);
-  CHECK_GE(width, 0);
+  CheckSparseAttentionShapes(q, kv, heads, idx, width, out, lse);
   const int64_t hd = kv.cols;
   const int64_t tokens = q.rows;
-  CHECK_EQ(q.cols, heads * hd);
-  CHECK_EQ(out.rows, tokens);
-  CHECK_EQ(out.cols, q.cols);
-  CHECK_EQ(lse.rows, tokens);
-  CHECK_EQ(lse.cols, heads);
-  CHECK_EQ(static_cast<int64_t>(idx.size()), tokens * width);
-  for (const int32_t i : idx) {
-    CHECK_GE(i, -1);
-    CHECK_LT(i, kv.rows);
-  }
   if (tokens == 0) return;
   Carver carve(*this, Carver::Bytes<int32_t>(tokens * width));
   const int32_t* staged = carve.Stage(idx);
@@ -465,20 +450,11 @@ void KernelBackend::IndexScores(ConstMatrixView q, ConstMatrixView w,
                                 ConstMatrixView keys,
                                 absl::Span<const int32_t> rows,
                                 MatrixView out) {
+  CheckIndexScoresShapes(q, w, keys, rows, out);
   const int64_t tokens = q.rows;
-  CHECK_EQ(w.rows, tokens);
-  CHECK_GT(w.cols, 0);
   const int64_t heads = w.cols;
-  CHECK_EQ(q.cols % heads, 0);
   const int64_t d = q.cols / heads;
-  CHECK_LE(d, keys.cols);
   const auto n = static_cast<int64_t>(rows.size());
-  CHECK_EQ(out.rows, tokens);
-  CHECK_EQ(out.cols, n);
-  for (const int32_t r : rows) {
-    CHECK_GE(r, 0);
-    CHECK_LT(r, keys.rows);
-  }
   if (tokens == 0 || n == 0) return;
   Carver carve(*this, Carver::Bytes<int32_t>(n));
   const int32_t* staged = carve.Stage(rows);
@@ -518,21 +494,12 @@ void KernelBackend::HcMix(ConstMatrixView x_stream, const Weight& fn,
                           const float* base, const float* scale, int hc,
                           int sinkhorn_iters, float hc_eps, float norm_eps,
                           MatrixView pre, MatrixView post, MatrixView comb) {
-  CHECK_GE(hc, 1);
+  CheckHcMixShapes(x_stream, fn.rows(), fn.cols(), hc, sinkhorn_iters, pre,
+                   post, comb);
   CHECK_LE(hc, k::kMaxHc);
-  CHECK_GE(sinkhorn_iters, 1);
   const int64_t tokens = x_stream.rows;
   const int64_t width = x_stream.cols;
   const int64_t num_mix = int64_t{2 + hc} * hc;
-  CHECK_EQ(width % hc, 0);
-  CHECK_EQ(fn.rows(), num_mix);
-  CHECK_EQ(fn.cols(), width);
-  CHECK_EQ(pre.rows, tokens);
-  CHECK_EQ(pre.cols, hc);
-  CHECK_EQ(post.rows, tokens);
-  CHECK_EQ(post.cols, hc);
-  CHECK_EQ(comb.rows, tokens);
-  CHECK_EQ(comb.cols, hc * hc);
   if (tokens == 0) return;
   Carver carve(*this, Carver::Bytes<float>(tokens * num_mix));
   float* mix = carve.Take<float>(tokens * num_mix);

@@ -1,0 +1,84 @@
+#ifndef MNEME_GPU_BACKEND_CHECKS_H_
+#define MNEME_GPU_BACKEND_CHECKS_H_
+
+// The shape contracts of Backend ops (gpu/backend.h), checked the same way
+// by every backend: a mismatch is a programming error (CHECK).
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "glog/logging.h"
+#include "gpu/backend.h"
+
+namespace mneme::gpu {
+
+// Rope: head_dim > 0, 0 <= rope_dim <= head_dim and even, x.cols a multiple
+// of head_dim, one position per row.
+inline void CheckRopeShapes(ConstMatrixView x, int head_dim, int rope_dim,
+                            absl::Span<const int32_t> positions) {
+  CHECK_GT(head_dim, 0);
+  CHECK_GE(rope_dim, 0);
+  CHECK_LE(rope_dim, head_dim);
+  CHECK_EQ(rope_dim % 2, 0);
+  CHECK_EQ(x.cols % head_dim, 0);
+  CHECK_EQ(static_cast<int64_t>(positions.size()), x.rows);
+}
+
+// SparseAttention: shapes, and every key index in [-1, kv.rows).
+inline void CheckSparseAttentionShapes(ConstMatrixView q, ConstMatrixView kv,
+                                       int heads, absl::Span<const int32_t> idx,
+                                       int width, ConstMatrixView out,
+                                       ConstMatrixView lse) {
+  CHECK_GT(heads, 0);
+  CHECK_GE(width, 0);
+  CHECK_EQ(q.cols, heads * kv.cols);
+  CHECK_EQ(out.rows, q.rows);
+  CHECK_EQ(out.cols, q.cols);
+  CHECK_EQ(lse.rows, q.rows);
+  CHECK_EQ(lse.cols, heads);
+  CHECK_EQ(static_cast<int64_t>(idx.size()), q.rows * width);
+  for (const int32_t i : idx) {
+    CHECK_GE(i, -1);
+    CHECK_LT(i, kv.rows);
+  }
+}
+
+// IndexScores: shapes, and every row in [0, keys.rows).
+inline void CheckIndexScoresShapes(ConstMatrixView q, ConstMatrixView w,
+                                   ConstMatrixView keys,
+                                   absl::Span<const int32_t> rows,
+                                   ConstMatrixView out) {
+  CHECK_EQ(w.rows, q.rows);
+  CHECK_GT(w.cols, 0);
+  CHECK_EQ(q.cols % w.cols, 0);
+  CHECK_LE(q.cols / w.cols, keys.cols);
+  CHECK_EQ(out.rows, q.rows);
+  CHECK_EQ(out.cols, static_cast<int64_t>(rows.size()));
+  for (const int32_t r : rows) {
+    CHECK_GE(r, 0);
+    CHECK_LT(r, keys.rows);
+  }
+}
+
+// HcMix with fn [fn_rows, fn_cols].
+inline void CheckHcMixShapes(ConstMatrixView x_stream, int64_t fn_rows,
+                             int64_t fn_cols, int hc, int sinkhorn_iters,
+                             ConstMatrixView pre, ConstMatrixView post,
+                             ConstMatrixView comb) {
+  CHECK_GE(hc, 1);
+  CHECK_GE(sinkhorn_iters, 1);
+  const int64_t tokens = x_stream.rows;
+  CHECK_EQ(x_stream.cols % hc, 0);
+  CHECK_EQ(fn_rows, int64_t{2 + hc} * hc);
+  CHECK_EQ(fn_cols, x_stream.cols);
+  CHECK_EQ(pre.rows, tokens);
+  CHECK_EQ(pre.cols, hc);
+  CHECK_EQ(post.rows, tokens);
+  CHECK_EQ(post.cols, hc);
+  CHECK_EQ(comb.rows, tokens);
+  CHECK_EQ(comb.cols, hc * hc);
+}
+
+}  // namespace mneme::gpu
+
+#endif  // MNEME_GPU_BACKEND_CHECKS_H_
