@@ -178,6 +178,17 @@ class Backend {
   virtual void CopyToHost(const float* src, absl::Span<float> dst) = 0;
   // Waits for queued work (no-op on the CPU).
   virtual absl::Status Synchronize() = 0;
+  // Starts copying `src` into backend memory `dst` beside the ops queued
+  // after it (a device with copy engines moves the bytes while earlier
+  // layers compute): an op may read `dst` only after AwaitStaged(), and no
+  // op queued before that call may write `dst`. `src` may be reused once
+  // the call returns. Default: CopyFromHost.
+  virtual void StageFromHost(absl::Span<const float> src, float* dst) {
+    CopyFromHost(src, dst);
+  }
+  // Orders every op queued from now on after the copies StageFromHost
+  // started.
+  virtual void AwaitStaged() {}
 
   // Makes a backend copy of a checkpoint weight. InvalidArgument naming the
   // problem for a bad shape / byte count / format; DataLoss for a NaN scale.
@@ -305,6 +316,19 @@ class Backend {
   virtual void EngramGate(ConstMatrixView kv, const float* q_w,
                           const float* k_w, int hc, float eps,
                           MatrixView x_stream) = 0;
+  // Engram rows from their packed bf16 form to fp32, placed by column.
+  // `packed` (backend floats) holds blocks of `block_floats` floats, one per
+  // entry of `columns` / cols_per_block; block q is read as bf16 values (two
+  // per float, the lower-addressed first), rows of `row_dim` values, token
+  // t's cols_per_block rows in order: row (t, i) of block q becomes
+  // y[t, c * row_dim .. (c + 1) * row_dim) with c = columns[q *
+  // cols_per_block + i] (host). Columns no block names are left as they
+  // are. Needs block_floats * 2 >= y.rows * cols_per_block * row_dim and
+  // every column in [0, y.cols / row_dim).
+  virtual void UnpackBf16Rows(const float* packed, int64_t block_floats,
+                              absl::Span<const int32_t> columns,
+                              int64_t cols_per_block, int row_dim,
+                              MatrixView y) = 0;
 
   // ---- MoE -----------------------------------------------------------------
   // Routing: scores = sqrt(softplus(logits)) [T, E] (fp32); the top_k experts

@@ -79,6 +79,22 @@ inline void CheckHcMixShapes(ConstMatrixView x_stream, int64_t fn_rows,
   CHECK_EQ(comb.cols, hc * hc);
 }
 
+// UnpackBf16Rows: whole blocks, rows that fit them and columns inside y.
+inline void CheckUnpackBf16RowsShapes(int64_t block_floats,
+                                      absl::Span<const int32_t> columns,
+                                      int64_t cols_per_block, int row_dim,
+                                      ConstMatrixView y) {
+  CHECK_GT(row_dim, 0);
+  CHECK_GT(cols_per_block, 0);
+  CHECK_EQ(static_cast<int64_t>(columns.size()) % cols_per_block, 0);
+  CHECK_EQ(y.cols % row_dim, 0);
+  CHECK_GE(block_floats * 2, y.rows * cols_per_block * row_dim);
+  const int64_t width = y.cols / row_dim;
+  for (const int32_t c : columns) {
+    CHECK(c >= 0 && c < width) << "column " << c << " of " << width;
+  }
+}
+
 }  // namespace mneme::gpu
 
 #endif  // MNEME_GPU_BACKEND_CHECKS_H_

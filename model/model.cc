@@ -69,20 +69,25 @@ int64_t StepWorkspaceFloats(const ModelDims& d, const ModelOptions& o,
       (dcp ? f(T * H * hd) + f(T * H * hd) : 0) + f(T * heads * hd) +
       f(T * heads) + std::max({chunk, merge, out_proj});
   const int64_t moe = f(T * d.num_experts);
+  // Engram: every layer's staged rows through the pass, then a layer's
+  // gathered rows, their fp32 form and projection.
+  int64_t engram_staged = 0;
   int64_t engram_floats = 0;
   if (!engram.columns.empty()) {
     const int64_t ncols =
         static_cast<int64_t>(engram.columns[o.tp_rank].size());
     const int64_t slots = (T * ncols * engram.row_dim + 1) / 2;
     const int64_t width = int64_t{engram.num_columns} * engram.row_dim;
+    engram_staged = static_cast<int64_t>(d.engram_layers.size()) * f(slots);
     engram_floats =
-        f(slots) + f(n * slots) + f(T * width) + f(T * (hc + 1) * D);
+        (n > 1 ? f(n * slots) : 0) + f(T * width) + f(T * (hc + 1) * D);
   }
   const int64_t R = std::min(T, kHeadRowsAtLoad);
   const int64_t head =
       f(R * hc * D) + f(R * D) + f(R * vocab.rows) +
       (n > 1 ? f(R * vocab.shard) + f(n * R * vocab.shard) : 0);
-  return f(1) + base + std::max({attention, moe, engram_floats, head});
+  return f(1) + engram_staged + base +
+         std::max({attention, moe, engram_floats, head});
 }
 
 // The payload that marks a step that did not run (StepNotRunError).
@@ -511,8 +516,7 @@ absl::StatusOr<StepOutput> Model::Step(const StepInput& input) {
                    LookupEngramRows(input));
   ASSIGN_OR_RETURN(std::vector<SequenceState*> seqs, Admit(input));
   StepOutput out;
-  if (absl::Status st = Forward(input, seqs, std::move(engram_rows), out);
-      !st.ok()) {
+  if (absl::Status st = Forward(input, seqs, engram_rows, out); !st.ok()) {
     for (const SequenceChunk& c : input.chunks) Release(c.sequence_id);
     return st;
   }
@@ -577,10 +581,9 @@ absl::StatusOr<std::vector<std::vector<uint16_t>>> Model::LookupEngramRows(
       "the step did not run, an Engram lookup failed (", what, ")"));
 }
 
-absl::Status Model::Forward(const StepInput& input,
-                            const std::vector<SequenceState*>& seqs,
-                            std::vector<std::vector<uint16_t>> engram_rows,
-                            StepOutput& out) {
+absl::Status Model::Forward(
+    const StepInput& input, const std::vector<SequenceState*>& seqs,
+    const std::vector<std::vector<uint16_t>>& engram_rows, StepOutput& out) {
   const ModelDims& d = dims_;
   const int64_t D = d.hidden_size, hc = d.hc_mult;
   std::vector<int32_t> ids, positions;
@@ -599,6 +602,10 @@ absl::Status Model::Forward(const StepInput& input,
   Workspace& ws = *workspace_;
   Workspace::Scope scope(ws);
 
+  // Every Engram layer's rows start towards the device before the first
+  // layer, so the copies overlap the layers before them.
+  ASSIGN_OR_RETURN(std::vector<WorkBuffer> staged_rows,
+                   StageEngramRows(ctx, engram_layout_, T, engram_rows));
   ASSIGN_OR_RETURN(WorkBuffer stream, ws.Take(T * hc * D));
   const MatrixView X = stream.view(T, hc * D);
   RETURN_IF_ERROR(Embed(ctx, weights_->embedding_head, vocab_, ids, X));
@@ -621,13 +628,12 @@ absl::Status Model::Forward(const StepInput& input,
       const size_t e = static_cast<size_t>(
           std::find(d.engram_layers.begin(), d.engram_layers.end(), l) -
           d.engram_layers.begin());
-      if (e >= engram_rows.size()) {
+      if (e >= staged_rows.size()) {
         return absl::InternalError(
             absl::StrCat("no Engram rows for layer ", l));
       }
       RETURN_IF_ERROR(EngramForward(ctx, engram_layout_, *lw.engram,
-                                    std::move(engram_rows[e]), X,
-                                    stats_.engram_time));
+                                    staged_rows[e], X, stats_.engram_time));
     }
     RecordTaps(input, l, X, out);
     // Attention, then the MoE, each between its hyper-connection mixing.

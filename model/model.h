@@ -195,7 +195,7 @@ class Model {
       const StepInput& input);
   absl::Status Forward(const StepInput& input,
                        const std::vector<SequenceState*>& seqs,
-                       std::vector<std::vector<uint16_t>> engram_rows,
+                       const std::vector<std::vector<uint16_t>>& engram_rows,
                        StepOutput& out);
   void PrefetchLoop();
   // Fills out.taps of the chunks that ask for them when `layer` is a DSpark

@@ -150,6 +150,9 @@ class CpuBackend : public Backend {
 
   void EngramGate(ConstMatrixView kv, const float* q_w, const float* k_w,
                   int hc, float eps, MatrixView x_stream) override;
+  void UnpackBf16Rows(const float* packed, int64_t block_floats,
+                      absl::Span<const int32_t> columns, int64_t cols_per_block,
+                      int row_dim, MatrixView y) override;
 
   void MoeRoute(ConstMatrixView logits, const float* bias, int top_k,
                 float routed_scaling, absl::Span<int32_t> expert_ids,

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "formats/bf16.h"
 #include "glog/logging.h"
 #include "gpu/backend.h"
 #include "gpu/backend_checks.h"
@@ -179,6 +180,31 @@ void CpuBackend::HcHead(ConstMatrixView x_stream, const Weight& fn,
       }
     }
   });
+}
+
+void CpuBackend::UnpackBf16Rows(const float* packed, int64_t block_floats,
+                                absl::Span<const int32_t> columns,
+                                int64_t cols_per_block, int row_dim,
+                                MatrixView y) {
+  CheckUnpackBf16RowsShapes(block_floats, columns, cols_per_block, row_dim, y);
+  const int64_t blocks = static_cast<int64_t>(columns.size()) / cols_per_block;
+  const int64_t rows = y.rows * cols_per_block;
+  pool_.ParallelFor(
+      blocks * rows, Grain(row_dim), [&](int64_t begin, int64_t end) {
+        for (int64_t item = begin; item < end; ++item) {
+          const int64_t q = item / rows;
+          const int64_t r = item % rows;
+          const int64_t t = r / cols_per_block;
+          const int64_t i = r % cols_per_block;
+          const auto* src =
+              reinterpret_cast<const uint16_t*>(packed + q * block_floats) +
+              r * row_dim;
+          float* dst = y.data + t * y.cols +
+                       int64_t{columns[q * cols_per_block + i]} * row_dim;
+          for (int k = 0; k < row_dim; ++k)
+            dst[k] = formats::Bf16ToFloat(src[k]);
+        }
+      });
 }
 
 void CpuBackend::EngramGate(ConstMatrixView kv, const float* q_w,

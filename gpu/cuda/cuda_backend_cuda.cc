@@ -4,8 +4,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -17,6 +19,7 @@
 #include "gpu/cuda/executor.h"
 #include "gpu/cuda/kernel_backend.h"
 #include "gpu/cuda/kernel_ops.h"
+#include "gpu/cuda/staging_ring.h"
 
 namespace mneme::gpu {
 namespace {
@@ -30,12 +33,21 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
              : absl::InternalError(message);
 }
 
+// Pinned host memory host-to-device copies are staged through.
+constexpr int64_t kStagingBytes = int64_t{32} << 20;
+// At most this many staged copies in flight (each holds an event).
+constexpr int64_t kMaxStagedInFlight = 1024;
+
 // One device, one non-blocking stream; every copy and kernel is queued on
-// it in call order. Every call first makes the device current on the
-// calling thread (steps run on the worker's step thread, not the one that
-// created the backend). The first failed launch or copy is kept for good:
-// Synchronize reports it from then on (the device's context is then
-// usually unusable; the process restarts).
+// it in call order, but for StageToDevice's copies, which go on a second
+// stream ordered against the first by events. Host-to-device copies up to
+// kStagingBytes go through a pinned staging ring (a copy from pageable
+// memory would first wait for the stream's queued work). Every call first
+// makes the device current on the calling thread (steps run on the
+// worker's step thread, not the one that created the backend). The first
+// failed launch or copy is kept for good: Synchronize reports it from then
+// on (the device's context is then usually unusable; the process
+// restarts).
 class CudaExecutor final : public Executor {
  public:
   static absl::StatusOr<std::unique_ptr<CudaExecutor>> Create(int device) {
@@ -51,19 +63,43 @@ class CudaExecutor final : public Executor {
     if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
       return CudaStatus(e, absl::StrCat("cudaSetDevice(", device, ")"));
     }
-    cudaStream_t stream = nullptr;
-    if (cudaError_t e =
-            cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-        e != cudaSuccess) {
-      return CudaStatus(e, "cudaStreamCreateWithFlags");
+    std::unique_ptr<CudaExecutor> executor(new CudaExecutor(device));
+    for (cudaStream_t* s : {&executor->stream_, &executor->copy_stream_}) {
+      if (cudaError_t e = cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
+          e != cudaSuccess) {
+        return CudaStatus(e, "cudaStreamCreateWithFlags");
+      }
     }
-    return std::unique_ptr<CudaExecutor>(new CudaExecutor(device, stream));
+    for (cudaEvent_t* ev : {&executor->ordered_, &executor->staged_}) {
+      if (cudaError_t e = cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+          e != cudaSuccess) {
+        return CudaStatus(e, "cudaEventCreateWithFlags");
+      }
+    }
+    // Without pinned memory every copy is direct (slower, still correct).
+    void* pinned = nullptr;
+    if (cudaHostAlloc(&pinned, static_cast<size_t>(kStagingBytes),
+                      cudaHostAllocDefault) == cudaSuccess) {
+      executor->pinned_ = static_cast<uint8_t*>(pinned);
+    } else {
+      cudaGetLastError();
+    }
+    return executor;
   }
 
   ~CudaExecutor() override {
     cudaSetDevice(device_);
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
+    for (cudaStream_t s : {stream_, copy_stream_}) {
+      if (s != nullptr) {
+        cudaStreamSynchronize(s);
+        cudaStreamDestroy(s);
+      }
+    }
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    for (cudaEvent_t e : {ordered_, staged_}) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    if (pinned_ != nullptr) cudaFreeHost(pinned_);
   }
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
@@ -87,7 +123,8 @@ class CudaExecutor final : public Executor {
   }
   void Free(void* p) override {
     Use();
-    // After the queued work that may still read it.
+    // After the queued work and staged copies that may still use it.
+    Keep(cudaStreamSynchronize(copy_stream_), "cudaStreamSynchronize");
     Keep(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     Keep(cudaFree(p), "cudaFree");
   }
@@ -95,9 +132,23 @@ class CudaExecutor final : public Executor {
   void ToDevice(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
     Use();
-    Keep(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
-                         cudaMemcpyHostToDevice, stream_),
-         "cudaMemcpyAsync to the device");
+    Upload(dst, src, bytes, stream_);
+  }
+  void StageToDevice(void* dst, const void* src, int64_t bytes) override {
+    if (bytes <= 0) return;
+    Use();
+    // After the work queued so far (which may still use dst).
+    Keep(cudaEventRecord(ordered_, stream_), "cudaEventRecord");
+    Keep(cudaStreamWaitEvent(copy_stream_, ordered_, 0), "cudaStreamWaitEvent");
+    Upload(dst, src, bytes, copy_stream_);
+    staged_pending_ = true;
+  }
+  void AwaitStaged() override {
+    if (!staged_pending_) return;
+    Use();
+    Keep(cudaEventRecord(staged_, copy_stream_), "cudaEventRecord");
+    Keep(cudaStreamWaitEvent(stream_, staged_, 0), "cudaStreamWaitEvent");
+    staged_pending_ = false;
   }
   void DeviceCopy(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
@@ -116,6 +167,7 @@ class CudaExecutor final : public Executor {
   }
   absl::Status Synchronize() override {
     Use();
+    Keep(cudaStreamSynchronize(copy_stream_), "cudaStreamSynchronize");
     Keep(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     return status_;
   }
@@ -130,8 +182,49 @@ class CudaExecutor final : public Executor {
 #undef MNEME_CUDA_RUN
 
  private:
-  CudaExecutor(int device, cudaStream_t stream)
-      : device_(device), stream_(stream) {}
+  explicit CudaExecutor(int device) : device_(device), ring_(kStagingBytes) {}
+
+  // A host-to-device copy queued on `stream`: through the staging ring when
+  // it fits (the source copied into pinned memory now, so it is free on
+  // return and the device copy is asynchronous), else directly.
+  void Upload(void* dst, const void* src, int64_t bytes, cudaStream_t stream) {
+    const auto wait = [this](uint64_t fence) {
+      Keep(cudaEventSynchronize(events_[fence]), "cudaEventSynchronize");
+      free_events_.push_back(fence);
+    };
+    uint64_t fence = 0;
+    if (pinned_ == nullptr || !ring_.Fits(bytes) || !TakeEvent(fence)) {
+      Keep(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                           cudaMemcpyHostToDevice, stream),
+           "cudaMemcpyAsync to the device");
+      return;
+    }
+    if (ring_.in_flight() >= kMaxStagedInFlight) ring_.WaitOldest(wait);
+    const int64_t at = ring_.Reserve(bytes, fence, wait);
+    std::memcpy(pinned_ + at, src, static_cast<size_t>(bytes));
+    Keep(cudaMemcpyAsync(dst, pinned_ + at, static_cast<size_t>(bytes),
+                         cudaMemcpyHostToDevice, stream),
+         "cudaMemcpyAsync to the device");
+    Keep(cudaEventRecord(events_[fence], stream), "cudaEventRecord");
+  }
+
+  // An event for a staged copy: a free one, else a new one. False when none
+  // can be made.
+  bool TakeEvent(uint64_t& index) {
+    if (!free_events_.empty()) {
+      index = free_events_.back();
+      free_events_.pop_back();
+      return true;
+    }
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    index = events_.size();
+    events_.push_back(e);
+    return true;
+  }
 
   // This executor's device on the calling thread (cheap when it already
   // is).
@@ -150,7 +243,19 @@ class CudaExecutor final : public Executor {
   }
 
   int device_;
-  cudaStream_t stream_;
+  cudaStream_t stream_ = nullptr;
+  // StageToDevice's copies.
+  cudaStream_t copy_stream_ = nullptr;
+  // The compute stream's work so far, before a staged copy; the staged
+  // copies, before the work after AwaitStaged.
+  cudaEvent_t ordered_ = nullptr;
+  cudaEvent_t staged_ = nullptr;
+  bool staged_pending_ = false;
+  uint8_t* pinned_ = nullptr;  // kStagingBytes; null: direct copies only.
+  StagingRing ring_;
+  // Per fence (an index), the event that marks its copy done; free ones.
+  std::vector<cudaEvent_t> events_;
+  std::vector<uint64_t> free_events_;
   absl::Status status_;
 };
 

@@ -34,6 +34,11 @@ class Executor {
   virtual void DeviceCopy(void* dst, const void* src, int64_t bytes) = 0;
   // Waits for the queued work, then copies.
   virtual void ToHost(void* dst, const void* src, int64_t bytes) = 0;
+  // A copy beside the queued work (Backend::StageFromHost): ordered after
+  // the work queued so far, and before the work queued after AwaitStaged().
+  // The source may be reused as soon as the call returns.
+  virtual void StageToDevice(void* dst, const void* src, int64_t bytes) = 0;
+  virtual void AwaitStaged() = 0;
   // Waits for the queued work; the first error of a launch or copy so far
   // (kept: a device that failed once stays failed).
   virtual absl::Status Synchronize() = 0;

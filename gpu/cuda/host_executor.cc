@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,7 +41,10 @@ class HostExecutor final : public Executor {
     }
     return p;
   }
-  void Free(void* p) override { std::free(p); }
+  void Free(void* p) override {
+    AwaitStaged();  // A staged copy may still target it.
+    std::free(p);
+  }
 
   void ToDevice(void* dst, const void* src, int64_t bytes) override {
     if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
@@ -52,6 +56,21 @@ class HostExecutor final : public Executor {
     if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
+  // Staged copies land only at AwaitStaged, the latest a device's copy
+  // queue may land them, so work that reads a staged block too early sees
+  // its old contents here as well.
+  void StageToDevice(void* dst, const void* src, int64_t bytes) override {
+    if (bytes <= 0) return;
+    const auto* from = static_cast<const uint8_t*>(src);
+    staged_.push_back(
+        Staged{.dst = dst, .bytes = std::vector<uint8_t>(from, from + bytes)});
+  }
+  void AwaitStaged() override {
+    for (const Staged& s : staged_) {
+      std::memcpy(s.dst, s.bytes.data(), s.bytes.size());
+    }
+    staged_.clear();
+  }
 
 #define MNEME_HOST_RUN(Op)                                  \
   void Run(const kernels::Op& op, int64_t items) override { \
@@ -59,6 +78,13 @@ class HostExecutor final : public Executor {
   }
   MNEME_KERNEL_OPS(MNEME_HOST_RUN)
 #undef MNEME_HOST_RUN
+
+ private:
+  struct Staged {
+    void* dst;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Staged> staged_;
 };
 
 }  // namespace

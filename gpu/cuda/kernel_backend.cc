@@ -169,6 +169,13 @@ absl::StatusOr<std::unique_ptr<Buffer>> KernelBackend::Allocate(
   return std::make_unique<KernelBuffer>(executor_.get(), p, elements);
 }
 
+void KernelBackend::StageFromHost(absl::Span<const float> src, float* dst) {
+  executor_->StageToDevice(dst, src.data(),
+                           static_cast<int64_t>(src.size() * sizeof(float)));
+}
+
+void KernelBackend::AwaitStaged() { executor_->AwaitStaged(); }
+
 void KernelBackend::CopyFromHost(absl::Span<const float> src, float* dst) {
   executor_->ToDevice(dst, src.data(),
                       static_cast<int64_t>(src.size() * sizeof(float)));
@@ -610,6 +617,28 @@ void KernelBackend::EngramGate(ConstMatrixView kv, const float* q_w,
                                  .eps = eps,
                                  .x_stream = x_stream.data},
                  tokens * hc);
+}
+
+void KernelBackend::UnpackBf16Rows(const float* packed, int64_t block_floats,
+                                   absl::Span<const int32_t> columns,
+                                   int64_t cols_per_block, int row_dim,
+                                   MatrixView y) {
+  CheckUnpackBf16RowsShapes(block_floats, columns, cols_per_block, row_dim, y);
+  const int64_t blocks = static_cast<int64_t>(columns.size()) / cols_per_block;
+  const int64_t rows = y.rows * cols_per_block;
+  if (blocks == 0 || rows == 0) return;
+  Carver carve(*this,
+               Carver::Bytes<int32_t>(static_cast<int64_t>(columns.size())));
+  const int32_t* staged = carve.Stage(columns);
+  executor_->Run(k::UnpackBf16RowsOp{.packed = packed,
+                                     .block_floats = block_floats,
+                                     .columns = staged,
+                                     .cols_per_block = cols_per_block,
+                                     .rows = rows,
+                                     .row_dim = row_dim,
+                                     .y = y.data,
+                                     .y_cols = y.cols},
+                 blocks * rows * row_dim);
 }
 
 void KernelBackend::MoeRoute(ConstMatrixView logits, const float* bias,

@@ -37,6 +37,8 @@ class KernelBackend final : public Backend {
   void CopyFromHost(absl::Span<const float> src, float* dst) override;
   void CopyToHost(const float* src, absl::Span<float> dst) override;
   absl::Status Synchronize() override;
+  void StageFromHost(absl::Span<const float> src, float* dst) override;
+  void AwaitStaged() override;
   absl::StatusOr<std::unique_ptr<Weight>> UploadWeight(
       const HostWeight& weight) override;
   void DequantizeWeight(const Weight& weight, absl::Span<float> out) override;
@@ -80,6 +82,9 @@ class KernelBackend final : public Backend {
                   MatrixView x) override;
   void EngramGate(ConstMatrixView kv, const float* q_w, const float* k_w,
                   int hc, float eps, MatrixView x_stream) override;
+  void UnpackBf16Rows(const float* packed, int64_t block_floats,
+                      absl::Span<const int32_t> columns, int64_t cols_per_block,
+                      int row_dim, MatrixView y) override;
   void MoeRoute(ConstMatrixView logits, const float* bias, int top_k,
                 float routed_scaling, absl::Span<int32_t> expert_ids,
                 absl::Span<float> weights) override;

@@ -705,6 +705,30 @@ struct EngramGateOp {
   }
 };
 
+// Backend::UnpackBf16Rows for one value; item = (q * rows + r) * row_dim + k
+// with r = t * cols_per_block + i.
+struct UnpackBf16RowsOp {
+  const float* packed = nullptr;
+  int64_t block_floats = 0;
+  const int32_t* columns = nullptr;
+  int64_t cols_per_block = 0;
+  int64_t rows = 0;  // Rows of a block: tokens * cols_per_block.
+  int64_t row_dim = 0;
+  float* y = nullptr;
+  int64_t y_cols = 0;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t k = item % row_dim;
+    const int64_t qr = item / row_dim;
+    const int64_t q = qr / rows;
+    const int64_t r = qr % rows;
+    const int64_t t = r / cols_per_block;
+    const int64_t c = columns[q * cols_per_block + r % cols_per_block];
+    const auto* block =
+        reinterpret_cast<const uint16_t*>(packed + q * block_floats);
+    y[t * y_cols + c * row_dim + k] = Bf16Value(block[r * row_dim + k]);
+  }
+};
+
 // h1 = silu(min(h1, limit)) * clamp(h3, -limit, limit) (limit <= 0: no
 // clamp); item = element.
 struct SwiGluOp {
@@ -759,6 +783,7 @@ struct ScatterAddOp {
   X(HcCombineOp)            \
   X(HcPostOp)               \
   X(EngramGateOp)           \
+  X(UnpackBf16RowsOp)       \
   X(SwiGluOp)               \
   X(ScatterAddOp)
 

@@ -1,15 +1,15 @@
 #include "model/layers/engram_layer.h"
 
 #include <algorithm>
-#include <cstring>
+#include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "checkpoint/engram_config_loader.h"
 #include "common/status_macros.h"
 #include "engram_store/hashing/column_split.h"
-#include "formats/bf16.h"
 
 namespace mneme::model {
 namespace {
@@ -34,6 +34,27 @@ absl::StatusOr<EngramLayout> MakeEngramLayout(
         engram::RankColumns(engram::ColumnSplit::kStrided, ec.NumColumns(),
                             ec.n_heads, tp_size, r));
     layout.columns.push_back(std::move(cols));
+  }
+  // The ranks' rows are gathered as equal blocks and together fill every
+  // column once.
+  std::vector<int> seen(static_cast<size_t>(layout.num_columns), 0);
+  for (const std::vector<int>& cols : layout.columns) {
+    if (cols.size() != layout.columns[0].size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the Engram columns do not split evenly over ", tp_size, " ranks"));
+    }
+    for (int c : cols) {
+      if (c < 0 || c >= layout.num_columns || seen[c]++ != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Engram column ", c, " is not split once"));
+      }
+    }
+  }
+  for (size_t c = 0; c < seen.size(); ++c) {
+    if (seen[c] == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Engram column ", c, " is on no rank"));
+    }
   }
   return layout;
 }
@@ -109,55 +130,83 @@ absl::StatusOr<std::vector<uint16_t>> EngramLookup(
   return rows;
 }
 
+namespace {
+
+// Floats that hold a rank's bf16 rows of a step (two values a float).
+int64_t RowSlots(const EngramLayout& layout, int tp_rank, int64_t tokens) {
+  const auto ncols = static_cast<int64_t>(layout.columns[tp_rank].size());
+  return (tokens * ncols * layout.row_dim + 1) / 2;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<WorkBuffer>> StageEngramRows(
+    const LayerContext& ctx, const EngramLayout& layout, int64_t tokens,
+    const std::vector<std::vector<uint16_t>>& rows) {
+  if (rows.empty()) return std::vector<WorkBuffer>();
+  const int64_t slots = RowSlots(layout, ctx.tp_rank, tokens);
+  std::vector<WorkBuffer> staged;
+  staged.reserve(rows.size());
+  for (const std::vector<uint16_t>& r : rows) {
+    if (r.size() != static_cast<size_t>(2 * slots) &&
+        r.size() + 1 != static_cast<size_t>(2 * slots)) {
+      return absl::InternalError(absl::StrCat(
+          "Engram rows: ", r.size(), " values for ", tokens, " tokens"));
+    }
+    ASSIGN_OR_RETURN(WorkBuffer buffer, ctx.workspace.Take(slots));
+    if (r.size() % 2 == 0) {
+      ctx.backend.StageFromHost(
+          absl::MakeConstSpan(reinterpret_cast<const float*>(r.data()),
+                              static_cast<size_t>(slots)),
+          buffer.data());
+    } else {
+      // An odd count: the last float's upper half is padding.
+      std::vector<uint16_t> padded(static_cast<size_t>(2 * slots), 0);
+      std::copy(r.begin(), r.end(), padded.begin());
+      ctx.backend.StageFromHost(
+          absl::MakeConstSpan(reinterpret_cast<const float*>(padded.data()),
+                              static_cast<size_t>(slots)),
+          buffer.data());
+    }
+    staged.push_back(buffer);
+  }
+  return staged;
+}
+
 absl::Status EngramForward(const LayerContext& ctx, const EngramLayout& layout,
-                           const EngramWeights& w, std::vector<uint16_t> rows,
+                           const EngramWeights& w, const WorkBuffer& staged,
                            gpu::MatrixView stream, absl::Duration& rows_time) {
   const absl::Time start = absl::Now();
   const int n = ctx.tp_size;
   const int64_t tokens = stream.rows;
   const int64_t rd = layout.row_dim;
-  const int64_t ncols =
-      static_cast<int64_t>(layout.columns[ctx.tp_rank].size());
-  Workspace::Scope scope(ctx.workspace);
-  const int64_t per_rank = tokens * ncols * rd;  // bf16 values.
-  if (rows.size() != static_cast<size_t>(per_rank + (per_rank & 1))) {
-    return absl::InternalError(absl::StrCat("Engram rows: ", rows.size(),
-                                            " values for ", tokens, " tokens"));
+  const auto ncols = static_cast<int64_t>(layout.columns[ctx.tp_rank].size());
+  const int64_t slots = RowSlots(layout, ctx.tp_rank, tokens);
+  if (staged.size() < slots) {
+    return absl::InternalError(absl::StrCat("Engram rows: ", staged.size(),
+                                            " floats for ", tokens, " tokens"));
   }
-  // Every rank's rows, then each token's rows in column order.
-  const int64_t slots = (per_rank + 1) / 2;  // Floats per rank.
-  std::vector<uint16_t> all;
+  Workspace::Scope scope(ctx.workspace);
+  ctx.backend.AwaitStaged();
+  // Every rank's block of rows (equal sizes: MakeEngramLayout), then each
+  // row placed by its column, on the device.
+  const float* packed = staged.data();
   if (n > 1) {
-    ASSIGN_OR_RETURN(WorkBuffer send, ctx.workspace.Take(slots));
     ASSIGN_OR_RETURN(WorkBuffer recv, ctx.workspace.Take(n * slots));
-    ctx.backend.CopyFromHost(
-        absl::MakeConstSpan(reinterpret_cast<const float*>(rows.data()),
-                            static_cast<size_t>(slots)),
-        send.data());
-    RETURN_IF_ERROR(ctx.comm->AllGather(send.data(), slots, recv.data()));
-    all.resize(static_cast<size_t>(n * slots * 2));
-    ctx.backend.CopyToHost(recv.data(),
-                           absl::MakeSpan(reinterpret_cast<float*>(all.data()),
-                                          static_cast<size_t>(n * slots)));
-  } else {
-    all = std::move(rows);
+    RETURN_IF_ERROR(ctx.comm->AllGather(staged.data(), slots, recv.data()));
+    packed = recv.data();
+  }
+  std::vector<int32_t> columns;
+  columns.reserve(static_cast<size_t>(n * ncols));
+  for (int q = 0; q < n; ++q) {
+    for (int c : layout.columns[q]) columns.push_back(c);
   }
   const int64_t width = int64_t{layout.num_columns} * rd;
-  std::vector<float> full(static_cast<size_t>(tokens * width));
-  for (int q = 0; q < n; ++q) {
-    const uint16_t* block = all.data() + q * slots * 2;
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t i = 0; i < ncols; ++i) {
-        const uint16_t* src = block + (t * ncols + i) * rd;
-        float* dst = full.data() + t * width + layout.columns[q][i] * rd;
-        for (int64_t k = 0; k < rd; ++k) dst[k] = formats::Bf16ToFloat(src[k]);
-      }
-    }
-  }
+  ASSIGN_OR_RETURN(WorkBuffer e, ctx.workspace.Take(tokens * width));
+  ctx.backend.UnpackBf16Rows(packed, slots, columns, ncols,
+                             static_cast<int>(rd), e.view(tokens, width));
   rows_time += absl::Now() - start;
   const int64_t D = ctx.dims.hidden_size, hc = ctx.dims.hc_mult;
-  ASSIGN_OR_RETURN(WorkBuffer e, ctx.workspace.Take(tokens * width));
-  ctx.backend.CopyFromHost(full, e.data());
   ASSIGN_OR_RETURN(WorkBuffer kv, ctx.workspace.Take(tokens * (hc + 1) * D));
   ctx.backend.Linear(e.view(tokens, width), *w.wkv,
                      kv.view(tokens, (hc + 1) * D));

@@ -15,6 +15,7 @@
 #include "model/layers/layer_context.h"
 #include "model/step_io.h"
 #include "model/weight_loader.h"
+#include "model/workspace.h"
 
 namespace mneme::model {
 
@@ -57,12 +58,23 @@ absl::StatusOr<std::vector<uint16_t>> EngramLookup(
     int tp_rank, const StepInput& input,
     const std::vector<const std::vector<int64_t>*>& histories);
 
-// Gathers every rank's rows of the step (`rows`, from EngramLookup),
-// projects them and gates them into the stream [T, hc * D] in place. Adds
-// the time spent on rows (gather, decode) to `rows_time`. Errors: the
-// communicator's.
+// Starts moving this rank's rows of every Engram layer of a step of
+// `tokens` tokens (`rows[e]`, from EngramLookup) to the device
+// (Backend::StageFromHost), so that they are copied while the layers before
+// the Engram layers compute. One buffer per layer, taken from
+// ctx.workspace (held until the caller's Workspace::Scope ends). Internal
+// for rows of the wrong size.
+absl::StatusOr<std::vector<WorkBuffer>> StageEngramRows(
+    const LayerContext& ctx, const EngramLayout& layout, int64_t tokens,
+    const std::vector<std::vector<uint16_t>>& rows);
+
+// Gathers every rank's staged rows of the step (`staged`, from
+// StageEngramRows), places them by column and widens them to fp32 on the
+// device, projects them and gates them into the stream [T, hc * D] in
+// place. Adds the time spent on rows (gather, unpacking) to `rows_time`.
+// Errors: the communicator's.
 absl::Status EngramForward(const LayerContext& ctx, const EngramLayout& layout,
-                           const EngramWeights& w, std::vector<uint16_t> rows,
+                           const EngramWeights& w, const WorkBuffer& staged,
                            gpu::MatrixView stream, absl::Duration& rows_time);
 
 // Asks the store to stage this rank's rows of the hinted tokens for every

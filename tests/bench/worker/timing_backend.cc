@@ -203,6 +203,24 @@ void TimingBackend::EngramGate(gpu::ConstMatrixView kv, const float* q_w,
         [&] { inner_.EngramGate(kv, q_w, k_w, hc, eps, x_stream); });
 }
 
+void TimingBackend::UnpackBf16Rows(const float* packed, int64_t block_floats,
+                                   absl::Span<const int32_t> columns,
+                                   int64_t cols_per_block, int row_dim,
+                                   gpu::MatrixView y) {
+  Timed(Kind::kOther, [&] {
+    inner_.UnpackBf16Rows(packed, block_floats, columns, cols_per_block,
+                          row_dim, y);
+  });
+}
+
+void TimingBackend::StageFromHost(absl::Span<const float> src, float* dst) {
+  Timed(Kind::kOther, [&] { inner_.StageFromHost(src, dst); });
+}
+
+void TimingBackend::AwaitStaged() {
+  Timed(Kind::kOther, [&] { inner_.AwaitStaged(); });
+}
+
 void TimingBackend::MoeRoute(gpu::ConstMatrixView logits, const float* bias,
                              int top_k, float routed_scaling,
                              absl::Span<int32_t> expert_ids,

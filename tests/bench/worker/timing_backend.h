@@ -128,6 +128,11 @@ class TimingBackend : public gpu::Backend {
                   int hc, gpu::MatrixView x) override;
   void EngramGate(gpu::ConstMatrixView kv, const float* q_w, const float* k_w,
                   int hc, float eps, gpu::MatrixView x_stream) override;
+  void UnpackBf16Rows(const float* packed, int64_t block_floats,
+                      absl::Span<const int32_t> columns, int64_t cols_per_block,
+                      int row_dim, gpu::MatrixView y) override;
+  void StageFromHost(absl::Span<const float> src, float* dst) override;
+  void AwaitStaged() override;
   void MoeRoute(gpu::ConstMatrixView logits, const float* bias, int top_k,
                 float routed_scaling, absl::Span<int32_t> expert_ids,
                 absl::Span<float> weights) override;

@@ -299,6 +299,75 @@ TEST_P(HcEngramTest, EngramGateFollowsTheSignOfTheDot) {
   EXPECT_NEAR(g[1], 0.5, 1e-6);
 }
 
+// ---- Engram rows
+// --------------------------------------------------------------
+
+// The float a bf16 bit pattern stands for.
+float FromBf16Bits(uint16_t bits) {
+  const uint32_t wide = uint32_t{bits} << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof(f));
+  return f;
+}
+
+TEST_P(HcEngramTest, UnpackBf16RowsPlacesEveryRowByItsColumn) {
+  // Three ranks' blocks of a strided split of 7 columns (the last column
+  // named by nobody); 7 values a row, so rows straddle the packed floats.
+  const int64_t tokens = 5, per_block = 2, blocks = 3, row_dim = 7;
+  const int64_t width = 7;
+  const std::vector<int32_t> columns = {0, 3, 1, 4, 2, 5};
+  const int64_t values = tokens * per_block * row_dim;
+  const int64_t block_floats = (values + 1) / 2 + 3;  // With slack.
+  std::mt19937 rng(11);
+  std::vector<uint16_t> bits(static_cast<size_t>(blocks * block_floats * 2));
+  for (uint16_t& b : bits) {
+    b = static_cast<uint16_t>(rng() & 0xffff);
+    if ((b & 0x7f80) == 0x7f80) b = 0;  // No NaN / inf patterns.
+  }
+  std::vector<float> packed(static_cast<size_t>(blocks * block_floats));
+  std::memcpy(packed.data(), bits.data(), packed.size() * sizeof(float));
+  const std::vector<float> before = Random(tokens * width * row_dim);
+  std::vector<float> expected = before;
+  for (int64_t q = 0; q < blocks; ++q) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t i = 0; i < per_block; ++i) {
+        for (int64_t k = 0; k < row_dim; ++k) {
+          const uint16_t b =
+              bits[q * block_floats * 2 + (t * per_block + i) * row_dim + k];
+          expected[t * width * row_dim + columns[q * per_block + i] * row_dim +
+                   k] = FromBf16Bits(b);
+        }
+      }
+    }
+  }
+  Mat pm = Upload(packed, blocks, block_floats);
+  Mat ym = Upload(before, tokens, width * row_dim);
+  backend_->UnpackBf16Rows(pm.data(), block_floats, columns, per_block,
+                           static_cast<int>(row_dim), ym.view);
+  const std::vector<float> got = Download(ym);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], expected[i]) << "value " << i;
+  }
+}
+
+TEST_P(HcEngramTest, StagedCopiesArriveOnceAwaited) {
+  const std::vector<float> a = Random(300), b = Random(300);
+  Mat am = Upload(std::vector<float>(300, 0.0f), 1, 300);
+  Mat bm = Upload(std::vector<float>(300, 0.0f), 1, 300);
+  Mat sum = Upload(std::vector<float>(300, 0.0f), 1, 300);
+  backend_->StageFromHost(a, am.data());
+  std::vector<float> reused = b;
+  backend_->StageFromHost(reused, bm.data());
+  std::fill(reused.begin(), reused.end(), -1.0f);  // The source is free.
+  backend_->AwaitStaged();
+  backend_->Add(am.view, bm.view, sum.view);
+  const std::vector<float> got = Download(sum);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], a[i] + b[i]) << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, HcEngramTest,
                          ::testing::ValuesIn(BackendFactories()),
                          BackendFactoryName);
