@@ -79,11 +79,67 @@ inline void CheckHcMixShapes(ConstMatrixView x_stream, int64_t fn_rows,
   CHECK_EQ(comb.cols, hc * hc);
 }
 
+// HcCollapse: x_stream [T, hc * d], pre [T, hc], x [T, d].
+inline void CheckHcCollapseShapes(ConstMatrixView x_stream, ConstMatrixView pre,
+                                  int hc, ConstMatrixView x) {
+  CHECK_GE(hc, 1);
+  CHECK_EQ(x_stream.cols, hc * x.cols);
+  CHECK_EQ(x.rows, x_stream.rows);
+  CHECK_EQ(pre.rows, x_stream.rows);
+  CHECK_EQ(pre.cols, hc);
+}
+
+// HcPost: a [T, d], post [T, hc], comb [T, hc * hc], x_stream [T, hc * d].
+inline void CheckHcPostShapes(ConstMatrixView a, ConstMatrixView post,
+                              ConstMatrixView comb, int hc,
+                              ConstMatrixView x_stream) {
+  CHECK_GE(hc, 1);
+  const int64_t tokens = x_stream.rows;
+  CHECK_EQ(x_stream.cols, hc * a.cols);
+  CHECK_EQ(a.rows, tokens);
+  CHECK_EQ(post.rows, tokens);
+  CHECK_EQ(post.cols, hc);
+  CHECK_EQ(comb.rows, tokens);
+  CHECK_EQ(comb.cols, hc * hc);
+}
+
+// MoeRoute: 1 <= top_k <= experts, top_k outputs per token.
+inline void CheckMoeRouteShapes(ConstMatrixView logits, int top_k,
+                                absl::Span<const int32_t> expert_ids,
+                                absl::Span<const float> weights) {
+  CHECK_GE(top_k, 1);
+  CHECK_LE(top_k, logits.cols);
+  CHECK_EQ(static_cast<int64_t>(expert_ids.size()), logits.rows * top_k);
+  CHECK_EQ(static_cast<int64_t>(weights.size()), logits.rows * top_k);
+}
+
+// ExpertForward: w1, w3 [inter, d], w2 [d, inter], one weight per row and
+// every row inside x_all and y_all.
+inline void CheckExpertForwardShapes(ConstMatrixView x_all,
+                                     absl::Span<const int32_t> rows,
+                                     absl::Span<const float> weights,
+                                     const Weight& w1, const Weight& w2,
+                                     const Weight& w3, ConstMatrixView y_all) {
+  const int64_t d = x_all.cols;
+  const int64_t inter = w1.rows();
+  CHECK_EQ(w1.cols(), d);
+  CHECK_EQ(w3.rows(), inter);
+  CHECK_EQ(w3.cols(), d);
+  CHECK_EQ(w2.rows(), d);
+  CHECK_EQ(w2.cols(), inter);
+  CHECK_EQ(y_all.cols, d);
+  CHECK_EQ(rows.size(), weights.size());
+  for (const int32_t r : rows) {
+    CHECK(r >= 0 && r < x_all.rows && r < y_all.rows) << "row " << r;
+  }
+}
+
 // UnpackBf16Rows: whole blocks, rows that fit them and columns inside y.
-inline void CheckUnpackBf16RowsShapes(int64_t block_floats,
-                                      absl::Span<const int32_t> columns,
-                                      int64_t cols_per_block, int row_dim,
-                                      ConstMatrixView y) {
+// Returns the number of blocks.
+inline int64_t CheckUnpackBf16RowsShapes(int64_t block_floats,
+                                         absl::Span<const int32_t> columns,
+                                         int64_t cols_per_block, int row_dim,
+                                         ConstMatrixView y) {
   CHECK_GT(row_dim, 0);
   CHECK_GT(cols_per_block, 0);
   CHECK_EQ(static_cast<int64_t>(columns.size()) % cols_per_block, 0);
@@ -93,6 +149,7 @@ inline void CheckUnpackBf16RowsShapes(int64_t block_floats,
   for (const int32_t c : columns) {
     CHECK(c >= 0 && c < width) << "column " << c << " of " << width;
   }
+  return static_cast<int64_t>(columns.size()) / cols_per_block;
 }
 
 }  // namespace mneme::gpu

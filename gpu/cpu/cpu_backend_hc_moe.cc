@@ -101,13 +101,9 @@ void CpuBackend::HcMix(ConstMatrixView x_stream, const Weight& fn,
 
 void CpuBackend::HcCollapse(ConstMatrixView x_stream, ConstMatrixView pre,
                             int hc, MatrixView x) {
-  CHECK_GE(hc, 1);
+  CheckHcCollapseShapes(x_stream, pre, hc, x);
   const int64_t tokens = x_stream.rows;
   const int64_t d = x.cols;
-  CHECK_EQ(x_stream.cols, hc * d);
-  CHECK_EQ(x.rows, tokens);
-  CHECK_EQ(pre.rows, tokens);
-  CHECK_EQ(pre.cols, hc);
   pool_.ParallelFor(tokens, Grain(int64_t{2} * hc * d),
                     [&](int64_t begin, int64_t end) {
                       for (int64_t t = begin; t < end; ++t) {
@@ -123,16 +119,10 @@ void CpuBackend::HcCollapse(ConstMatrixView x_stream, ConstMatrixView pre,
 
 void CpuBackend::HcPost(ConstMatrixView a, ConstMatrixView post,
                         ConstMatrixView comb, int hc, MatrixView x_stream) {
-  CHECK_GE(hc, 1);
+  CheckHcPostShapes(a, post, comb, hc, x_stream);
   const int64_t tokens = x_stream.rows;
   const int64_t d = a.cols;
   const int64_t width = hc * d;
-  CHECK_EQ(x_stream.cols, width);
-  CHECK_EQ(a.rows, tokens);
-  CHECK_EQ(post.rows, tokens);
-  CHECK_EQ(post.cols, hc);
-  CHECK_EQ(comb.rows, tokens);
-  CHECK_EQ(comb.cols, hc * hc);
   pool_.ParallelFor(
       tokens, Grain(int64_t{2} * hc * width), [&](int64_t begin, int64_t end) {
         std::vector<float> old(width);
@@ -186,8 +176,8 @@ void CpuBackend::UnpackBf16Rows(const float* packed, int64_t block_floats,
                                 absl::Span<const int32_t> columns,
                                 int64_t cols_per_block, int row_dim,
                                 MatrixView y) {
-  CheckUnpackBf16RowsShapes(block_floats, columns, cols_per_block, row_dim, y);
-  const int64_t blocks = static_cast<int64_t>(columns.size()) / cols_per_block;
+  const int64_t blocks = CheckUnpackBf16RowsShapes(block_floats, columns,
+                                                   cols_per_block, row_dim, y);
   const int64_t rows = y.rows * cols_per_block;
   pool_.ParallelFor(
       blocks * rows, Grain(row_dim), [&](int64_t begin, int64_t end) {
@@ -241,12 +231,9 @@ void CpuBackend::EngramGate(ConstMatrixView kv, const float* q_w,
 void CpuBackend::MoeRoute(ConstMatrixView logits, const float* bias, int top_k,
                           float routed_scaling, absl::Span<int32_t> expert_ids,
                           absl::Span<float> weights) {
+  CheckMoeRouteShapes(logits, top_k, expert_ids, weights);
   const int64_t tokens = logits.rows;
   const int64_t experts = logits.cols;
-  CHECK_GE(top_k, 1);
-  CHECK_LE(top_k, experts);
-  CHECK_EQ(static_cast<int64_t>(expert_ids.size()), tokens * top_k);
-  CHECK_EQ(static_cast<int64_t>(weights.size()), tokens * top_k);
   pool_.ParallelFor(
       tokens, Grain(experts * 40), [&](int64_t begin, int64_t end) {
         MoeRouter router;
@@ -267,21 +254,13 @@ void CpuBackend::ExpertForward(ConstMatrixView x_all,
   const CpuWeight& up1 = AsCpu(w1);
   const CpuWeight& down = AsCpu(w2);
   const CpuWeight& up3 = AsCpu(w3);
+  CheckExpertForwardShapes(x_all, rows, weights, w1, w2, w3, y_all);
   const int64_t d = x_all.cols;
   const int64_t inter = up1.rows();
-  CHECK_EQ(up1.cols(), d);
-  CHECK_EQ(up3.rows(), inter);
-  CHECK_EQ(up3.cols(), d);
-  CHECK_EQ(down.rows(), d);
-  CHECK_EQ(down.cols(), inter);
-  CHECK_EQ(y_all.cols, d);
-  CHECK_EQ(rows.size(), weights.size());
   const int64_t n = static_cast<int64_t>(rows.size());
   if (n == 0) return;
   std::vector<float> x(n * d);
   for (int64_t i = 0; i < n; ++i) {
-    CHECK(rows[i] >= 0 && rows[i] < x_all.rows && rows[i] < y_all.rows)
-        << "row " << rows[i];
     std::copy_n(x_all.data + int64_t{rows[i]} * d, d, x.data() + i * d);
   }
   std::vector<float> h1(n * inter), h3(n * inter);

@@ -171,6 +171,7 @@ class CudaExecutor final : public Executor {
     Keep(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     return status_;
   }
+  absl::Status status() const override { return status_; }
 
 #define MNEME_CUDA_RUN(Op)                                             \
   void Run(const kernels::Op& op, int64_t items) override {            \

@@ -42,6 +42,8 @@ class Executor {
   // Waits for the queued work; the first error of a launch or copy so far
   // (kept: a device that failed once stays failed).
   virtual absl::Status Synchronize() = 0;
+  // The first error of a launch or copy seen so far, without waiting.
+  virtual absl::Status status() const = 0;
 
   // Queues op(i) for every i < items (items >= 0).
 #define MNEME_EXECUTOR_RUN(Op) \

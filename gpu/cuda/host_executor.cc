@@ -56,6 +56,7 @@ class HostExecutor final : public Executor {
     if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::Status status() const override { return absl::OkStatus(); }
   // Staged copies land only at AwaitStaged, the latest a device's copy
   // queue may land them, so work that reads a staged block too early sees
   // its old contents here as well.

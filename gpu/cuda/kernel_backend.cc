@@ -186,8 +186,8 @@ void KernelBackend::CopyToHost(const float* src, absl::Span<float> dst) {
                     static_cast<int64_t>(dst.size() * sizeof(float)));
   // What leaves the device must be what the queued ops computed: a device
   // that failed cannot answer (the process restarts; the coordinator
-  // requeues its work).
-  const absl::Status status = executor_->Synchronize();
+  // requeues its work). ToHost waited, so its status is complete.
+  const absl::Status status = executor_->status();
   CHECK(status.ok()) << name() << ": the device failed: " << status;
 }
 
@@ -378,9 +378,12 @@ void KernelBackend::ScatterRows(ConstMatrixView src,
   for (const int32_t r : rows) CHECK(r >= 0 && r < x.rows) << "row " << r;
   // A row named twice gets its last source, as a sequential copy would: the
   // kernel then writes each destination row once.
-  std::vector<int32_t> from;
-  std::vector<int32_t> to;
-  absl::flat_hash_set<int32_t> seen;
+  std::vector<int32_t>& from = scatter_from_;
+  std::vector<int32_t>& to = scatter_to_;
+  absl::flat_hash_set<int32_t>& seen = scatter_seen_;
+  from.clear();
+  to.clear();
+  seen.clear();
   for (int64_t i = static_cast<int64_t>(rows.size()) - 1; i >= 0; --i) {
     if (seen.insert(rows[i]).second) {
       from.push_back(static_cast<int32_t>(i));
@@ -528,13 +531,9 @@ void KernelBackend::HcMix(ConstMatrixView x_stream, const Weight& fn,
 
 void KernelBackend::HcCollapse(ConstMatrixView x_stream, ConstMatrixView pre,
                                int hc, MatrixView x) {
-  CHECK_GE(hc, 1);
+  CheckHcCollapseShapes(x_stream, pre, hc, x);
   const int64_t tokens = x_stream.rows;
   const int64_t d = x.cols;
-  CHECK_EQ(x_stream.cols, hc * d);
-  CHECK_EQ(x.rows, tokens);
-  CHECK_EQ(pre.rows, tokens);
-  CHECK_EQ(pre.cols, hc);
   if (d == 0) return;
   executor_->Run(k::HcCombineOp{.x_stream = x_stream.data,
                                 .hc = hc,
@@ -546,16 +545,10 @@ void KernelBackend::HcCollapse(ConstMatrixView x_stream, ConstMatrixView pre,
 
 void KernelBackend::HcPost(ConstMatrixView a, ConstMatrixView post,
                            ConstMatrixView comb, int hc, MatrixView x_stream) {
-  CHECK_GE(hc, 1);
+  CheckHcPostShapes(a, post, comb, hc, x_stream);
   CHECK_LE(hc, k::kMaxHc);
   const int64_t tokens = x_stream.rows;
   const int64_t d = a.cols;
-  CHECK_EQ(x_stream.cols, hc * d);
-  CHECK_EQ(a.rows, tokens);
-  CHECK_EQ(post.rows, tokens);
-  CHECK_EQ(post.cols, hc);
-  CHECK_EQ(comb.rows, tokens);
-  CHECK_EQ(comb.cols, hc * hc);
   if (d == 0) return;
   executor_->Run(k::HcPostOp{.a = a.data,
                              .post = post.data,
@@ -623,8 +616,8 @@ void KernelBackend::UnpackBf16Rows(const float* packed, int64_t block_floats,
                                    absl::Span<const int32_t> columns,
                                    int64_t cols_per_block, int row_dim,
                                    MatrixView y) {
-  CheckUnpackBf16RowsShapes(block_floats, columns, cols_per_block, row_dim, y);
-  const int64_t blocks = static_cast<int64_t>(columns.size()) / cols_per_block;
+  const int64_t blocks = CheckUnpackBf16RowsShapes(block_floats, columns,
+                                                   cols_per_block, row_dim, y);
   const int64_t rows = y.rows * cols_per_block;
   if (blocks == 0 || rows == 0) return;
   Carver carve(*this,
@@ -645,12 +638,9 @@ void KernelBackend::MoeRoute(ConstMatrixView logits, const float* bias,
                              int top_k, float routed_scaling,
                              absl::Span<int32_t> expert_ids,
                              absl::Span<float> weights) {
+  CheckMoeRouteShapes(logits, top_k, expert_ids, weights);
   const int64_t tokens = logits.rows;
   const int64_t experts = logits.cols;
-  CHECK_GE(top_k, 1);
-  CHECK_LE(top_k, experts);
-  CHECK_EQ(static_cast<int64_t>(expert_ids.size()), tokens * top_k);
-  CHECK_EQ(static_cast<int64_t>(weights.size()), tokens * top_k);
   if (tokens == 0) return;
   const std::vector<float> host = Fetch(logits.data, tokens * experts);
   std::vector<float> host_bias;
@@ -669,20 +659,11 @@ void KernelBackend::ExpertForward(ConstMatrixView x_all,
                                   const Weight& w1, const Weight& w2,
                                   const Weight& w3, float limit,
                                   MatrixView y_all) {
+  CheckExpertForwardShapes(x_all, rows, weights, w1, w2, w3, y_all);
   const int64_t d = x_all.cols;
   const int64_t inter = w1.rows();
-  CHECK_EQ(w1.cols(), d);
-  CHECK_EQ(w3.rows(), inter);
-  CHECK_EQ(w3.cols(), d);
-  CHECK_EQ(w2.rows(), d);
-  CHECK_EQ(w2.cols(), inter);
-  CHECK_EQ(y_all.cols, d);
-  CHECK_EQ(rows.size(), weights.size());
   const auto n = static_cast<int64_t>(rows.size());
   if (n == 0 || d == 0) return;
-  for (const int32_t r : rows) {
-    CHECK(r >= 0 && r < x_all.rows && r < y_all.rows) << "row " << r;
-  }
   Carver carve(*this, Carver::Bytes<int32_t>(n) + Carver::Bytes<float>(n) +
                           2 * Carver::Bytes<float>(n * d) +
                           2 * Carver::Bytes<float>(n * inter));

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -120,6 +121,10 @@ class KernelBackend final : public Backend {
   // from work_).
   Arena w4a4_;
   MoeRouter router_;
+  // ScatterRows' host scratch, kept to spare an allocation a call.
+  std::vector<int32_t> scatter_from_;
+  std::vector<int32_t> scatter_to_;
+  absl::flat_hash_set<int32_t> scatter_seen_;
 };
 
 }  // namespace mneme::gpu

@@ -36,9 +36,8 @@ int64_t StagingRing::Reserve(int64_t bytes, uint64_t fence,
   // that start inside [head_, head_ + n).
   while (!live_.empty()) {
     const Entry& e = live_.front();
-    const bool in_way =
-        wrap ? (e.offset >= head_ || e.offset < n)
-             : (e.offset >= start && e.offset < start + n);
+    const bool in_way = wrap ? (e.offset >= head_ || e.offset < n)
+                             : (e.offset >= start && e.offset < start + n);
     if (!in_way) break;
     wait(e.fence);
     live_.pop_front();

@@ -60,7 +60,7 @@ class StagingRing {
   };
 
   int64_t capacity_;
-  int64_t head_ = 0;  // Where the next copy goes when it fits.
+  int64_t head_ = 0;        // Where the next copy goes when it fits.
   std::deque<Entry> live_;  // Oldest first.
 };
 

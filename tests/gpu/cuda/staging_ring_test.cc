@@ -27,8 +27,8 @@ TEST(StagingRingTest, NeverReusesBytesOfACopyNotWaitedFor) {
     bool any_waited = false;
     for (uint64_t fence = 0; fence < 5000; ++fence) {
       const int64_t bytes =
-          1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(
-                                             ring.capacity() / 3));
+          1 + static_cast<int64_t>(rng() %
+                                   static_cast<uint32_t>(ring.capacity() / 3));
       ASSERT_TRUE(ring.Fits(bytes));
       const int64_t at = ring.Reserve(bytes, fence, [&](uint64_t f) {
         if (any_waited) {
