@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -601,6 +602,9 @@ absl::Status Model::Forward(
   const StepBatch batch{input, seqs, positions};
   Workspace& ws = *workspace_;
   Workspace::Scope scope(ws);
+  // Staged copies land before the workspace is handed out again, however
+  // the pass ends (declared after the scope: runs before it ends).
+  const absl::Cleanup await_staged = [this] { backend_.AwaitStaged(); };
 
   // Every Engram layer's rows start towards the device before the first
   // layer, so the copies overlap the layers before them.

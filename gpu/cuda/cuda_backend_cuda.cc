@@ -33,15 +33,18 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
              : absl::InternalError(message);
 }
 
-// Pinned host memory host-to-device copies are staged through.
-constexpr int64_t kStagingBytes = int64_t{32} << 20;
+// Pinned host memory host-to-device copies are staged through: the compute
+// stream's (indices, small tensors) and the copy stream's (Engram rows),
+// apart so that neither waits for the other's copies to reuse bytes.
+constexpr int64_t kComputeStagingBytes = int64_t{8} << 20;
+constexpr int64_t kCopyStagingBytes = int64_t{32} << 20;
 // At most this many staged copies in flight (each holds an event).
 constexpr int64_t kMaxStagedInFlight = 1024;
 
 // One device, one non-blocking stream; every copy and kernel is queued on
 // it in call order, but for StageToDevice's copies, which go on a second
-// stream ordered against the first by events. Host-to-device copies up to
-// kStagingBytes go through a pinned staging ring (a copy from pageable
+// stream ordered against the first by events. Host-to-device copies that
+// fit go through a pinned staging ring per stream (a copy from pageable
 // memory would first wait for the stream's queued work). Every call first
 // makes the device current on the calling thread (steps run on the
 // worker's step thread, not the one that created the backend). The first
@@ -77,12 +80,14 @@ class CudaExecutor final : public Executor {
       }
     }
     // Without pinned memory every copy is direct (slower, still correct).
-    void* pinned = nullptr;
-    if (cudaHostAlloc(&pinned, static_cast<size_t>(kStagingBytes),
-                      cudaHostAllocDefault) == cudaSuccess) {
-      executor->pinned_ = static_cast<uint8_t*>(pinned);
-    } else {
-      cudaGetLastError();
+    for (Pinned* p : {&executor->compute_pinned_, &executor->copy_pinned_}) {
+      void* memory = nullptr;
+      if (cudaHostAlloc(&memory, static_cast<size_t>(p->ring.capacity()),
+                        cudaHostAllocDefault) == cudaSuccess) {
+        p->memory = static_cast<uint8_t*>(memory);
+      } else {
+        cudaGetLastError();
+      }
     }
     return executor;
   }
@@ -99,7 +104,9 @@ class CudaExecutor final : public Executor {
     for (cudaEvent_t e : {ordered_, staged_}) {
       if (e != nullptr) cudaEventDestroy(e);
     }
-    if (pinned_ != nullptr) cudaFreeHost(pinned_);
+    for (uint8_t* p : {compute_pinned_.memory, copy_pinned_.memory}) {
+      if (p != nullptr) cudaFreeHost(p);
+    }
   }
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
@@ -132,7 +139,7 @@ class CudaExecutor final : public Executor {
   void ToDevice(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
     Use();
-    Upload(dst, src, bytes, stream_);
+    Upload(dst, src, bytes, stream_, compute_pinned_);
   }
   void StageToDevice(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
@@ -140,7 +147,7 @@ class CudaExecutor final : public Executor {
     // After the work queued so far (which may still use dst).
     Keep(cudaEventRecord(ordered_, stream_), "cudaEventRecord");
     Keep(cudaStreamWaitEvent(copy_stream_, ordered_, 0), "cudaStreamWaitEvent");
-    Upload(dst, src, bytes, copy_stream_);
+    Upload(dst, src, bytes, copy_stream_, copy_pinned_);
     staged_pending_ = true;
   }
   void AwaitStaged() override {
@@ -165,9 +172,11 @@ class CudaExecutor final : public Executor {
          "cudaMemcpyAsync to the host");
     Keep(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
+  // The compute stream only: staged copies are read after AwaitStaged,
+  // which orders the compute stream after them, so waiting for them here
+  // (before every collective) would only undo their overlap.
   absl::Status Synchronize() override {
     Use();
-    Keep(cudaStreamSynchronize(copy_stream_), "cudaStreamSynchronize");
     Keep(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     return status_;
   }
@@ -183,27 +192,41 @@ class CudaExecutor final : public Executor {
 #undef MNEME_CUDA_RUN
 
  private:
-  explicit CudaExecutor(int device) : device_(device), ring_(kStagingBytes) {}
+  // A staging ring and its pinned memory (null: none could be had).
+  struct Pinned {
+    explicit Pinned(int64_t bytes) : ring(bytes) {}
+    uint8_t* memory = nullptr;
+    StagingRing ring;
+  };
 
-  // A host-to-device copy queued on `stream`: through the staging ring when
+  explicit CudaExecutor(int device)
+      : device_(device),
+        compute_pinned_(kComputeStagingBytes),
+        copy_pinned_(kCopyStagingBytes) {}
+
+  // A host-to-device copy queued on `stream`: through its staging ring when
   // it fits (the source copied into pinned memory now, so it is free on
   // return and the device copy is asynchronous), else directly.
-  void Upload(void* dst, const void* src, int64_t bytes, cudaStream_t stream) {
+  void Upload(void* dst, const void* src, int64_t bytes, cudaStream_t stream,
+              Pinned& pinned) {
     const auto wait = [this](uint64_t fence) {
       Keep(cudaEventSynchronize(events_[fence]), "cudaEventSynchronize");
       free_events_.push_back(fence);
     };
     uint64_t fence = 0;
-    if (pinned_ == nullptr || !ring_.Fits(bytes) || !TakeEvent(fence)) {
+    if (pinned.memory == nullptr || !pinned.ring.Fits(bytes) ||
+        !TakeEvent(fence)) {
       Keep(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
                            cudaMemcpyHostToDevice, stream),
            "cudaMemcpyAsync to the device");
       return;
     }
-    if (ring_.in_flight() >= kMaxStagedInFlight) ring_.WaitOldest(wait);
-    const int64_t at = ring_.Reserve(bytes, fence, wait);
-    std::memcpy(pinned_ + at, src, static_cast<size_t>(bytes));
-    Keep(cudaMemcpyAsync(dst, pinned_ + at, static_cast<size_t>(bytes),
+    if (pinned.ring.in_flight() >= kMaxStagedInFlight) {
+      pinned.ring.WaitOldest(wait);
+    }
+    const int64_t at = pinned.ring.Reserve(bytes, fence, wait);
+    std::memcpy(pinned.memory + at, src, static_cast<size_t>(bytes));
+    Keep(cudaMemcpyAsync(dst, pinned.memory + at, static_cast<size_t>(bytes),
                          cudaMemcpyHostToDevice, stream),
          "cudaMemcpyAsync to the device");
     Keep(cudaEventRecord(events_[fence], stream), "cudaEventRecord");
@@ -252,8 +275,8 @@ class CudaExecutor final : public Executor {
   cudaEvent_t ordered_ = nullptr;
   cudaEvent_t staged_ = nullptr;
   bool staged_pending_ = false;
-  uint8_t* pinned_ = nullptr;  // kStagingBytes; null: direct copies only.
-  StagingRing ring_;
+  Pinned compute_pinned_;
+  Pinned copy_pinned_;
   // Per fence (an index), the event that marks its copy done; free ones.
   std::vector<cudaEvent_t> events_;
   std::vector<uint64_t> free_events_;

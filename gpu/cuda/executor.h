@@ -39,8 +39,9 @@ class Executor {
   // The source may be reused as soon as the call returns.
   virtual void StageToDevice(void* dst, const void* src, int64_t bytes) = 0;
   virtual void AwaitStaged() = 0;
-  // Waits for the queued work; the first error of a launch or copy so far
-  // (kept: a device that failed once stays failed).
+  // Waits for the queued work (not for staged copies no AwaitStaged has
+  // ordered it after); the first error of a launch or copy so far (kept: a
+  // device that failed once stays failed).
   virtual absl::Status Synchronize() = 0;
   // The first error of a launch or copy seen so far, without waiting.
   virtual absl::Status status() const = 0;

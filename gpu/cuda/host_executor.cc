@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "gpu/cuda/executor.h"
 #include "gpu/cuda/kernel_ops.h"
 
@@ -58,15 +59,24 @@ class HostExecutor final : public Executor {
   absl::Status Synchronize() override { return absl::OkStatus(); }
   absl::Status status() const override { return absl::OkStatus(); }
   // Staged copies land only at AwaitStaged, the latest a device's copy
-  // queue may land them, so work that reads a staged block too early sees
-  // its old contents here as well.
+  // queue may land them; until then their blocks hold NaN bytes, so a read
+  // that is not ordered after AwaitStaged fails loudly, and a write to one
+  // (a race with the copy on a device) stops the process there.
   void StageToDevice(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
     const auto* from = static_cast<const uint8_t*>(src);
     staged_.push_back(
         Staged{.dst = dst, .bytes = std::vector<uint8_t>(from, from + bytes)});
+    std::memset(dst, kPoison, static_cast<size_t>(bytes));
   }
   void AwaitStaged() override {
+    for (const Staged& s : staged_) {
+      const auto* p = static_cast<const uint8_t*>(s.dst);
+      CHECK(std::all_of(p, p + s.bytes.size(),
+                        [](uint8_t b) { return b == kPoison; }))
+          << "a block with a staged copy in flight was written before "
+             "AwaitStaged";
+    }
     for (const Staged& s : staged_) {
       std::memcpy(s.dst, s.bytes.data(), s.bytes.size());
     }
@@ -81,6 +91,8 @@ class HostExecutor final : public Executor {
 #undef MNEME_HOST_RUN
 
  private:
+  // All ones: a NaN in every float.
+  static constexpr uint8_t kPoison = 0xff;
   struct Staged {
     void* dst;
     std::vector<uint8_t> bytes;

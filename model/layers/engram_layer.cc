@@ -182,12 +182,12 @@ absl::Status EngramForward(const LayerContext& ctx, const EngramLayout& layout,
   const int64_t rd = layout.row_dim;
   const auto ncols = static_cast<int64_t>(layout.columns[ctx.tp_rank].size());
   const int64_t slots = RowSlots(layout, ctx.tp_rank, tokens);
+  ctx.backend.AwaitStaged();
   if (staged.size() < slots) {
     return absl::InternalError(absl::StrCat("Engram rows: ", staged.size(),
                                             " floats for ", tokens, " tokens"));
   }
   Workspace::Scope scope(ctx.workspace);
-  ctx.backend.AwaitStaged();
   // Every rank's block of rows (equal sizes: MakeEngramLayout), then each
   // row placed by its column, on the device.
   const float* packed = staged.data();
