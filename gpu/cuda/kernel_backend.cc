@@ -1,6 +1,7 @@
 #include "gpu/cuda/kernel_backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -182,8 +183,11 @@ void KernelBackend::CopyFromHost(absl::Span<const float> src, float* dst) {
 }
 
 void KernelBackend::CopyToHost(const float* src, absl::Span<float> dst) {
-  executor_->ToHost(dst.data(), src,
-                    static_cast<int64_t>(dst.size() * sizeof(float)));
+  FetchBytes(dst.data(), src, static_cast<int64_t>(dst.size() * sizeof(float)));
+}
+
+void KernelBackend::FetchBytes(void* dst, const void* src, int64_t bytes) {
+  executor_->ToHost(dst, src, bytes);
   // What leaves the device must be what the queued ops computed: a device
   // that failed cannot answer (the process restarts; the coordinator
   // requeues its work). ToHost waited, so its status is complete.
@@ -640,17 +644,21 @@ void KernelBackend::MoeRoute(ConstMatrixView logits, const float* bias,
                              absl::Span<float> weights) {
   CheckMoeRouteShapes(logits, top_k, expert_ids, weights);
   const int64_t tokens = logits.rows;
-  const int64_t experts = logits.cols;
   if (tokens == 0) return;
-  const std::vector<float> host = Fetch(logits.data, tokens * experts);
-  std::vector<float> host_bias;
-  if (bias != nullptr) host_bias = Fetch(bias, experts);
-  for (int64_t t = 0; t < tokens; ++t) {
-    router_.Route(host.data() + t * experts, experts,
-                  bias != nullptr ? host_bias.data() : nullptr, top_k,
-                  routed_scaling, expert_ids.data() + t * top_k,
-                  weights.data() + t * top_k);
-  }
+  const int64_t n = tokens * top_k;
+  Carver carve(*this, Carver::Bytes<int32_t>(n) + Carver::Bytes<float>(n));
+  auto* ids = carve.Take<int32_t>(n);
+  auto* w = carve.Take<float>(n);
+  executor_->Run(k::MoeRouteOp{.logits = logits.data,
+                               .bias = bias,
+                               .experts = logits.cols,
+                               .top_k = top_k,
+                               .routed_scaling = routed_scaling,
+                               .expert_ids = ids,
+                               .weights = w},
+                 tokens);
+  FetchBytes(expert_ids.data(), ids, n * static_cast<int64_t>(sizeof(int32_t)));
+  FetchBytes(weights.data(), w, n * static_cast<int64_t>(sizeof(float)));
 }
 
 void KernelBackend::ExpertForward(ConstMatrixView x_all,
@@ -692,6 +700,59 @@ void KernelBackend::ExpertForward(ConstMatrixView x_all,
                  d);
 }
 
+void KernelBackend::RowStats(ConstMatrixView logits,
+                             absl::Span<const int32_t> ids,
+                             absl::Span<int32_t> argmax, absl::Span<float> max,
+                             absl::Span<float> logprob) {
+  const int64_t tokens = logits.rows;
+  const int64_t vocab = logits.cols;
+  const int64_t chunks = (vocab + k::kRowChunk - 1) / k::kRowChunk;
+  const int64_t partials = tokens * chunks;
+  Carver carve(*this, Carver::Bytes<float>(partials) +
+                          Carver::Bytes<int32_t>(partials) +
+                          Carver::Bytes<double>(partials) +
+                          2 * Carver::Bytes<float>(tokens) +
+                          2 * Carver::Bytes<int32_t>(tokens));
+  const int32_t* staged_ids = ids.empty() ? nullptr : carve.Stage(ids);
+  auto* chunk_max = carve.Take<float>(partials);
+  auto* chunk_arg = carve.Take<int32_t>(partials);
+  auto* chunk_sum = carve.Take<double>(partials);
+  auto* row_max = carve.Take<float>(tokens);
+  auto* row_arg = carve.Take<int32_t>(tokens);
+  auto* row_logprob = carve.Take<float>(tokens);
+  executor_->Run(k::RowMaxPartialOp{.x = logits.data,
+                                    .cols = vocab,
+                                    .chunks = chunks,
+                                    .max = chunk_max,
+                                    .arg = chunk_arg},
+                 partials);
+  executor_->Run(k::RowMaxOp{.chunk_max = chunk_max,
+                             .chunk_arg = chunk_arg,
+                             .chunks = chunks,
+                             .max = row_max,
+                             .arg = row_arg},
+                 tokens);
+  executor_->Run(k::RowExpSumPartialOp{.x = logits.data,
+                                       .cols = vocab,
+                                       .chunks = chunks,
+                                       .max = row_max,
+                                       .sum = chunk_sum},
+                 partials);
+  executor_->Run(k::RowLogProbOp{.x = logits.data,
+                                 .cols = vocab,
+                                 .chunks = chunks,
+                                 .max = row_max,
+                                 .chunk_sum = chunk_sum,
+                                 .ids = staged_ids,
+                                 .arg = row_arg,
+                                 .logprob = row_logprob},
+                 tokens);
+  const int64_t four = 4;
+  FetchBytes(argmax.data(), row_arg, tokens * four);
+  FetchBytes(max.data(), row_max, tokens * four);
+  FetchBytes(logprob.data(), row_logprob, tokens * four);
+}
+
 void KernelBackend::Sample(ConstMatrixView logits,
                            absl::Span<const SamplingParams> params,
                            absl::Span<int32_t> ids,
@@ -703,11 +764,21 @@ void KernelBackend::Sample(ConstMatrixView logits,
   CHECK_EQ(static_cast<int64_t>(ids.size()), tokens);
   CHECK_EQ(static_cast<int64_t>(logprobs.size()), tokens);
   if (tokens == 0) return;
-  const std::vector<float> host = Fetch(logits.data, tokens * vocab);
+  argmax_.resize(static_cast<size_t>(tokens));
+  max_.resize(static_cast<size_t>(tokens));
+  RowStats(logits, {}, absl::MakeSpan(argmax_), absl::MakeSpan(max_),
+           logprobs);
   for (int64_t t = 0; t < tokens; ++t) {
-    const float* row = host.data() + t * vocab;
-    ids[t] = SampleToken(row, vocab, params[t]);
-    logprobs[t] = LogProbOf(row, vocab, ids[t]);
+    // Greedy (as SampleToken decides it): the device's argmax and log-prob.
+    if (!(params[t].temperature > 0.0f) || !std::isfinite(max_[t])) {
+      ids[t] = argmax_[t];
+      continue;
+    }
+    // A draw needs the whole row on the host.
+    row_.resize(static_cast<size_t>(vocab));
+    CopyToHost(logits.data + t * vocab, absl::MakeSpan(row_));
+    ids[t] = SampleToken(row_.data(), vocab, params[t]);
+    logprobs[t] = LogProbOf(row_.data(), vocab, ids[t]);
   }
 }
 
@@ -719,11 +790,13 @@ void KernelBackend::LogProbs(ConstMatrixView logits,
   CHECK_EQ(static_cast<int64_t>(ids.size()), tokens);
   CHECK_EQ(static_cast<int64_t>(logprobs.size()), tokens);
   if (tokens == 0) return;
-  const std::vector<float> host = Fetch(logits.data, tokens * vocab);
   for (int64_t t = 0; t < tokens; ++t) {
     CHECK(ids[t] >= 0 && ids[t] < vocab) << "id " << ids[t];
-    logprobs[t] = LogProbOf(host.data() + t * vocab, vocab, ids[t]);
   }
+  argmax_.resize(static_cast<size_t>(tokens));
+  max_.resize(static_cast<size_t>(tokens));
+  RowStats(logits, ids, absl::MakeSpan(argmax_), absl::MakeSpan(max_),
+           logprobs);
 }
 
 }  // namespace mneme::gpu

@@ -113,6 +113,16 @@ class KernelBackend final : public Backend {
             bool accumulate);
   // `n` floats of device memory copied back to the host.
   std::vector<float> Fetch(const float* src, int64_t n);
+  // `bytes` of device memory into host `dst`, after the queued work; stops
+  // the process when the device failed (see CopyToHost).
+  void FetchBytes(void* dst, const void* src, int64_t bytes);
+  // Per row t of logits, reduced on the device: argmax[t] (the lowest index
+  // of the largest value, as std::max_element), max[t] (that value) and
+  // logprob[t] = log_softmax(row)[ids[t]] (ids empty: at argmax[t]). Only
+  // these come back to the host.
+  void RowStats(ConstMatrixView logits, absl::Span<const int32_t> ids,
+                absl::Span<int32_t> argmax, absl::Span<float> max,
+                absl::Span<float> logprob);
 
   std::unique_ptr<Executor> executor_;
   // Temporaries of one op (staged host indices, intermediate products).
@@ -120,7 +130,10 @@ class KernelBackend final : public Backend {
   // Quantized activations of the W4A4 contract (used inside Gemm, so apart
   // from work_).
   Arena w4a4_;
-  MoeRouter router_;
+  // Sample's host scratch.
+  std::vector<int32_t> argmax_;
+  std::vector<float> max_;
+  std::vector<float> row_;
   // ScatterRows' host scratch, kept to spare an allocation a call.
   std::vector<int32_t> scatter_from_;
   std::vector<int32_t> scatter_to_;

@@ -62,6 +62,20 @@ MNEME_HD inline double SqrtD(double x) {
   return std::sqrt(x);
 #endif
 }
+MNEME_HD inline double LogD(double x) {
+#if defined(__CUDA_ARCH__)
+  return log(x);
+#else
+  return std::log(x);
+#endif
+}
+MNEME_HD inline float Log1pf(float x) {
+#if defined(__CUDA_ARCH__)
+  return log1pf(x);
+#else
+  return std::log1p(x);
+#endif
+}
 MNEME_HD inline double CosD(double x) {
 #if defined(__CUDA_ARCH__)
   return cos(x);
@@ -82,6 +96,8 @@ MNEME_HD inline float Maxf(float a, float b) { return a < b ? b : a; }
 MNEME_HD inline float Rsqrtf(float x) { return 1.0f / Sqrtf(x); }
 MNEME_HD inline float Sigmoidf(float x) { return 1.0f / (1.0f + Expf(-x)); }
 MNEME_HD inline float Siluf(float x) { return x / (1.0f + Expf(-x)); }
+MNEME_HD inline bool IsNanf(float x) { return x != x; }
+MNEME_HD inline bool IsInfD(double x) { return x - x != x - x && x == x; }
 
 MNEME_HD inline float BitsToFloat(uint32_t bits) {
 #if defined(__CUDA_ARCH__)
@@ -763,6 +779,172 @@ struct ScatterAddOp {
   }
 };
 
+// ---- row reductions (sampling, log-probs) ------------------------------
+
+// Values of a row one item of a partial row reduction reads.
+inline constexpr int64_t kRowChunk = 256;
+// One past the last value of the chunk starting at `begin` of a row.
+MNEME_HD inline int64_t RowChunkEnd(int64_t begin, int64_t cols) {
+  return begin + kRowChunk < cols ? begin + kRowChunk : cols;
+}
+
+// The largest value of each chunk of kRowChunk values of a row, and the
+// lowest index holding it, so that combining the chunks in order
+// (RowMaxOp) finds what std::max_element finds over the whole row: the
+// row's first value is taken even when it is NaN; any other value only when
+// larger than the one before (so a later NaN never is). arg -1: a chunk of
+// NaNs only. item = t * chunks + c.
+struct RowMaxPartialOp {
+  const float* x = nullptr;
+  int64_t cols = 0;
+  int64_t chunks = 0;
+  float* max = nullptr;
+  int32_t* arg = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t c = item % chunks;
+    const float* row = x + (item / chunks) * cols;
+    const int64_t begin = c * kRowChunk;
+    const int64_t end = RowChunkEnd(begin, cols);
+    int64_t best = -1;
+    float best_value = 0.0f;
+    for (int64_t i = begin; i < end; ++i) {
+      const float v = row[i];
+      if (best < 0 ? (c == 0 || !IsNanf(v)) : best_value < v) {
+        best = i;
+        best_value = v;
+      }
+    }
+    max[item] = best_value;
+    arg[item] = static_cast<int32_t>(best);
+  }
+};
+
+// A row's largest value and its lowest index from RowMaxPartialOp's chunks;
+// item = t.
+struct RowMaxOp {
+  const float* chunk_max = nullptr;
+  const int32_t* chunk_arg = nullptr;
+  int64_t chunks = 0;
+  float* max = nullptr;
+  int32_t* arg = nullptr;
+  MNEME_HD void operator()(int64_t t) const {
+    int32_t best = -1;
+    float best_value = 0.0f;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int32_t a = chunk_arg[t * chunks + c];
+      const float v = chunk_max[t * chunks + c];
+      if (a >= 0 && (best < 0 || best_value < v)) {
+        best = a;
+        best_value = v;
+      }
+    }
+    max[t] = best_value;
+    arg[t] = best;
+  }
+};
+
+// sum exp(x - max[t]) over each chunk of a row, in double; item = t *
+// chunks + c.
+struct RowExpSumPartialOp {
+  const float* x = nullptr;
+  int64_t cols = 0;
+  int64_t chunks = 0;
+  const float* max = nullptr;
+  double* sum = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t t = item / chunks;
+    const float* row = x + t * cols;
+    const int64_t begin = (item % chunks) * kRowChunk;
+    const int64_t end = RowChunkEnd(begin, cols);
+    const double m = max[t];
+    double s = 0.0;
+    for (int64_t i = begin; i < end; ++i) s += ExpD(double{row[i]} - m);
+    sum[item] = s;
+  }
+};
+
+// log_softmax(x[t])[id] with id = ids[t] (ids null: arg[t]): x[t, id] -
+// (max + log(sum of the chunk sums)), or x[t, id] - max when max is
+// infinite; item = t.
+struct RowLogProbOp {
+  const float* x = nullptr;
+  int64_t cols = 0;
+  int64_t chunks = 0;
+  const float* max = nullptr;
+  const double* chunk_sum = nullptr;
+  const int32_t* ids = nullptr;
+  const int32_t* arg = nullptr;
+  float* logprob = nullptr;
+  MNEME_HD void operator()(int64_t t) const {
+    const double m = max[t];
+    double lse = m;
+    if (!IsInfD(m)) {
+      double s = 0.0;
+      for (int64_t c = 0; c < chunks; ++c) s += chunk_sum[t * chunks + c];
+      lse = m + LogD(s);
+    }
+    const int64_t id = ids != nullptr ? ids[t] : arg[t];
+    logprob[t] = static_cast<float>(x[t * cols + id] - lse);
+  }
+};
+
+// ---- MoE routing ---------------------------------------------------------
+
+// Whether biased score a (expert ia) ranks before b (expert ib): larger
+// first, then the lower expert id; NaN after every number (a total order,
+// so the top-k is always k distinct experts).
+MNEME_HD inline bool RanksBefore(float a, int32_t ia, float b, int32_t ib) {
+  const bool na = IsNanf(a);
+  const bool nb = IsNanf(b);
+  if (na != nb) return nb;
+  if (!na && a != b) return a > b;
+  return ia < ib;
+}
+
+MNEME_HD inline float RouteScore(float logit) {
+  return Sqrtf(logit > 20.0f ? logit : Log1pf(Expf(logit)));
+}
+
+// Backend::MoeRoute for one token; item = t. The k-th expert is the best of
+// those ranking after the (k-1)-th, so no scratch is needed.
+struct MoeRouteOp {
+  const float* logits = nullptr;
+  const float* bias = nullptr;  // Null: none.
+  int64_t experts = 0;
+  int32_t top_k = 0;
+  float routed_scaling = 0.0f;
+  int32_t* expert_ids = nullptr;
+  float* weights = nullptr;
+  MNEME_HD void operator()(int64_t t) const {
+    const float* l = logits + t * experts;
+    int32_t* ids = expert_ids + t * top_k;
+    float* w = weights + t * top_k;
+    int32_t prev = -1;
+    float prev_value = 0.0f;
+    float sum = 0.0f;
+    for (int32_t k = 0; k < top_k; ++k) {
+      int32_t best = -1;
+      float best_value = 0.0f;
+      for (int32_t e = 0; e < experts; ++e) {
+        const float v = RouteScore(l[e]) + (bias != nullptr ? bias[e] : 0.0f);
+        if (prev >= 0 && !RanksBefore(prev_value, prev, v, e)) continue;
+        if (best < 0 || RanksBefore(v, e, best_value, best)) {
+          best = e;
+          best_value = v;
+        }
+      }
+      ids[k] = best;
+      prev = best;
+      prev_value = best_value;
+      sum += RouteScore(l[best]);
+    }
+    for (int32_t k = 0; k < top_k; ++k) {
+      w[k] = sum > 0.0f ? RouteScore(l[ids[k]]) / sum * routed_scaling
+                        : routed_scaling / static_cast<float>(top_k);
+    }
+  }
+};
+
 // Every op, for the executors' declarations and instantiations.
 #define MNEME_KERNEL_OPS(X) \
   X(LinearOp)               \
@@ -785,7 +967,12 @@ struct ScatterAddOp {
   X(EngramGateOp)           \
   X(UnpackBf16RowsOp)       \
   X(SwiGluOp)               \
-  X(ScatterAddOp)
+  X(ScatterAddOp)            \
+  X(RowMaxPartialOp)        \
+  X(RowMaxOp)               \
+  X(RowExpSumPartialOp)     \
+  X(RowLogProbOp)           \
+  X(MoeRouteOp)
 
 }  // namespace mneme::gpu::kernels
 

@@ -48,6 +48,7 @@ absl::StatusOr<EngramLayout> MakeEngramLayout(
         return absl::InvalidArgumentError(
             absl::StrCat("Engram column ", c, " is not split once"));
       }
+      layout.gathered_columns.push_back(c);
     }
   }
   for (size_t c = 0; c < seen.size(); ++c) {
@@ -148,26 +149,16 @@ absl::StatusOr<std::vector<WorkBuffer>> StageEngramRows(
   std::vector<WorkBuffer> staged;
   staged.reserve(rows.size());
   for (const std::vector<uint16_t>& r : rows) {
-    if (r.size() != static_cast<size_t>(2 * slots) &&
-        r.size() + 1 != static_cast<size_t>(2 * slots)) {
+    // EngramLookup pads a rank's rows to whole floats.
+    if (r.size() != static_cast<size_t>(2 * slots)) {
       return absl::InternalError(absl::StrCat(
           "Engram rows: ", r.size(), " values for ", tokens, " tokens"));
     }
     ASSIGN_OR_RETURN(WorkBuffer buffer, ctx.workspace.Take(slots));
-    if (r.size() % 2 == 0) {
-      ctx.backend.StageFromHost(
-          absl::MakeConstSpan(reinterpret_cast<const float*>(r.data()),
-                              static_cast<size_t>(slots)),
-          buffer.data());
-    } else {
-      // An odd count: the last float's upper half is padding.
-      std::vector<uint16_t> padded(static_cast<size_t>(2 * slots), 0);
-      std::copy(r.begin(), r.end(), padded.begin());
-      ctx.backend.StageFromHost(
-          absl::MakeConstSpan(reinterpret_cast<const float*>(padded.data()),
-                              static_cast<size_t>(slots)),
-          buffer.data());
-    }
+    ctx.backend.StageFromHost(
+        absl::MakeConstSpan(reinterpret_cast<const float*>(r.data()),
+                            static_cast<size_t>(slots)),
+        buffer.data());
     staged.push_back(buffer);
   }
   return staged;
@@ -196,14 +187,9 @@ absl::Status EngramForward(const LayerContext& ctx, const EngramLayout& layout,
     RETURN_IF_ERROR(ctx.comm->AllGather(staged.data(), slots, recv.data()));
     packed = recv.data();
   }
-  std::vector<int32_t> columns;
-  columns.reserve(static_cast<size_t>(n * ncols));
-  for (int q = 0; q < n; ++q) {
-    for (int c : layout.columns[q]) columns.push_back(c);
-  }
   const int64_t width = int64_t{layout.num_columns} * rd;
   ASSIGN_OR_RETURN(WorkBuffer e, ctx.workspace.Take(tokens * width));
-  ctx.backend.UnpackBf16Rows(packed, slots, columns, ncols,
+  ctx.backend.UnpackBf16Rows(packed, slots, layout.gathered_columns, ncols,
                              static_cast<int>(rd), e.view(tokens, width));
   rows_time += absl::Now() - start;
   const int64_t D = ctx.dims.hidden_size, hc = ctx.dims.hc_mult;

@@ -24,6 +24,9 @@ namespace mneme::model {
 struct EngramLayout {
   // Per rank, its columns, ascending.
   std::vector<std::vector<int>> columns;
+  // Every rank's columns in rank order: the column of each row of the
+  // all-gathered blocks (Backend::UnpackBf16Rows).
+  std::vector<int32_t> gathered_columns;
   int num_columns = 0;
   // Values per row (the Engram head dim).
   int row_dim = 0;

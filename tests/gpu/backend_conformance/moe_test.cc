@@ -95,6 +95,50 @@ TEST_P(MoeTest, MoeRouteBiasSelectsButDoesNotWeigh) {
   }
 }
 
+// V4-Flash's router shape (256 experts, 6 chosen) with logits past the
+// softplus cut-over (20), experts never likely (-inf) and exact ties at the
+// top, which go to the lower expert id.
+TEST_P(MoeTest, MoeRouteAtModelWidthMatchesReference) {
+  const int64_t tokens = 3, experts = 256;
+  const int top_k = 6;
+  const float scaling = 1.5f;
+  std::vector<float> logits = Random(tokens * experts, -4, 4);
+  logits[0 * experts + 200] = logits[0 * experts + 7] = 9.0f;
+  logits[0 * experts + 255] = 30.0f;
+  logits[1 * experts + 3] = -std::numeric_limits<float>::infinity();
+  for (int64_t e = 0; e < experts; ++e) logits[2 * experts + e] = 0.25f;
+  logits[2 * experts + 128] = 25.0f;
+  Mat lm = Upload(logits, tokens, experts);
+  std::vector<int32_t> ids(tokens * top_k);
+  std::vector<float> weights(tokens * top_k);
+  backend_->MoeRoute(lm.view, nullptr, top_k, scaling, absl::MakeSpan(ids),
+                     absl::MakeSpan(weights));
+  for (int64_t t = 0; t < tokens; ++t) {
+    SCOPED_TRACE(t);
+    std::vector<int32_t> order(experts);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+      return RefScore(logits[t * experts + x]) >
+             RefScore(logits[t * experts + y]);
+    });
+    double sum = 0;
+    for (int i = 0; i < top_k; ++i) {
+      sum += RefScore(logits[t * experts + order[i]]);
+    }
+    for (int i = 0; i < top_k; ++i) {
+      EXPECT_EQ(ids[t * top_k + i], order[i]) << i;
+      EXPECT_NEAR(weights[t * top_k + i],
+                  RefScore(logits[t * experts + order[i]]) / sum * scaling,
+                  1e-5);
+    }
+  }
+  EXPECT_EQ(ids[0], 255);
+  EXPECT_EQ(ids[1], 7);
+  EXPECT_EQ(ids[2], 200);
+  EXPECT_EQ((std::vector<int32_t>(ids.begin() + int64_t{2} * top_k, ids.end())),
+            (std::vector<int32_t>{128, 0, 1, 2, 3, 4}));
+}
+
 // Reference ExpertForward; counts the values each clamp changed.
 std::vector<double> RefExpert(const std::vector<float>& x_all, int64_t d,
                               const std::vector<int32_t>& rows,

@@ -170,6 +170,70 @@ TEST_P(SamplingTest, LogProbsMatchReference) {
   }
 }
 
+// Rows wider than one reduction chunk of a device backend (vocab 1000, not
+// a multiple of any power of two above 8): the maximum's lowest id wins
+// across chunks; masked (-inf) tokens take part; greedy and drawn rows mix in
+// one call.
+TEST_P(SampleTest, WideRowsGreedyAndDrawnInOneCall) {
+  const int64_t vocab = 1000;
+  const float masked = -std::numeric_limits<float>::infinity();
+  std::vector<std::vector<float>> rows;
+  rows.push_back(Random(vocab, -8, 8));
+  rows[0][700] = rows[0][300] = rows[0][301] = 12.0f;  // -> 300
+  rows.push_back(Random(vocab, -8, 8));
+  rows[1][999] = 9.0f;  // the last id
+  rows.push_back(Random(vocab, -8, 8));
+  for (int64_t i = 0; i < vocab; i += 2) rows[2][i] = masked;
+  rows[2][0] = 0.0f;
+  rows[2][513] = 15.0f;  // -> 513 (drawn with top-k 1)
+  rows.push_back(rows[0]);
+  std::vector<float> all;
+  for (const std::vector<float>& r : rows) all.insert(all.end(), r.begin(), r.end());
+  const std::vector<SamplingParams> params = {
+      SamplingParams{}, SamplingParams{},
+      SamplingParams{.temperature = 0.7f, .top_k = 1, .seed = 5},
+      SamplingParams{.temperature = 1.0f, .top_k = 3, .seed = 11}};
+  Mat lm = Upload(all, 4, vocab);
+  std::vector<int32_t> ids(4);
+  std::vector<float> logprobs(4);
+  backend_->Sample(lm.view, params, absl::MakeSpan(ids),
+                   absl::MakeSpan(logprobs));
+  EXPECT_EQ(ids[0], 300);
+  EXPECT_EQ(ids[1], 999);
+  EXPECT_EQ(ids[2], 513);
+  EXPECT_TRUE(ids[3] == 300 || ids[3] == 301 || ids[3] == 700) << ids[3];
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_NEAR(logprobs[t], RefLogSoftmax(rows[t], ids[t]), 1e-5) << t;
+  }
+  // Log-probabilities of chosen ids, the masked ones included.
+  const std::vector<int32_t> scored = {999, 0, 2, 701};
+  std::vector<float> got(4);
+  backend_->LogProbs(lm.view, scored, absl::MakeSpan(got));
+  for (int t = 0; t < 4; ++t) {
+    if (std::isinf(rows[t][scored[t]])) {
+      EXPECT_EQ(got[t], masked) << t;
+    } else {
+      EXPECT_NEAR(got[t], RefLogSoftmax(rows[t], scored[t]), 1e-5) << t;
+    }
+  }
+}
+
+// A NaN logit past the first never wins greedy selection and does not hide
+// the values after it (the CPU backend's std::max_element rule).
+TEST_P(SampleTest, GreedyIgnoresALaterNan) {
+  const int64_t vocab = 1000;
+  std::vector<float> row = Random(vocab, -1, 1);
+  row[512] = std::numeric_limits<float>::quiet_NaN();
+  row[513] = 4.0f;
+  row[514] = 6.0f;
+  Mat lm = Upload(row, 1, vocab);
+  std::vector<int32_t> ids(1);
+  std::vector<float> logprobs(1);
+  backend_->Sample(lm.view, std::vector<SamplingParams>(1),
+                   absl::MakeSpan(ids), absl::MakeSpan(logprobs));
+  EXPECT_EQ(ids[0], 514);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, SamplingTest,
                          ::testing::ValuesIn(BackendFactories()),
                          BackendFactoryName);
