@@ -111,8 +111,14 @@ void MoeRouter::Route(const float* logits, int64_t experts, const float* bias,
   std::iota(order_.begin(), order_.end(), 0);
   std::partial_sort(order_.begin(), order_.begin() + top_k, order_.end(),
                     [this](int32_t a, int32_t b) {
-                      return biased_[a] > biased_[b] ||
-                             (biased_[a] == biased_[b] && a < b);
+                      // NaN after every number: a strict order always.
+                      const bool na = std::isnan(biased_[a]);
+                      const bool nb = std::isnan(biased_[b]);
+                      if (na != nb) return nb;
+                      if (!na && biased_[a] != biased_[b]) {
+                        return biased_[a] > biased_[b];
+                      }
+                      return a < b;
                     });
   float sum = 0.0f;
   for (int i = 0; i < top_k; ++i) sum += score_[order_[i]];

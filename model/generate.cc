@@ -13,21 +13,6 @@
 
 namespace mneme::model {
 
-absl::StatusOr<std::pair<int64_t, float>> SampleToken(
-    gpu::Backend& backend, absl::Span<const float> logits,
-    const gpu::SamplingParams& params) {
-  const int64_t vocab = static_cast<int64_t>(logits.size());
-  if (vocab == 0) return absl::InvalidArgumentError("empty logits row");
-  ASSIGN_OR_RETURN(std::unique_ptr<gpu::Buffer> buffer,
-                   backend.Allocate(vocab));
-  backend.CopyFromHost(logits, buffer->data());
-  int32_t id = 0;
-  float logprob = 0;
-  backend.Sample(buffer->view(1, vocab), {params}, absl::MakeSpan(&id, 1),
-                 absl::MakeSpan(&logprob, 1));
-  return std::make_pair(int64_t{id}, logprob);
-}
-
 absl::StatusOr<PositionLogprobs> RowLogprobs(absl::Span<const float> logits,
                                              int64_t target, int top_n) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
@@ -154,7 +139,7 @@ absl::StatusOr<bool> Emit(const Model& model, const GenerateOptions& options,
 // The speculative loop after the prefill: draft k tokens from the anchor,
 // verify [anchor, drafts] in one step, keep the accepted prefix and the
 // target's next token, roll the rest back.
-absl::Status SpeculativeDecode(Model& model, gpu::Backend& backend,
+absl::Status SpeculativeDecode(Model& model,
                                const GenerateOptions& options, uint64_t id,
                                int64_t position,
                                const std::vector<float>& logits,
@@ -166,7 +151,7 @@ absl::Status SpeculativeDecode(Model& model, gpu::Backend& backend,
   stats.accepted_per_position.assign(options.num_speculative_tokens, 0);
   // The first token comes from the prefill's logits.
   gpu::SamplingParams params = options.sampling;
-  ASSIGN_OR_RETURN(auto first, SampleToken(backend, logits, params));
+  ASSIGN_OR_RETURN(auto first, model.SampleToken(logits, params));
   ASSIGN_OR_RETURN(bool done, Emit(model, options, began, first.first, logits,
                                    first.second, result));
   int64_t anchor = first.first;
@@ -251,7 +236,7 @@ absl::Status SpeculativeDecode(Model& model, gpu::Backend& backend,
 
 }  // namespace
 
-absl::StatusOr<GenerateResult> Generate(Model& model, gpu::Backend& backend,
+absl::StatusOr<GenerateResult> Generate(Model& model,
                                         const std::vector<int64_t>& prompt,
                                         const GenerateOptions& options) {
   const absl::Time began = absl::Now();
@@ -316,7 +301,7 @@ absl::StatusOr<GenerateResult> Generate(Model& model, gpu::Backend& backend,
     return result;
   }
   if (speculative) {
-    if (absl::Status st = SpeculativeDecode(model, backend, options, id,
+    if (absl::Status st = SpeculativeDecode(model, options, id,
                                             static_cast<int64_t>(prompt.size()),
                                             logits, began, result);
         !st.ok()) {
@@ -330,7 +315,7 @@ absl::StatusOr<GenerateResult> Generate(Model& model, gpu::Backend& backend,
     gpu::SamplingParams params = options.sampling;
     params.seed = options.sampling.seed + step;
     absl::StatusOr<std::pair<int64_t, float>> token =
-        SampleToken(backend, logits, params);
+        model.SampleToken(logits, params);
     if (!token.ok()) return fail(token.status());
     absl::StatusOr<bool> done = Emit(model, options, began, token->first,
                                      logits, token->second, result);

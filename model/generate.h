@@ -107,14 +107,10 @@ struct GenerateResult {
 // a logprob count out of range; errors of Model::Step. With top_logprobs >
 // 0 the new tokens' logprobs come from RowLogprobs (as their top entries)
 // rather than from the backend's sampler.
-absl::StatusOr<GenerateResult> Generate(Model& model, gpu::Backend& backend,
+absl::StatusOr<GenerateResult> Generate(Model& model,
                                         const std::vector<int64_t>& prompt,
                                         const GenerateOptions& options);
 
-// Draws one token from host logits [vocab] with `params`: {token, logprob}.
-absl::StatusOr<std::pair<int64_t, float>> SampleToken(
-    gpu::Backend& backend, absl::Span<const float> logits,
-    const gpu::SamplingParams& params);
 
 }  // namespace mneme::model
 

@@ -334,6 +334,20 @@ void Model::Release(uint64_t sequence_id) {
   sequences_.erase(it);
 }
 
+absl::StatusOr<std::pair<int64_t, float>> Model::SampleToken(
+    absl::Span<const float> logits, const gpu::SamplingParams& params) {
+  const auto vocab = static_cast<int64_t>(logits.size());
+  if (vocab == 0) return absl::InvalidArgumentError("empty logits row");
+  Workspace::Scope scope(*workspace_);
+  ASSIGN_OR_RETURN(WorkBuffer row, workspace_->Take(vocab));
+  backend_.CopyFromHost(logits, row.data());
+  int32_t id = 0;
+  float logprob = 0;
+  backend_.Sample(row.view(1, vocab), {params}, absl::MakeSpan(&id, 1),
+                  absl::MakeSpan(&logprob, 1));
+  return std::make_pair(int64_t{id}, logprob);
+}
+
 absl::Status Model::Truncate(uint64_t sequence_id, int64_t length) {
   auto it = sequences_.find(sequence_id);
   if (it == sequences_.end()) {

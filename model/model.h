@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -12,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "engram_store/client/engram_client.h"
 #include "gpu/backend.h"
 #include "gpu/comm/communicator.h"
@@ -155,6 +157,11 @@ class Model {
   // keeping only the newest batch while one is in flight, and ignores
   // errors (a later lookup reads the rows anyway). No collectives.
   void Prefetch(const std::vector<PrefetchHint>& hints);
+  // Draws one token from a row of host logits [vocab] that Step returned,
+  // with `params`, on the backend: {token, logprob}. The row goes to the
+  // step workspace (no allocation); not during a Step.
+  absl::StatusOr<std::pair<int64_t, float>> SampleToken(
+      absl::Span<const float> logits, const gpu::SamplingParams& params);
   // Forgets a sequence and frees its cache blocks (no-op if unknown).
   void Release(uint64_t sequence_id);
   // Rolls a sequence back to its first `length` tokens, as if the later

@@ -768,17 +768,30 @@ void KernelBackend::Sample(ConstMatrixView logits,
   max_.resize(static_cast<size_t>(tokens));
   RowStats(logits, {}, absl::MakeSpan(argmax_), absl::MakeSpan(max_),
            logprobs);
+  // Greedy rows (as SampleToken decides it) take the device's argmax and
+  // log-prob; a draw needs its whole row on the host: the rows from the
+  // first drawn to the last come back in one copy.
+  const auto drawn = [&](int64_t t) {
+    return params[t].temperature > 0.0f && std::isfinite(max_[t]);
+  };
+  int64_t first = tokens;
+  int64_t last = -1;
   for (int64_t t = 0; t < tokens; ++t) {
-    // Greedy (as SampleToken decides it): the device's argmax and log-prob.
-    if (!(params[t].temperature > 0.0f) || !std::isfinite(max_[t])) {
+    if (!drawn(t)) {
       ids[t] = argmax_[t];
       continue;
     }
-    // A draw needs the whole row on the host.
-    row_.resize(static_cast<size_t>(vocab));
-    CopyToHost(logits.data + t * vocab, absl::MakeSpan(row_));
-    ids[t] = SampleToken(row_.data(), vocab, params[t]);
-    logprobs[t] = LogProbOf(row_.data(), vocab, ids[t]);
+    first = std::min(first, t);
+    last = t;
+  }
+  if (last < 0) return;
+  row_.resize(static_cast<size_t>((last + 1 - first) * vocab));
+  CopyToHost(logits.data + first * vocab, absl::MakeSpan(row_));
+  for (int64_t t = first; t <= last; ++t) {
+    if (!drawn(t)) continue;
+    const float* row = row_.data() + (t - first) * vocab;
+    ids[t] = SampleToken(row, vocab, params[t]);
+    logprobs[t] = LogProbOf(row, vocab, ids[t]);
   }
 }
 

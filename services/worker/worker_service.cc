@@ -511,13 +511,11 @@ WorkerService::StepStream(grpc::CallbackServerContext* context) {
 absl::Status WorkerService::RunStep(const v1::StepRequest& request,
                                     v1::StepResponse& response) {
   model::Model* model;
-  gpu::Backend* backend;
   gpu::Communicator* comm;
   model::DsparkDrafter* drafter;
   {
     absl::ReaderMutexLock lock(&mu_);
     model = model_;
-    backend = backend_;
     comm = group_;
     drafter = drafter_;
   }
@@ -644,7 +642,7 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
     } else if (c.output() == v1::OUTPUT_SAMPLE) {
       ASSIGN_OR_RETURN(
           const auto token,
-          model::SampleToken(*backend, last, FromProto(c.sampling())));
+          model->SampleToken(last, FromProto(c.sampling())));
       result->set_token_id(token.first);
       result->set_logprob(token.second);
       sampled_[c.sequence_id()] = {

@@ -61,7 +61,7 @@ std::vector<int64_t> Reference(const std::vector<int64_t>& prompt, int max_new,
   g.max_new_tokens = max_new;
   g.stop_at_eos = !ignore_eos;
   absl::StatusOr<model::GenerateResult> r =
-      model::Generate(local->model(), local->backend(), prompt, g);
+      model::Generate(local->model(), prompt, g);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? r->token_ids : std::vector<int64_t>{};
 }

@@ -166,7 +166,7 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(
       model::GenerateResult result,
-      model::Generate(local->model(), local->backend(), prompt, options));
+      model::Generate(local->model(), prompt, options));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (args.Has("json")) {
     nlohmann::ordered_json j = {
@@ -337,7 +337,7 @@ absl::Status RunScore(const std::vector<std::string>& argv, std::ostream& out) {
     gen.stop_at_eos = false;
     ASSIGN_OR_RETURN(
         model::GenerateResult completed,
-        model::Generate(ref->model(), ref->backend(), prompt, gen));
+        model::Generate(ref->model(), prompt, gen));
     std::vector<int64_t> seq = prompt;
     seq.insert(seq.end(), completed.token_ids.begin(),
                completed.token_ids.end());

@@ -96,8 +96,8 @@ TEST_P(MoeTest, MoeRouteBiasSelectsButDoesNotWeigh) {
 }
 
 // V4-Flash's router shape (256 experts, 6 chosen) with logits past the
-// softplus cut-over (20), experts never likely (-inf) and exact ties at the
-// top, which go to the lower expert id.
+// softplus cut-over (20; at 100 exp overflows fp32), a NaN (ranked after
+// every number) and exact ties at the top, which go to the lower expert id.
 TEST_P(MoeTest, MoeRouteAtModelWidthMatchesReference) {
   const int64_t tokens = 3, experts = 256;
   const int top_k = 6;
@@ -105,9 +105,10 @@ TEST_P(MoeTest, MoeRouteAtModelWidthMatchesReference) {
   std::vector<float> logits = Random(tokens * experts, -4, 4);
   logits[0 * experts + 200] = logits[0 * experts + 7] = 9.0f;
   logits[0 * experts + 255] = 30.0f;
-  logits[1 * experts + 3] = -std::numeric_limits<float>::infinity();
+  logits[1 * experts + 3] = 100.0f;
   for (int64_t e = 0; e < experts; ++e) logits[2 * experts + e] = 0.25f;
   logits[2 * experts + 128] = 25.0f;
+  logits[2 * experts + 0] = std::numeric_limits<float>::quiet_NaN();
   Mat lm = Upload(logits, tokens, experts);
   std::vector<int32_t> ids(tokens * top_k);
   std::vector<float> weights(tokens * top_k);
@@ -118,8 +119,10 @@ TEST_P(MoeTest, MoeRouteAtModelWidthMatchesReference) {
     std::vector<int32_t> order(experts);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
-      return RefScore(logits[t * experts + x]) >
-             RefScore(logits[t * experts + y]);
+      const double sx = RefScore(logits[t * experts + x]);
+      const double sy = RefScore(logits[t * experts + y]);
+      if (std::isnan(sx) || std::isnan(sy)) return !std::isnan(sx) && std::isnan(sy);
+      return sx > sy;
     });
     double sum = 0;
     for (int i = 0; i < top_k; ++i) {
@@ -135,8 +138,10 @@ TEST_P(MoeTest, MoeRouteAtModelWidthMatchesReference) {
   EXPECT_EQ(ids[0], 255);
   EXPECT_EQ(ids[1], 7);
   EXPECT_EQ(ids[2], 200);
+  EXPECT_EQ(ids[top_k], 3);
   EXPECT_EQ((std::vector<int32_t>(ids.begin() + int64_t{2} * top_k, ids.end())),
-            (std::vector<int32_t>{128, 0, 1, 2, 3, 4}));
+            (std::vector<int32_t>{128, 1, 2, 3, 4, 5}));
+  for (float w : weights) EXPECT_TRUE(std::isfinite(w)) << w;
 }
 
 // Reference ExpertForward; counts the values each clamp changed.

@@ -234,6 +234,37 @@ TEST_P(SampleTest, GreedyIgnoresALaterNan) {
   EXPECT_EQ(ids[0], 514);
 }
 
+// Rows whose maximum is not finite are greedy even at a temperature, and
+// their log-probabilities follow log_softmax's IEEE arithmetic: a NaN first
+// value is the CPU backend's maximum (std::max_element), +inf makes every
+// finite token -inf and the infinite ones NaN, an all -inf row is NaN.
+TEST_P(SampleTest, NonFiniteRows) {
+  const int64_t vocab = 600;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> all = Random(3 * vocab, -1, 1);
+  all[0] = std::numeric_limits<float>::quiet_NaN();
+  all[vocab + 10] = all[vocab + 520] = inf;
+  std::fill(all.begin() + 2 * vocab, all.end(), -inf);
+  Mat lm = Upload(all, 3, vocab);
+  for (float temperature : {0.0f, 1.0f}) {
+    SCOPED_TRACE(temperature);
+    std::vector<int32_t> ids(3);
+    std::vector<float> logprobs(3);
+    backend_->Sample(lm.view,
+                     std::vector<SamplingParams>(
+                         3, SamplingParams{.temperature = temperature}),
+                     absl::MakeSpan(ids), absl::MakeSpan(logprobs));
+    EXPECT_EQ(ids, (std::vector<int32_t>{0, 10, 0}));
+    for (float lp : logprobs) EXPECT_TRUE(std::isnan(lp)) << lp;
+  }
+  std::vector<float> got(3);
+  backend_->LogProbs(lm.view, std::vector<int32_t>{5, 5, 5},
+                     absl::MakeSpan(got));
+  EXPECT_TRUE(std::isnan(got[0])) << got[0];
+  EXPECT_EQ(got[1], -inf);
+  EXPECT_TRUE(std::isnan(got[2])) << got[2];
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, SamplingTest,
                          ::testing::ValuesIn(BackendFactories()),
                          BackendFactoryName);

@@ -307,13 +307,13 @@ TEST(SpeculativeGenerateTest, GreedyOutputEqualsPlainGreedy) {
       o.prefill_chunk_tokens = chunk;
       o.top_logprobs = 2;
       absl::StatusOr<GenerateResult> want =
-          Generate(plain->model(), plain->backend(), Tokens(23, 8), o);
+          Generate(plain->model(), Tokens(23, 8), o);
       ASSERT_TRUE(want.ok()) << want.status();
       o.drafter = drafter.get();
       for (const int k : {1, 3, 5}) {
         o.num_speculative_tokens = k;
         absl::StatusOr<GenerateResult> got =
-            Generate(spec->model(), spec->backend(), Tokens(23, 8), o);
+            Generate(spec->model(), Tokens(23, 8), o);
         ASSERT_TRUE(got.ok()) << got.status();
         EXPECT_EQ(got->token_ids, want->token_ids) << *dir << " k=" << k;
         ASSERT_EQ(got->logprobs.size(), want->logprobs.size());
@@ -346,7 +346,7 @@ TEST(SpeculativeGenerateTest, RefusesMoreDraftsThanTheModelCanRollBack) {
   o.drafter = drafter.get();
   o.num_speculative_tokens = 3;
   EXPECT_EQ(
-      Generate(spec->model(), spec->backend(), Tokens(5, 1), o).status().code(),
+      Generate(spec->model(), Tokens(5, 1), o).status().code(),
       absl::StatusCode::kInvalidArgument);
 }
 
