@@ -706,43 +706,43 @@ void KernelBackend::RowStats(ConstMatrixView logits,
                              absl::Span<float> logprob) {
   const int64_t tokens = logits.rows;
   const int64_t vocab = logits.cols;
-  const int64_t chunks = (vocab + k::kRowChunk - 1) / k::kRowChunk;
-  const int64_t partials = tokens * chunks;
+  const int64_t lanes = (vocab + k::kRowLane - 1) / k::kRowLane;
+  const int64_t partials = tokens * lanes;
   Carver carve(*this, Carver::Bytes<float>(partials) +
                           Carver::Bytes<int32_t>(partials) +
                           Carver::Bytes<double>(partials) +
                           2 * Carver::Bytes<float>(tokens) +
                           2 * Carver::Bytes<int32_t>(tokens));
   const int32_t* staged_ids = ids.empty() ? nullptr : carve.Stage(ids);
-  auto* chunk_max = carve.Take<float>(partials);
-  auto* chunk_arg = carve.Take<int32_t>(partials);
-  auto* chunk_sum = carve.Take<double>(partials);
+  auto* lane_max = carve.Take<float>(partials);
+  auto* lane_arg = carve.Take<int32_t>(partials);
+  auto* lane_sum = carve.Take<double>(partials);
   auto* row_max = carve.Take<float>(tokens);
   auto* row_arg = carve.Take<int32_t>(tokens);
   auto* row_logprob = carve.Take<float>(tokens);
   executor_->Run(k::RowMaxPartialOp{.x = logits.data,
                                     .cols = vocab,
-                                    .chunks = chunks,
-                                    .max = chunk_max,
-                                    .arg = chunk_arg},
+                                    .lanes = lanes,
+                                    .max = lane_max,
+                                    .arg = lane_arg},
                  partials);
-  executor_->Run(k::RowMaxOp{.chunk_max = chunk_max,
-                             .chunk_arg = chunk_arg,
-                             .chunks = chunks,
+  executor_->Run(k::RowMaxOp{.lane_max = lane_max,
+                             .lane_arg = lane_arg,
+                             .lanes = lanes,
                              .max = row_max,
                              .arg = row_arg},
                  tokens);
   executor_->Run(k::RowExpSumPartialOp{.x = logits.data,
                                        .cols = vocab,
-                                       .chunks = chunks,
+                                       .lanes = lanes,
                                        .max = row_max,
-                                       .sum = chunk_sum},
+                                       .sum = lane_sum},
                  partials);
   executor_->Run(k::RowLogProbOp{.x = logits.data,
                                  .cols = vocab,
-                                 .chunks = chunks,
+                                 .lanes = lanes,
                                  .max = row_max,
-                                 .chunk_sum = chunk_sum,
+                                 .lane_sum = lane_sum,
                                  .ids = staged_ids,
                                  .arg = row_arg,
                                  .logprob = row_logprob},

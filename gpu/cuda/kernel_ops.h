@@ -781,35 +781,31 @@ struct ScatterAddOp {
 
 // ---- row reductions (sampling, log-probs) ------------------------------
 
-// Values of a row one item of a partial row reduction reads.
-inline constexpr int64_t kRowChunk = 256;
-// One past the last value of the chunk starting at `begin` of a row.
-MNEME_HD inline int64_t RowChunkEnd(int64_t begin, int64_t cols) {
-  return begin + kRowChunk < cols ? begin + kRowChunk : cols;
-}
+// Values of a row (at most) one item of a partial row reduction reads. A
+// row of `cols` values is read by lanes = ceil(cols / kRowLane) items;
+// lane c reads the values c, c + lanes, c + 2 * lanes, ..., so neighbouring
+// items read neighbouring addresses (coalesced on a GPU).
+inline constexpr int64_t kRowLane = 256;
 
-// The largest value of each chunk of kRowChunk values of a row, and the
-// lowest index holding it, so that combining the chunks in order
-// (RowMaxOp) finds what std::max_element finds over the whole row: the
-// row's first value is taken even when it is NaN; any other value only when
-// larger than the one before (so a later NaN never is). arg -1: a chunk of
-// NaNs only. item = t * chunks + c.
+// Per lane of a row: the largest value and the lowest index holding it,
+// such that RowMaxOp finds what std::max_element finds over the whole row:
+// the row's first value is taken even when it is NaN; any other value only
+// when larger than the one before (so a later NaN never is). arg -1: a lane
+// of NaNs only. item = t * lanes + c.
 struct RowMaxPartialOp {
   const float* x = nullptr;
   int64_t cols = 0;
-  int64_t chunks = 0;
+  int64_t lanes = 0;
   float* max = nullptr;
   int32_t* arg = nullptr;
   MNEME_HD void operator()(int64_t item) const {
-    const int64_t c = item % chunks;
-    const float* row = x + (item / chunks) * cols;
-    const int64_t begin = c * kRowChunk;
-    const int64_t end = RowChunkEnd(begin, cols);
+    const int64_t c = item % lanes;
+    const float* row = x + (item / lanes) * cols;
     int64_t best = -1;
     float best_value = 0.0f;
-    for (int64_t i = begin; i < end; ++i) {
+    for (int64_t i = c; i < cols; i += lanes) {
       const float v = row[i];
-      if (best < 0 ? (c == 0 || !IsNanf(v)) : best_value < v) {
+      if (best < 0 ? (i == 0 || !IsNanf(v)) : best_value < v) {
         best = i;
         best_value = v;
       }
@@ -819,21 +815,23 @@ struct RowMaxPartialOp {
   }
 };
 
-// A row's largest value and its lowest index from RowMaxPartialOp's chunks;
-// item = t.
+// A row's largest value and its lowest index from RowMaxPartialOp's lanes
+// (lane 0 holds index 0, so a NaN there stays the row's maximum, as in a
+// sequential scan); item = t.
 struct RowMaxOp {
-  const float* chunk_max = nullptr;
-  const int32_t* chunk_arg = nullptr;
-  int64_t chunks = 0;
+  const float* lane_max = nullptr;
+  const int32_t* lane_arg = nullptr;
+  int64_t lanes = 0;
   float* max = nullptr;
   int32_t* arg = nullptr;
   MNEME_HD void operator()(int64_t t) const {
     int32_t best = -1;
     float best_value = 0.0f;
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int32_t a = chunk_arg[t * chunks + c];
-      const float v = chunk_max[t * chunks + c];
-      if (a >= 0 && (best < 0 || best_value < v)) {
+    for (int64_t c = 0; c < lanes; ++c) {
+      const int32_t a = lane_arg[t * lanes + c];
+      const float v = lane_max[t * lanes + c];
+      if (a >= 0 && (best < 0 || best_value < v ||
+                     (best_value == v && a < best))) {
         best = a;
         best_value = v;
       }
@@ -843,35 +841,35 @@ struct RowMaxOp {
   }
 };
 
-// sum exp(x - max[t]) over each chunk of a row, in double; item = t *
-// chunks + c.
+// sum exp(x - max[t]) over each lane of a row (RowMaxPartialOp), in double;
+// item = t * lanes + c.
 struct RowExpSumPartialOp {
   const float* x = nullptr;
   int64_t cols = 0;
-  int64_t chunks = 0;
+  int64_t lanes = 0;
   const float* max = nullptr;
   double* sum = nullptr;
   MNEME_HD void operator()(int64_t item) const {
-    const int64_t t = item / chunks;
+    const int64_t t = item / lanes;
     const float* row = x + t * cols;
-    const int64_t begin = (item % chunks) * kRowChunk;
-    const int64_t end = RowChunkEnd(begin, cols);
     const double m = max[t];
     double s = 0.0;
-    for (int64_t i = begin; i < end; ++i) s += ExpD(double{row[i]} - m);
+    for (int64_t i = item % lanes; i < cols; i += lanes) {
+      s += ExpD(double{row[i]} - m);
+    }
     sum[item] = s;
   }
 };
 
 // log_softmax(x[t])[id] with id = ids[t] (ids null: arg[t]): x[t, id] -
-// (max + log(sum of the chunk sums)), or x[t, id] - max when max is
+// (max + log(sum of the lane sums)), or x[t, id] - max when max is
 // infinite; item = t.
 struct RowLogProbOp {
   const float* x = nullptr;
   int64_t cols = 0;
-  int64_t chunks = 0;
+  int64_t lanes = 0;
   const float* max = nullptr;
-  const double* chunk_sum = nullptr;
+  const double* lane_sum = nullptr;
   const int32_t* ids = nullptr;
   const int32_t* arg = nullptr;
   float* logprob = nullptr;
@@ -880,7 +878,7 @@ struct RowLogProbOp {
     double lse = m;
     if (!IsInfD(m)) {
       double s = 0.0;
-      for (int64_t c = 0; c < chunks; ++c) s += chunk_sum[t * chunks + c];
+      for (int64_t c = 0; c < lanes; ++c) s += lane_sum[t * lanes + c];
       lse = m + LogD(s);
     }
     const int64_t id = ids != nullptr ? ids[t] : arg[t];
