@@ -645,13 +645,23 @@ void KernelBackend::MoeRoute(ConstMatrixView logits, const float* bias,
   CheckMoeRouteShapes(logits, top_k, expert_ids, weights);
   const int64_t tokens = logits.rows;
   if (tokens == 0) return;
+  const int64_t experts = logits.cols;
   const int64_t n = tokens * top_k;
-  Carver carve(*this, Carver::Bytes<int32_t>(n) + Carver::Bytes<float>(n));
+  Carver carve(*this, 2 * Carver::Bytes<float>(tokens * experts) +
+                          Carver::Bytes<int32_t>(n) + Carver::Bytes<float>(n));
+  auto* score = carve.Take<float>(tokens * experts);
+  auto* biased = carve.Take<float>(tokens * experts);
   auto* ids = carve.Take<int32_t>(n);
   auto* w = carve.Take<float>(n);
-  executor_->Run(k::MoeRouteOp{.logits = logits.data,
-                               .bias = bias,
-                               .experts = logits.cols,
+  executor_->Run(k::RouteScoresOp{.logits = logits.data,
+                                  .bias = bias,
+                                  .experts = experts,
+                                  .score = score,
+                                  .biased = biased},
+                 tokens * experts);
+  executor_->Run(k::MoeRouteOp{.score = score,
+                               .biased = biased,
+                               .experts = experts,
                                .top_k = top_k,
                                .routed_scaling = routed_scaling,
                                .expert_ids = ids,

@@ -903,18 +903,35 @@ MNEME_HD inline float RouteScore(float logit) {
   return Sqrtf(logit > 20.0f ? logit : Log1pf(Expf(logit)));
 }
 
-// Backend::MoeRoute for one token; item = t. The k-th expert is the best of
-// those ranking after the (k-1)-th, so no scratch is needed.
-struct MoeRouteOp {
+// The router's scores: score = sqrt(softplus(logit)) and biased = score +
+// bias (bias null: none); item = t * experts + e.
+struct RouteScoresOp {
   const float* logits = nullptr;
-  const float* bias = nullptr;  // Null: none.
+  const float* bias = nullptr;
+  int64_t experts = 0;
+  float* score = nullptr;
+  float* biased = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const float s = RouteScore(logits[item]);
+    score[item] = s;
+    biased[item] = s + (bias != nullptr ? bias[item % experts] : 0.0f);
+  }
+};
+
+// Backend::MoeRoute for one token from RouteScoresOp's scores; item = t.
+// The k-th expert is the best of those ranking after the (k-1)-th, so no
+// scratch is needed.
+struct MoeRouteOp {
+  const float* score = nullptr;
+  const float* biased = nullptr;
   int64_t experts = 0;
   int32_t top_k = 0;
   float routed_scaling = 0.0f;
   int32_t* expert_ids = nullptr;
   float* weights = nullptr;
   MNEME_HD void operator()(int64_t t) const {
-    const float* l = logits + t * experts;
+    const float* s = score + t * experts;
+    const float* b = biased + t * experts;
     int32_t* ids = expert_ids + t * top_k;
     float* w = weights + t * top_k;
     int32_t prev = -1;
@@ -924,7 +941,7 @@ struct MoeRouteOp {
       int32_t best = -1;
       float best_value = 0.0f;
       for (int32_t e = 0; e < experts; ++e) {
-        const float v = RouteScore(l[e]) + (bias != nullptr ? bias[e] : 0.0f);
+        const float v = b[e];
         if (prev >= 0 && !RanksBefore(prev_value, prev, v, e)) continue;
         if (best < 0 || RanksBefore(v, e, best_value, best)) {
           best = e;
@@ -934,10 +951,10 @@ struct MoeRouteOp {
       ids[k] = best;
       prev = best;
       prev_value = best_value;
-      sum += RouteScore(l[best]);
+      sum += s[best];
     }
     for (int32_t k = 0; k < top_k; ++k) {
-      w[k] = sum > 0.0f ? RouteScore(l[ids[k]]) / sum * routed_scaling
+      w[k] = sum > 0.0f ? s[ids[k]] / sum * routed_scaling
                         : routed_scaling / static_cast<float>(top_k);
     }
   }
@@ -970,6 +987,7 @@ struct MoeRouteOp {
   X(RowMaxOp)               \
   X(RowExpSumPartialOp)     \
   X(RowLogProbOp)           \
+  X(RouteScoresOp)          \
   X(MoeRouteOp)
 
 }  // namespace mneme::gpu::kernels
