@@ -333,9 +333,10 @@ class Backend {
   // ---- MoE -----------------------------------------------------------------
   // Routing: scores = sqrt(softplus(logits)) [T, E] (fp32); the top_k experts
   // of (scores + bias) are chosen (bias may be null; ties -> lower expert id
-  // first; a NaN ranks after every number); their unbiased scores are normalised to sum 1 and multiplied by
-  // routed_scaling. Outputs (host): expert_ids [T * top_k], weights [T *
-  // top_k], in descending order of the biased score.
+  // first; a NaN ranks after every number); their unbiased scores are
+  // normalised to sum 1 and multiplied by routed_scaling. Outputs (host):
+  // expert_ids [T * top_k], weights [T * top_k], in descending order of the
+  // biased score.
   virtual void MoeRoute(ConstMatrixView logits, const float* bias, int top_k,
                         float routed_scaling, absl::Span<int32_t> expert_ids,
                         absl::Span<float> weights) = 0;

@@ -38,9 +38,9 @@ int32_t SampleToken(const float* row, int64_t vocab,
 float LogProbOf(const float* row, int64_t vocab, int32_t id);
 
 // Backend::MoeRoute for one token: scores sqrt(softplus(logit)), the top_k
-// of score + bias (bias may be null; ties -> lower id; NaN last), their unbiased
-// scores normalised to sum 1 times routed_scaling, in descending biased
-// order. Reuses its buffers between calls (one caller at a time).
+// of score + bias (bias may be null; ties -> lower id; NaN last), their
+// unbiased scores normalised to sum 1 times routed_scaling, in descending
+// biased order. Reuses its buffers between calls (one caller at a time).
 class MoeRouter {
  public:
   void Route(const float* logits, int64_t experts, const float* bias, int top_k,

@@ -139,9 +139,8 @@ absl::StatusOr<bool> Emit(const Model& model, const GenerateOptions& options,
 // The speculative loop after the prefill: draft k tokens from the anchor,
 // verify [anchor, drafts] in one step, keep the accepted prefix and the
 // target's next token, roll the rest back.
-absl::Status SpeculativeDecode(Model& model,
-                               const GenerateOptions& options, uint64_t id,
-                               int64_t position,
+absl::Status SpeculativeDecode(Model& model, const GenerateOptions& options,
+                               uint64_t id, int64_t position,
                                const std::vector<float>& logits,
                                absl::Time began, GenerateResult& result) {
   DsparkDrafter& drafter = *options.drafter;

@@ -111,7 +111,6 @@ absl::StatusOr<GenerateResult> Generate(Model& model,
                                         const std::vector<int64_t>& prompt,
                                         const GenerateOptions& options);
 
-
 }  // namespace mneme::model
 
 #endif  // MNEME_MODEL_GENERATE_H_

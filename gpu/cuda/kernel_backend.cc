@@ -776,8 +776,7 @@ void KernelBackend::Sample(ConstMatrixView logits,
   if (tokens == 0) return;
   argmax_.resize(static_cast<size_t>(tokens));
   max_.resize(static_cast<size_t>(tokens));
-  RowStats(logits, {}, absl::MakeSpan(argmax_), absl::MakeSpan(max_),
-           logprobs);
+  RowStats(logits, {}, absl::MakeSpan(argmax_), absl::MakeSpan(max_), logprobs);
   // Greedy rows (as SampleToken decides it) take the device's argmax and
   // log-prob; a draw needs its whole row on the host: the rows from the
   // first drawn to the last come back in one copy.

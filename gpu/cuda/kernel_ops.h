@@ -830,8 +830,8 @@ struct RowMaxOp {
     for (int64_t c = 0; c < lanes; ++c) {
       const int32_t a = lane_arg[t * lanes + c];
       const float v = lane_max[t * lanes + c];
-      if (a >= 0 && (best < 0 || best_value < v ||
-                     (best_value == v && a < best))) {
+      if (a >= 0 &&
+          (best < 0 || best_value < v || (best_value == v && a < best))) {
         best = a;
         best_value = v;
       }
@@ -982,7 +982,7 @@ struct MoeRouteOp {
   X(EngramGateOp)           \
   X(UnpackBf16RowsOp)       \
   X(SwiGluOp)               \
-  X(ScatterAddOp)            \
+  X(ScatterAddOp)           \
   X(RowMaxPartialOp)        \
   X(RowMaxOp)               \
   X(RowExpSumPartialOp)     \

@@ -640,9 +640,8 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
           committed, VerifyDrafts(c, input.chunks[i], rows, draft_logits[i], k,
                                   full, *model, *result));
     } else if (c.output() == v1::OUTPUT_SAMPLE) {
-      ASSIGN_OR_RETURN(
-          const auto token,
-          model->SampleToken(last, FromProto(c.sampling())));
+      ASSIGN_OR_RETURN(const auto token,
+                       model->SampleToken(last, FromProto(c.sampling())));
       result->set_token_id(token.first);
       result->set_logprob(token.second);
       sampled_[c.sequence_id()] = {

@@ -164,9 +164,8 @@ absl::Status RunRun(const std::vector<std::string>& argv, std::ostream& out) {
     options.num_speculative_tokens = static_cast<int>(k);
   }
   const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(
-      model::GenerateResult result,
-      model::Generate(local->model(), prompt, options));
+  ASSIGN_OR_RETURN(model::GenerateResult result,
+                   model::Generate(local->model(), prompt, options));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (args.Has("json")) {
     nlohmann::ordered_json j = {
@@ -335,9 +334,8 @@ absl::Status RunScore(const std::vector<std::string>& argv, std::ostream& out) {
     model::GenerateOptions gen;
     gen.max_new_tokens = *completion;
     gen.stop_at_eos = false;
-    ASSIGN_OR_RETURN(
-        model::GenerateResult completed,
-        model::Generate(ref->model(), prompt, gen));
+    ASSIGN_OR_RETURN(model::GenerateResult completed,
+                     model::Generate(ref->model(), prompt, gen));
     std::vector<int64_t> seq = prompt;
     seq.insert(seq.end(), completed.token_ids.begin(),
                completed.token_ids.end());

@@ -121,7 +121,8 @@ TEST_P(MoeTest, MoeRouteAtModelWidthMatchesReference) {
     std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
       const double sx = RefScore(logits[t * experts + x]);
       const double sy = RefScore(logits[t * experts + y]);
-      if (std::isnan(sx) || std::isnan(sy)) return !std::isnan(sx) && std::isnan(sy);
+      if (std::isnan(sx) || std::isnan(sy))
+        return !std::isnan(sx) && std::isnan(sy);
       return sx > sy;
     });
     double sum = 0;

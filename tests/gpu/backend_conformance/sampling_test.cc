@@ -172,8 +172,8 @@ TEST_P(SamplingTest, LogProbsMatchReference) {
 
 // Rows wider than one reduction lane of a device backend (vocab 1000, not
 // a multiple of any power of two above 8): the maximum's lowest id wins
-// across lanes (ids 299, 301 and 700 each in another lane of 4); masked (-inf) tokens take part; greedy and drawn rows mix in
-// one call.
+// across lanes (ids 299, 301 and 700 each in another lane of 4); masked (-inf)
+// tokens take part; greedy and drawn rows mix in one call.
 TEST_P(SampleTest, WideRowsGreedyAndDrawnInOneCall) {
   const int64_t vocab = 1000;
   const float masked = -std::numeric_limits<float>::infinity();
@@ -188,7 +188,8 @@ TEST_P(SampleTest, WideRowsGreedyAndDrawnInOneCall) {
   rows[2][513] = 15.0f;  // -> 513 (drawn with top-k 1)
   rows.push_back(rows[0]);
   std::vector<float> all;
-  for (const std::vector<float>& r : rows) all.insert(all.end(), r.begin(), r.end());
+  for (const std::vector<float>& r : rows)
+    all.insert(all.end(), r.begin(), r.end());
   const std::vector<SamplingParams> params = {
       SamplingParams{}, SamplingParams{},
       SamplingParams{.temperature = 0.7f, .top_k = 1, .seed = 5},
@@ -229,8 +230,8 @@ TEST_P(SampleTest, GreedyIgnoresALaterNan) {
   Mat lm = Upload(row, 1, vocab);
   std::vector<int32_t> ids(1);
   std::vector<float> logprobs(1);
-  backend_->Sample(lm.view, std::vector<SamplingParams>(1),
-                   absl::MakeSpan(ids), absl::MakeSpan(logprobs));
+  backend_->Sample(lm.view, std::vector<SamplingParams>(1), absl::MakeSpan(ids),
+                   absl::MakeSpan(logprobs));
   EXPECT_EQ(ids[0], 513);
 }
 

@@ -345,9 +345,8 @@ TEST(SpeculativeGenerateTest, RefusesMoreDraftsThanTheModelCanRollBack) {
   GenerateOptions o;
   o.drafter = drafter.get();
   o.num_speculative_tokens = 3;
-  EXPECT_EQ(
-      Generate(spec->model(), Tokens(5, 1), o).status().code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Generate(spec->model(), Tokens(5, 1), o).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
