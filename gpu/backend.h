@@ -270,6 +270,21 @@ class Backend {
   virtual void IndexScores(ConstMatrixView q, ConstMatrixView w,
                            ConstMatrixView keys, absl::Span<const int32_t> rows,
                            MatrixView out) = 0;
+  // The indexer's top-k of each row t of scores [T, N], chosen where the
+  // scores are: the k best of row t's eligible entries - e < visible[t] and,
+  // when blocks_per_row > 0, e / block_size one of row t's candidate blocks
+  // (candidate_blocks [T, blocks_per_row], host, each row ascending with -1
+  // padding after its blocks) - where better = the larger scores[t, e] *
+  // scale (fp32; -0 and +0 equal), then the lower e, and a NaN ranks after
+  // every number. Host outputs: ids [T, k], row t's chosen entries in
+  // ascending order then -1; counts[t] = min(k, eligible entries of row t).
+  // Only these come back. k >= 1.
+  virtual void SelectTopK(ConstMatrixView scores, float scale,
+                          absl::Span<const int64_t> visible, int k,
+                          absl::Span<const int32_t> candidate_blocks,
+                          int blocks_per_row, int block_size,
+                          absl::Span<int32_t> ids,
+                          absl::Span<int32_t> counts) = 0;
 
   // ---- compressor ----------------------------------------------------------
   // One compressed entry from a block of r tokens: out[d] = sum_i

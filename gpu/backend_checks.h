@@ -103,6 +103,35 @@ inline void CheckHcPostShapes(ConstMatrixView a, ConstMatrixView post,
   CHECK_EQ(comb.cols, hc * hc);
 }
 
+// SelectTopK: k >= 1, one visible count per row, k ids and one count per
+// row; blocks_per_row >= 0 block ids per row, ascending, then -1 padding,
+// block_size >= 1 when there are blocks.
+inline void CheckSelectTopKShapes(ConstMatrixView scores,
+                                  absl::Span<const int64_t> visible, int k,
+                                  absl::Span<const int32_t> candidate_blocks,
+                                  int blocks_per_row, int block_size,
+                                  absl::Span<const int32_t> ids,
+                                  absl::Span<const int32_t> counts) {
+  const int64_t rows = scores.rows;
+  CHECK_GE(k, 1);
+  CHECK_GE(blocks_per_row, 0);
+  CHECK_EQ(static_cast<int64_t>(visible.size()), rows);
+  CHECK_EQ(static_cast<int64_t>(ids.size()), rows * k);
+  CHECK_EQ(static_cast<int64_t>(counts.size()), rows);
+  CHECK_EQ(static_cast<int64_t>(candidate_blocks.size()),
+           rows * blocks_per_row);
+  if (blocks_per_row == 0) return;
+  CHECK_GE(block_size, 1);
+  for (int64_t t = 0; t < rows; ++t) {
+    const int32_t* row = candidate_blocks.data() + t * blocks_per_row;
+    CHECK_GE(row[0], -1);
+    for (int j = 1; j < blocks_per_row; ++j) {
+      CHECK(row[j] == -1 || (row[j - 1] >= 0 && row[j] > row[j - 1]))
+          << "candidate blocks of row " << t << " not ascending";
+    }
+  }
+}
+
 // MoeRoute: 1 <= top_k <= experts, top_k outputs per token.
 inline void CheckMoeRouteShapes(ConstMatrixView logits, int top_k,
                                 absl::Span<const int32_t> expert_ids,

@@ -129,4 +129,43 @@ void MoeRouter::Route(const float* logits, int64_t experts, const float* bias,
   }
 }
 
+void SelectTopEntries(const float* row, int64_t cols, float scale,
+                      int64_t visible, int k, const int32_t* blocks,
+                      int64_t num_blocks, int block_size,
+                      std::vector<int32_t>& scratch,
+                      std::vector<int32_t>& out) {
+  visible = std::clamp<int64_t>(visible, 0, cols);
+  std::vector<int32_t>& eligible = scratch;
+  eligible.clear();
+  if (num_blocks == 0) {
+    eligible.resize(static_cast<size_t>(visible));
+    std::iota(eligible.begin(), eligible.end(), 0);
+  } else {
+    for (int64_t j = 0; j < num_blocks && blocks[j] >= 0; ++j) {
+      const int64_t first = int64_t{blocks[j]} * block_size;
+      const int64_t end = std::min<int64_t>(visible, first + block_size);
+      for (int64_t e = first; e < end; ++e) {
+        eligible.push_back(static_cast<int32_t>(e));
+      }
+    }
+  }
+  if (static_cast<int64_t>(eligible.size()) > k) {
+    // NaN after every number: a strict order always.
+    const auto better = [row, scale](int32_t a, int32_t b) {
+      const float va = row[a] * scale;
+      const float vb = row[b] * scale;
+      const bool na = std::isnan(va);
+      const bool nb = std::isnan(vb);
+      if (na != nb) return nb;
+      if (!na && va != vb) return va > vb;
+      return a < b;
+    };
+    std::nth_element(eligible.begin(), eligible.begin() + k, eligible.end(),
+                     better);
+    eligible.resize(static_cast<size_t>(k));
+    std::sort(eligible.begin(), eligible.end());
+  }
+  out.assign(eligible.begin(), eligible.end());
+}
+
 }  // namespace mneme::gpu

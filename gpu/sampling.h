@@ -52,6 +52,15 @@ class MoeRouter {
   std::vector<int32_t> order_;
 };
 
+// Backend::SelectTopK for one row of `cols` scores: the entries it chooses,
+// ascending, into `out` (resized). `blocks` holds `num_blocks` candidate
+// block ids (ascending; -1 padding ignored); num_blocks == 0: every entry
+// below `visible` is eligible. Reuses `scratch` between calls.
+void SelectTopEntries(const float* row, int64_t cols, float scale,
+                      int64_t visible, int k, const int32_t* blocks,
+                      int64_t num_blocks, int block_size,
+                      std::vector<int32_t>& scratch, std::vector<int32_t>& out);
+
 }  // namespace mneme::gpu
 
 #endif  // MNEME_GPU_SAMPLING_H_

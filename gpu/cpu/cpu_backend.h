@@ -134,6 +134,11 @@ class CpuBackend : public Backend {
                        MatrixView lse) override;
   void IndexScores(ConstMatrixView q, ConstMatrixView w, ConstMatrixView keys,
                    absl::Span<const int32_t> rows, MatrixView out) override;
+  void SelectTopK(ConstMatrixView scores, float scale,
+                  absl::Span<const int64_t> visible, int k,
+                  absl::Span<const int32_t> candidate_blocks,
+                  int blocks_per_row, int block_size, absl::Span<int32_t> ids,
+                  absl::Span<int32_t> counts) override;
   void SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
                    ConstMatrixView ape, MatrixView out) override;
 

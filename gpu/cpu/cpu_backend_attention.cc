@@ -12,6 +12,7 @@
 #include "gpu/cpu/cpu_backend.h"
 #include "gpu/cpu/cpu_backend_internal.h"
 #include "gpu/cpu/cpu_kernels.h"
+#include "gpu/sampling.h"
 
 namespace mneme::gpu {
 namespace {
@@ -127,6 +128,30 @@ void CpuBackend::IndexScores(ConstMatrixView q, ConstMatrixView w,
           }
         }
       });
+}
+
+void CpuBackend::SelectTopK(ConstMatrixView scores, float scale,
+                            absl::Span<const int64_t> visible, int k,
+                            absl::Span<const int32_t> candidate_blocks,
+                            int blocks_per_row, int block_size,
+                            absl::Span<int32_t> ids,
+                            absl::Span<int32_t> counts) {
+  CheckSelectTopKShapes(scores, visible, k, candidate_blocks, blocks_per_row,
+                        block_size, ids, counts);
+  const int64_t n = scores.cols;
+  pool_.ParallelFor(scores.rows, Grain(4 * n), [&](int64_t begin, int64_t end) {
+    std::vector<int32_t> scratch;
+    std::vector<int32_t> chosen;
+    for (int64_t t = begin; t < end; ++t) {
+      SelectTopEntries(scores.data + t * n, n, scale, visible[t], k,
+                       candidate_blocks.data() + t * int64_t{blocks_per_row},
+                       blocks_per_row, block_size, scratch, chosen);
+      int32_t* row = ids.data() + t * k;
+      std::copy(chosen.begin(), chosen.end(), row);
+      std::fill(row + chosen.size(), row + k, -1);
+      counts[t] = static_cast<int32_t>(chosen.size());
+    }
+  });
 }
 
 void CpuBackend::ApplySink(ConstMatrixView lse, const float* sink,

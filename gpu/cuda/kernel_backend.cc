@@ -484,6 +484,91 @@ void KernelBackend::IndexScores(ConstMatrixView q, ConstMatrixView w,
                  tokens * n);
 }
 
+void KernelBackend::SelectTopK(ConstMatrixView scores, float scale,
+                               absl::Span<const int64_t> visible, int k,
+                               absl::Span<const int32_t> candidate_blocks,
+                               int blocks_per_row, int block_size,
+                               absl::Span<int32_t> ids,
+                               absl::Span<int32_t> counts) {
+  CheckSelectTopKShapes(scores, visible, k, candidate_blocks, blocks_per_row,
+                        block_size, ids, counts);
+  const int64_t tokens = scores.rows;
+  const int64_t cols = scores.cols;
+  if (tokens == 0) return;
+  if (cols == 0) {
+    std::fill(ids.begin(), ids.end(), -1);
+    std::fill(counts.begin(), counts.end(), 0);
+    return;
+  }
+  const int64_t lanes = (cols + k::kRowLane - 1) / k::kRowLane;
+  const int64_t items = tokens * lanes;
+  const int64_t out = tokens * (k + 1);  // ids, then counts.
+  Carver carve(
+      *this,
+      Carver::Bytes<int64_t>(tokens) +
+          Carver::Bytes<int32_t>(tokens * int64_t{blocks_per_row}) +
+          Carver::Bytes<int32_t>(items * k::kTopKBins) +
+          2 * Carver::Bytes<int32_t>(items) + Carver::Bytes<uint32_t>(tokens) +
+          2 * Carver::Bytes<int32_t>(tokens) + Carver::Bytes<int32_t>(out));
+  const k::TopKRows rows{
+      .scores = scores.data,
+      .cols = cols,
+      .scale = scale,
+      .visible = carve.Stage(visible),
+      .blocks = blocks_per_row > 0 ? carve.Stage(candidate_blocks) : nullptr,
+      .blocks_per_row = blocks_per_row,
+      .block_size = block_size};
+  auto* hist = carve.Take<int32_t>(items * k::kTopKBins);
+  auto* above = carve.Take<int32_t>(items);
+  auto* equal = carve.Take<int32_t>(items);
+  auto* prefix = carve.Take<uint32_t>(tokens);
+  auto* rank = carve.Take<int32_t>(tokens);
+  auto* want = carve.Take<int32_t>(tokens);
+  auto* chosen = carve.Take<int32_t>(out);
+  int32_t* chosen_counts = chosen + tokens * k;
+  for (int digit = 0; digit < k::kTopKDigits; ++digit) {
+    const int shift = 32 - k::kTopKDigitBits * (digit + 1);
+    executor_->Run(k::TopKHistOp{.rows = rows,
+                                 .lanes = lanes,
+                                 .shift = shift,
+                                 .prefix = prefix,
+                                 .hist = hist},
+                   items);
+    executor_->Run(k::TopKPickOp{.hist = hist,
+                                 .lanes = lanes,
+                                 .shift = shift,
+                                 .k = k,
+                                 .prefix = prefix,
+                                 .rank = rank,
+                                 .want = want,
+                                 .ids = chosen,
+                                 .counts = chosen_counts},
+                   tokens);
+  }
+  executor_->Run(k::TopKCountOp{.rows = rows,
+                                .lanes = lanes,
+                                .prefix = prefix,
+                                .want = want,
+                                .above = above,
+                                .equal = equal},
+                 items);
+  executor_->Run(k::TopKEmitOp{.rows = rows,
+                               .lanes = lanes,
+                               .k = k,
+                               .prefix = prefix,
+                               .rank = rank,
+                               .want = want,
+                               .above = above,
+                               .equal = equal,
+                               .ids = chosen},
+                 items);
+  fetched_.resize(static_cast<size_t>(out));
+  FetchBytes(fetched_.data(), chosen,
+             out * static_cast<int64_t>(sizeof(int32_t)));
+  std::copy(fetched_.begin(), fetched_.begin() + tokens * k, ids.begin());
+  std::copy(fetched_.begin() + tokens * k, fetched_.end(), counts.begin());
+}
+
 void KernelBackend::SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
                                 ConstMatrixView ape, MatrixView out) {
   const int64_t r = kv.rows;
@@ -721,15 +806,17 @@ void KernelBackend::RowStats(ConstMatrixView logits,
   Carver carve(*this, Carver::Bytes<float>(partials) +
                           Carver::Bytes<int32_t>(partials) +
                           Carver::Bytes<double>(partials) +
-                          2 * Carver::Bytes<float>(tokens) +
-                          2 * Carver::Bytes<int32_t>(tokens));
+                          Carver::Bytes<int32_t>(tokens) +
+                          Carver::Bytes<int32_t>(3 * tokens));
   const int32_t* staged_ids = ids.empty() ? nullptr : carve.Stage(ids);
   auto* lane_max = carve.Take<float>(partials);
   auto* lane_arg = carve.Take<int32_t>(partials);
   auto* lane_sum = carve.Take<double>(partials);
-  auto* row_max = carve.Take<float>(tokens);
-  auto* row_arg = carve.Take<int32_t>(tokens);
-  auto* row_logprob = carve.Take<float>(tokens);
+  // The three results side by side, so they come back in one copy.
+  auto* results = carve.Take<int32_t>(3 * tokens);
+  int32_t* row_arg = results;
+  auto* row_max = reinterpret_cast<float*>(results + tokens);
+  auto* row_logprob = reinterpret_cast<float*>(results + 2 * tokens);
   executor_->Run(k::RowMaxPartialOp{.x = logits.data,
                                     .cols = vocab,
                                     .lanes = lanes,
@@ -757,10 +844,13 @@ void KernelBackend::RowStats(ConstMatrixView logits,
                                  .arg = row_arg,
                                  .logprob = row_logprob},
                  tokens);
-  const int64_t four = 4;
-  FetchBytes(argmax.data(), row_arg, tokens * four);
-  FetchBytes(max.data(), row_max, tokens * four);
-  FetchBytes(logprob.data(), row_logprob, tokens * four);
+  fetched_.resize(static_cast<size_t>(3 * tokens));
+  FetchBytes(fetched_.data(), results,
+             3 * tokens * static_cast<int64_t>(sizeof(int32_t)));
+  const auto bytes = static_cast<size_t>(tokens) * sizeof(int32_t);
+  std::memcpy(argmax.data(), fetched_.data(), bytes);
+  std::memcpy(max.data(), fetched_.data() + tokens, bytes);
+  std::memcpy(logprob.data(), fetched_.data() + 2 * tokens, bytes);
 }
 
 void KernelBackend::Sample(ConstMatrixView logits,

@@ -69,6 +69,11 @@ class KernelBackend final : public Backend {
                        MatrixView lse) override;
   void IndexScores(ConstMatrixView q, ConstMatrixView w, ConstMatrixView keys,
                    absl::Span<const int32_t> rows, MatrixView out) override;
+  void SelectTopK(ConstMatrixView scores, float scale,
+                  absl::Span<const int64_t> visible, int k,
+                  absl::Span<const int32_t> candidate_blocks,
+                  int blocks_per_row, int block_size, absl::Span<int32_t> ids,
+                  absl::Span<int32_t> counts) override;
   void SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
                    ConstMatrixView ape, MatrixView out) override;
   void HcPost(ConstMatrixView a, ConstMatrixView post, ConstMatrixView comb,
@@ -134,6 +139,8 @@ class KernelBackend final : public Backend {
   std::vector<int32_t> argmax_;
   std::vector<float> max_;
   std::vector<float> row_;
+  // RowStats' and SelectTopK's host copies of what they bring back.
+  std::vector<int32_t> fetched_;
   // ScatterRows' host scratch, kept to spare an allocation a call.
   std::vector<int32_t> scatter_from_;
   std::vector<int32_t> scatter_to_;

@@ -960,6 +960,203 @@ struct MoeRouteOp {
   }
 };
 
+// ---- indexer top-k -------------------------------------------------------
+
+// Backend::SelectTopK as a radix select on keys that order the entries as
+// the selection ranks them: a larger key ranks first, 0 = not eligible,
+// 1 = NaN (after every number), numbers above (-0 as +0). The keys are
+// read 4 bits at a time from the top (kTopKDigits passes of a histogram
+// over the entries that match the digits chosen so far, then the pick of
+// the next digit), which leaves per row the k-th largest key `prefix` and
+// `rank`, how many entries equal to it are taken (the lowest ids). Rows are
+// read by lanes = ceil(cols / kRowLane) items: strided for the histograms,
+// contiguous segments of kRowLane entries for the ordered output.
+inline constexpr int kTopKDigitBits = 4;
+inline constexpr int kTopKBins = 1 << kTopKDigitBits;
+inline constexpr int kTopKDigits = 32 / kTopKDigitBits;
+
+// The scores and the eligibility of Backend::SelectTopK.
+struct TopKRows {
+  const float* scores = nullptr;
+  int64_t cols = 0;
+  float scale = 1.0f;
+  const int64_t* visible = nullptr;
+  // [rows, blocks_per_row], ascending then -1; null when blocks_per_row is 0.
+  const int32_t* blocks = nullptr;
+  int32_t blocks_per_row = 0;
+  int32_t block_size = 1;
+
+  // The end of contiguous segment c: [c * kRowLane, SegmentEnd(c)).
+  MNEME_HD int64_t SegmentEnd(int64_t c) const {
+    return (c + 1) * kRowLane < cols ? (c + 1) * kRowLane : cols;
+  }
+
+  MNEME_HD uint32_t Key(int64_t t, int64_t e) const {
+    if (e >= visible[t]) return 0;
+    if (blocks_per_row > 0) {
+      // Binary search of e's block among the row's (-1 padding is last).
+      const int32_t* b = blocks + t * blocks_per_row;
+      const int64_t want = e / block_size;
+      int32_t lo = 0;
+      int32_t hi = blocks_per_row;
+      while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (b[mid] >= 0 && b[mid] < want) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
+      }
+      if (lo == blocks_per_row || b[lo] != want) return 0;
+    }
+    float v = scores[t * cols + e] * scale;
+    if (IsNanf(v)) return 1;
+    if (v == 0.0f) v = 0.0f;
+    const uint32_t bits = FloatToBits(v);
+    return (bits & 0x80000000u) != 0 ? ~bits : (bits | 0x80000000u);
+  }
+};
+
+// The digits above `shift` (none in the first pass).
+MNEME_HD inline uint32_t TopKHighMask(int shift) {
+  return shift + kTopKDigitBits >= 32
+             ? 0u
+             : ~((uint32_t{1} << (shift + kTopKDigitBits)) - 1u);
+}
+
+// One lane's histogram of the digit at `shift` over the eligible entries
+// matching prefix[t] above it; item = t * lanes + c, hist [item][kTopKBins].
+struct TopKHistOp {
+  TopKRows rows;
+  int64_t lanes = 0;
+  int32_t shift = 0;
+  const uint32_t* prefix = nullptr;
+  int32_t* hist = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t t = item / lanes;
+    const int64_t c = item % lanes;
+    int32_t* h = hist + item * kTopKBins;
+    for (int b = 0; b < kTopKBins; ++b) h[b] = 0;
+    const uint32_t mask = TopKHighMask(shift);
+    const uint32_t want = prefix[t] & mask;
+    const int64_t end =
+        rows.visible[t] < rows.cols ? rows.visible[t] : rows.cols;
+    for (int64_t e = c; e < end; e += lanes) {
+      const uint32_t key = rows.Key(t, e);
+      if (key == 0 || (key & mask) != want) continue;
+      ++h[(key >> shift) & (kTopKBins - 1)];
+    }
+  }
+};
+
+// The next digit of row t's k-th largest key from TopKHistOp's lanes
+// (largest digit first); item = t. The first pass (shift 28) also sets
+// want[t] = min(k, eligible entries), counts[t] = want[t] and the -1
+// padding of ids after it.
+struct TopKPickOp {
+  const int32_t* hist = nullptr;
+  int64_t lanes = 0;
+  int32_t shift = 0;
+  int32_t k = 0;
+  uint32_t* prefix = nullptr;
+  int32_t* rank = nullptr;
+  int32_t* want = nullptr;
+  int32_t* ids = nullptr;
+  int32_t* counts = nullptr;
+  MNEME_HD void operator()(int64_t t) const {
+    const int32_t* h = hist + t * lanes * kTopKBins;
+    if (shift == 32 - kTopKDigitBits) {
+      int64_t eligible = 0;
+      for (int64_t i = 0; i < lanes * kTopKBins; ++i) eligible += h[i];
+      const int32_t w = eligible < k ? static_cast<int32_t>(eligible) : k;
+      want[t] = w;
+      counts[t] = w;
+      for (int32_t i = w; i < k; ++i) ids[t * k + i] = -1;
+      prefix[t] = 0;
+      rank[t] = w;
+    }
+    if (want[t] == 0) return;
+    int32_t left = rank[t];
+    for (int b = kTopKBins - 1; b >= 0; --b) {
+      int32_t n = 0;
+      for (int64_t c = 0; c < lanes; ++c) n += h[c * kTopKBins + b];
+      if (left <= n) {
+        prefix[t] |= static_cast<uint32_t>(b) << shift;
+        break;
+      }
+      left -= n;
+    }
+    rank[t] = left;
+  }
+};
+
+// Per contiguous segment of kRowLane entries: how many keys are above the
+// row's k-th largest key and how many equal it; item = t * lanes + c.
+struct TopKCountOp {
+  TopKRows rows;
+  int64_t lanes = 0;
+  const uint32_t* prefix = nullptr;
+  const int32_t* want = nullptr;
+  int32_t* above = nullptr;
+  int32_t* equal = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t t = item / lanes;
+    const int64_t c = item % lanes;
+    int32_t a = 0;
+    int32_t q = 0;
+    if (want[t] > 0) {
+      const int64_t end = rows.SegmentEnd(c);
+      for (int64_t e = c * kRowLane; e < end; ++e) {
+        const uint32_t key = rows.Key(t, e);
+        a += key > prefix[t] ? 1 : 0;
+        q += key == prefix[t] ? 1 : 0;
+      }
+    }
+    above[item] = a;
+    equal[item] = q;
+  }
+};
+
+// Writes one segment's chosen entries in order: every key above the k-th
+// largest, and of those equal to it the first rank[t] of the row; the
+// segment's place in ids follows from the counts of the segments before
+// it. item = t * lanes + c.
+struct TopKEmitOp {
+  TopKRows rows;
+  int64_t lanes = 0;
+  int32_t k = 0;
+  const uint32_t* prefix = nullptr;
+  const int32_t* rank = nullptr;
+  const int32_t* want = nullptr;
+  const int32_t* above = nullptr;
+  const int32_t* equal = nullptr;
+  int32_t* ids = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t t = item / lanes;
+    const int64_t c = item % lanes;
+    if (want[t] == 0) return;
+    const int32_t ties = rank[t];
+    int32_t at = 0;
+    int32_t equal_before = 0;
+    for (int64_t s = t * lanes; s < item; ++s) {
+      const int32_t left = ties - equal_before;
+      at += above[s] + (left <= 0 ? 0 : (left < equal[s] ? left : equal[s]));
+      equal_before += equal[s];
+    }
+    const int64_t end = rows.SegmentEnd(c);
+    int32_t* out = ids + t * k;
+    for (int64_t e = c * kRowLane; e < end; ++e) {
+      const uint32_t key = rows.Key(t, e);
+      if (key > prefix[t]) {
+        out[at++] = static_cast<int32_t>(e);
+      } else if (key == prefix[t]) {
+        if (equal_before < ties) out[at++] = static_cast<int32_t>(e);
+        ++equal_before;
+      }
+    }
+  }
+};
+
 // Every op, for the executors' declarations and instantiations.
 #define MNEME_KERNEL_OPS(X) \
   X(LinearOp)               \
@@ -988,7 +1185,11 @@ struct MoeRouteOp {
   X(RowExpSumPartialOp)     \
   X(RowLogProbOp)           \
   X(RouteScoresOp)          \
-  X(MoeRouteOp)
+  X(MoeRouteOp)             \
+  X(TopKHistOp)             \
+  X(TopKPickOp)             \
+  X(TopKCountOp)            \
+  X(TopKEmitOp)
 
 }  // namespace mneme::gpu::kernels
 

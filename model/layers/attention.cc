@@ -8,7 +8,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/status_macros.h"
+#include "gpu/sampling.h"
 #include "model/dcp_merge.h"
 
 namespace mneme::model {
@@ -127,31 +129,17 @@ std::vector<int32_t> SelectEntries(absl::Span<const float> scores,
                                    int64_t visible, int topk,
                                    const std::vector<int32_t>* candidate_blocks,
                                    int block_size) {
-  std::vector<int32_t> eligible;
-  visible = std::min<int64_t>(visible, static_cast<int64_t>(scores.size()));
-  if (candidate_blocks == nullptr) {
-    eligible.resize(visible);
-    std::iota(eligible.begin(), eligible.end(), 0);
-  } else {
-    for (const int32_t b : *candidate_blocks) {
-      const int64_t end =
-          std::min<int64_t>(visible, int64_t{b + 1} * block_size);
-      for (int64_t e = int64_t{b} * block_size; e < end; ++e) {
-        eligible.push_back(static_cast<int32_t>(e));
-      }
-    }
-  }
-  const int64_t k = std::min<int64_t>(topk, visible);
-  if (static_cast<int64_t>(eligible.size()) > k) {
-    auto better = [&](int32_t a, int32_t b) {
-      return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-    };
-    std::nth_element(eligible.begin(), eligible.begin() + k, eligible.end(),
-                     better);
-    eligible.resize(k);
-  }
-  std::sort(eligible.begin(), eligible.end());
-  return eligible;
+  if (candidate_blocks != nullptr && candidate_blocks->empty()) return {};
+  std::vector<int32_t> scratch;
+  std::vector<int32_t> out;
+  gpu::SelectTopEntries(
+      scores.data(), static_cast<int64_t>(scores.size()), 1.0f, visible, topk,
+      candidate_blocks != nullptr ? candidate_blocks->data() : nullptr,
+      candidate_blocks != nullptr
+          ? static_cast<int64_t>(candidate_blocks->size())
+          : 0,
+      block_size, scratch, out);
+  return out;
 }
 
 std::vector<int32_t> SelectCandidateBlocks(absl::Span<const float> scores,
@@ -219,6 +207,82 @@ std::vector<int32_t> EntryPositions(int64_t first, int64_t count, int r) {
   return pos;
 }
 
+// 1 / sqrt(index_head_dim * index_heads): the indexer's score scale.
+float IndexScale(const ModelDims& d) {
+  return static_cast<float>(
+      std::pow(static_cast<double>(d.index_head_dim), -0.5) *
+      std::pow(static_cast<double>(d.index_heads), -0.5));
+}
+
+// The indexer scores (unscaled) of queries rows [t0, t0 + n) of qi / wi
+// against the first `own` entries of the cache this rank holds, into out
+// [n, own]: the keys are scored where they sit in the pool. Without DCP the
+// ranks' sums over their heads are added up (a collective), so `out` is the
+// whole score; with DCP each rank scored its entries with every head.
+absl::Status ScoreOwnedEntries(const LayerContext& ctx, KvCache& cache,
+                               const std::vector<int32_t>& index_keys,
+                               ConstMatrixView qi, ConstMatrixView wi,
+                               int64_t t0, int64_t n, int64_t own,
+                               MatrixView out) {
+  if (own == 0) return absl::OkStatus();
+  std::vector<int32_t> rows(own);
+  for (int64_t e = 0; e < own; ++e) rows[e] = cache.Row(index_keys, e);
+  ctx.backend.IndexScores(ConstMatrixView(qi.data + t0 * qi.cols, n, qi.cols),
+                          ConstMatrixView(wi.data + t0 * wi.cols, n, wi.cols),
+                          cache.pool(), rows, out);
+  if (!ctx.dcp.enabled() && ctx.tp_size > 1) {
+    RETURN_IF_ERROR(ctx.comm->AllReduceSum(out.data, n * own));
+  }
+  return absl::OkStatus();
+}
+
+// The indexer's choice without DCP for queries rows [t0, t0 + n) of qi /
+// wi, query j seeing entries below visible[j] of `total`: scored and chosen
+// where the scores are (Backend::SelectTopK), only the chosen ids come back.
+// candidates: per query its V4.1 candidate blocks (empty span: none).
+absl::Status SelectOnBackend(const LayerContext& ctx, KvCache& cache,
+                             const std::vector<int32_t>& index_keys,
+                             ConstMatrixView qi, ConstMatrixView wi, int64_t t0,
+                             int64_t total, absl::Span<const int64_t> visible,
+                             absl::Span<const std::vector<int32_t>> candidates,
+                             std::vector<int32_t>* selected) {
+  const ModelDims& d = ctx.dims;
+  const auto n = static_cast<int64_t>(visible.size());
+  if (total == 0) {
+    for (int64_t j = 0; j < n; ++j) selected[j].clear();
+    return absl::OkStatus();
+  }
+  Workspace& ws = ctx.workspace;
+  Workspace::Scope scope(ws);
+  ASSIGN_OR_RETURN(WorkBuffer scores, ws.Take(n * total));
+  RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, index_keys, qi, wi, t0, n,
+                                    total, scores.view(n, total)));
+  int blocks_per_row = 0;
+  std::vector<int32_t> blocks;
+  if (!candidates.empty()) {
+    size_t most = 1;
+    for (const std::vector<int32_t>& c : candidates) {
+      most = std::max(most, c.size());
+    }
+    blocks_per_row = static_cast<int>(most);
+    blocks.assign(n * most, -1);
+    for (int64_t j = 0; j < n; ++j) {
+      std::copy(candidates[j].begin(), candidates[j].end(),
+                blocks.begin() + j * blocks_per_row);
+    }
+  }
+  const int k = d.index_topk;
+  std::vector<int32_t> ids(n * k);
+  std::vector<int32_t> counts(n);
+  ctx.backend.SelectTopK(scores.view(n, total), IndexScale(d), visible, k,
+                         blocks, blocks_per_row, d.candidate_block_size,
+                         absl::MakeSpan(ids), absl::MakeSpan(counts));
+  for (int64_t j = 0; j < n; ++j) {
+    selected[j].assign(ids.begin() + j * k, ids.begin() + j * k + counts[j]);
+  }
+  return absl::OkStatus();
+}
+
 // The indexer scores of one chunk's queries (rows [t0, t0 + n) of qi / wi,
 // every head or this rank's) against every entry of the cache `src_state`
 // (entries [0, total)): full scores [n][total] on every rank.
@@ -227,33 +291,18 @@ absl::Status ChunkIndexScores(const LayerContext& ctx, KvCache& cache,
                               ConstMatrixView qi, ConstMatrixView wi,
                               int64_t t0, int64_t n, int64_t total,
                               std::vector<float>& scores) {
-  const ModelDims& d = ctx.dims;
   gpu::Backend& backend = ctx.backend;
   Workspace& ws = ctx.workspace;
-  const int64_t dI = d.index_head_dim;
-  const MatrixView pool = cache.pool();
   const bool dcp = ctx.dcp.enabled();
   const int64_t own = ctx.dcp.OwnedEntriesBefore(total);
   scores.assign(n * total, 0.0f);
   Workspace::Scope scope(ws);
   ASSIGN_OR_RETURN(WorkBuffer local,
                    ws.TakeZeroed(std::max<int64_t>(n * own, 1)));
-  if (own > 0) {
-    // The keys are scored where they sit in the pool.
-    std::vector<int32_t> rows(own);
-    for (int64_t e = 0; e < own; ++e) rows[e] = cache.Row(index_keys, e);
-    backend.IndexScores(ConstMatrixView(qi.data + t0 * qi.cols, n, qi.cols),
-                        ConstMatrixView(wi.data + t0 * wi.cols, n, wi.cols),
-                        pool, rows, local.view(n, own));
-  }
-  const float scale =
-      static_cast<float>(std::pow(static_cast<double>(dI), -0.5) *
-                         std::pow(static_cast<double>(d.index_heads), -0.5));
+  RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, index_keys, qi, wi, t0, n, own,
+                                    local.view(n, own)));
+  const float scale = IndexScale(ctx.dims);
   if (!dcp) {
-    // Each rank scored with its heads: the sum over ranks is the score.
-    if (ctx.tp_size > 1 && own > 0) {
-      RETURN_IF_ERROR(ctx.comm->AllReduceSum(local.data(), n * own));
-    }
     if (own > 0) backend.CopyToHost(local.data(), absl::MakeSpan(scores));
     for (float& s : scores) s *= scale;
     return absl::OkStatus();
@@ -538,9 +587,26 @@ absl::Status AttentionForward(const LayerContext& ctx,
         const int64_t block = std::max<int64_t>(
             1, std::min<int64_t>(
                    n, kMaxScoreFloats / std::max<int64_t>(total, 1)));
+        // Without DCP, and where no candidate blocks are chosen from the
+        // scores, they stay on the backend: only the choice comes back.
+        const bool on_backend = !dcp && !is_candidate_source;
+        const bool with_candidates = uses_candidates && sc.has_candidates;
         std::vector<float> scores;
+        std::vector<int64_t> visible;
         for (int64_t j0 = 0; j0 < n; j0 += block) {
           const int64_t nb = std::min(block, n - j0);
+          if (on_backend) {
+            visible.resize(nb);
+            for (int64_t j = 0; j < nb; ++j) visible[j] = (p0 + j0 + j + 1) / r;
+            RETURN_IF_ERROR(SelectOnBackend(
+                ctx, cache, key_blocks, qi.view(T, hI * dI), wi.view(T, hI),
+                t0 + j0, total, visible,
+                with_candidates
+                    ? absl::MakeConstSpan(sc.candidate_blocks).subspan(j0, nb)
+                    : absl::Span<const std::vector<int32_t>>(),
+                selected.data() + j0));
+            continue;
+          }
           RETURN_IF_ERROR(ChunkIndexScores(ctx, cache, key_blocks,
                                            qi.view(T, hI * dI), wi.view(T, hI),
                                            t0 + j0, nb, total, scores));
@@ -554,8 +620,7 @@ absl::Status AttentionForward(const LayerContext& ctx,
                                         d.candidate_block_size);
             }
             const std::vector<int32_t>* cand =
-                uses_candidates && sc.has_candidates ? &sc.candidate_blocks[j]
-                                                     : nullptr;
+                with_candidates ? &sc.candidate_blocks[j] : nullptr;
             selected[j] = SelectEntries(row, visible, d.index_topk, cand,
                                         d.candidate_block_size);
           }

@@ -110,8 +110,9 @@ absl::Status GatherHeads(const LayerContext& ctx, gpu::ConstMatrixView q_local,
 // The entries a query at position p selects from full indexer scores
 // (`scores`, one per entry of the cache): the top min(topk, visible) of the
 // visible entries e < visible (restricted to `candidate_blocks` of
-// `block_size` entries when not null), higher score first, the lower index
-// on ties; returned ascending.
+// `block_size` entries, ascending, when not null), higher score first, the
+// lower index on ties, a NaN after every number; returned ascending. The
+// rule of Backend::SelectTopK (gpu::SelectTopEntries).
 std::vector<int32_t> SelectEntries(absl::Span<const float> scores,
                                    int64_t visible, int topk,
                                    const std::vector<int32_t>* candidate_blocks,

@@ -147,6 +147,7 @@ ContextResult Summarize(int64_t context, double prefill_s,
     sum.index_scores_s += b.index_scores_s;
     sum.index_gather_s += b.index_gather_s;
     sum.index_copy_s += b.index_copy_s;
+    sum.index_select_s += b.index_select_s;
     sum.other_s += b.other_s;
     sum.attended_keys += b.attended_keys;
     sum.index_pairs += b.index_pairs;

@@ -38,6 +38,10 @@ void TimingBackend::Book(Kind kind, double seconds) {
         times_.other_s += seconds;
       }
       break;
+    case Kind::kSelectTopK:
+      times_.other_s += pending_gather_s_;
+      times_.index_select_s += seconds;
+      break;
     case Kind::kOther:
     case Kind::kGather:
       times_.other_s += pending_gather_s_ + seconds;
@@ -158,6 +162,18 @@ void TimingBackend::IndexScores(gpu::ConstMatrixView q, gpu::ConstMatrixView w,
   Timed(Kind::kIndexScores, [&] { inner_.IndexScores(q, w, keys, rows, out); });
   ++times_.index_calls;
   times_.index_pairs += q.rows * static_cast<int64_t>(rows.size());
+}
+
+void TimingBackend::SelectTopK(gpu::ConstMatrixView scores, float scale,
+                               absl::Span<const int64_t> visible, int k,
+                               absl::Span<const int32_t> candidate_blocks,
+                               int blocks_per_row, int block_size,
+                               absl::Span<int32_t> ids,
+                               absl::Span<int32_t> counts) {
+  Timed(Kind::kSelectTopK, [&] {
+    inner_.SelectTopK(scores, scale, visible, k, candidate_blocks,
+                      blocks_per_row, block_size, ids, counts);
+  });
 }
 
 void TimingBackend::SoftmaxPool(gpu::ConstMatrixView kv,

@@ -5,8 +5,9 @@
 //
 // Attribution is by call, plus the calls that feed one: the key gathers
 // (GatherRows / CopyColumns) issued right before an attention call belong
-// to attention, those right before IndexScores and the CopyToHost right
-// after it (the scores coming back) to indexer scoring. That is how
+// to attention, those right before IndexScores and the CopyToHost or
+// SelectTopK right after it (the scores coming back, or chosen from where
+// they are) to indexer scoring. That is how
 // model/layers/attention.cc issues them (ChunkAttention, ChunkIndexScores);
 // a gather followed by anything else counts as other backend work.
 //
@@ -36,11 +37,12 @@ struct BackendTimes {
   // Attention / SparseAttention calls and the key gathers right before them.
   double attention_s = 0;
   double attention_gather_s = 0;
-  // IndexScores calls, the key gathers right before them and the score
-  // copies to the host right after.
+  // IndexScores calls, the key gathers right before them, the score
+  // copies to the host right after and the SelectTopK calls.
   double index_scores_s = 0;
   double index_gather_s = 0;
   double index_copy_s = 0;
+  double index_select_s = 0;
   // Every other call (projections, MoE, norms, cache writes, sampling...).
   double other_s = 0;
   // Counts: attention calls and the keys their queries attended (per query
@@ -54,7 +56,7 @@ struct BackendTimes {
 
   double attention_total_s() const { return attention_s + attention_gather_s; }
   double index_total_s() const {
-    return index_scores_s + index_gather_s + index_copy_s;
+    return index_scores_s + index_gather_s + index_copy_s + index_select_s;
   }
   double backend_total_s() const {
     return attention_total_s() + index_total_s() + other_s;
@@ -112,6 +114,11 @@ class TimingBackend : public gpu::Backend {
   void IndexScores(gpu::ConstMatrixView q, gpu::ConstMatrixView w,
                    gpu::ConstMatrixView keys, absl::Span<const int32_t> rows,
                    gpu::MatrixView out) override;
+  void SelectTopK(gpu::ConstMatrixView scores, float scale,
+                  absl::Span<const int64_t> visible, int k,
+                  absl::Span<const int32_t> candidate_blocks,
+                  int blocks_per_row, int block_size, absl::Span<int32_t> ids,
+                  absl::Span<int32_t> counts) override;
   void SoftmaxPool(gpu::ConstMatrixView kv, gpu::ConstMatrixView score,
                    gpu::ConstMatrixView ape, gpu::MatrixView out) override;
   void HcPost(gpu::ConstMatrixView a, gpu::ConstMatrixView post,
@@ -148,7 +155,14 @@ class TimingBackend : public gpu::Backend {
 
  private:
   using Clock = std::chrono::steady_clock;
-  enum class Kind { kOther, kGather, kAttention, kIndexScores, kCopyToHost };
+  enum class Kind {
+    kOther,
+    kGather,
+    kAttention,
+    kIndexScores,
+    kCopyToHost,
+    kSelectTopK
+  };
 
   // Times `fn` and books it as a call of `kind`.
   template <typename Fn>

@@ -313,6 +313,142 @@ TEST_P(AttentionTest, IndexScoresOfKeyRowsInPlace) {
   ExpectAllNear(Download(out), ref, 1e-5);
 }
 
+// ---- indexer top-k -------------------------------------------------------
+
+// SelectTopK's choice by its definition: every eligible entry sorted by
+// (not NaN, larger fp32 score * scale, lower id), the first k, ascending.
+void RefSelectTopK(const std::vector<float>& scores, int64_t cols, float scale,
+                   const std::vector<int64_t>& visible, int k,
+                   const std::vector<int32_t>& blocks, int blocks_per_row,
+                   int block_size, std::vector<int32_t>* ids,
+                   std::vector<int32_t>* counts) {
+  const int64_t rows = static_cast<int64_t>(visible.size());
+  ids->assign(rows * k, -1);
+  counts->assign(rows, 0);
+  for (int64_t t = 0; t < rows; ++t) {
+    std::vector<int32_t> eligible;
+    for (int64_t e = 0; e < std::min(cols, visible[t]); ++e) {
+      bool in = blocks_per_row == 0;
+      for (int j = 0; j < blocks_per_row; ++j) {
+        in = in || blocks[t * blocks_per_row + j] == e / block_size;
+      }
+      if (in) eligible.push_back(static_cast<int32_t>(e));
+    }
+    const auto value = [&](int32_t e) { return scores[t * cols + e] * scale; };
+    std::sort(eligible.begin(), eligible.end(), [&](int32_t a, int32_t b) {
+      const float va = value(a);
+      const float vb = value(b);
+      if (std::isnan(va) || std::isnan(vb)) {
+        return std::isnan(va) == std::isnan(vb) ? a < b : std::isnan(vb);
+      }
+      return va > vb || (va == vb && a < b);
+    });
+    eligible.resize(std::min<size_t>(eligible.size(), k));
+    std::sort(eligible.begin(), eligible.end());
+    std::copy(eligible.begin(), eligible.end(), ids->begin() + t * k);
+    (*counts)[t] = static_cast<int32_t>(eligible.size());
+  }
+}
+
+// SelectTopK of `m` (holding `scores`) on the backend against
+// RefSelectTopK, exactly.
+void ExpectSelectTopK(Backend& backend, const Mat& m,
+                      const std::vector<float>& scores, int64_t cols,
+                      float scale, const std::vector<int64_t>& visible, int k,
+                      const std::vector<int32_t>& blocks, int blocks_per_row,
+                      int block_size) {
+  const int64_t rows = static_cast<int64_t>(visible.size());
+  std::vector<int32_t> want_ids, want_counts;
+  RefSelectTopK(scores, cols, scale, visible, k, blocks, blocks_per_row,
+                block_size, &want_ids, &want_counts);
+  std::vector<int32_t> ids(rows * k, 7), counts(rows, 7);
+  backend.SelectTopK(m.view, scale, visible, k, blocks, blocks_per_row,
+                     block_size, absl::MakeSpan(ids), absl::MakeSpan(counts));
+  EXPECT_EQ(counts, want_counts);
+  for (int64_t t = 0; t < rows; ++t) {
+    EXPECT_EQ(
+        std::vector<int32_t>(ids.begin() + t * k, ids.begin() + (t + 1) * k),
+        std::vector<int32_t>(want_ids.begin() + t * k,
+                             want_ids.begin() + (t + 1) * k))
+        << "row " << t;
+  }
+}
+
+// Scores from a few levels (ties spanning the kRowLane-entry segments of a
+// device row), signed zeros, infinities, NaNs, denormals and large values.
+std::vector<float> TiedScores(int64_t n, uint32_t seed) {
+  const float levels[] = {-2.0f,
+                          -0.5f,
+                          -0.0f,
+                          0.0f,
+                          0.5f,
+                          1.0f,
+                          3.0f,
+                          1e30f,
+                          -1e30f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::denorm_min(),
+                          -std::numeric_limits<float>::denorm_min()};
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(0, 13);
+  std::vector<float> v(n);
+  for (float& x : v) x = levels[pick(rng)];
+  return v;
+}
+
+TEST_P(AttentionTest, SelectTopKOfTiedAndNonFiniteScores) {
+  const int64_t cols = 1000;
+  const std::vector<int64_t> visible = {1000, 700, 0, 5000, 50, 999, 1, 257};
+  const int64_t rows = static_cast<int64_t>(visible.size());
+  const std::vector<float> scores = TiedScores(rows * cols, 11);
+  const Mat m = Upload(scores, rows, cols);
+  for (const int k : {1, 100, 333, 1200}) {
+    SCOPED_TRACE(k);
+    ExpectSelectTopK(*backend_, m, scores, cols, 0.37f, visible, k, {}, 0, 1);
+  }
+}
+
+TEST_P(AttentionTest, SelectTopKOfDistinctScoresAndScaledTies) {
+  // Continuous values: every digit of the keys matters. Then values that
+  // differ but tie once scaled (the choice is made on score * scale).
+  const int64_t cols = 777;
+  const std::vector<int64_t> visible = {777, 600, 777};
+  std::vector<float> scores = Random(3 * cols, -50.0f, 50.0f);
+  for (int64_t e = 0; e < cols; ++e) {
+    scores[2 * cols + e] = 1.0f + static_cast<float>(e % 3) * 1e-7f;
+  }
+  scores[5] = scores[cols + 5] = 1e-40f;
+  const Mat m = Upload(scores, 3, cols);
+  for (const int k : {1, 64, 512}) {
+    SCOPED_TRACE(k);
+    ExpectSelectTopK(*backend_, m, scores, cols, 1.0f, visible, k, {}, 0, 1);
+    ExpectSelectTopK(*backend_, m, scores, cols, 1e-44f, visible, k, {}, 0, 1);
+  }
+}
+
+TEST_P(AttentionTest, SelectTopKWithinCandidateBlocks) {
+  const int64_t cols = 1100;
+  const int block_size = 64;
+  const int blocks_per_row = 5;
+  const std::vector<int64_t> visible = {1100, 900, 1100, 1100, 10};
+  const std::vector<int32_t> blocks = {
+      0,  3,  7,  15, -1,  //
+      2,  13, 14, -1, -1,  // block 14 is past visible 900
+      -1, -1, -1, -1, -1,  // no candidate: nothing eligible
+      1,  2,  3,  4,  17,  // the last block is partial (1088..1099)
+      0,  -1, -1, -1, -1};
+  const auto rows = static_cast<int64_t>(visible.size());
+  const std::vector<float> scores = TiedScores(rows * cols, 5);
+  const Mat m = Upload(scores, rows, cols);
+  for (const int k : {1, 40, 130, 400}) {
+    SCOPED_TRACE(k);
+    ExpectSelectTopK(*backend_, m, scores, cols, 0.25f, visible, k, blocks,
+                     blocks_per_row, block_size);
+  }
+}
+
 TEST_P(AttentionTest, PlaceColumnsWritesASpanOfColumns) {
   const std::vector<float> x = Random(int64_t{3} * 4);
   Mat xm = Upload(x, 3, 4),
