@@ -285,6 +285,20 @@ class Backend {
                           int blocks_per_row, int block_size,
                           absl::Span<int32_t> ids,
                           absl::Span<int32_t> counts) = 0;
+  // V4.1's candidate blocks of each row t of scores [T, N] (the official
+  // select_candidate_blocks), chosen where the scores are: block b (entries
+  // [b * block_size, (b + 1) * block_size)) scores as the largest
+  // scores[t, e] * scale (fp32) of its entries below visible[t] (NaN
+  // ignored; -inf when there is none), the block holding entry visible[t] - 1
+  // as +inf; chosen are the topk_blocks best blocks (the larger score, then
+  // the lower block) of those scoring above -inf. Host outputs: blocks
+  // [T, topk_blocks], row t's ascending then -1; counts[t] how many.
+  // topk_blocks >= 1, block_size >= 1.
+  virtual void SelectCandidateBlocks(ConstMatrixView scores, float scale,
+                                     absl::Span<const int64_t> visible,
+                                     int topk_blocks, int block_size,
+                                     absl::Span<int32_t> blocks,
+                                     absl::Span<int32_t> counts) = 0;
 
   // ---- compressor ----------------------------------------------------------
   // One compressed entry from a block of r tokens: out[d] = sum_i

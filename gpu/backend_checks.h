@@ -132,6 +132,20 @@ inline void CheckSelectTopKShapes(ConstMatrixView scores,
   }
 }
 
+// SelectCandidateBlocks: topk_blocks >= 1 and block_size >= 1, one visible
+// count, topk_blocks ids and one count per row.
+inline void CheckSelectCandidateBlocksShapes(ConstMatrixView scores,
+                                             absl::Span<const int64_t> visible,
+                                             int topk_blocks, int block_size,
+                                             absl::Span<const int32_t> blocks,
+                                             absl::Span<const int32_t> counts) {
+  CHECK_GE(topk_blocks, 1);
+  CHECK_GE(block_size, 1);
+  CHECK_EQ(static_cast<int64_t>(visible.size()), scores.rows);
+  CHECK_EQ(static_cast<int64_t>(blocks.size()), scores.rows * topk_blocks);
+  CHECK_EQ(static_cast<int64_t>(counts.size()), scores.rows);
+}
+
 // MoeRoute: 1 <= top_k <= experts, top_k outputs per token.
 inline void CheckMoeRouteShapes(ConstMatrixView logits, int top_k,
                                 absl::Span<const int32_t> expert_ids,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -166,6 +167,34 @@ void SelectTopEntries(const float* row, int64_t cols, float scale,
     std::sort(eligible.begin(), eligible.end());
   }
   out.assign(eligible.begin(), eligible.end());
+}
+
+void SelectTopBlocks(const float* row, int64_t cols, float scale,
+                     int64_t visible, int topk_blocks, int block_size,
+                     std::vector<float>& scratch, std::vector<int32_t>& out) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  visible = std::clamp<int64_t>(visible, 0, cols);
+  const int64_t blocks = (visible + block_size - 1) / block_size;
+  std::vector<float>& block_score = scratch;
+  block_score.assign(static_cast<size_t>(blocks), -kInf);
+  for (int64_t e = 0; e < visible; ++e) {
+    float& s = block_score[e / block_size];
+    s = std::max(s, row[e] * scale);  // keeps s for a NaN
+  }
+  if (visible > 0) block_score[(visible - 1) / block_size] = kInf;
+  out.resize(static_cast<size_t>(blocks));
+  std::iota(out.begin(), out.end(), 0);
+  const int64_t k = std::min<int64_t>(topk_blocks, blocks);
+  std::partial_sort(out.begin(), out.begin() + k, out.end(),
+                    [&](int32_t a, int32_t b) {
+                      return block_score[a] > block_score[b] ||
+                             (block_score[a] == block_score[b] && a < b);
+                    });
+  out.resize(static_cast<size_t>(k));
+  out.erase(std::remove_if(out.begin(), out.end(),
+                           [&](int32_t b) { return block_score[b] == -kInf; }),
+            out.end());
+  std::sort(out.begin(), out.end());
 }
 
 }  // namespace mneme::gpu

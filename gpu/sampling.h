@@ -61,6 +61,12 @@ void SelectTopEntries(const float* row, int64_t cols, float scale,
                       int64_t num_blocks, int block_size,
                       std::vector<int32_t>& scratch, std::vector<int32_t>& out);
 
+// Backend::SelectCandidateBlocks for one row of `cols` scores: the blocks
+// it chooses, ascending, into `out` (resized). Reuses `scratch`.
+void SelectTopBlocks(const float* row, int64_t cols, float scale,
+                     int64_t visible, int topk_blocks, int block_size,
+                     std::vector<float>& scratch, std::vector<int32_t>& out);
+
 }  // namespace mneme::gpu
 
 #endif  // MNEME_GPU_SAMPLING_H_

@@ -139,6 +139,10 @@ class CpuBackend : public Backend {
                   absl::Span<const int32_t> candidate_blocks,
                   int blocks_per_row, int block_size, absl::Span<int32_t> ids,
                   absl::Span<int32_t> counts) override;
+  void SelectCandidateBlocks(ConstMatrixView scores, float scale,
+                             absl::Span<const int64_t> visible, int topk_blocks,
+                             int block_size, absl::Span<int32_t> blocks,
+                             absl::Span<int32_t> counts) override;
   void SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
                    ConstMatrixView ape, MatrixView out) override;
 

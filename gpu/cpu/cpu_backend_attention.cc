@@ -64,6 +64,15 @@ void AttendOne(const float* q, const float* kv, int64_t hd, int64_t keys,
   *lse = max + std::log(denominator);
 }
 
+// One row of a top-k's host outputs: `chosen` then -1 up to `width`, and
+// the count.
+void PutChoice(const std::vector<int32_t>& chosen, int width, int32_t* row,
+               int32_t* count) {
+  std::copy(chosen.begin(), chosen.end(), row);
+  std::fill(row + chosen.size(), row + width, -1);
+  *count = static_cast<int32_t>(chosen.size());
+}
+
 }  // namespace
 
 void CpuBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
@@ -146,10 +155,27 @@ void CpuBackend::SelectTopK(ConstMatrixView scores, float scale,
       SelectTopEntries(scores.data + t * n, n, scale, visible[t], k,
                        candidate_blocks.data() + t * int64_t{blocks_per_row},
                        blocks_per_row, block_size, scratch, chosen);
-      int32_t* row = ids.data() + t * k;
-      std::copy(chosen.begin(), chosen.end(), row);
-      std::fill(row + chosen.size(), row + k, -1);
-      counts[t] = static_cast<int32_t>(chosen.size());
+      PutChoice(chosen, k, ids.data() + t * k, &counts[t]);
+    }
+  });
+}
+
+void CpuBackend::SelectCandidateBlocks(ConstMatrixView scores, float scale,
+                                       absl::Span<const int64_t> visible,
+                                       int topk_blocks, int block_size,
+                                       absl::Span<int32_t> blocks,
+                                       absl::Span<int32_t> counts) {
+  CheckSelectCandidateBlocksShapes(scores, visible, topk_blocks, block_size,
+                                   blocks, counts);
+  const int64_t n = scores.cols;
+  pool_.ParallelFor(scores.rows, Grain(4 * n), [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch;
+    std::vector<int32_t> chosen;
+    for (int64_t t = begin; t < end; ++t) {
+      SelectTopBlocks(scores.data + t * n, n, scale, visible[t], topk_blocks,
+                      block_size, scratch, chosen);
+      PutChoice(chosen, topk_blocks, blocks.data() + t * topk_blocks,
+                &counts[t]);
     }
   });
 }

@@ -484,40 +484,21 @@ void KernelBackend::IndexScores(ConstMatrixView q, ConstMatrixView w,
                  tokens * n);
 }
 
-void KernelBackend::SelectTopK(ConstMatrixView scores, float scale,
-                               absl::Span<const int64_t> visible, int k,
-                               absl::Span<const int32_t> candidate_blocks,
-                               int blocks_per_row, int block_size,
-                               absl::Span<int32_t> ids,
-                               absl::Span<int32_t> counts) {
-  CheckSelectTopKShapes(scores, visible, k, candidate_blocks, blocks_per_row,
-                        block_size, ids, counts);
-  const int64_t tokens = scores.rows;
-  const int64_t cols = scores.cols;
-  if (tokens == 0) return;
-  if (cols == 0) {
-    std::fill(ids.begin(), ids.end(), -1);
-    std::fill(counts.begin(), counts.end(), 0);
-    return;
-  }
+int64_t KernelBackend::TopKBytes(int64_t tokens, int64_t cols, int k) {
   const int64_t lanes = (cols + k::kRowLane - 1) / k::kRowLane;
   const int64_t items = tokens * lanes;
-  const int64_t out = tokens * (k + 1);  // ids, then counts.
-  Carver carve(
-      *this,
-      Carver::Bytes<int64_t>(tokens) +
-          Carver::Bytes<int32_t>(tokens * int64_t{blocks_per_row}) +
-          Carver::Bytes<int32_t>(items * k::kTopKBins) +
-          2 * Carver::Bytes<int32_t>(items) + Carver::Bytes<uint32_t>(tokens) +
-          2 * Carver::Bytes<int32_t>(tokens) + Carver::Bytes<int32_t>(out));
-  const k::TopKRows rows{
-      .scores = scores.data,
-      .cols = cols,
-      .scale = scale,
-      .visible = carve.Stage(visible),
-      .blocks = blocks_per_row > 0 ? carve.Stage(candidate_blocks) : nullptr,
-      .blocks_per_row = blocks_per_row,
-      .block_size = block_size};
+  return Carver::Bytes<int32_t>(items * k::kTopKBins) +
+         2 * Carver::Bytes<int32_t>(items) + Carver::Bytes<uint32_t>(tokens) +
+         2 * Carver::Bytes<int32_t>(tokens) +
+         Carver::Bytes<int32_t>(tokens * (k + int64_t{1}));
+}
+
+void KernelBackend::RunTopK(Carver& carve, const k::TopKRows& rows,
+                            int64_t tokens, int k, absl::Span<int32_t> ids,
+                            absl::Span<int32_t> counts) {
+  const int64_t lanes = (rows.cols + k::kRowLane - 1) / k::kRowLane;
+  const int64_t items = tokens * lanes;
+  const int64_t out = tokens * (k + int64_t{1});  // ids, then counts.
   auto* hist = carve.Take<int32_t>(items * k::kTopKBins);
   auto* above = carve.Take<int32_t>(items);
   auto* equal = carve.Take<int32_t>(items);
@@ -567,6 +548,75 @@ void KernelBackend::SelectTopK(ConstMatrixView scores, float scale,
              out * static_cast<int64_t>(sizeof(int32_t)));
   std::copy(fetched_.begin(), fetched_.begin() + tokens * k, ids.begin());
   std::copy(fetched_.begin() + tokens * k, fetched_.end(), counts.begin());
+}
+
+void KernelBackend::SelectTopK(ConstMatrixView scores, float scale,
+                               absl::Span<const int64_t> visible, int k,
+                               absl::Span<const int32_t> candidate_blocks,
+                               int blocks_per_row, int block_size,
+                               absl::Span<int32_t> ids,
+                               absl::Span<int32_t> counts) {
+  CheckSelectTopKShapes(scores, visible, k, candidate_blocks, blocks_per_row,
+                        block_size, ids, counts);
+  const int64_t tokens = scores.rows;
+  const int64_t cols = scores.cols;
+  if (tokens == 0) return;
+  if (cols == 0) {
+    std::fill(ids.begin(), ids.end(), -1);
+    std::fill(counts.begin(), counts.end(), 0);
+    return;
+  }
+  Carver carve(*this,
+               Carver::Bytes<int64_t>(tokens) +
+                   Carver::Bytes<int32_t>(tokens * int64_t{blocks_per_row}) +
+                   TopKBytes(tokens, cols, k));
+  const k::TopKRows rows{
+      .scores = scores.data,
+      .cols = cols,
+      .scale = scale,
+      .visible = carve.Stage(visible),
+      .blocks = blocks_per_row > 0 ? carve.Stage(candidate_blocks) : nullptr,
+      .blocks_per_row = blocks_per_row,
+      .block_size = block_size};
+  RunTopK(carve, rows, tokens, k, ids, counts);
+}
+
+void KernelBackend::SelectCandidateBlocks(ConstMatrixView scores, float scale,
+                                          absl::Span<const int64_t> visible,
+                                          int topk_blocks, int block_size,
+                                          absl::Span<int32_t> blocks,
+                                          absl::Span<int32_t> counts) {
+  CheckSelectCandidateBlocksShapes(scores, visible, topk_blocks, block_size,
+                                   blocks, counts);
+  const int64_t tokens = scores.rows;
+  const int64_t cols = scores.cols;
+  if (tokens == 0) return;
+  if (cols == 0) {
+    std::fill(blocks.begin(), blocks.end(), -1);
+    std::fill(counts.begin(), counts.end(), 0);
+    return;
+  }
+  // Each row's blocks get a key (BlockKeyOp), then the same select.
+  const int64_t per_row = (cols + block_size - 1) / block_size;
+  std::vector<int64_t> all_blocks(static_cast<size_t>(tokens), per_row);
+  Carver carve(*this, 2 * Carver::Bytes<int64_t>(tokens) +
+                          Carver::Bytes<uint32_t>(tokens * per_row) +
+                          TopKBytes(tokens, per_row, topk_blocks));
+  const int64_t* staged_visible = carve.Stage(visible);
+  auto* keys = carve.Take<uint32_t>(tokens * per_row);
+  executor_->Run(k::BlockKeyOp{.scores = scores.data,
+                               .cols = cols,
+                               .scale = scale,
+                               .visible = staged_visible,
+                               .block_size = block_size,
+                               .blocks = per_row,
+                               .keys = keys},
+                 tokens * per_row);
+  const k::TopKRows rows{
+      .cols = per_row,
+      .visible = carve.Stage(absl::Span<const int64_t>(all_blocks)),
+      .keys = keys};
+  RunTopK(carve, rows, tokens, topk_blocks, blocks, counts);
 }
 
 void KernelBackend::SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,

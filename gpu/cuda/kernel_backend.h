@@ -5,8 +5,10 @@
 // in their checkpoint formats (fp32, bf16, FP8 with UE8M0 block scales,
 // MXFP4, NVFP4) and decoded inside the kernels; EXL3 and GridBook weights
 // are dequantized to fp32 at upload for now. Every op is a kernel of
-// kernel_ops.h. Routing, sampling and log-probs read the logits back and run
-// the host's shared code (gpu/sampling.h) for now.
+// kernel_ops.h. Routing, greedy sampling, log-probs and the indexer's top-k
+// reduce on the device and bring back only their results; draws at a
+// temperature bring their rows back to the host's shared sampler
+// (gpu/sampling.h).
 //
 // Thread-safety: as Backend (one caller at a time).
 
@@ -24,6 +26,10 @@
 #include "gpu/sampling.h"
 
 namespace mneme::gpu {
+
+namespace kernels {
+struct TopKRows;
+}  // namespace kernels
 
 class KernelBackend final : public Backend {
  public:
@@ -74,6 +80,10 @@ class KernelBackend final : public Backend {
                   absl::Span<const int32_t> candidate_blocks,
                   int blocks_per_row, int block_size, absl::Span<int32_t> ids,
                   absl::Span<int32_t> counts) override;
+  void SelectCandidateBlocks(ConstMatrixView scores, float scale,
+                             absl::Span<const int64_t> visible, int topk_blocks,
+                             int block_size, absl::Span<int32_t> blocks,
+                             absl::Span<int32_t> counts) override;
   void SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
                    ConstMatrixView ape, MatrixView out) override;
   void HcPost(ConstMatrixView a, ConstMatrixView post, ConstMatrixView comb,
@@ -128,6 +138,12 @@ class KernelBackend final : public Backend {
   void RowStats(ConstMatrixView logits, absl::Span<const int32_t> ids,
                 absl::Span<int32_t> argmax, absl::Span<float> max,
                 absl::Span<float> logprob);
+  // Bytes of RunTopK's temporaries for `tokens` rows of `cols` entries.
+  static int64_t TopKBytes(int64_t tokens, int64_t cols, int k);
+  // The radix select of SelectTopK over `rows` (device; cols >= 1), its
+  // temporaries carved from `carve`; ids and counts come back to the host.
+  void RunTopK(Carver& carve, const kernels::TopKRows& rows, int64_t tokens,
+               int k, absl::Span<int32_t> ids, absl::Span<int32_t> counts);
 
   std::unique_ptr<Executor> executor_;
   // Temporaries of one op (staged host indices, intermediate products).

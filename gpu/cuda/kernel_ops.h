@@ -975,7 +975,16 @@ inline constexpr int kTopKDigitBits = 4;
 inline constexpr int kTopKBins = 1 << kTopKDigitBits;
 inline constexpr int kTopKDigits = 32 / kTopKDigitBits;
 
-// The scores and the eligibility of Backend::SelectTopK.
+// The order-preserving key of a number (not NaN): larger keys for larger
+// values, -0 as +0, every key >= 2.
+MNEME_HD inline uint32_t TopKKeyOf(float v) {
+  if (v == 0.0f) v = 0.0f;
+  const uint32_t bits = FloatToBits(v);
+  return (bits & 0x80000000u) != 0 ? ~bits : (bits | 0x80000000u);
+}
+
+// The scores and the eligibility of Backend::SelectTopK, or (keys not null)
+// keys made beforehand (BlockKeyOp).
 struct TopKRows {
   const float* scores = nullptr;
   int64_t cols = 0;
@@ -985,6 +994,8 @@ struct TopKRows {
   const int32_t* blocks = nullptr;
   int32_t blocks_per_row = 0;
   int32_t block_size = 1;
+  // [rows, cols]: used instead of scores, blocks and scale when not null.
+  const uint32_t* keys = nullptr;
 
   // The end of contiguous segment c: [c * kRowLane, SegmentEnd(c)).
   MNEME_HD int64_t SegmentEnd(int64_t c) const {
@@ -993,6 +1004,7 @@ struct TopKRows {
 
   MNEME_HD uint32_t Key(int64_t t, int64_t e) const {
     if (e >= visible[t]) return 0;
+    if (keys != nullptr) return keys[t * cols + e];
     if (blocks_per_row > 0) {
       // Binary search of e's block among the row's (-1 padding is last).
       const int32_t* b = blocks + t * blocks_per_row;
@@ -1009,11 +1021,44 @@ struct TopKRows {
       }
       if (lo == blocks_per_row || b[lo] != want) return 0;
     }
-    float v = scores[t * cols + e] * scale;
-    if (IsNanf(v)) return 1;
-    if (v == 0.0f) v = 0.0f;
-    const uint32_t bits = FloatToBits(v);
-    return (bits & 0x80000000u) != 0 ? ~bits : (bits | 0x80000000u);
+    const float v = scores[t * cols + e] * scale;
+    return IsNanf(v) ? 1 : TopKKeyOf(v);
+  }
+};
+
+// Backend::SelectCandidateBlocks' block keys: block b of row t scores as the
+// largest scores[t, e] * scale of its entries below visible[t] (NaN
+// ignored), the block of entry visible[t] - 1 as +inf; key 0 (not
+// eligible) for a block with no such entry or no number above -inf.
+// item = t * blocks + b; keys [rows, blocks].
+struct BlockKeyOp {
+  const float* scores = nullptr;
+  int64_t cols = 0;
+  float scale = 1.0f;
+  const int64_t* visible = nullptr;
+  int32_t block_size = 1;
+  int64_t blocks = 0;
+  uint32_t* keys = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t t = item / blocks;
+    const int64_t b = item % blocks;
+    int64_t v = visible[t] < cols ? visible[t] : cols;
+    v = v < 0 ? 0 : v;
+    const int64_t first = b * block_size;
+    const int64_t end = first + block_size < v ? first + block_size : v;
+    float m = -BitsToFloat(0x7F800000u);  // -inf
+    const float* row = scores + t * cols;
+    for (int64_t e = first; e < end; ++e) {
+      const float x = row[e] * scale;
+      if (m < x) m = x;  // false for NaN
+    }
+    if (first >= v) {
+      keys[item] = 0;
+    } else if (b == (v - 1) / block_size) {
+      keys[item] = TopKKeyOf(BitsToFloat(0x7F800000u));
+    } else {
+      keys[item] = m == -BitsToFloat(0x7F800000u) ? 0 : TopKKeyOf(m);
+    }
   }
 };
 
@@ -1186,6 +1231,7 @@ struct TopKEmitOp {
   X(RowLogProbOp)           \
   X(RouteScoresOp)          \
   X(MoeRouteOp)             \
+  X(BlockKeyOp)             \
   X(TopKHistOp)             \
   X(TopKPickOp)             \
   X(TopKCountOp)            \

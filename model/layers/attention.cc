@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numeric>
 #include <utility>
 
@@ -19,8 +18,6 @@ using gpu::ConstMatrixView;
 using gpu::MatrixView;
 
 namespace {
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Host floats of indexer scores held at once (queries x entries): 64 MiB.
 constexpr int64_t kMaxScoreFloats = int64_t{16} << 20;
@@ -145,32 +142,11 @@ std::vector<int32_t> SelectEntries(absl::Span<const float> scores,
 std::vector<int32_t> SelectCandidateBlocks(absl::Span<const float> scores,
                                            int64_t visible, int topk_blocks,
                                            int block_size) {
-  visible = std::min<int64_t>(visible, static_cast<int64_t>(scores.size()));
-  const int64_t blocks = (visible + block_size - 1) / block_size;
-  std::vector<float> block_score(blocks, kNegInf);
-  for (int64_t e = 0; e < visible; ++e) {
-    float& s = block_score[e / block_size];
-    s = std::max(s, scores[e]);
-  }
-  if (visible > 0) {
-    block_score[(visible - 1) / block_size] =
-        std::numeric_limits<float>::infinity();
-  }
-  std::vector<int32_t> order(blocks);
-  std::iota(order.begin(), order.end(), 0);
-  const int64_t k = std::min<int64_t>(topk_blocks, blocks);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                    [&](int32_t a, int32_t b) {
-                      return block_score[a] > block_score[b] ||
-                             (block_score[a] == block_score[b] && a < b);
-                    });
-  order.resize(k);
-  order.erase(
-      std::remove_if(order.begin(), order.end(),
-                     [&](int32_t b) { return block_score[b] == kNegInf; }),
-      order.end());
-  std::sort(order.begin(), order.end());
-  return order;
+  std::vector<float> scratch;
+  std::vector<int32_t> out;
+  gpu::SelectTopBlocks(scores.data(), static_cast<int64_t>(scores.size()), 1.0f,
+                       visible, topk_blocks, block_size, scratch, out);
+  return out;
 }
 
 namespace {
@@ -240,16 +216,22 @@ absl::Status ScoreOwnedEntries(const LayerContext& ctx, KvCache& cache,
 // wi, query j seeing entries below visible[j] of `total`: scored and chosen
 // where the scores are (Backend::SelectTopK), only the chosen ids come back.
 // candidates: per query its V4.1 candidate blocks (empty span: none).
+// chosen_blocks (not null: the V4.1 candidate source): per query the
+// candidate blocks its scores choose (Backend::SelectCandidateBlocks).
 absl::Status SelectOnBackend(const LayerContext& ctx, KvCache& cache,
                              const std::vector<int32_t>& index_keys,
                              ConstMatrixView qi, ConstMatrixView wi, int64_t t0,
                              int64_t total, absl::Span<const int64_t> visible,
                              absl::Span<const std::vector<int32_t>> candidates,
-                             std::vector<int32_t>* selected) {
+                             std::vector<int32_t>* selected,
+                             std::vector<int32_t>* chosen_blocks) {
   const ModelDims& d = ctx.dims;
   const auto n = static_cast<int64_t>(visible.size());
   if (total == 0) {
-    for (int64_t j = 0; j < n; ++j) selected[j].clear();
+    for (int64_t j = 0; j < n; ++j) {
+      selected[j].clear();
+      if (chosen_blocks != nullptr) chosen_blocks[j].clear();
+    }
     return absl::OkStatus();
   }
   Workspace& ws = ctx.workspace;
@@ -257,6 +239,21 @@ absl::Status SelectOnBackend(const LayerContext& ctx, KvCache& cache,
   ASSIGN_OR_RETURN(WorkBuffer scores, ws.Take(n * total));
   RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, index_keys, qi, wi, t0, n,
                                     total, scores.view(n, total)));
+  // No row chooses more than there is (however large the configured k).
+  if (chosen_blocks != nullptr) {
+    const int bs = d.candidate_block_size;
+    const int kb = static_cast<int>(
+        std::min<int64_t>(d.candidate_topk_blocks, (total + bs - 1) / bs));
+    std::vector<int32_t> ids(n * kb);
+    std::vector<int32_t> counts(n);
+    ctx.backend.SelectCandidateBlocks(
+        scores.view(n, total), IndexScale(d), visible, kb,
+        d.candidate_block_size, absl::MakeSpan(ids), absl::MakeSpan(counts));
+    for (int64_t j = 0; j < n; ++j) {
+      chosen_blocks[j].assign(ids.begin() + j * kb,
+                              ids.begin() + j * kb + counts[j]);
+    }
+  }
   int blocks_per_row = 0;
   std::vector<int32_t> blocks;
   if (!candidates.empty()) {
@@ -271,7 +268,7 @@ absl::Status SelectOnBackend(const LayerContext& ctx, KvCache& cache,
                 blocks.begin() + j * blocks_per_row);
     }
   }
-  const int k = d.index_topk;
+  const int k = static_cast<int>(std::min<int64_t>(d.index_topk, total));
   std::vector<int32_t> ids(n * k);
   std::vector<int32_t> counts(n);
   ctx.backend.SelectTopK(scores.view(n, total), IndexScale(d), visible, k,
@@ -283,9 +280,11 @@ absl::Status SelectOnBackend(const LayerContext& ctx, KvCache& cache,
   return absl::OkStatus();
 }
 
-// The indexer scores of one chunk's queries (rows [t0, t0 + n) of qi / wi,
-// every head or this rank's) against every entry of the cache `src_state`
-// (entries [0, total)): full scores [n][total] on every rank.
+// Under DCP, the indexer scores of one chunk's queries (rows [t0, t0 + n)
+// of qi / wi, every head) against every entry of the cache (entries
+// [0, total), each scored by its owner and all-gathered): full scaled
+// scores [n][total] on every rank, on the host, where every rank makes the
+// same choice.
 absl::Status ChunkIndexScores(const LayerContext& ctx, KvCache& cache,
                               const std::vector<int32_t>& index_keys,
                               ConstMatrixView qi, ConstMatrixView wi,
@@ -293,7 +292,6 @@ absl::Status ChunkIndexScores(const LayerContext& ctx, KvCache& cache,
                               std::vector<float>& scores) {
   gpu::Backend& backend = ctx.backend;
   Workspace& ws = ctx.workspace;
-  const bool dcp = ctx.dcp.enabled();
   const int64_t own = ctx.dcp.OwnedEntriesBefore(total);
   scores.assign(n * total, 0.0f);
   Workspace::Scope scope(ws);
@@ -302,12 +300,7 @@ absl::Status ChunkIndexScores(const LayerContext& ctx, KvCache& cache,
   RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, index_keys, qi, wi, t0, n, own,
                                     local.view(n, own)));
   const float scale = IndexScale(ctx.dims);
-  if (!dcp) {
-    if (own > 0) backend.CopyToHost(local.data(), absl::MakeSpan(scores));
-    for (float& s : scores) s *= scale;
-    return absl::OkStatus();
-  }
-  // DCP: every rank scored its own entries with every head; gather them.
+  // Every rank scored its own entries with every head; gather them.
   const int ranks = ctx.dcp.size;
   int64_t most = 0;
   for (int q = 0; q < ranks; ++q) {
@@ -587,9 +580,9 @@ absl::Status AttentionForward(const LayerContext& ctx,
         const int64_t block = std::max<int64_t>(
             1, std::min<int64_t>(
                    n, kMaxScoreFloats / std::max<int64_t>(total, 1)));
-        // Without DCP, and where no candidate blocks are chosen from the
-        // scores, they stay on the backend: only the choice comes back.
-        const bool on_backend = !dcp && !is_candidate_source;
+        // Without DCP the scores stay on the backend: only the choice comes
+        // back.
+        const bool on_backend = !dcp;
         const bool with_candidates = uses_candidates && sc.has_candidates;
         std::vector<float> scores;
         std::vector<int64_t> visible;
@@ -604,7 +597,9 @@ absl::Status AttentionForward(const LayerContext& ctx,
                 with_candidates
                     ? absl::MakeConstSpan(sc.candidate_blocks).subspan(j0, nb)
                     : absl::Span<const std::vector<int32_t>>(),
-                selected.data() + j0));
+                selected.data() + j0,
+                is_candidate_source ? sc.candidate_blocks.data() + j0
+                                    : nullptr));
             continue;
           }
           RETURN_IF_ERROR(ChunkIndexScores(ctx, cache, key_blocks,

@@ -71,8 +71,11 @@ SequenceChunk Chunk(std::vector<int64_t> tokens, int64_t start,
   return c;
 }
 
-// The logits of a 48-token prompt (every position), then of 6 greedy decode
-// steps, and the tokens chosen.
+// The logits of a 96-token prompt (every position), then of 6 greedy decode
+// steps, and the tokens chosen. 96 tokens are more entries than the tiny
+// checkpoints' index_topk (16) on every compressed layer (24 at ratio 4),
+// so the indexer's choice drops entries (Backend::SelectTopK) and V4.1's
+// candidate blocks restrict it.
 struct Generation {
   std::vector<float> logits;
   std::vector<int64_t> greedy;
@@ -80,8 +83,8 @@ struct Generation {
 
 Generation Generate(Model& model) {
   Generation run;
-  std::vector<int64_t> prompt(48);
-  for (int i = 0; i < 48; ++i) prompt[i] = 3 + (i * 37 + 11) % 500;
+  std::vector<int64_t> prompt(96);
+  for (int i = 0; i < 96; ++i) prompt[i] = 3 + (i * 37 + 11) % 500;
   StepInput in;
   in.chunks.push_back(Chunk(prompt, 0, SequenceChunk::Logits::kAll));
   absl::StatusOr<StepOutput> out = model.Step(in);

@@ -176,6 +176,18 @@ void TimingBackend::SelectTopK(gpu::ConstMatrixView scores, float scale,
   });
 }
 
+void TimingBackend::SelectCandidateBlocks(gpu::ConstMatrixView scores,
+                                          float scale,
+                                          absl::Span<const int64_t> visible,
+                                          int topk_blocks, int block_size,
+                                          absl::Span<int32_t> blocks,
+                                          absl::Span<int32_t> counts) {
+  Timed(Kind::kSelectTopK, [&] {
+    inner_.SelectCandidateBlocks(scores, scale, visible, topk_blocks,
+                                 block_size, blocks, counts);
+  });
+}
+
 void TimingBackend::SoftmaxPool(gpu::ConstMatrixView kv,
                                 gpu::ConstMatrixView score,
                                 gpu::ConstMatrixView ape, gpu::MatrixView out) {

@@ -5,10 +5,11 @@
 //
 // Attribution is by call, plus the calls that feed one: the key gathers
 // (GatherRows / CopyColumns) issued right before an attention call belong
-// to attention, those right before IndexScores and the CopyToHost or
-// SelectTopK right after it (the scores coming back, or chosen from where
-// they are) to indexer scoring. That is how
-// model/layers/attention.cc issues them (ChunkAttention, ChunkIndexScores);
+// to attention, those right before IndexScores and the CopyToHost right
+// after it (the scores coming back) to indexer scoring, as are SelectTopK
+// and SelectCandidateBlocks (the choice made where the scores are). That is
+// how model/layers/attention.cc issues them (ChunkAttention,
+// ChunkIndexScores, SelectOnBackend);
 // a gather followed by anything else counts as other backend work.
 //
 // On the CPU backend every call is synchronous, so the buckets are the time
@@ -38,7 +39,8 @@ struct BackendTimes {
   double attention_s = 0;
   double attention_gather_s = 0;
   // IndexScores calls, the key gathers right before them, the score
-  // copies to the host right after and the SelectTopK calls.
+  // copies to the host right after and the SelectTopK /
+  // SelectCandidateBlocks calls.
   double index_scores_s = 0;
   double index_gather_s = 0;
   double index_copy_s = 0;
@@ -119,6 +121,10 @@ class TimingBackend : public gpu::Backend {
                   absl::Span<const int32_t> candidate_blocks,
                   int blocks_per_row, int block_size, absl::Span<int32_t> ids,
                   absl::Span<int32_t> counts) override;
+  void SelectCandidateBlocks(gpu::ConstMatrixView scores, float scale,
+                             absl::Span<const int64_t> visible, int topk_blocks,
+                             int block_size, absl::Span<int32_t> blocks,
+                             absl::Span<int32_t> counts) override;
   void SoftmaxPool(gpu::ConstMatrixView kv, gpu::ConstMatrixView score,
                    gpu::ConstMatrixView ape, gpu::MatrixView out) override;
   void HcPost(gpu::ConstMatrixView a, gpu::ConstMatrixView post,

@@ -410,6 +410,24 @@ TEST_P(AttentionTest, SelectTopKOfTiedAndNonFiniteScores) {
   }
 }
 
+TEST_P(AttentionTest, SelectTopKOfOneSegmentAndOfMany) {
+  // One device segment (fewer entries than kRowLane) and 36 of them, a
+  // negative visible count and a NaN with the sign bit set.
+  for (const int64_t cols : {int64_t{200}, int64_t{9000}}) {
+    SCOPED_TRACE(cols);
+    const std::vector<int64_t> visible = {cols, -3, cols - 7, cols / 3};
+    const auto rows = static_cast<int64_t>(visible.size());
+    std::vector<float> scores = TiedScores(rows * cols, 31);
+    scores[1] = -std::numeric_limits<float>::quiet_NaN();
+    scores[2 * cols + 3] = -std::numeric_limits<float>::quiet_NaN();
+    const Mat m = Upload(scores, rows, cols);
+    for (const int k : {1, 16, 199, 2048}) {
+      SCOPED_TRACE(k);
+      ExpectSelectTopK(*backend_, m, scores, cols, 1.5f, visible, k, {}, 0, 1);
+    }
+  }
+}
+
 TEST_P(AttentionTest, SelectTopKOfDistinctScoresAndScaledTies) {
   // Continuous values: every digit of the keys matters. Then values that
   // differ but tie once scaled (the choice is made on score * scale).
@@ -446,6 +464,78 @@ TEST_P(AttentionTest, SelectTopKWithinCandidateBlocks) {
     SCOPED_TRACE(k);
     ExpectSelectTopK(*backend_, m, scores, cols, 0.25f, visible, k, blocks,
                      blocks_per_row, block_size);
+  }
+}
+
+// SelectCandidateBlocks' choice by its definition: block maxima of the
+// scaled scores (NaN ignored), the newest visible block +inf, every block
+// above -inf sorted by (score, lower block), the first topk_blocks,
+// ascending.
+void RefCandidateBlocks(const std::vector<float>& scores, int64_t cols,
+                        float scale, const std::vector<int64_t>& visible,
+                        int topk_blocks, int block_size,
+                        std::vector<int32_t>* blocks,
+                        std::vector<int32_t>* counts) {
+  const int64_t rows = static_cast<int64_t>(visible.size());
+  blocks->assign(rows * topk_blocks, -1);
+  counts->assign(rows, 0);
+  for (int64_t t = 0; t < rows; ++t) {
+    const int64_t v = std::min(cols, visible[t]);
+    std::vector<std::pair<float, int32_t>> scored;
+    for (int64_t b = 0; b * block_size < v; ++b) {
+      float best = -std::numeric_limits<float>::infinity();
+      for (int64_t e = b * block_size; e < std::min(v, (b + 1) * block_size);
+           ++e) {
+        const float x = scores[t * cols + e] * scale;
+        if (!std::isnan(x)) best = std::max(best, x);
+      }
+      if ((v - 1) / block_size == b) {
+        best = std::numeric_limits<float>::infinity();
+      }
+      if (best > -std::numeric_limits<float>::infinity()) {
+        scored.emplace_back(best, static_cast<int32_t>(b));
+      }
+    }
+    std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
+    std::vector<int32_t> chosen;
+    for (size_t i = 0; i < scored.size() && i < size_t(topk_blocks); ++i) {
+      chosen.push_back(scored[i].second);
+    }
+    std::sort(chosen.begin(), chosen.end());
+    std::copy(chosen.begin(), chosen.end(), blocks->begin() + t * topk_blocks);
+    (*counts)[t] = static_cast<int32_t>(chosen.size());
+  }
+}
+
+TEST_P(AttentionTest, SelectCandidateBlocksOfTiedAndNonFiniteScores) {
+  const int64_t cols = 1300;
+  const std::vector<int64_t> visible = {1300, 1000, 0, 3000, 33, 1, 640};
+  const auto rows = static_cast<int64_t>(visible.size());
+  std::vector<float> scores = TiedScores(rows * cols, 23);
+  // Blocks of row 1 that are only -inf and NaN (dropped), and one that is
+  // -inf apart from one number.
+  for (int64_t e = 0; e < 64; ++e) {
+    scores[cols + e] = e % 2 == 0 ? -std::numeric_limits<float>::infinity()
+                                  : std::numeric_limits<float>::quiet_NaN();
+    scores[cols + 64 + e] = -std::numeric_limits<float>::infinity();
+  }
+  scores[cols + 100] = -1e30f;
+  const Mat m = Upload(scores, rows, cols);
+  for (const int block_size : {1, 32, 64}) {
+    for (const int topk_blocks : {1, 8, 300}) {
+      SCOPED_TRACE(block_size * 1000 + topk_blocks);
+      std::vector<int32_t> want_blocks, want_counts;
+      RefCandidateBlocks(scores, cols, 0.5f, visible, topk_blocks, block_size,
+                         &want_blocks, &want_counts);
+      std::vector<int32_t> got_blocks(rows * topk_blocks, 7), got_counts(rows);
+      backend_->SelectCandidateBlocks(m.view, 0.5f, visible, topk_blocks,
+                                      block_size, absl::MakeSpan(got_blocks),
+                                      absl::MakeSpan(got_counts));
+      EXPECT_EQ(got_counts, want_counts);
+      EXPECT_EQ(got_blocks, want_blocks);
+    }
   }
 }
 
