@@ -84,9 +84,13 @@ int64_t StepWorkspaceFloats(const ModelDims& d, const ModelOptions& o,
         (n > 1 ? f(n * slots) : 0) + f(T * width) + f(T * (hc + 1) * D);
   }
   const int64_t R = std::min(T, kHeadRowsAtLoad);
+  // Head: the rows, their collapse and logits, and with TP the shard, its
+  // padded copy, the gathered shards and a column buffer.
   const int64_t head =
-      f(R * hc * D) + f(R * D) + f(R * vocab.rows) +
-      (n > 1 ? f(R * vocab.shard) + f(n * R * vocab.shard) : 0);
+      f(R * hc * D) + f(R * hc) + f(R * D) + f(R * d.vocab_size) +
+      (n > 1
+           ? f(R * vocab.rows) + 2 * f(R * vocab.shard) + f(n * R * vocab.shard)
+           : 0);
   return f(1) + engram_staged + base +
          std::max({attention, moe, engram_floats, head});
 }
@@ -401,6 +405,15 @@ absl::Status Model::Validate(const StepInput& input) const {
             engram_vocab_size_, ") that the Engram layers map"));
       }
     }
+    const gpu::SamplingParams& p = c.sampling;
+    if (c.sample && (!(p.temperature >= 0 && p.temperature <= 1e4) ||
+                     !(p.top_p >= 0 && p.top_p <= 1) || p.top_k < 0 ||
+                     !(p.min_p >= 0 && p.min_p <= 1))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", c.sequence_id,
+          ": sampling needs temperature in [0, 1e4], top_p and min_p in "
+          "[0, 1], top_k >= 0"));
+    }
     const int64_t have = std::max<int64_t>(SequenceLength(c.sequence_id), 0);
     if (c.start_position != have) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -611,6 +624,7 @@ absl::Status Model::Forward(
   const int64_t T = static_cast<int64_t>(ids.size());
   out.logits.assign(input.chunks.size(), {});
   out.taps.assign(input.chunks.size(), {});
+  out.sampled.assign(input.chunks.size(), {});
   if (T == 0) return absl::OkStatus();
   const LayerContext ctx = Context();
   const StepBatch batch{input, seqs, positions};

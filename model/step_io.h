@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "gpu/backend.h"
+
 namespace mneme::model {
 
 // Tokens of one sequence in one step: a prefill chunk or a decode token.
@@ -22,6 +24,19 @@ struct SequenceChunk {
   // Whether the step returns the chunk's taps (StepOutput::taps): what a
   // DSpark drafter reads of the target.
   bool taps = false;
+  // Whether the step draws the token after the chunk from its last
+  // position's logits with `sampling` (StepOutput::sampled). The draw is
+  // made where the logits are (Backend::Sample): with `logits` kNone the
+  // row never comes to the host.
+  bool sample = false;
+  gpu::SamplingParams sampling;
+};
+
+// A token the step drew (SequenceChunk::sample) and its log-probability
+// under the unmodified distribution.
+struct SampledToken {
+  int64_t id = -1;
+  float logprob = 0.0f;
 };
 
 // Tokens whose Engram rows a later step will need.
@@ -47,6 +62,9 @@ struct StepOutput {
   // its Engram module, averaged over the hyper-connection copies), target
   // layers in config order; empty for the other chunks.
   std::vector<std::vector<float>> taps;
+  // Per chunk, in input order: the drawn token of chunks with `sample`
+  // (id -1 for the others).
+  std::vector<SampledToken> sampled;
 };
 
 // What the model keeps of one sequence between steps: the tokens it has

@@ -1,10 +1,13 @@
 #include "model/layers/embedding_head.h"
 
 #include <algorithm>
-#include <cstring>
+#include <cstdint>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/status_macros.h"
+#include "gpu/backend.h"
 
 namespace mneme::model {
 
@@ -56,43 +59,50 @@ absl::Status Embed(const LayerContext& ctx, const EmbeddingHeadWeights& w,
   return absl::OkStatus();
 }
 
-absl::Status VocabLogits(const LayerContext& ctx, const gpu::Weight& head,
-                         const VocabShard& vocab, gpu::ConstMatrixView x,
-                         std::vector<float>& logits) {
+absl::Status VocabLogitsOnBackend(const LayerContext& ctx,
+                                  const gpu::Weight& head,
+                                  const VocabShard& vocab,
+                                  gpu::ConstMatrixView x,
+                                  gpu::MatrixView logits) {
   gpu::Backend& backend = ctx.backend;
   const int64_t R = x.rows, V = ctx.dims.vocab_size;
+  const int n = ctx.tp_size;
+  if (n == 1) {
+    backend.Linear(x, head, logits);
+    return absl::OkStatus();
+  }
+  // Each rank's shard padded to vocab.shard columns, gathered, and put in
+  // place where it is.
+  const int64_t vs = vocab.shard;
   Workspace::Scope scope(ctx.workspace);
   ASSIGN_OR_RETURN(WorkBuffer local, ctx.workspace.Take(R * vocab.rows));
   backend.Linear(x, head, local.view(R, vocab.rows));
-  logits.assign(static_cast<size_t>(R * V), 0.0f);
-  const int n = ctx.tp_size;
-  if (n == 1) {
-    backend.CopyToHost(local.data(), absl::MakeSpan(logits));
-  } else {
-    // Pad each rank's shard to vocab.shard columns, gather, unpad.
-    const int64_t vs = vocab.shard;
-    std::vector<float> mine(static_cast<size_t>(R * vs), 0.0f);
-    std::vector<float> shard(static_cast<size_t>(R * vocab.rows));
-    backend.CopyToHost(local.data(), absl::MakeSpan(shard));
-    for (int64_t r = 0; r < R; ++r) {
-      std::memcpy(mine.data() + r * vs, shard.data() + r * vocab.rows,
-                  vocab.rows * sizeof(float));
-    }
-    ASSIGN_OR_RETURN(WorkBuffer send, ctx.workspace.Take(R * vs));
-    ASSIGN_OR_RETURN(WorkBuffer recv, ctx.workspace.Take(n * R * vs));
-    backend.CopyFromHost(mine, send.data());
-    RETURN_IF_ERROR(ctx.comm->AllGather(send.data(), R * vs, recv.data()));
-    std::vector<float> all(static_cast<size_t>(n * R * vs));
-    backend.CopyToHost(recv.data(), absl::MakeSpan(all));
-    for (int q = 0; q < n; ++q) {
-      const int64_t begin = std::min<int64_t>(q * vs, V);
-      const int64_t width = std::min(vs, V - begin);
-      for (int64_t r = 0; r < R && width > 0; ++r) {
-        std::memcpy(logits.data() + r * V + begin,
-                    all.data() + (q * R + r) * vs, width * sizeof(float));
-      }
-    }
+  ASSIGN_OR_RETURN(WorkBuffer send, ctx.workspace.Take(R * vs));
+  backend.PlaceColumns(local.view(R, vocab.rows), send.view(R, vs), 0);
+  ASSIGN_OR_RETURN(WorkBuffer recv, ctx.workspace.Take(n * R * vs));
+  RETURN_IF_ERROR(ctx.comm->AllGather(send.data(), R * vs, recv.data()));
+  ASSIGN_OR_RETURN(WorkBuffer part, ctx.workspace.Take(R * vs));
+  for (int q = 0; q < n; ++q) {
+    const int64_t begin = std::min<int64_t>(q * vs, V);
+    const int64_t width = std::min(vs, V - begin);
+    if (width <= 0) continue;
+    // The shard's columns, then their place in the row.
+    const gpu::ConstMatrixView shard(recv.data() + q * R * vs, R, vs);
+    backend.CopyColumns(shard, 0, part.view(R, width));
+    backend.PlaceColumns(part.view(R, width), logits, begin);
   }
+  return absl::OkStatus();
+}
+
+absl::Status VocabLogits(const LayerContext& ctx, const gpu::Weight& head,
+                         const VocabShard& vocab, gpu::ConstMatrixView x,
+                         std::vector<float>& logits) {
+  const int64_t R = x.rows, V = ctx.dims.vocab_size;
+  Workspace::Scope scope(ctx.workspace);
+  ASSIGN_OR_RETURN(WorkBuffer all, ctx.workspace.Take(R * V));
+  RETURN_IF_ERROR(VocabLogitsOnBackend(ctx, head, vocab, x, all.view(R, V)));
+  logits.resize(static_cast<size_t>(R * V));
+  ctx.backend.CopyToHost(all.data(), absl::MakeSpan(logits));
   return absl::OkStatus();
 }
 
@@ -103,8 +113,11 @@ absl::Status Head(const LayerContext& ctx, const EmbeddingHeadWeights& w,
   const ModelDims& d = ctx.dims;
   gpu::Backend& backend = ctx.backend;
   const int64_t D = d.hidden_size, hc = d.hc_mult, V = d.vocab_size;
+  // The rows: first every chunk's asked-for rows (they come to the host in
+  // one copy), then the last row of each chunk that only draws.
   std::vector<int32_t> rows;
   std::vector<int64_t> counts;
+  std::vector<int32_t> draw_only;
   int64_t t0 = 0;
   for (const SequenceChunk& c : input.chunks) {
     const int64_t n = static_cast<int64_t>(c.tokens.size());
@@ -116,11 +129,15 @@ absl::Status Head(const LayerContext& ctx, const EmbeddingHeadWeights& w,
       for (int64_t j = 0; j < n; ++j)
         rows.push_back(static_cast<int32_t>(t0 + j));
       count = n;
+    } else if (c.sample) {
+      draw_only.push_back(static_cast<int32_t>(t0 + n - 1));
     }
     counts.push_back(count);
     t0 += n;
   }
-  const int64_t R = static_cast<int64_t>(rows.size());
+  const auto K = static_cast<int64_t>(rows.size());
+  rows.insert(rows.end(), draw_only.begin(), draw_only.end());
+  const auto R = static_cast<int64_t>(rows.size());
   if (R == 0) return absl::OkStatus();
   Workspace::Scope scope(ctx.workspace);
   ASSIGN_OR_RETURN(WorkBuffer xs, ctx.workspace.Take(R * hc * D));
@@ -135,9 +152,43 @@ absl::Status Head(const LayerContext& ctx, const EmbeddingHeadWeights& w,
     HcHead(ctx, w.hc_head, xs.view(R, hc * D), xh.view(R, D));
   }
   backend.RmsNorm(xh.view(R, D), w.norm->data(), d.rms_norm_eps, xh.view(R, D));
-  std::vector<float> logits;
-  RETURN_IF_ERROR(VocabLogits(ctx, *w.head, vocab, xh.view(R, D), logits));
+  ASSIGN_OR_RETURN(WorkBuffer all, ctx.workspace.Take(R * V));
+  RETURN_IF_ERROR(
+      VocabLogitsOnBackend(ctx, *w.head, vocab, xh.view(R, D), all.view(R, V)));
+  // The draws where the logits are: the draw-only rows in one call, a chunk
+  // that also asked for its rows from its last one.
+  std::vector<gpu::SamplingParams> params;
+  std::vector<size_t> drawers;
   int64_t r0 = 0;
+  for (size_t i = 0; i < input.chunks.size(); ++i) {
+    const SequenceChunk& c = input.chunks[i];
+    if (c.sample && counts[i] == 0) {
+      params.push_back(c.sampling);
+      drawers.push_back(i);
+    } else if (c.sample) {
+      int32_t id = 0;
+      float logprob = 0.0f;
+      backend.Sample(
+          gpu::ConstMatrixView(all.data() + (r0 + counts[i] - 1) * V, 1, V),
+          {c.sampling}, absl::MakeSpan(&id, 1), absl::MakeSpan(&logprob, 1));
+      out.sampled[i] = {.id = id, .logprob = logprob};
+    }
+    r0 += counts[i];
+  }
+  if (!drawers.empty()) {
+    const auto S = static_cast<int64_t>(drawers.size());
+    std::vector<int32_t> ids(S);
+    std::vector<float> logprobs(S);
+    backend.Sample(gpu::ConstMatrixView(all.data() + K * V, S, V), params,
+                   absl::MakeSpan(ids), absl::MakeSpan(logprobs));
+    for (int64_t s = 0; s < S; ++s) {
+      out.sampled[drawers[s]] = {.id = ids[s], .logprob = logprobs[s]};
+    }
+  }
+  if (K == 0) return absl::OkStatus();
+  std::vector<float> logits(static_cast<size_t>(K * V));
+  backend.CopyToHost(all.data(), absl::MakeSpan(logits));
+  r0 = 0;
   for (size_t i = 0; i < input.chunks.size(); ++i) {
     out.logits[i].assign(logits.begin() + r0 * V,
                          logits.begin() + (r0 + counts[i]) * V);

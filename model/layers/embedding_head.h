@@ -44,19 +44,28 @@ absl::Status Embed(const LayerContext& ctx, const EmbeddingHeadWeights& w,
                    const VocabShard& vocab, absl::Span<const int32_t> ids,
                    gpu::MatrixView stream);
 
-// Host logits [R, vocab_size] (resized) of x [R, in] through a
-// vocabulary-sharded projection `head` (this rank's vocab.rows rows of
-// `in` columns), gathered from every rank. Collective with tp_size > 1;
-// errors are the communicator's and the workspace's.
+// Logits [R, vocab_size] of x [R, in] through a vocabulary-sharded
+// projection `head` (this rank's vocab.rows rows of `in` columns), gathered
+// from every rank, into backend memory `logits`. Collective with
+// tp_size > 1; errors are the communicator's and the workspace's.
+absl::Status VocabLogitsOnBackend(const LayerContext& ctx,
+                                  const gpu::Weight& head,
+                                  const VocabShard& vocab,
+                                  gpu::ConstMatrixView x,
+                                  gpu::MatrixView logits);
+
+// The same logits on the host (resized).
 absl::Status VocabLogits(const LayerContext& ctx, const gpu::Weight& head,
                          const VocabShard& vocab, gpu::ConstMatrixView x,
                          std::vector<float>& logits);
 
 // The logits each chunk asks for (SequenceChunk::logits) from the final
-// stream [T, hc * D], into out.logits (one entry per chunk, already sized).
-// V4 collapses the copies with hc_head; V4.1 with `final_pre` [T, hc] (the
-// last layer's FFN pre mix; unused for V4). Collective with tp_size > 1;
-// errors are the communicator's.
+// stream [T, hc * D], into out.logits, and the tokens drawn for chunks with
+// `sample`, into out.sampled (one entry per chunk, already sized); only
+// the asked-for rows come to the host. V4 collapses the copies with
+// hc_head; V4.1 with `final_pre` [T, hc] (the last layer's FFN pre mix;
+// unused for V4). Collective with tp_size > 1; errors are the
+// communicator's.
 absl::Status Head(const LayerContext& ctx, const EmbeddingHeadWeights& w,
                   const VocabShard& vocab, const StepInput& input,
                   gpu::ConstMatrixView stream, gpu::ConstMatrixView final_pre,

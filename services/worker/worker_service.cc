@@ -87,6 +87,40 @@ absl::Status AddPositionLogprobs(const v1::SequenceChunk& c,
   return absl::OkStatus();
 }
 
+// The answer for a chunk whose token the step drew (SequenceChunk::sample):
+// the token and its log-probability and, on the full answer, the top
+// log-probabilities of its last row and the prompt's (both need the rows
+// on the host).
+absl::Status AnswerDrawnToken(const v1::SequenceChunk& c,
+                              const model::SequenceChunk& chunk,
+                              const model::SampledToken& token,
+                              absl::Span<const float> rows, int64_t vocab,
+                              bool full, v1::ChunkResult& result) {
+  result.set_token_id(token.id);
+  result.set_logprob(token.logprob);
+  if (!full) return absl::OkStatus();
+  const bool top = c.top_logprobs() > 0;
+  if ((top || c.prompt_logprobs()) &&
+      rows.size() < static_cast<size_t>(vocab)) {
+    return absl::InternalError(absl::StrCat("sequence ", chunk.sequence_id,
+                                            ": the model returned ",
+                                            rows.size(), " logits"));
+  }
+  if (top) {
+    ASSIGN_OR_RETURN(model::PositionLogprobs lp,
+                     model::RowLogprobs(rows.subspan(rows.size() - vocab),
+                                        token.id, c.top_logprobs()));
+    result.set_logprob(lp.target_logprob);
+    result.mutable_top_ids()->Add(lp.top_ids.begin(), lp.top_ids.end());
+    result.mutable_top_logprobs()->Add(lp.top_logprobs.begin(),
+                                       lp.top_logprobs.end());
+  }
+  if (c.prompt_logprobs()) {
+    RETURN_IF_ERROR(AddPositionLogprobs(c, rows, vocab, result));
+  }
+  return absl::OkStatus();
+}
+
 // The gRPC status of a step's outcome: a step that did not run while the
 // group stays intact is marked (worker.proto, kStepNotRunDetails).
 grpc::Status ReplyStatus(const absl::Status& st) {
@@ -549,9 +583,22 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
         chunk.logits = model::SequenceChunk::Logits::kNone;
         break;
       case v1::OUTPUT_SAMPLE:
+        if (c.num_draft_tokens() == 0) {
+          // Drawn in the step, where the logits are: the row comes to the
+          // host only for the top log-probabilities.
+          chunk.sample = true;
+          chunk.sampling = FromProto(c.sampling());
+          chunk.logits = c.top_logprobs() > 0
+                             ? model::SequenceChunk::Logits::kLast
+                             : model::SequenceChunk::Logits::kNone;
+        } else {
+          // Verified against drafts (or drawn from the row when none come).
+          chunk.logits = model::SequenceChunk::Logits::kLast;
+        }
+        break;
       case v1::OUTPUT_LOGITS_LAST:
         chunk.logits = model::SequenceChunk::Logits::kLast;
-        logits_values += c.output() == v1::OUTPUT_LOGITS_LAST ? vocab : 0;
+        logits_values += vocab;
         break;
       case v1::OUTPUT_LOGITS_ALL:
         chunk.logits = model::SequenceChunk::Logits::kAll;
@@ -618,6 +665,17 @@ absl::Status WorkerService::RunStep(const v1::StepRequest& request,
     v1::ChunkResult* result = response.add_results();
     result->set_sequence_id(c.sequence_id());
     const std::vector<float>& rows = out->logits[i];
+    if (input.chunks[i].sample) {
+      RETURN_IF_ERROR(AnswerDrawnToken(c, input.chunks[i], out->sampled[i],
+                                       rows, vocab, full, *result));
+      sampled_[c.sequence_id()] = {
+          out->sampled[i].id,
+          c.start_position() +
+              static_cast<int64_t>(input.chunks[i].tokens.size())};
+      ExtendDrafter(drafter, input.chunks[i], out->taps[i],
+                    static_cast<int64_t>(input.chunks[i].tokens.size()));
+      continue;
+    }
     if (rows.size() < static_cast<size_t>(vocab)) {
       if (c.output() == v1::OUTPUT_SAMPLE || c.prompt_logprobs() ||
           c.output() == v1::OUTPUT_LOGITS_LAST ||

@@ -435,13 +435,16 @@ TEST_F(ModelStepTest, InvalidStepsChangeNothing) {
   ASSERT_TRUE(model().Step(ok).ok());
   const int free_blocks = model().kv_cache().free_blocks();
 
-  std::vector<StepInput> bad(5);
+  std::vector<StepInput> bad(6);
   bad[0].chunks.push_back(Chunk(1, {}, 5));  // No tokens.
   bad[1].chunks.push_back(
       Chunk(1, {3, model().dims().vocab_size}, 5));      // Past vocab.
   bad[2].chunks.push_back(Chunk(1, {3}, 7));             // Wrong start.
   bad[3].chunks.push_back(Chunk(2, {3}, 4));             // New, not at 0.
   bad[4].chunks = {Chunk(3, {3}, 0), Chunk(3, {4}, 0)};  // Repeated.
+  bad[5].chunks.push_back(Chunk(3, {3}, 0));             // Bad sampling.
+  bad[5].chunks[0].sample = true;
+  bad[5].chunks[0].sampling.temperature = -1.0f;
   for (const StepInput& in : bad) {
     EXPECT_EQ(model().Step(in).status().code(),
               absl::StatusCode::kInvalidArgument);
@@ -682,6 +685,68 @@ TEST_F(ModelStepTest, BatchingAndChunkingDoNotChangeLogits) {
                                        oall->logits[0].end()),
                     oa->logits[0]),
             1e-4);
+}
+
+// A token drawn in the step (SequenceChunk::sample) is the token drawn from
+// the row the same step returns (the same batch, so the same logits), and
+// with logits kNone no row comes back. Several draw-only chunks of one step
+// are drawn in one call, each with its own parameters.
+TEST_F(ModelStepTest, DrawsInTheStepEqualDrawsFromTheReturnedRow) {
+  const std::vector<int64_t> a = Tokens(23, 4), b = Tokens(9, 5);
+  gpu::SamplingParams greedy;
+  gpu::SamplingParams warm{
+      .temperature = 1.5f, .top_p = 0.9f, .top_k = 40, .seed = 11};
+  gpu::SamplingParams hot{.temperature = 50.0f, .seed = 12};
+  const uint64_t kFirst = 10;
+  for (const bool batched : {false, true}) {
+    SCOPED_TRACE(batched);
+    // The rows, returned.
+    StepInput rows;
+    rows.chunks = {Chunk(kFirst, a, 0)};
+    if (batched) rows.chunks.push_back(Chunk(kFirst + 1, b, 0));
+    absl::StatusOr<StepOutput> with_rows = model().Step(rows);
+    ASSERT_TRUE(with_rows.ok()) << with_rows.status();
+    for (const gpu::SamplingParams& p : {greedy, warm, hot}) {
+      StepInput draw;
+      draw.chunks = {Chunk(kFirst + 2, a, 0, SequenceChunk::Logits::kNone)};
+      if (batched) {
+        draw.chunks.push_back(
+            Chunk(kFirst + 3, b, 0, SequenceChunk::Logits::kNone));
+        draw.chunks[1].sample = true;
+        draw.chunks[1].sampling = hot;
+      }
+      draw.chunks[0].sample = true;
+      draw.chunks[0].sampling = p;
+      absl::StatusOr<StepOutput> drawn = model().Step(draw);
+      ASSERT_TRUE(drawn.ok()) << drawn.status();
+      for (size_t i = 0; i < draw.chunks.size(); ++i) {
+        EXPECT_TRUE(drawn->logits[i].empty());
+        absl::StatusOr<std::pair<int64_t, float>> want =
+            model().SampleToken(with_rows->logits[i], draw.chunks[i].sampling);
+        ASSERT_TRUE(want.ok()) << want.status();
+        EXPECT_EQ(drawn->sampled[i].id, want->first) << i;
+        EXPECT_EQ(drawn->sampled[i].logprob, want->second) << i;
+      }
+      for (const SequenceChunk& c : draw.chunks) model().Release(c.sequence_id);
+    }
+    for (const SequenceChunk& c : rows.chunks) model().Release(c.sequence_id);
+  }
+  // A chunk that draws and returns its rows: drawn from its last row.
+  StepInput both;
+  both.chunks = {Chunk(kFirst + 4, a, 0, SequenceChunk::Logits::kAll),
+                 Chunk(kFirst + 5, b, 0)};
+  both.chunks[0].sample = true;
+  both.chunks[0].sampling = warm;
+  absl::StatusOr<StepOutput> out = model().Step(both);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const int64_t v = model().dims().vocab_size;
+  ASSERT_EQ(out->logits[0].size(), a.size() * v);
+  absl::StatusOr<std::pair<int64_t, float>> want = model().SampleToken(
+      absl::MakeConstSpan(out->logits[0]).subspan((a.size() - 1) * v), warm);
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(out->sampled[0].id, want->first);
+  EXPECT_EQ(out->sampled[0].logprob, want->second);
+  EXPECT_EQ(out->sampled[1].id, -1);  // No draw asked.
 }
 
 TEST(ModelCacheTest, FullCacheIsResourceExhaustedAndChangesNothing) {
