@@ -27,7 +27,9 @@ struct SequenceChunk {
   // Whether the step draws the token after the chunk from its last
   // position's logits with `sampling` (StepOutput::sampled). The draw is
   // made where the logits are (Backend::Sample): with `logits` kNone the
-  // row never comes to the host.
+  // row is not returned, and a greedy draw brings back only the token (a
+  // draw at a temperature may still copy the row for the backend's host
+  // sampler).
   bool sample = false;
   gpu::SamplingParams sampling;
 };
