@@ -26,27 +26,55 @@ __global__ void ForEachKernel(Op op, int64_t items) {
   }
 }
 
-// Linear with one warp per output: the lanes read consecutive columns of the
-// weight row (coalesced), then a shuffle reduction. Same decode as
-// LinearOp (WeightView::At); the sum is taken in another order.
+// Linear of up to kLinearRowTokens tokens with one warp per weight row: the
+// lanes read neighbouring columns of the row (coalesced), each decoded
+// weight serves every token, then a shuffle reduction per token. Same
+// decode as LinearOp (WeightView::At); the sums are taken in another order.
 __global__ void LinearWarpKernel(kernels::LinearOp op, int64_t items) {
+  constexpr int kTokens = kernels::kLinearRowTokens;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t item =
+  for (int64_t r =
            (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-       item < items; item += warps) {
-    const int64_t t = item / op.w.rows;
-    const int64_t r = item % op.w.rows;
-    const float* xt = op.x + t * op.w.cols;
-    float sum = 0.0f;
-    for (int64_t c = lane; c < op.w.cols; c += 32) sum += xt[c] * op.w.At(r, c);
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      sum += __shfl_down_sync(0xffffffffu, sum, offset);
+       r < items; r += warps) {
+    float sum[kTokens] = {};
+    for (int64_t c = lane; c < op.w.cols; c += 32) {
+      const float wv = op.w.At(r, c);
+#pragma unroll
+      for (int t = 0; t < kTokens; ++t) {
+        if (t < op.tokens) sum[t] += op.x[t * op.w.cols + c] * wv;
+      }
     }
-    if (lane == 0) {
-      float* out = op.y + t * op.w.rows + r;
-      *out = op.accumulate ? *out + sum : sum;
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      if (t >= op.tokens) break;
+      float s = sum[t];
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        s += __shfl_down_sync(0xffffffffu, s, offset);
+      }
+      if (lane == 0) {
+        float* out = op.y + t * op.w.rows + r;
+        *out = op.accumulate ? *out + s : s;
+      }
     }
+  }
+}
+
+// Linear of many tokens: one block per tile (LinearTiledOp), the phases
+// of the op with a barrier between them.
+__global__ void __launch_bounds__(kernels::kTileThreads)
+    LinearTiledKernel(kernels::LinearTiledOp op, int64_t tiles) {
+  __shared__ kernels::LinearTile tile_memory;
+  const int thread = static_cast<int>(threadIdx.x);
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    kernels::LinearTileSums sums = {};
+    for (int64_t c0 = 0; c0 < op.w.cols; c0 += kernels::kTileCols) {
+      op.LoadTile(tile, c0, thread, tile_memory);
+      __syncthreads();
+      op.AccumulateTile(thread, tile_memory, sums);
+      __syncthreads();
+    }
+    op.StoreTile(tile, thread, sums);
   }
 }
 
@@ -59,6 +87,13 @@ int LaunchImpl(const Op& op, int64_t items, cudaStream_t stream) {
 int LaunchImpl(const kernels::LinearOp& op, int64_t items,
                cudaStream_t stream) {
   LinearWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchImpl(const kernels::LinearTiledOp& op, int64_t items,
+               cudaStream_t stream) {
+  const int blocks = static_cast<int>(items < kMaxBlocks ? items : kMaxBlocks);
+  LinearTiledKernel<<<blocks, kernels::kTileThreads, 0, stream>>>(op, items);
   return static_cast<int>(cudaGetLastError());
 }
 

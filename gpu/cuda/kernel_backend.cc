@@ -267,9 +267,26 @@ void KernelBackend::Gemm(const float* x, int64_t tokens, const Weight& weight,
                    n / 16);
     x = xq;
   }
-  executor_->Run(
-      k::LinearOp{.w = w.view(), .x = x, .y = y, .accumulate = accumulate},
-      tokens * w.rows());
+  // Up to kLinearRowTokens tokens, one warp per weight row computes every
+  // token's output (more of the device's multiprocessors have work than
+  // with tiles of 64 rows); above, tiles (each decoded weight serves up to
+  // 32 tokens). The cut-over is not yet measured on a GPU:
+  // tests/bench/gpu:cuda_backend_bench reports both sides of it.
+  if (tokens > k::kLinearRowTokens) {
+    const k::LinearTiledOp op{.w = w.view(),
+                              .x = x,
+                              .y = y,
+                              .accumulate = accumulate,
+                              .tokens = tokens};
+    executor_->Run(op, op.Tiles());
+    return;
+  }
+  executor_->Run(k::LinearOp{.w = w.view(),
+                             .x = x,
+                             .y = y,
+                             .accumulate = accumulate,
+                             .tokens = tokens},
+                 w.rows());
 }
 
 void KernelBackend::Linear(ConstMatrixView x, const Weight& w, MatrixView y,

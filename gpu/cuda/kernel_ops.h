@@ -269,20 +269,164 @@ struct WeightView {
 
 // ---- ops: one item each ------------------------------------------------
 
-// y[t, r] (= or +=) sum_c x[t, c] * w(r, c); item = t * w.rows + r.
+// The most tokens LinearOp computes in one call (the decode batch's
+// GEMV); more go by tiles (LinearTiledOp).
+inline constexpr int kLinearRowTokens = 16;
+
+// y[t, r] (= or +=) sum_c x[t, c] * w(r, c) for t < tokens (1 to
+// kLinearRowTokens); item = a weight row r. Each weight is decoded once for
+// all the tokens; each output is summed over the columns in ascending order.
 struct LinearOp {
   WeightView w;
   const float* x = nullptr;
   float* y = nullptr;
   bool accumulate = false;
-  MNEME_HD void operator()(int64_t item) const {
-    const int64_t t = item / w.rows;
-    const int64_t r = item % w.rows;
-    const float* xt = x + t * w.cols;
-    float sum = 0.0f;
-    for (int64_t c = 0; c < w.cols; ++c) sum += xt[c] * w.At(r, c);
-    float* out = y + t * w.rows + r;
-    *out = accumulate ? *out + sum : sum;
+  int64_t tokens = 1;
+  MNEME_HD void operator()(int64_t r) const {
+    float sum[kLinearRowTokens] = {};
+    for (int64_t c = 0; c < w.cols; ++c) {
+      const float wv = w.At(r, c);
+      for (int64_t t = 0; t < tokens; ++t) sum[t] += x[t * w.cols + c] * wv;
+    }
+    for (int64_t t = 0; t < tokens; ++t) {
+      float* out = y + t * w.rows + r;
+      *out = accumulate ? *out + sum[t] : sum[t];
+    }
+  }
+};
+
+// Linear of many tokens by tiles (the prefill GEMM). One item is a tile of
+// kTileRows weight rows x kTileTokens tokens, computed by a block of
+// kTileThreads threads that step through the columns kTileCols at a time:
+// each step the block decodes its weight tile once into shared memory
+// (LoadTile) and each thread adds its kTileRowsPerThread x
+// kTileTokensPerThread outputs from it (AccumulateTile), so a decoded weight
+// serves kTileTokens tokens instead of one (LinearOp decodes it per token).
+// The CUDA kernel runs the phases with a barrier between them; operator()
+// runs them thread after thread on the host, so the host executor checks
+// the index math. Each output is summed over the columns in ascending
+// order, as in LinearOp.
+inline constexpr int kTileRows = 64;
+inline constexpr int kTileTokens = 32;
+inline constexpr int kTileCols = 32;
+inline constexpr int kTileThreads = 256;
+inline constexpr int kTileRowsPerThread = 4;
+inline constexpr int kTileTokensPerThread = 2;
+// Threads side by side along the rows (the rest go along the tokens).
+inline constexpr int kTileRowThreads = kTileRows / kTileRowsPerThread;
+static_assert(kTileRowThreads * (kTileTokens / kTileTokensPerThread) ==
+              kTileThreads);
+
+// A block's shared memory: one step's decoded weights and activations,
+// column-major; the padding column keeps the threads of a warp, which store
+// neighbouring columns of one row, in different banks.
+struct LinearTile {
+  float w[kTileCols][kTileRows + 1];
+  float x[kTileCols][kTileTokens + 1];
+};
+
+// One thread's running sums: rows r0 + tr + kTileRowThreads * i, tokens
+// t0 + tt + (kTileThreads / kTileRowThreads) * j.
+struct LinearTileSums {
+  float v[kTileRowsPerThread][kTileTokensPerThread];
+};
+
+// y[t, r] (= or +=) sum_c x[t, c] * w(r, c) for t < tokens; item = a tile.
+struct LinearTiledOp {
+  WeightView w;
+  const float* x = nullptr;
+  float* y = nullptr;
+  bool accumulate = false;
+  int64_t tokens = 0;
+
+  MNEME_HD int64_t TokenTiles() const {
+    return (tokens + kTileTokens - 1) / kTileTokens;
+  }
+  MNEME_HD int64_t Tiles() const {
+    return (w.rows + kTileRows - 1) / kTileRows * TokenTiles();
+  }
+  // The tiles of the same weight rows are neighbours (in L2 together).
+  MNEME_HD int64_t FirstRow(int64_t tile) const {
+    return tile / TokenTiles() * kTileRows;
+  }
+  MNEME_HD int64_t FirstToken(int64_t tile) const {
+    return tile % TokenTiles() * kTileTokens;
+  }
+
+  // Thread `thread`'s share of columns [c0, c0 + kTileCols) of the tile's
+  // weight rows and tokens into `s`; 0 outside the matrices. Neighbouring
+  // threads read neighbouring columns of one row.
+  MNEME_HD void LoadTile(int64_t tile, int64_t c0, int thread,
+                         LinearTile& s) const {
+    const int64_t r0 = FirstRow(tile);
+    const int64_t t0 = FirstToken(tile);
+    for (int i = thread; i < kTileRows * kTileCols; i += kTileThreads) {
+      const int r = i / kTileCols;
+      const int c = i % kTileCols;
+      const int64_t row = r0 + r;
+      const int64_t col = c0 + c;
+      s.w[c][r] = row < w.rows && col < w.cols ? w.At(row, col) : 0.0f;
+    }
+    for (int i = thread; i < kTileTokens * kTileCols; i += kTileThreads) {
+      const int t = i / kTileCols;
+      const int c = i % kTileCols;
+      const int64_t token = t0 + t;
+      const int64_t col = c0 + c;
+      s.x[c][t] =
+          token < tokens && col < w.cols ? x[token * w.cols + col] : 0.0f;
+    }
+  }
+
+  // Adds one step's columns to thread `thread`'s sums.
+  MNEME_HD void AccumulateTile(int thread, const LinearTile& s,
+                               LinearTileSums& sums) const {
+    const int tr = thread % kTileRowThreads;
+    const int tt = thread / kTileRowThreads;
+    constexpr int kTokenThreads = kTileThreads / kTileRowThreads;
+    for (int c = 0; c < kTileCols; ++c) {
+      float wv[kTileRowsPerThread];
+      float xv[kTileTokensPerThread];
+      for (int i = 0; i < kTileRowsPerThread; ++i) {
+        wv[i] = s.w[c][tr + kTileRowThreads * i];
+      }
+      for (int j = 0; j < kTileTokensPerThread; ++j) {
+        xv[j] = s.x[c][tt + kTokenThreads * j];
+      }
+      for (int i = 0; i < kTileRowsPerThread; ++i) {
+        for (int j = 0; j < kTileTokensPerThread; ++j) {
+          sums.v[i][j] += xv[j] * wv[i];
+        }
+      }
+    }
+  }
+
+  // Writes thread `thread`'s outputs that lie inside y.
+  MNEME_HD void StoreTile(int64_t tile, int thread,
+                          const LinearTileSums& sums) const {
+    const int tr = thread % kTileRowThreads;
+    const int tt = thread / kTileRowThreads;
+    constexpr int kTokenThreads = kTileThreads / kTileRowThreads;
+    for (int i = 0; i < kTileRowsPerThread; ++i) {
+      const int64_t row = FirstRow(tile) + tr + kTileRowThreads * i;
+      for (int j = 0; j < kTileTokensPerThread; ++j) {
+        const int64_t token = FirstToken(tile) + tt + kTokenThreads * j;
+        if (row >= w.rows || token >= tokens) continue;
+        float* out = y + token * w.rows + row;
+        *out = accumulate ? *out + sums.v[i][j] : sums.v[i][j];
+      }
+    }
+  }
+
+  // The block of `tile` on the host: each phase for every thread in turn
+  // (on a device, cuda_kernels.cu's tiled kernel runs the phases).
+  void operator()(int64_t tile) const {
+    LinearTile s{};
+    LinearTileSums sums[kTileThreads] = {};
+    for (int64_t c0 = 0; c0 < w.cols; c0 += kTileCols) {
+      for (int t = 0; t < kTileThreads; ++t) LoadTile(tile, c0, t, s);
+      for (int t = 0; t < kTileThreads; ++t) AccumulateTile(t, s, sums[t]);
+    }
+    for (int t = 0; t < kTileThreads; ++t) StoreTile(tile, t, sums[t]);
   }
 };
 
@@ -1205,6 +1349,7 @@ struct TopKEmitOp {
 // Every op, for the executors' declarations and instantiations.
 #define MNEME_KERNEL_OPS(X) \
   X(LinearOp)               \
+  X(LinearTiledOp)          \
   X(DequantizeOp)           \
   X(QuantizeW4A4Op)         \
   X(RmsNormOp)              \

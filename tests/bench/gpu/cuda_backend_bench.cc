@@ -1,8 +1,10 @@
 // The CUDA backend on one device, each figure side by side with its limit
 // measured in the same run: decode GEMV (1 token) on checkpoint-format
 // weights against a device memcpy of the same weight bytes, decode
-// attention against a device memcpy of the KV bytes it reads, and prefill
-// Linear (512 tokens) in tokens per second. Prints one JSON object.
+// attention against a device memcpy of the KV bytes it reads, and Linear of
+// 16 and 512 tokens (the tiled kernel) against 1 token: how many times
+// cheaper a token is when the weight is decoded once for many (1.0 = no
+// gain), with prefill tokens per second. Prints one JSON object.
 //
 //   cuda_backend_bench [--device=N] [--iters=N]
 //
@@ -139,7 +141,8 @@ std::string Run(Backend& backend, int iters) {
     if (!w.ok()) return absl::StrCat("{\"error\": \"", name, " upload\"}");
     const int64_t weight_bytes =
         static_cast<int64_t>(bytes.data.size() + bytes.scale.size());
-    for (const int64_t tokens : {int64_t{1}, int64_t{512}}) {
+    double gemv_seconds = -1.0;
+    for (const int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{512}}) {
       const ConstMatrixView xv((*x)->data(), tokens, kCols);
       const MatrixView yv{(*y)->data(), tokens, kRows};
       backend.Linear(xv, **w, yv);
@@ -151,9 +154,16 @@ std::string Run(Backend& backend, int iters) {
       if (!st.ok()) return absl::StrCat("{\"error\": \"", st.ToString(), "\"}");
       const double s = absl::ToDoubleSeconds(absl::Now() - start) / n;
       if (tokens == 1) {
+        gemv_seconds = s;
         fields.push_back(absl::StrCat("\"gemv_", name, "_vs_memcpy\": ",
                                       VsMemcpy(weight_bytes, s, iters)));
-      } else {
+        continue;
+      }
+      // Seconds of `tokens` GEMVs over seconds of one call of `tokens`.
+      fields.push_back(absl::StrCat(
+          "\"linear", tokens, "_", name, "_per_token_over_gemv\": ",
+          s > 0.0 ? gemv_seconds * static_cast<double>(tokens) / s : -1.0));
+      if (tokens == 512) {
         fields.push_back(absl::StrCat("\"prefill_", name, "_tokens_per_s\": ",
                                       static_cast<double>(tokens) / s));
       }

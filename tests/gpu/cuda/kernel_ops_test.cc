@@ -1,11 +1,13 @@
 // The CUDA kernels' number formats (gpu/cuda/kernel_ops.h), compiled for the
 // host: bit for bit the project's decoders and encoders (formats/), every
 // code of the decoders and the encoders on every kind of input (codes,
-// midpoints between codes, subnormals, saturation, NaN, random floats); and
-// the W4A4 activation op against formats/gridbook's.
+// midpoints between codes, subnormals, saturation, NaN, random floats); the
+// W4A4 activation op against formats/gridbook's; and the tiled Linear's
+// index math against LinearOp.
 
 #include "gpu/cuda/kernel_ops.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -122,6 +124,67 @@ TEST(KernelFormatsTest, W4A4ActivationsMatchGridbook) {
     for (int64_t g = 0; g < static_cast<int64_t>(x.size()) / 16; ++g) op(g);
     for (size_t i = 0; i < x.size(); ++i) {
       EXPECT_EQ(Bits(got[i]), Bits(want[i])) << i << " scale " << global_scale;
+    }
+  }
+}
+
+// The tiled Linear (its block's phases run thread after thread) writes every
+// output of y once and nothing else, each the sum LinearOp computes in the
+// same order (so bit for bit), in any order of the tiles: one tile exactly,
+// shapes ragged in every direction, fewer rows, tokens or columns than a
+// tile, with and without accumulation.
+TEST(LinearTiledOpTest, WritesEveryOutputOnceAsLinearOp) {
+  struct Shape {
+    int64_t tokens, rows, cols;
+  };
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  for (const Shape& shape :
+       {Shape{32, 64, 32}, Shape{33, 65, 33}, Shape{70, 130, 100},
+        Shape{16, 1, 1}, Shape{17, 3, 200}, Shape{100, 7, 31}}) {
+    SCOPED_TRACE(testing::Message() << shape.tokens << " tokens, " << shape.rows
+                                    << "x" << shape.cols);
+    std::vector<float> weight(shape.rows * shape.cols);
+    std::vector<float> x(shape.tokens * shape.cols);
+    for (float& v : weight) v = value(rng);
+    for (float& v : x) v = value(rng);
+    const WeightView w{.format = Format::kF32,
+                       .rows = shape.rows,
+                       .cols = shape.cols,
+                       .data = reinterpret_cast<const uint8_t*>(weight.data())};
+    const int64_t outputs = shape.tokens * shape.rows;
+    for (const bool accumulate : {false, true}) {
+      SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+      // y is followed by a guard that no tile may touch.
+      constexpr int64_t kGuard = 64;
+      std::vector<float> start(outputs + kGuard);
+      for (float& v : start) v = value(rng);
+      std::vector<float> want = start;
+      for (int64_t t0 = 0; t0 < shape.tokens; t0 += kLinearRowTokens) {
+        const LinearOp rows{
+            .w = w,
+            .x = x.data() + t0 * shape.cols,
+            .y = want.data() + t0 * shape.rows,
+            .accumulate = accumulate,
+            .tokens = std::min<int64_t>(kLinearRowTokens, shape.tokens - t0)};
+        for (int64_t r = 0; r < shape.rows; ++r) rows(r);
+      }
+      std::vector<float> got = start;
+      if (!accumulate) std::fill_n(got.begin(), outputs, std::nanf(""));
+      const LinearTiledOp op{.w = w,
+                             .x = x.data(),
+                             .y = got.data(),
+                             .accumulate = accumulate,
+                             .tokens = shape.tokens};
+      const int64_t tiles = op.Tiles();
+      EXPECT_EQ(tiles, (shape.rows + kTileRows - 1) / kTileRows *
+                           ((shape.tokens + kTileTokens - 1) / kTileTokens));
+      for (int64_t tile = tiles - 1; tile >= 0; --tile) op(tile);
+      for (int64_t i = 0; i < outputs + kGuard; ++i) {
+        ASSERT_EQ(Bits(got[i]), Bits(want[i]))
+            << "output " << i << " (token " << i / shape.rows << ", row "
+            << i % shape.rows << ")";
+      }
     }
   }
 }
