@@ -78,6 +78,31 @@ __global__ void __launch_bounds__(kernels::kTileThreads)
   }
 }
 
+// Sparse attention with one warp per (query, head): the phases of
+// SparseAttentionWarpOp, the dot product summed by an xor butterfly (every
+// lane gets the same sum, as ButterflySum).
+__global__ void SparseAttentionWarpKernel(kernels::SparseAttentionWarpOp op,
+                                          int64_t items) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t item =
+           (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+       item < items; item += warps) {
+    kernels::AttentionLane s;
+    op.Begin(item, lane, s);
+    for (int64_t j = 0; j < op.width; ++j) {
+      const int32_t row = op.Key(item, j);
+      if (row < 0) continue;
+      float dot = op.PartialDot(row, lane, s);
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+      }
+      op.Step(row, lane, dot, s);
+    }
+    op.Finish(item, lane, s);
+  }
+}
+
 template <typename Op>
 int LaunchImpl(const Op& op, int64_t items, cudaStream_t stream) {
   ForEachKernel<<<Blocks(items), kThreads, 0, stream>>>(op, items);
@@ -87,6 +112,13 @@ int LaunchImpl(const Op& op, int64_t items, cudaStream_t stream) {
 int LaunchImpl(const kernels::LinearOp& op, int64_t items,
                cudaStream_t stream) {
   LinearWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchImpl(const kernels::SparseAttentionWarpOp& op, int64_t items,
+               cudaStream_t stream) {
+  SparseAttentionWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op,
+                                                                         items);
   return static_cast<int>(cudaGetLastError());
 }
 

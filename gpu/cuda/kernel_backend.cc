@@ -464,6 +464,20 @@ void KernelBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
   if (tokens == 0) return;
   Carver carve(*this, Carver::Bytes<int32_t>(tokens * width));
   const int32_t* staged = carve.Stage(idx);
+  if (hd <= k::kAttentionWarpMaxDim) {
+    executor_->Run(k::SparseAttentionWarpOp{.q = q.data,
+                                            .kv = kv.data,
+                                            .idx = staged,
+                                            .width = width,
+                                            .heads = heads,
+                                            .hd = hd,
+                                            .scale = scale,
+                                            .sink = sink,
+                                            .out = out.data,
+                                            .lse = lse.data},
+                   tokens * heads);
+    return;
+  }
   executor_->Run(k::SparseAttentionOp{.q = q.data,
                                       .kv = kv.data,
                                       .idx = staged,

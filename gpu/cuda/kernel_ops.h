@@ -585,7 +585,9 @@ struct ApplySinkOp {
 };
 
 // Backend::SparseAttention for one (query, head); item = t * heads + h.
-// Online softmax over the listed keys (-1 = none).
+// Online softmax over the listed keys (-1 = none). One thread per item:
+// the kernel backend runs it only for heads above kAttentionWarpMaxDim
+// dimensions (SparseAttentionWarpOp below takes the others).
 struct SparseAttentionOp {
   const float* q = nullptr;   // [T, heads * hd]
   const float* kv = nullptr;  // [K, hd]
@@ -638,6 +640,145 @@ struct SparseAttentionOp {
       const float gate = Sigmoidf(l - sink[h]);
       for (int64_t e = 0; e < hd; ++e) o[e] *= gate;
     }
+  }
+};
+
+// ---- attention by the lanes of a warp ------------------------------------
+
+inline constexpr int kWarpLanes = 32;
+// Head dimensions each lane holds: SparseAttentionWarpOp takes heads of up
+// to kWarpLanes * kAttentionLaneDims = 512 dimensions (V4's), in registers.
+inline constexpr int kAttentionLaneDims = 16;
+inline constexpr int64_t kAttentionWarpMaxDim =
+    int64_t{kWarpLanes} * kAttentionLaneDims;
+
+// v[l] for every lane l becomes the sum over the lanes, added as the
+// device's xor butterfly adds it (v[l] + v[l ^ offset], offsets 16 to 1),
+// so every lane holds the same bits, on the device and here.
+MNEME_HD inline void ButterflySum(float (&v)[kWarpLanes]) {
+  for (int offset = kWarpLanes / 2; offset > 0; offset >>= 1) {
+    float next[kWarpLanes];
+    for (int l = 0; l < kWarpLanes; ++l) next[l] = v[l] + v[l ^ offset];
+    for (int l = 0; l < kWarpLanes; ++l) v[l] = next[l];
+  }
+}
+
+// One lane's part of a (query, head): dimensions lane + kWarpLanes * i of
+// the query and of the output, and the online softmax's running maximum and
+// denominator (every lane keeps the same copy).
+struct AttentionLane {
+  float q[kAttentionLaneDims];
+  float o[kAttentionLaneDims];
+  float max;
+  float denominator;
+  bool any;
+};
+
+// Backend::SparseAttention for one (query, head) by the 32 lanes of a warp
+// (heads of up to kAttentionWarpMaxDim dimensions); item = t * heads + h.
+// Neighbouring lanes hold neighbouring dimensions, so a key row is read
+// once, coalesced, and the output stays in registers until the end. Per
+// listed key: each lane's part of the dot product (PartialDot), their
+// butterfly sum, then the online-softmax step on each lane's dimensions
+// (Step); Finish normalises and writes. The CUDA kernel runs the phases on
+// a warp (shuffles); operator() runs them lane after lane here. The same
+// rules as SparseAttentionOp (which keeps larger heads).
+struct SparseAttentionWarpOp {
+  const float* q = nullptr;   // [T, heads * hd]
+  const float* kv = nullptr;  // [K, hd]
+  const int32_t* idx = nullptr;
+  int64_t width = 0;
+  int64_t heads = 0;
+  int64_t hd = 0;
+  float scale = 1.0f;
+  const float* sink = nullptr;  // null: none
+  float* out = nullptr;         // [T, heads * hd]
+  float* lse = nullptr;         // [T, heads]
+
+  MNEME_HD void Begin(int64_t item, int lane, AttentionLane& s) const {
+    const float* qh = q + item * hd;  // (t * heads + h) * hd
+    for (int i = 0; i < kAttentionLaneDims; ++i) {
+      const int64_t e = lane + int64_t{kWarpLanes} * i;
+      s.q[i] = e < hd ? qh[e] : 0.0f;
+      s.o[i] = 0.0f;
+    }
+    s.max = 0.0f;
+    s.denominator = 0.0f;
+    s.any = false;
+  }
+  // The j-th listed key of the item's query (-1: none).
+  MNEME_HD int32_t Key(int64_t item, int64_t j) const {
+    return idx[item / heads * width + j];
+  }
+  MNEME_HD float PartialDot(int32_t row, int lane,
+                            const AttentionLane& s) const {
+    const float* key = kv + static_cast<int64_t>(row) * hd;
+    float dot = 0.0f;
+    for (int i = 0; i < kAttentionLaneDims; ++i) {
+      const int64_t e = lane + int64_t{kWarpLanes} * i;
+      if (e < hd) dot += s.q[i] * key[e];
+    }
+    return dot;
+  }
+  // One key's online-softmax step; `dot` is the whole dot product.
+  MNEME_HD void Step(int32_t row, int lane, float dot, AttentionLane& s) const {
+    const float* key = kv + static_cast<int64_t>(row) * hd;
+    const float score = dot * scale;
+    if (!s.any || score > s.max) {
+      const float correction = s.any ? Expf(s.max - score) : 0.0f;
+      s.denominator *= correction;
+      for (int i = 0; i < kAttentionLaneDims; ++i) s.o[i] *= correction;
+      s.max = score;
+      s.any = true;
+    }
+    const float p = Expf(score - s.max);
+    s.denominator += p;
+    for (int i = 0; i < kAttentionLaneDims; ++i) {
+      const int64_t e = lane + int64_t{kWarpLanes} * i;
+      if (e < hd) s.o[i] += p * key[e];
+    }
+  }
+  MNEME_HD void Finish(int64_t item, int lane, const AttentionLane& s) const {
+    float* o = out + item * hd;
+    if (!s.any) {
+      for (int i = 0; i < kAttentionLaneDims; ++i) {
+        const int64_t e = lane + int64_t{kWarpLanes} * i;
+        if (e < hd) o[e] = 0.0f;
+      }
+      if (lane == 0) lse[item] = -INFINITY;
+      return;
+    }
+    const float l = s.max + Logf(s.denominator);
+    if (lane == 0) lse[item] = l;
+    // Two roundings, as normalising and then ApplySink: both routes agree
+    // bit for bit.
+    const float inverse = 1.0f / s.denominator;
+    const float gate =
+        sink != nullptr ? Sigmoidf(l - sink[item % heads]) : 1.0f;
+    for (int i = 0; i < kAttentionLaneDims; ++i) {
+      const int64_t e = lane + int64_t{kWarpLanes} * i;
+      if (e >= hd) continue;
+      const float v = s.o[i] * inverse;
+      o[e] = sink != nullptr ? v * gate : v;
+    }
+  }
+
+  // The warp of `item` on the host: each phase for every lane in turn (on a
+  // device, cuda_kernels.cu's warp kernel runs the phases).
+  void operator()(int64_t item) const {
+    AttentionLane lanes[kWarpLanes];
+    for (int l = 0; l < kWarpLanes; ++l) Begin(item, l, lanes[l]);
+    for (int64_t j = 0; j < width; ++j) {
+      const int32_t row = Key(item, j);
+      if (row < 0) continue;
+      float dot[kWarpLanes];
+      for (int l = 0; l < kWarpLanes; ++l) {
+        dot[l] = PartialDot(row, l, lanes[l]);
+      }
+      ButterflySum(dot);
+      for (int l = 0; l < kWarpLanes; ++l) Step(row, l, dot[l], lanes[l]);
+    }
+    for (int l = 0; l < kWarpLanes; ++l) Finish(item, l, lanes[l]);
   }
 };
 
@@ -1360,6 +1501,7 @@ struct TopKEmitOp {
   X(EmbeddingOp)            \
   X(ApplySinkOp)            \
   X(SparseAttentionOp)      \
+  X(SparseAttentionWarpOp)  \
   X(IndexScoresOp)          \
   X(SoftmaxPoolOp)          \
   X(RowRsqrtOp)             \

@@ -110,7 +110,11 @@ TEST_P(AttentionTest, SparseAttentionMatchesReference) {
   };
   for (const Case& c :
        {Case{1, 1, 7, 1}, Case{1, 8, 64, 300}, Case{4, 3, 7, 40},
-        Case{9, 2, 33, 260}, Case{3, 4, 16, 0}}) {
+        Case{9, 2, 33, 260}, Case{3, 4, 16, 0},
+        // The CUDA backend's warp attention: 16 dimensions a lane at V4's
+        // 512, some lanes short of a dimension, and a head above 512 (one
+        // thread per head instead).
+        Case{3, 2, 512, 50}, Case{4, 3, 100, 70}, Case{2, 2, 520, 30}}) {
     SCOPED_TRACE(testing::Message()
                  << c.tokens << " " << c.heads << " " << c.hd << " " << c.keys);
     const std::vector<float> q = Random(c.tokens * c.heads * c.hd, -2, 2);
