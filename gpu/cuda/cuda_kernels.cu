@@ -9,6 +9,8 @@ namespace mneme::gpu::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+// The warp kernels give a warp one item: all its lanes in one block.
+static_assert(kThreads % 32 == 0);
 constexpr int64_t kMaxBlocks = int64_t{1} << 16;
 
 int Blocks(int64_t threads) {
@@ -26,34 +28,39 @@ __global__ void ForEachKernel(Op op, int64_t items) {
   }
 }
 
-// Linear of up to kLinearRowTokens tokens with one warp per weight row: the
-// lanes read neighbouring columns of the row (coalesced), each decoded
-// weight serves every token, then a shuffle reduction per token. Same
-// decode as LinearOp (WeightView::At); the sums are taken in another order.
+// Linear with one warp per LinearOp item (a weight row for up to
+// kLinearRowTokens tokens): the lanes read neighbouring columns of the row
+// (coalesced), each decoded weight serves every token of the item, then a
+// shuffle reduction per token. Same decode as LinearOp (WeightView::At);
+// the sums are taken in another order.
 __global__ void LinearWarpKernel(kernels::LinearOp op, int64_t items) {
   constexpr int kTokens = kernels::kLinearRowTokens;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t r =
+  for (int64_t item =
            (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-       r < items; r += warps) {
+       item < items; item += warps) {
+    const int64_t r = item % op.w.rows;
+    const float* x = op.x + op.FirstToken(item) * op.w.cols;
+    float* y = op.y + op.FirstToken(item) * op.w.rows;
+    const int n = op.ChunkTokens(item);
     float sum[kTokens] = {};
     for (int64_t c = lane; c < op.w.cols; c += 32) {
       const float wv = op.w.At(r, c);
 #pragma unroll
       for (int t = 0; t < kTokens; ++t) {
-        if (t < op.tokens) sum[t] += op.x[t * op.w.cols + c] * wv;
+        if (t < n) sum[t] += x[t * op.w.cols + c] * wv;
       }
     }
 #pragma unroll
     for (int t = 0; t < kTokens; ++t) {
-      if (t >= op.tokens) break;
+      if (t >= n) break;
       float s = sum[t];
       for (int offset = 16; offset > 0; offset >>= 1) {
         s += __shfl_down_sync(0xffffffffu, s, offset);
       }
       if (lane == 0) {
-        float* out = op.y + t * op.w.rows + r;
+        float* out = y + t * op.w.rows + r;
         *out = op.accumulate ? *out + s : s;
       }
     }
@@ -97,7 +104,7 @@ __global__ void SparseAttentionWarpKernel(kernels::SparseAttentionWarpOp op,
       for (int offset = 16; offset > 0; offset >>= 1) {
         dot += __shfl_xor_sync(0xffffffffu, dot, offset);
       }
-      op.Step(row, lane, dot, s);
+      op.Step(dot, s);
     }
     op.Finish(item, lane, s);
   }

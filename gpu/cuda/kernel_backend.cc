@@ -28,6 +28,10 @@ namespace {
 
 namespace k = kernels;
 
+// Linear goes by tiles from this many tokens and weight rows on (Gemm).
+constexpr int64_t kTiledLinearTokens = 64;
+constexpr int64_t kTiledLinearRows = 128;
+
 // Every carved block starts on this boundary (bytes).
 constexpr int64_t kAlign = 256;
 constexpr int64_t RoundUp(int64_t bytes) {
@@ -267,12 +271,15 @@ void KernelBackend::Gemm(const float* x, int64_t tokens, const Weight& weight,
                    n / 16);
     x = xq;
   }
-  // Up to kLinearRowTokens tokens, one warp per weight row computes every
-  // token's output (more of the device's multiprocessors have work than
-  // with tiles of 64 rows); above, tiles (each decoded weight serves up to
-  // 32 tokens). The cut-over is not yet measured on a GPU:
-  // tests/bench/gpu:cuda_backend_bench reports both sides of it.
-  if (tokens > k::kLinearRowTokens) {
+  // A prefill-sized call of a large enough weight goes by tiles (each
+  // decoded weight serves up to 32 tokens); otherwise one warp per weight
+  // row and chunk of up to 16 tokens (each decoded weight serves the
+  // chunk), which gives more of the device's multiprocessors work when
+  // the tiles would be few (a tile covers 64 rows and 32 tokens) or mostly
+  // padding (the hyper-connection weights have a few rows). Where the
+  // cut-over belongs is not yet measured on a GPU:
+  // tests/bench/gpu:cuda_backend_bench reports both sides at 4096 rows.
+  if (tokens >= kTiledLinearTokens && w.rows() >= kTiledLinearRows) {
     const k::LinearTiledOp op{.w = w.view(),
                               .x = x,
                               .y = y,
@@ -281,12 +288,12 @@ void KernelBackend::Gemm(const float* x, int64_t tokens, const Weight& weight,
     executor_->Run(op, op.Tiles());
     return;
   }
-  executor_->Run(k::LinearOp{.w = w.view(),
-                             .x = x,
-                             .y = y,
-                             .accumulate = accumulate,
-                             .tokens = tokens},
-                 w.rows());
+  const k::LinearOp op{.w = w.view(),
+                       .x = x,
+                       .y = y,
+                       .accumulate = accumulate,
+                       .tokens = tokens};
+  executor_->Run(op, op.Items());
 }
 
 void KernelBackend::Linear(ConstMatrixView x, const Weight& w, MatrixView y,

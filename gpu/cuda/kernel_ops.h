@@ -269,27 +269,42 @@ struct WeightView {
 
 // ---- ops: one item each ------------------------------------------------
 
-// The most tokens LinearOp computes in one call (the decode batch's
-// GEMV); more go by tiles (LinearTiledOp).
+// The tokens one LinearOp item computes (a decode batch's GEMV); larger
+// calls take several items per weight row, or tiles (LinearTiledOp).
 inline constexpr int kLinearRowTokens = 16;
 
-// y[t, r] (= or +=) sum_c x[t, c] * w(r, c) for t < tokens (1 to
-// kLinearRowTokens); item = a weight row r. Each weight is decoded once for
-// all the tokens; each output is summed over the columns in ascending order.
+// y[t, r] (= or +=) sum_c x[t, c] * w(r, c) for t < tokens; item = chunk *
+// w.rows + r: weight row r for the chunk's tokens [chunk * kLinearRowTokens,
+// + kLinearRowTokens). Each weight is decoded once for all of them; each
+// output is summed over the columns in ascending order.
 struct LinearOp {
   WeightView w;
   const float* x = nullptr;
   float* y = nullptr;
   bool accumulate = false;
   int64_t tokens = 1;
-  MNEME_HD void operator()(int64_t r) const {
+  MNEME_HD int64_t Items() const {
+    return (tokens + kLinearRowTokens - 1) / kLinearRowTokens * w.rows;
+  }
+  // The chunk's first token and how many it has.
+  MNEME_HD int64_t FirstToken(int64_t item) const {
+    return item / w.rows * kLinearRowTokens;
+  }
+  MNEME_HD int ChunkTokens(int64_t item) const {
+    const int64_t left = tokens - FirstToken(item);
+    return static_cast<int>(left < kLinearRowTokens ? left : kLinearRowTokens);
+  }
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t r = item % w.rows;
+    const int64_t t0 = FirstToken(item);
+    const int n = ChunkTokens(item);
     float sum[kLinearRowTokens] = {};
     for (int64_t c = 0; c < w.cols; ++c) {
       const float wv = w.At(r, c);
-      for (int64_t t = 0; t < tokens; ++t) sum[t] += x[t * w.cols + c] * wv;
+      for (int t = 0; t < n; ++t) sum[t] += x[(t0 + t) * w.cols + c] * wv;
     }
-    for (int64_t t = 0; t < tokens; ++t) {
-      float* out = y + t * w.rows + r;
+    for (int t = 0; t < n; ++t) {
+      float* out = y + (t0 + t) * w.rows + r;
       *out = accumulate ? *out + sum[t] : sum[t];
     }
   }
@@ -668,6 +683,7 @@ MNEME_HD inline void ButterflySum(float (&v)[kWarpLanes]) {
 // denominator (every lane keeps the same copy).
 struct AttentionLane {
   float q[kAttentionLaneDims];
+  float k[kAttentionLaneDims];  // the current key's dimensions
   float o[kAttentionLaneDims];
   float max;
   float denominator;
@@ -710,19 +726,21 @@ struct SparseAttentionWarpOp {
   MNEME_HD int32_t Key(int64_t item, int64_t j) const {
     return idx[item / heads * width + j];
   }
-  MNEME_HD float PartialDot(int32_t row, int lane,
-                            const AttentionLane& s) const {
+  // Reads the lane's dimensions of key `row` (kept for Step) and returns
+  // the lane's part of the dot product.
+  MNEME_HD float PartialDot(int32_t row, int lane, AttentionLane& s) const {
     const float* key = kv + static_cast<int64_t>(row) * hd;
     float dot = 0.0f;
     for (int i = 0; i < kAttentionLaneDims; ++i) {
       const int64_t e = lane + int64_t{kWarpLanes} * i;
-      if (e < hd) dot += s.q[i] * key[e];
+      s.k[i] = e < hd ? key[e] : 0.0f;
+      dot += s.q[i] * s.k[i];
     }
     return dot;
   }
-  // One key's online-softmax step; `dot` is the whole dot product.
-  MNEME_HD void Step(int32_t row, int lane, float dot, AttentionLane& s) const {
-    const float* key = kv + static_cast<int64_t>(row) * hd;
+  // The online-softmax step of the key PartialDot read; `dot` is the whole
+  // dot product.
+  MNEME_HD void Step(float dot, AttentionLane& s) const {
     const float score = dot * scale;
     if (!s.any || score > s.max) {
       const float correction = s.any ? Expf(s.max - score) : 0.0f;
@@ -733,10 +751,7 @@ struct SparseAttentionWarpOp {
     }
     const float p = Expf(score - s.max);
     s.denominator += p;
-    for (int i = 0; i < kAttentionLaneDims; ++i) {
-      const int64_t e = lane + int64_t{kWarpLanes} * i;
-      if (e < hd) s.o[i] += p * key[e];
-    }
+    for (int i = 0; i < kAttentionLaneDims; ++i) s.o[i] += p * s.k[i];
   }
   MNEME_HD void Finish(int64_t item, int lane, const AttentionLane& s) const {
     float* o = out + item * hd;
@@ -776,7 +791,7 @@ struct SparseAttentionWarpOp {
         dot[l] = PartialDot(row, l, lanes[l]);
       }
       ButterflySum(dot);
-      for (int l = 0; l < kWarpLanes; ++l) Step(row, l, dot[l], lanes[l]);
+      for (int l = 0; l < kWarpLanes; ++l) Step(dot[l], lanes[l]);
     }
     for (int l = 0; l < kWarpLanes; ++l) Finish(item, l, lanes[l]);
   }

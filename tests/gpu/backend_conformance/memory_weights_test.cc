@@ -194,14 +194,19 @@ TEST_P(MemoryWeightsTest, LinearMatchesReferenceForEveryFormat) {
       {WeightFormat::kFp8Block, 20, 37, 41, 16, 8},
       {WeightFormat::kMxfp4, 17, 9, 64},
       {WeightFormat::kNvfp4, 24, 20, 80},
-      // Several tiles of the CUDA backend's tiled Linear (64 rows x 32
-      // tokens, 32 columns a step), ragged in all three directions, and
-      // exactly one tile.
-      {WeightFormat::kF32, 32, 64, 32},
-      {WeightFormat::kBf16, 70, 130, 100},
+      // The CUDA backend's row op over several chunks of 16 tokens (the
+      // last one short) and exactly 16.
       {WeightFormat::kFp8Block, 33, 65, 41, 16, 8},
       {WeightFormat::kMxfp4, 40, 70, 96},
-      {WeightFormat::kNvfp4, 35, 129, 80},
+      {WeightFormat::kNvfp4, 16, 129, 80},
+      // Its tiled Linear (from 64 tokens and 128 rows: tiles of 64 rows x
+      // 32 tokens, 32 columns a step), ragged in all three directions, and
+      // exactly two tiles.
+      {WeightFormat::kF32, 64, 128, 32},
+      {WeightFormat::kBf16, 70, 130, 100},
+      {WeightFormat::kFp8Block, 96, 129, 41, 16, 8},
+      {WeightFormat::kMxfp4, 65, 200, 96},
+      {WeightFormat::kNvfp4, 100, 150, 80},
   };
   for (const LinearCase& c : cases) {
     SCOPED_TRACE(testing::Message()

@@ -160,15 +160,14 @@ TEST(LinearTiledOpTest, WritesEveryOutputOnceAsLinearOp) {
       std::vector<float> start(outputs + kGuard);
       for (float& v : start) v = value(rng);
       std::vector<float> want = start;
-      for (int64_t t0 = 0; t0 < shape.tokens; t0 += kLinearRowTokens) {
-        const LinearOp rows{
-            .w = w,
-            .x = x.data() + t0 * shape.cols,
-            .y = want.data() + t0 * shape.rows,
-            .accumulate = accumulate,
-            .tokens = std::min<int64_t>(kLinearRowTokens, shape.tokens - t0)};
-        for (int64_t r = 0; r < shape.rows; ++r) rows(r);
-      }
+      const LinearOp rows{.w = w,
+                          .x = x.data(),
+                          .y = want.data(),
+                          .accumulate = accumulate,
+                          .tokens = shape.tokens};
+      EXPECT_EQ(rows.Items(), (shape.tokens + kLinearRowTokens - 1) /
+                                  kLinearRowTokens * shape.rows);
+      for (int64_t i = 0; i < rows.Items(); ++i) rows(i);
       std::vector<float> got = start;
       if (!accumulate) std::fill_n(got.begin(), outputs, std::nanf(""));
       const LinearTiledOp op{.w = w,
