@@ -110,6 +110,22 @@ __global__ void SparseAttentionWarpKernel(kernels::SparseAttentionWarpOp op,
   }
 }
 
+// The indexer's scores by tiles: one block per tile (IndexScoresTiledOp),
+// the phases of the op with a barrier between them.
+__global__ void __launch_bounds__(kernels::kScoreThreads)
+    IndexScoresTiledKernel(kernels::IndexScoresTiledOp op, int64_t tiles) {
+  __shared__ kernels::ScoreTile tile_memory;
+  const int thread = static_cast<int>(threadIdx.x);
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    op.LoadKeys(tile, thread, tile_memory);
+    __syncthreads();
+    op.ScoreHeads(tile, thread, tile_memory);
+    __syncthreads();
+    op.Reduce(tile, thread, tile_memory);
+    __syncthreads();
+  }
+}
+
 template <typename Op>
 int LaunchImpl(const Op& op, int64_t items, cudaStream_t stream) {
   ForEachKernel<<<Blocks(items), kThreads, 0, stream>>>(op, items);
@@ -126,6 +142,14 @@ int LaunchImpl(const kernels::SparseAttentionWarpOp& op, int64_t items,
                cudaStream_t stream) {
   SparseAttentionWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op,
                                                                          items);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchImpl(const kernels::IndexScoresTiledOp& op, int64_t items,
+               cudaStream_t stream) {
+  const int blocks = static_cast<int>(items < kMaxBlocks ? items : kMaxBlocks);
+  IndexScoresTiledKernel<<<blocks, kernels::kScoreThreads, 0, stream>>>(op,
+                                                                        items);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -510,6 +510,19 @@ void KernelBackend::IndexScores(ConstMatrixView q, ConstMatrixView w,
   if (tokens == 0 || n == 0) return;
   Carver carve(*this, Carver::Bytes<int32_t>(n));
   const int32_t* staged = carve.Stage(rows);
+  if (d <= k::kScoreMaxDim) {
+    const k::IndexScoresTiledOp op{.q = q.data,
+                                   .w = w.data,
+                                   .keys = keys.data,
+                                   .key_cols = keys.cols,
+                                   .rows = staged,
+                                   .n = n,
+                                   .heads = heads,
+                                   .d = d,
+                                   .out = out.data};
+    executor_->Run(op, tokens * op.EntryTiles());
+    return;
+  }
   executor_->Run(k::IndexScoresOp{.q = q.data,
                                   .w = w.data,
                                   .keys = keys.data,

@@ -658,6 +658,119 @@ struct SparseAttentionOp {
   }
 };
 
+// ---- the indexer's scores by tiles ------------------------------------
+
+// IndexScoresTiledOp: a block of kScoreThreads threads scores one query
+// against kScoreEntries entries, index heads of up to kScoreMaxDim
+// dimensions. Threads are kScoreEntryThreads across the entries (each
+// kScoreEntriesPerThread of them) by kScoreHeadThreads across the heads
+// (each kScoreHeadsPerThread heads a round, rounds until every head).
+inline constexpr int kScoreEntries = 64;
+inline constexpr int kScoreMaxDim = 128;
+inline constexpr int kScoreThreads = 256;
+inline constexpr int kScoreEntryThreads = 16;
+inline constexpr int kScoreHeadThreads = kScoreThreads / kScoreEntryThreads;
+inline constexpr int kScoreEntriesPerThread =
+    kScoreEntries / kScoreEntryThreads;
+inline constexpr int kScoreHeadsPerThread = 4;
+
+// A block's shared memory: the tile's key rows (the padding column puts
+// neighbouring entries in different banks) and each head thread's sums.
+struct ScoreTile {
+  float key[kScoreEntries][kScoreMaxDim + 1];
+  float partial[kScoreHeadThreads][kScoreEntries];
+};
+
+// out[t, j] = sum_h w[t, h] * max(0, q[t, h] . keys[rows[j], :d]) (as
+// IndexScoresOp, d <= kScoreMaxDim); item = a tile, t * EntryTiles() + the
+// tile of entries [kScoreEntries * tile, + kScoreEntries). The keys are
+// read once into shared memory for every head (LoadKeys); each thread
+// takes its heads' dot products with its entries from there (a query value
+// and a key value serve several products), sums w * relu(dot) over its
+// heads (ScoreHeads), and the block adds the head threads' sums
+// (Reduce). The CUDA kernel runs the phases with barriers between them;
+// operator() runs them thread after thread on the host.
+struct IndexScoresTiledOp {
+  const float* q = nullptr;
+  const float* w = nullptr;
+  const float* keys = nullptr;
+  int64_t key_cols = 0;
+  const int32_t* rows = nullptr;
+  int64_t n = 0;
+  int64_t heads = 0;
+  int64_t d = 0;
+  float* out = nullptr;
+
+  MNEME_HD int64_t EntryTiles() const {
+    return (n + kScoreEntries - 1) / kScoreEntries;
+  }
+  MNEME_HD void LoadKeys(int64_t tile, int thread, ScoreTile& s) const {
+    const int64_t j0 = tile % EntryTiles() * kScoreEntries;
+    for (int64_t i = thread; i < kScoreEntries * d; i += kScoreThreads) {
+      const int64_t e = i / d;
+      const int64_t c = i % d;
+      const int64_t j = j0 + e;
+      s.key[e][c] =
+          j < n ? keys[static_cast<int64_t>(rows[j]) * key_cols + c] : 0.0f;
+    }
+  }
+  MNEME_HD void ScoreHeads(int64_t tile, int thread, ScoreTile& s) const {
+    const int64_t t = tile / EntryTiles();
+    const int te = thread % kScoreEntryThreads;
+    const int th = thread / kScoreEntryThreads;
+    float sums[kScoreEntriesPerThread] = {};
+    for (int64_t h0 = 0; h0 < heads;
+         h0 += int64_t{kScoreHeadThreads} * kScoreHeadsPerThread) {
+      float dots[kScoreHeadsPerThread][kScoreEntriesPerThread] = {};
+      for (int64_t c = 0; c < d; ++c) {
+        float qv[kScoreHeadsPerThread];
+        float kv[kScoreEntriesPerThread];
+        for (int b = 0; b < kScoreHeadsPerThread; ++b) {
+          const int64_t h = h0 + th + int64_t{kScoreHeadThreads} * b;
+          qv[b] = h < heads ? q[(t * heads + h) * d + c] : 0.0f;
+        }
+        for (int a = 0; a < kScoreEntriesPerThread; ++a) {
+          kv[a] = s.key[te + kScoreEntryThreads * a][c];
+        }
+        for (int b = 0; b < kScoreHeadsPerThread; ++b) {
+          for (int a = 0; a < kScoreEntriesPerThread; ++a) {
+            dots[b][a] += qv[b] * kv[a];
+          }
+        }
+      }
+      for (int b = 0; b < kScoreHeadsPerThread; ++b) {
+        const int64_t h = h0 + th + int64_t{kScoreHeadThreads} * b;
+        if (h >= heads) continue;
+        const float weight = w[t * heads + h];
+        for (int a = 0; a < kScoreEntriesPerThread; ++a) {
+          sums[a] += weight * Maxf(dots[b][a], 0.0f);
+        }
+      }
+    }
+    for (int a = 0; a < kScoreEntriesPerThread; ++a) {
+      s.partial[th][te + kScoreEntryThreads * a] = sums[a];
+    }
+  }
+  MNEME_HD void Reduce(int64_t tile, int thread, const ScoreTile& s) const {
+    if (thread >= kScoreEntries) return;
+    const int64_t t = tile / EntryTiles();
+    const int64_t j = tile % EntryTiles() * kScoreEntries + thread;
+    if (j >= n) return;
+    float score = 0.0f;
+    for (int g = 0; g < kScoreHeadThreads; ++g) score += s.partial[g][thread];
+    out[t * n + j] = score;
+  }
+
+  // The block of `tile` on the host: each phase for every thread in turn
+  // (on a device, cuda_kernels.cu's kernel runs the phases).
+  void operator()(int64_t tile) const {
+    ScoreTile s{};
+    for (int t = 0; t < kScoreThreads; ++t) LoadKeys(tile, t, s);
+    for (int t = 0; t < kScoreThreads; ++t) ScoreHeads(tile, t, s);
+    for (int t = 0; t < kScoreThreads; ++t) Reduce(tile, t, s);
+  }
+};
+
 // ---- attention by the lanes of a warp ------------------------------------
 
 inline constexpr int kWarpLanes = 32;
@@ -798,7 +911,8 @@ struct SparseAttentionWarpOp {
 };
 
 // out[t, j] = sum_h w[t, h] * max(0, q[t, h] . keys[rows[j], :d]); item = t
-// * n + j.
+// * n + j. One thread per item: the kernel backend runs it only for index
+// heads above kScoreMaxDim dimensions (IndexScoresTiledOp takes the others).
 struct IndexScoresOp {
   const float* q = nullptr;
   const float* w = nullptr;
@@ -1518,6 +1632,7 @@ struct TopKEmitOp {
   X(SparseAttentionOp)      \
   X(SparseAttentionWarpOp)  \
   X(IndexScoresOp)          \
+  X(IndexScoresTiledOp)     \
   X(SoftmaxPoolOp)          \
   X(RowRsqrtOp)             \
   X(HcMixOp)                \
