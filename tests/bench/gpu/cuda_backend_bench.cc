@@ -1,7 +1,8 @@
 // The CUDA backend on one device, each figure side by side with its limit
 // measured in the same run: decode GEMV (1 token) on checkpoint-format
 // weights against a device memcpy of the same weight bytes, decode
-// attention against a device memcpy of the KV bytes it reads, and Linear of
+// attention against a device memcpy of the KV bytes it reads, the indexer's
+// scores at decode against a device memcpy of the key bytes, and Linear of
 // 16 and 512 tokens (the tiled kernel) against 1 token: how many times
 // cheaper a token is when the weight is decoded once for many (1.0 = no
 // gain), with prefill tokens per second. Prints one JSON object.
@@ -200,6 +201,42 @@ std::string Run(Backend& backend, int iters) {
   const double s = absl::ToDoubleSeconds(absl::Now() - start) / iters;
   fields.push_back(absl::StrCat("\"attention_vs_memcpy\": ",
                                 VsMemcpy(int64_t{kKeys} * kDim * 4, s, iters)));
+  // The indexer's scores at decode: one query, 64 index heads of 128,
+  // against 16384 compressed entries (64K tokens at ratio 4), keys read in
+  // place from a pool: the same ratio for the key bytes it reads.
+  constexpr int kIndexHeads = 64;
+  constexpr int64_t kIndexDim = 128;
+  constexpr int64_t kEntries = 16384;
+  absl::StatusOr<std::unique_ptr<Buffer>> iq =
+      backend.Allocate(kIndexHeads * kIndexDim);
+  absl::StatusOr<std::unique_ptr<Buffer>> iw = backend.Allocate(kIndexHeads);
+  absl::StatusOr<std::unique_ptr<Buffer>> pool =
+      backend.Allocate(kEntries * kIndexDim);
+  absl::StatusOr<std::unique_ptr<Buffer>> scores = backend.Allocate(kEntries);
+  if (!iq.ok() || !iw.ok() || !pool.ok() || !scores.ok()) {
+    return "{\"error\": \"allocation\"}";
+  }
+  std::vector<int32_t> entries(kEntries);
+  for (int64_t e = 0; e < kEntries; ++e) entries[e] = static_cast<int32_t>(e);
+  auto score = [&] {
+    backend.IndexScores(
+        ConstMatrixView((*iq)->data(), 1, kIndexHeads * kIndexDim),
+        ConstMatrixView((*iw)->data(), 1, kIndexHeads),
+        ConstMatrixView((*pool)->data(), kEntries, kIndexDim), entries,
+        (*scores)->view(1, kEntries));
+  };
+  score();
+  (void)backend.Synchronize();
+  const absl::Time index_start = absl::Now();
+  for (int i = 0; i < iters; ++i) score();
+  if (const absl::Status st = backend.Synchronize(); !st.ok()) {
+    return absl::StrCat("{\"error\": \"", st.ToString(), "\"}");
+  }
+  const double index_s =
+      absl::ToDoubleSeconds(absl::Now() - index_start) / iters;
+  fields.push_back(
+      absl::StrCat("\"index_scores_vs_memcpy\": ",
+                   VsMemcpy(kEntries * kIndexDim * 4, index_s, iters)));
   return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
 }
 
