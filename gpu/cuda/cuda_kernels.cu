@@ -40,7 +40,7 @@ __global__ void LinearWarpKernel(kernels::LinearOp op, int64_t items) {
   for (int64_t item =
            (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
        item < items; item += warps) {
-    const int64_t r = item % op.w.rows;
+    const int64_t r = op.Row(item);
     const float* x = op.x + op.FirstToken(item) * op.w.cols;
     float* y = op.y + op.FirstToken(item) * op.w.rows;
     const int n = op.ChunkTokens(item);

@@ -273,29 +273,32 @@ struct WeightView {
 // calls take several items per weight row, or tiles (LinearTiledOp).
 inline constexpr int kLinearRowTokens = 16;
 
-// y[t, r] (= or +=) sum_c x[t, c] * w(r, c) for t < tokens; item = chunk *
-// w.rows + r: weight row r for the chunk's tokens [chunk * kLinearRowTokens,
-// + kLinearRowTokens). Each weight is decoded once for all of them; each
-// output is summed over the columns in ascending order.
+// y[t, r] (= or +=) sum_c x[t, c] * w(r, c) for t < tokens; item = r *
+// Chunks() + chunk: weight row r for the chunk's tokens [chunk *
+// kLinearRowTokens, + kLinearRowTokens) (a row's chunks are neighbours, so
+// its later reads find it in cache). Each weight is decoded once per chunk;
+// each output is summed over the columns in ascending order.
 struct LinearOp {
   WeightView w;
   const float* x = nullptr;
   float* y = nullptr;
   bool accumulate = false;
   int64_t tokens = 1;
-  MNEME_HD int64_t Items() const {
-    return (tokens + kLinearRowTokens - 1) / kLinearRowTokens * w.rows;
+  MNEME_HD int64_t Chunks() const {
+    return (tokens + kLinearRowTokens - 1) / kLinearRowTokens;
   }
+  MNEME_HD int64_t Items() const { return Chunks() * w.rows; }
+  MNEME_HD int64_t Row(int64_t item) const { return item / Chunks(); }
   // The chunk's first token and how many it has.
   MNEME_HD int64_t FirstToken(int64_t item) const {
-    return item / w.rows * kLinearRowTokens;
+    return item % Chunks() * kLinearRowTokens;
   }
   MNEME_HD int ChunkTokens(int64_t item) const {
     const int64_t left = tokens - FirstToken(item);
     return static_cast<int>(left < kLinearRowTokens ? left : kLinearRowTokens);
   }
   MNEME_HD void operator()(int64_t item) const {
-    const int64_t r = item % w.rows;
+    const int64_t r = Row(item);
     const int64_t t0 = FirstToken(item);
     const int n = ChunkTokens(item);
     float sum[kLinearRowTokens] = {};
@@ -689,7 +692,9 @@ struct ScoreTile {
 // and a key value serve several products), sums w * relu(dot) over its
 // heads (ScoreHeads), and the block adds the head threads' sums
 // (Reduce). The CUDA kernel runs the phases with barriers between them;
-// operator() runs them thread after thread on the host.
+// operator() runs them thread after thread on the host. Equal to
+// IndexScoresOp up to the order of the sum over the heads (so also where
+// that sum overflows in one order and not in the other).
 struct IndexScoresTiledOp {
   const float* q = nullptr;
   const float* w = nullptr;

@@ -201,7 +201,7 @@ TEST_P(MemoryWeightsTest, LinearMatchesReferenceForEveryFormat) {
       {WeightFormat::kNvfp4, 16, 129, 80},
       // Its tiled Linear (from 64 tokens and 128 rows: tiles of 64 rows x
       // 32 tokens, 32 columns a step), ragged in all three directions, and
-      // exactly two tiles.
+      // exactly four tiles.
       {WeightFormat::kF32, 64, 128, 32},
       {WeightFormat::kBf16, 70, 130, 100},
       {WeightFormat::kFp8Block, 96, 129, 41, 16, 8},

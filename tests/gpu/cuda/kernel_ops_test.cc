@@ -2,8 +2,8 @@
 // host: bit for bit the project's decoders and encoders (formats/), every
 // code of the decoders and the encoders on every kind of input (codes,
 // midpoints between codes, subnormals, saturation, NaN, random floats); the
-// W4A4 activation op against formats/gridbook's; and the tiled Linear's
-// index math against LinearOp.
+// W4A4 activation op against formats/gridbook's; and the tiled Linear's and
+// the tiled indexer scores' index math against the one-item ops.
 
 #include "gpu/cuda/kernel_ops.h"
 
@@ -183,6 +183,99 @@ TEST(LinearTiledOpTest, WritesEveryOutputOnceAsLinearOp) {
         ASSERT_EQ(Bits(got[i]), Bits(want[i]))
             << "output " << i << " (token " << i / shape.rows << ", row "
             << i % shape.rows << ")";
+      }
+    }
+  }
+}
+
+// The tiled indexer scores (the block's phases run thread after thread)
+// write every score once and nothing past it, equal to IndexScoresOp up to
+// the order of the sum over the heads: NaN where it has NaN, the same
+// infinities, finite values within rounding. Key columns past d hold NaN
+// (never read); some cases put NaN, infinities and 1e30 in the inputs.
+TEST(IndexScoresTiledOpTest, WritesEveryScoreOnceAsIndexScoresOp) {
+  struct Shape {
+    int64_t heads, d, tokens, n;
+  };
+  std::vector<Shape> shapes = {{64, 128, 2, 150}, {70, 33, 3, 65},
+                               {1, 1, 1, 1},      {16, 128, 1, 64},
+                               {5, 7, 3, 200},    {80, 100, 1, 129}};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int trial = 0; trial < 2 * static_cast<int>(shapes.size()); ++trial) {
+    const Shape shape = shapes[trial % shapes.size()];
+    const bool specials = trial >= static_cast<int>(shapes.size());
+    SCOPED_TRACE(testing::Message() << shape.heads << " heads of " << shape.d
+                                    << ", " << shape.tokens << " x " << shape.n
+                                    << (specials ? ", with NaN / inf" : ""));
+    const int64_t key_cols = shape.d + 3;
+    const int64_t pool_rows = shape.n + 2;
+    std::vector<float> q(shape.tokens * shape.heads * shape.d);
+    std::vector<float> w(shape.tokens * shape.heads);
+    std::vector<float> pool(pool_rows * key_cols, std::nanf(""));
+    for (float& v : q) v = value(rng);
+    for (float& v : w) v = value(rng);
+    for (int64_t r = 0; r < pool_rows; ++r) {
+      for (int64_t c = 0; c < shape.d; ++c) pool[r * key_cols + c] = value(rng);
+    }
+    if (specials) {
+      q[0] = std::nanf("");
+      q[q.size() / 2] = inf;
+      w[w.size() - 1] = -inf;
+      pool[key_cols + shape.d - 1] = 1e30f;
+    }
+    std::vector<int32_t> rows(shape.n);
+    std::uniform_int_distribution<int32_t> row(
+        0, static_cast<int32_t>(pool_rows - 1));
+    for (int32_t& r : rows) r = row(rng);
+    const int64_t outputs = shape.tokens * shape.n;
+    constexpr int64_t kGuard = 64;
+    std::vector<float> want(outputs);
+    const IndexScoresOp one{.q = q.data(),
+                            .w = w.data(),
+                            .keys = pool.data(),
+                            .key_cols = key_cols,
+                            .rows = rows.data(),
+                            .n = shape.n,
+                            .heads = shape.heads,
+                            .d = shape.d,
+                            .out = want.data()};
+    for (int64_t i = 0; i < outputs; ++i) one(i);
+    std::vector<float> got(outputs + kGuard, std::nanf(""));
+    std::fill(got.begin() + outputs, got.end(), 7.0f);
+    const IndexScoresTiledOp tiled{.q = q.data(),
+                                   .w = w.data(),
+                                   .keys = pool.data(),
+                                   .key_cols = key_cols,
+                                   .rows = rows.data(),
+                                   .n = shape.n,
+                                   .heads = shape.heads,
+                                   .d = shape.d,
+                                   .out = got.data()};
+    const int64_t tiles = shape.tokens * tiled.EntryTiles();
+    for (int64_t tile = tiles - 1; tile >= 0; --tile) tiled(tile);
+    for (int64_t i = outputs; i < outputs + kGuard; ++i) {
+      ASSERT_EQ(got[i], 7.0f) << "written past the scores at " << i;
+    }
+    for (int64_t i = 0; i < outputs; ++i) {
+      const int64_t t = i / shape.n;
+      const int64_t j = i % shape.n;
+      double magnitude = 0.0;
+      for (int64_t h = 0; h < shape.heads; ++h) {
+        double dot = 0.0;
+        for (int64_t c = 0; c < shape.d; ++c) {
+          dot += std::fabs(double{q[(t * shape.heads + h) * shape.d + c]} *
+                           pool[rows[j] * key_cols + c]);
+        }
+        magnitude += std::fabs(double{w[t * shape.heads + h]}) * dot;
+      }
+      if (std::isnan(want[i])) {
+        ASSERT_TRUE(std::isnan(got[i])) << "score " << i << ": " << got[i];
+      } else if (std::isinf(want[i])) {
+        ASSERT_EQ(got[i], want[i]) << "score " << i;
+      } else {
+        ASSERT_NEAR(got[i], want[i], 1e-5 * magnitude + 1e-30) << "score " << i;
       }
     }
   }
