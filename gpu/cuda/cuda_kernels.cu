@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kernels::kTileThreads)
   const int thread = static_cast<int>(threadIdx.x);
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     kernels::LinearTileSums sums = {};
-    for (int64_t c0 = 0; c0 < op.w.cols; c0 += kernels::kTileCols) {
+    for (int64_t c0 = 0; c0 < op.args.w.cols; c0 += kernels::kTileCols) {
       op.LoadTile(tile, c0, thread, tile_memory);
       __syncthreads();
       op.AccumulateTile(thread, tile_memory, sums);
@@ -97,7 +97,7 @@ __global__ void SparseAttentionWarpKernel(kernels::SparseAttentionWarpOp op,
        item < items; item += warps) {
     kernels::AttentionLane s;
     op.Begin(item, lane, s);
-    for (int64_t j = 0; j < op.width; ++j) {
+    for (int64_t j = 0; j < op.args.width; ++j) {
       const int32_t row = op.Key(item, j);
       if (row < 0) continue;
       float dot = op.PartialDot(row, lane, s);

@@ -279,21 +279,17 @@ void KernelBackend::Gemm(const float* x, int64_t tokens, const Weight& weight,
   // padding (the hyper-connection weights have a few rows). Where the
   // cut-over belongs is not yet measured on a GPU:
   // tests/bench/gpu:cuda_backend_bench reports both sides at 4096 rows.
-  if (tokens >= kTiledLinearTokens && w.rows() >= kTiledLinearRows) {
-    const k::LinearTiledOp op{.w = w.view(),
-                              .x = x,
-                              .y = y,
-                              .accumulate = accumulate,
-                              .tokens = tokens};
-    executor_->Run(op, op.Tiles());
-    return;
-  }
   const k::LinearOp op{.w = w.view(),
                        .x = x,
                        .y = y,
                        .accumulate = accumulate,
                        .tokens = tokens};
-  executor_->Run(op, op.Items());
+  if (tokens >= kTiledLinearTokens && w.rows() >= kTiledLinearRows) {
+    const k::LinearTiledOp tiled{.args = op};
+    executor_->Run(tiled, tiled.Tiles());
+  } else {
+    executor_->Run(op, op.Items());
+  }
 }
 
 void KernelBackend::Linear(ConstMatrixView x, const Weight& w, MatrixView y,
@@ -471,31 +467,23 @@ void KernelBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
   if (tokens == 0) return;
   Carver carve(*this, Carver::Bytes<int32_t>(tokens * width));
   const int32_t* staged = carve.Stage(idx);
+  const k::SparseAttentionOp op{.q = q.data,
+                                .kv = kv.data,
+                                .idx = staged,
+                                .width = width,
+                                .heads = heads,
+                                .hd = hd,
+                                .scale = scale,
+                                .sink = sink,
+                                .out = out.data,
+                                .lse = lse.data};
+  // Heads that fit a warp's registers go by warps; larger ones one thread
+  // per (query, head).
   if (hd <= k::kAttentionWarpMaxDim) {
-    executor_->Run(k::SparseAttentionWarpOp{.q = q.data,
-                                            .kv = kv.data,
-                                            .idx = staged,
-                                            .width = width,
-                                            .heads = heads,
-                                            .hd = hd,
-                                            .scale = scale,
-                                            .sink = sink,
-                                            .out = out.data,
-                                            .lse = lse.data},
-                   tokens * heads);
-    return;
+    executor_->Run(k::SparseAttentionWarpOp{.args = op}, tokens * heads);
+  } else {
+    executor_->Run(op, tokens * heads);
   }
-  executor_->Run(k::SparseAttentionOp{.q = q.data,
-                                      .kv = kv.data,
-                                      .idx = staged,
-                                      .width = width,
-                                      .heads = heads,
-                                      .hd = hd,
-                                      .scale = scale,
-                                      .sink = sink,
-                                      .out = out.data,
-                                      .lse = lse.data},
-                 tokens * heads);
 }
 
 void KernelBackend::IndexScores(ConstMatrixView q, ConstMatrixView w,
@@ -510,29 +498,23 @@ void KernelBackend::IndexScores(ConstMatrixView q, ConstMatrixView w,
   if (tokens == 0 || n == 0) return;
   Carver carve(*this, Carver::Bytes<int32_t>(n));
   const int32_t* staged = carve.Stage(rows);
+  const k::IndexScoresOp op{.q = q.data,
+                            .w = w.data,
+                            .keys = keys.data,
+                            .key_cols = keys.cols,
+                            .rows = staged,
+                            .n = n,
+                            .heads = heads,
+                            .d = d,
+                            .out = out.data};
+  // Index heads whose keys fit a block's tile go by tiles; larger ones one
+  // thread per score.
   if (d <= k::kScoreMaxDim) {
-    const k::IndexScoresTiledOp op{.q = q.data,
-                                   .w = w.data,
-                                   .keys = keys.data,
-                                   .key_cols = keys.cols,
-                                   .rows = staged,
-                                   .n = n,
-                                   .heads = heads,
-                                   .d = d,
-                                   .out = out.data};
-    executor_->Run(op, tokens * op.EntryTiles());
-    return;
+    const k::IndexScoresTiledOp tiled{.args = op};
+    executor_->Run(tiled, tokens * tiled.EntryTiles());
+  } else {
+    executor_->Run(op, tokens * n);
   }
-  executor_->Run(k::IndexScoresOp{.q = q.data,
-                                  .w = w.data,
-                                  .keys = keys.data,
-                                  .key_cols = keys.cols,
-                                  .rows = staged,
-                                  .n = n,
-                                  .heads = heads,
-                                  .d = d,
-                                  .out = out.data},
-                 tokens * n);
 }
 
 int64_t KernelBackend::TopKBytes(int64_t tokens, int64_t cols, int k) {

@@ -351,17 +351,13 @@ struct LinearTileSums {
 
 // y[t, r] (= or +=) sum_c x[t, c] * w(r, c) for t < tokens; item = a tile.
 struct LinearTiledOp {
-  WeightView w;
-  const float* x = nullptr;
-  float* y = nullptr;
-  bool accumulate = false;
-  int64_t tokens = 0;
+  LinearOp args;  // what the row op would take
 
   MNEME_HD int64_t TokenTiles() const {
-    return (tokens + kTileTokens - 1) / kTileTokens;
+    return (args.tokens + kTileTokens - 1) / kTileTokens;
   }
   MNEME_HD int64_t Tiles() const {
-    return (w.rows + kTileRows - 1) / kTileRows * TokenTiles();
+    return (args.w.rows + kTileRows - 1) / kTileRows * TokenTiles();
   }
   // The tiles of the same weight rows are neighbours (in L2 together).
   MNEME_HD int64_t FirstRow(int64_t tile) const {
@@ -383,15 +379,17 @@ struct LinearTiledOp {
       const int c = i % kTileCols;
       const int64_t row = r0 + r;
       const int64_t col = c0 + c;
-      s.w[c][r] = row < w.rows && col < w.cols ? w.At(row, col) : 0.0f;
+      s.w[c][r] =
+          row < args.w.rows && col < args.w.cols ? args.w.At(row, col) : 0.0f;
     }
     for (int i = thread; i < kTileTokens * kTileCols; i += kTileThreads) {
       const int t = i / kTileCols;
       const int c = i % kTileCols;
       const int64_t token = t0 + t;
       const int64_t col = c0 + c;
-      s.x[c][t] =
-          token < tokens && col < w.cols ? x[token * w.cols + col] : 0.0f;
+      s.x[c][t] = token < args.tokens && col < args.w.cols
+                      ? args.x[token * args.w.cols + col]
+                      : 0.0f;
     }
   }
 
@@ -428,9 +426,9 @@ struct LinearTiledOp {
       const int64_t row = FirstRow(tile) + tr + kTileRowThreads * i;
       for (int j = 0; j < kTileTokensPerThread; ++j) {
         const int64_t token = FirstToken(tile) + tt + kTokenThreads * j;
-        if (row >= w.rows || token >= tokens) continue;
-        float* out = y + token * w.rows + row;
-        *out = accumulate ? *out + sums.v[i][j] : sums.v[i][j];
+        if (row >= args.w.rows || token >= args.tokens) continue;
+        float* out = args.y + token * args.w.rows + row;
+        *out = args.accumulate ? *out + sums.v[i][j] : sums.v[i][j];
       }
     }
   }
@@ -440,7 +438,7 @@ struct LinearTiledOp {
   void operator()(int64_t tile) const {
     LinearTile s{};
     LinearTileSums sums[kTileThreads] = {};
-    for (int64_t c0 = 0; c0 < w.cols; c0 += kTileCols) {
+    for (int64_t c0 = 0; c0 < args.w.cols; c0 += kTileCols) {
       for (int t = 0; t < kTileThreads; ++t) LoadTile(tile, c0, t, s);
       for (int t = 0; t < kTileThreads; ++t) AccumulateTile(t, s, sums[t]);
     }
@@ -661,121 +659,6 @@ struct SparseAttentionOp {
   }
 };
 
-// ---- the indexer's scores by tiles ------------------------------------
-
-// IndexScoresTiledOp: a block of kScoreThreads threads scores one query
-// against kScoreEntries entries, index heads of up to kScoreMaxDim
-// dimensions. Threads are kScoreEntryThreads across the entries (each
-// kScoreEntriesPerThread of them) by kScoreHeadThreads across the heads
-// (each kScoreHeadsPerThread heads a round, rounds until every head).
-inline constexpr int kScoreEntries = 64;
-inline constexpr int kScoreMaxDim = 128;
-inline constexpr int kScoreThreads = 256;
-inline constexpr int kScoreEntryThreads = 16;
-inline constexpr int kScoreHeadThreads = kScoreThreads / kScoreEntryThreads;
-inline constexpr int kScoreEntriesPerThread =
-    kScoreEntries / kScoreEntryThreads;
-inline constexpr int kScoreHeadsPerThread = 4;
-
-// A block's shared memory: the tile's key rows (the padding column puts
-// neighbouring entries in different banks) and each head thread's sums.
-struct ScoreTile {
-  float key[kScoreEntries][kScoreMaxDim + 1];
-  float partial[kScoreHeadThreads][kScoreEntries];
-};
-
-// out[t, j] = sum_h w[t, h] * max(0, q[t, h] . keys[rows[j], :d]) (as
-// IndexScoresOp, d <= kScoreMaxDim); item = a tile, t * EntryTiles() + the
-// tile of entries [kScoreEntries * tile, + kScoreEntries). The keys are
-// read once into shared memory for every head (LoadKeys); each thread
-// takes its heads' dot products with its entries from there (a query value
-// and a key value serve several products), sums w * relu(dot) over its
-// heads (ScoreHeads), and the block adds the head threads' sums
-// (Reduce). The CUDA kernel runs the phases with barriers between them;
-// operator() runs them thread after thread on the host. Equal to
-// IndexScoresOp up to the order of the sum over the heads (so also where
-// that sum overflows in one order and not in the other).
-struct IndexScoresTiledOp {
-  const float* q = nullptr;
-  const float* w = nullptr;
-  const float* keys = nullptr;
-  int64_t key_cols = 0;
-  const int32_t* rows = nullptr;
-  int64_t n = 0;
-  int64_t heads = 0;
-  int64_t d = 0;
-  float* out = nullptr;
-
-  MNEME_HD int64_t EntryTiles() const {
-    return (n + kScoreEntries - 1) / kScoreEntries;
-  }
-  MNEME_HD void LoadKeys(int64_t tile, int thread, ScoreTile& s) const {
-    const int64_t j0 = tile % EntryTiles() * kScoreEntries;
-    for (int64_t i = thread; i < kScoreEntries * d; i += kScoreThreads) {
-      const int64_t e = i / d;
-      const int64_t c = i % d;
-      const int64_t j = j0 + e;
-      s.key[e][c] =
-          j < n ? keys[static_cast<int64_t>(rows[j]) * key_cols + c] : 0.0f;
-    }
-  }
-  MNEME_HD void ScoreHeads(int64_t tile, int thread, ScoreTile& s) const {
-    const int64_t t = tile / EntryTiles();
-    const int te = thread % kScoreEntryThreads;
-    const int th = thread / kScoreEntryThreads;
-    float sums[kScoreEntriesPerThread] = {};
-    for (int64_t h0 = 0; h0 < heads;
-         h0 += int64_t{kScoreHeadThreads} * kScoreHeadsPerThread) {
-      float dots[kScoreHeadsPerThread][kScoreEntriesPerThread] = {};
-      for (int64_t c = 0; c < d; ++c) {
-        float qv[kScoreHeadsPerThread];
-        float kv[kScoreEntriesPerThread];
-        for (int b = 0; b < kScoreHeadsPerThread; ++b) {
-          const int64_t h = h0 + th + int64_t{kScoreHeadThreads} * b;
-          qv[b] = h < heads ? q[(t * heads + h) * d + c] : 0.0f;
-        }
-        for (int a = 0; a < kScoreEntriesPerThread; ++a) {
-          kv[a] = s.key[te + kScoreEntryThreads * a][c];
-        }
-        for (int b = 0; b < kScoreHeadsPerThread; ++b) {
-          for (int a = 0; a < kScoreEntriesPerThread; ++a) {
-            dots[b][a] += qv[b] * kv[a];
-          }
-        }
-      }
-      for (int b = 0; b < kScoreHeadsPerThread; ++b) {
-        const int64_t h = h0 + th + int64_t{kScoreHeadThreads} * b;
-        if (h >= heads) continue;
-        const float weight = w[t * heads + h];
-        for (int a = 0; a < kScoreEntriesPerThread; ++a) {
-          sums[a] += weight * Maxf(dots[b][a], 0.0f);
-        }
-      }
-    }
-    for (int a = 0; a < kScoreEntriesPerThread; ++a) {
-      s.partial[th][te + kScoreEntryThreads * a] = sums[a];
-    }
-  }
-  MNEME_HD void Reduce(int64_t tile, int thread, const ScoreTile& s) const {
-    if (thread >= kScoreEntries) return;
-    const int64_t t = tile / EntryTiles();
-    const int64_t j = tile % EntryTiles() * kScoreEntries + thread;
-    if (j >= n) return;
-    float score = 0.0f;
-    for (int g = 0; g < kScoreHeadThreads; ++g) score += s.partial[g][thread];
-    out[t * n + j] = score;
-  }
-
-  // The block of `tile` on the host: each phase for every thread in turn
-  // (on a device, cuda_kernels.cu's kernel runs the phases).
-  void operator()(int64_t tile) const {
-    ScoreTile s{};
-    for (int t = 0; t < kScoreThreads; ++t) LoadKeys(tile, t, s);
-    for (int t = 0; t < kScoreThreads; ++t) ScoreHeads(tile, t, s);
-    for (int t = 0; t < kScoreThreads; ++t) Reduce(tile, t, s);
-  }
-};
-
 // ---- attention by the lanes of a warp ------------------------------------
 
 inline constexpr int kWarpLanes = 32;
@@ -818,22 +701,14 @@ struct AttentionLane {
 // a warp (shuffles); operator() runs them lane after lane here. The same
 // rules as SparseAttentionOp (which keeps larger heads).
 struct SparseAttentionWarpOp {
-  const float* q = nullptr;   // [T, heads * hd]
-  const float* kv = nullptr;  // [K, hd]
-  const int32_t* idx = nullptr;
-  int64_t width = 0;
-  int64_t heads = 0;
-  int64_t hd = 0;
-  float scale = 1.0f;
-  const float* sink = nullptr;  // null: none
-  float* out = nullptr;         // [T, heads * hd]
-  float* lse = nullptr;         // [T, heads]
+  SparseAttentionOp args;  // what the one-item op would take
 
   MNEME_HD void Begin(int64_t item, int lane, AttentionLane& s) const {
-    const float* qh = q + item * hd;  // (t * heads + h) * hd
+    const float* qh =
+        args.q + item * args.hd;  // (t * args.heads + h) * args.hd
     for (int i = 0; i < kAttentionLaneDims; ++i) {
       const int64_t e = lane + int64_t{kWarpLanes} * i;
-      s.q[i] = e < hd ? qh[e] : 0.0f;
+      s.q[i] = e < args.hd ? qh[e] : 0.0f;
       s.o[i] = 0.0f;
     }
     s.max = 0.0f;
@@ -842,16 +717,16 @@ struct SparseAttentionWarpOp {
   }
   // The j-th listed key of the item's query (-1: none).
   MNEME_HD int32_t Key(int64_t item, int64_t j) const {
-    return idx[item / heads * width + j];
+    return args.idx[item / args.heads * args.width + j];
   }
   // Reads the lane's dimensions of key `row` (kept for Step) and returns
   // the lane's part of the dot product.
   MNEME_HD float PartialDot(int32_t row, int lane, AttentionLane& s) const {
-    const float* key = kv + static_cast<int64_t>(row) * hd;
+    const float* key = args.kv + static_cast<int64_t>(row) * args.hd;
     float dot = 0.0f;
     for (int i = 0; i < kAttentionLaneDims; ++i) {
       const int64_t e = lane + int64_t{kWarpLanes} * i;
-      s.k[i] = e < hd ? key[e] : 0.0f;
+      s.k[i] = e < args.hd ? key[e] : 0.0f;
       dot += s.q[i] * s.k[i];
     }
     return dot;
@@ -859,7 +734,7 @@ struct SparseAttentionWarpOp {
   // The online-softmax step of the key PartialDot read; `dot` is the whole
   // dot product.
   MNEME_HD void Step(float dot, AttentionLane& s) const {
-    const float score = dot * scale;
+    const float score = dot * args.scale;
     if (!s.any || score > s.max) {
       const float correction = s.any ? Expf(s.max - score) : 0.0f;
       s.denominator *= correction;
@@ -872,27 +747,28 @@ struct SparseAttentionWarpOp {
     for (int i = 0; i < kAttentionLaneDims; ++i) s.o[i] += p * s.k[i];
   }
   MNEME_HD void Finish(int64_t item, int lane, const AttentionLane& s) const {
-    float* o = out + item * hd;
+    float* o = args.out + item * args.hd;
     if (!s.any) {
       for (int i = 0; i < kAttentionLaneDims; ++i) {
         const int64_t e = lane + int64_t{kWarpLanes} * i;
-        if (e < hd) o[e] = 0.0f;
+        if (e < args.hd) o[e] = 0.0f;
       }
-      if (lane == 0) lse[item] = -INFINITY;
+      if (lane == 0) args.lse[item] = -INFINITY;
       return;
     }
     const float l = s.max + Logf(s.denominator);
-    if (lane == 0) lse[item] = l;
+    if (lane == 0) args.lse[item] = l;
     // Two roundings, as normalising and then ApplySink: both routes agree
     // bit for bit.
     const float inverse = 1.0f / s.denominator;
-    const float gate =
-        sink != nullptr ? Sigmoidf(l - sink[item % heads]) : 1.0f;
+    const float gate = args.sink != nullptr
+                           ? Sigmoidf(l - args.sink[item % args.heads])
+                           : 1.0f;
     for (int i = 0; i < kAttentionLaneDims; ++i) {
       const int64_t e = lane + int64_t{kWarpLanes} * i;
-      if (e >= hd) continue;
+      if (e >= args.hd) continue;
       const float v = s.o[i] * inverse;
-      o[e] = sink != nullptr ? v * gate : v;
+      o[e] = args.sink != nullptr ? v * gate : v;
     }
   }
 
@@ -901,7 +777,7 @@ struct SparseAttentionWarpOp {
   void operator()(int64_t item) const {
     AttentionLane lanes[kWarpLanes];
     for (int l = 0; l < kWarpLanes; ++l) Begin(item, l, lanes[l]);
-    for (int64_t j = 0; j < width; ++j) {
+    for (int64_t j = 0; j < args.width; ++j) {
       const int32_t row = Key(item, j);
       if (row < 0) continue;
       float dot[kWarpLanes];
@@ -940,6 +816,117 @@ struct IndexScoresOp {
       score += w[t * heads + h] * Maxf(dot, 0.0f);
     }
     out[item] = score;
+  }
+};
+
+// ---- the indexer's scores by tiles ------------------------------------
+
+// IndexScoresTiledOp: a block of kScoreThreads threads scores one query
+// against kScoreEntries entries, index heads of up to kScoreMaxDim
+// dimensions. Threads are kScoreEntryThreads across the entries (each
+// kScoreEntriesPerThread of them) by kScoreHeadThreads across the heads
+// (each kScoreHeadsPerThread heads a round, rounds until every head).
+inline constexpr int kScoreEntries = 64;
+inline constexpr int kScoreMaxDim = 128;
+inline constexpr int kScoreThreads = 256;
+inline constexpr int kScoreEntryThreads = 16;
+inline constexpr int kScoreHeadThreads = kScoreThreads / kScoreEntryThreads;
+inline constexpr int kScoreEntriesPerThread =
+    kScoreEntries / kScoreEntryThreads;
+inline constexpr int kScoreHeadsPerThread = 4;
+
+// A block's shared memory: the tile's key rows (the padding column puts
+// neighbouring entries in different banks) and each head thread's sums.
+struct ScoreTile {
+  float key[kScoreEntries][kScoreMaxDim + 1];
+  float partial[kScoreHeadThreads][kScoreEntries];
+};
+
+// out[t, j] = sum_h w[t, h] * max(0, q[t, h] . keys[rows[j], :d]) (as
+// IndexScoresOp, d <= kScoreMaxDim); item = a tile, t * EntryTiles() + the
+// tile of entries [kScoreEntries * tile, + kScoreEntries). The keys are
+// read once into shared memory for every head (LoadKeys); each thread
+// takes its heads' dot products with its entries from there (a query value
+// and a key value serve several products), sums w * relu(dot) over its
+// heads (ScoreHeads), and the block adds the head threads' sums
+// (Reduce). The CUDA kernel runs the phases with barriers between them;
+// operator() runs them thread after thread on the host. Equal to
+// IndexScoresOp up to the order of the sum over the heads (so also where
+// that sum overflows in one order and not in the other).
+struct IndexScoresTiledOp {
+  IndexScoresOp args;  // what the one-item op would take
+
+  MNEME_HD int64_t EntryTiles() const {
+    return (args.n + kScoreEntries - 1) / kScoreEntries;
+  }
+  MNEME_HD void LoadKeys(int64_t tile, int thread, ScoreTile& s) const {
+    const int64_t j0 = tile % EntryTiles() * kScoreEntries;
+    for (int64_t i = thread; i < kScoreEntries * args.d; i += kScoreThreads) {
+      const int64_t e = i / args.d;
+      const int64_t c = i % args.d;
+      const int64_t j = j0 + e;
+      s.key[e][c] =
+          j < args.n
+              ? args.keys[static_cast<int64_t>(args.rows[j]) * args.key_cols +
+                          c]
+              : 0.0f;
+    }
+  }
+  MNEME_HD void ScoreHeads(int64_t tile, int thread, ScoreTile& s) const {
+    const int64_t t = tile / EntryTiles();
+    const int te = thread % kScoreEntryThreads;
+    const int th = thread / kScoreEntryThreads;
+    float sums[kScoreEntriesPerThread] = {};
+    for (int64_t h0 = 0; h0 < args.heads;
+         h0 += int64_t{kScoreHeadThreads} * kScoreHeadsPerThread) {
+      float dots[kScoreHeadsPerThread][kScoreEntriesPerThread] = {};
+      for (int64_t c = 0; c < args.d; ++c) {
+        float qv[kScoreHeadsPerThread];
+        float kv[kScoreEntriesPerThread];
+        for (int b = 0; b < kScoreHeadsPerThread; ++b) {
+          const int64_t h = h0 + th + int64_t{kScoreHeadThreads} * b;
+          qv[b] =
+              h < args.heads ? args.q[(t * args.heads + h) * args.d + c] : 0.0f;
+        }
+        for (int a = 0; a < kScoreEntriesPerThread; ++a) {
+          kv[a] = s.key[te + kScoreEntryThreads * a][c];
+        }
+        for (int b = 0; b < kScoreHeadsPerThread; ++b) {
+          for (int a = 0; a < kScoreEntriesPerThread; ++a) {
+            dots[b][a] += qv[b] * kv[a];
+          }
+        }
+      }
+      for (int b = 0; b < kScoreHeadsPerThread; ++b) {
+        const int64_t h = h0 + th + int64_t{kScoreHeadThreads} * b;
+        if (h >= args.heads) continue;
+        const float weight = args.w[t * args.heads + h];
+        for (int a = 0; a < kScoreEntriesPerThread; ++a) {
+          sums[a] += weight * Maxf(dots[b][a], 0.0f);
+        }
+      }
+    }
+    for (int a = 0; a < kScoreEntriesPerThread; ++a) {
+      s.partial[th][te + kScoreEntryThreads * a] = sums[a];
+    }
+  }
+  MNEME_HD void Reduce(int64_t tile, int thread, const ScoreTile& s) const {
+    if (thread >= kScoreEntries) return;
+    const int64_t t = tile / EntryTiles();
+    const int64_t j = tile % EntryTiles() * kScoreEntries + thread;
+    if (j >= args.n) return;
+    float score = 0.0f;
+    for (int g = 0; g < kScoreHeadThreads; ++g) score += s.partial[g][thread];
+    args.out[t * args.n + j] = score;
+  }
+
+  // The block of `tile` on the host: each phase for every thread in turn
+  // (on a device, cuda_kernels.cu's kernel runs the phases).
+  void operator()(int64_t tile) const {
+    ScoreTile s{};
+    for (int t = 0; t < kScoreThreads; ++t) LoadKeys(tile, t, s);
+    for (int t = 0; t < kScoreThreads; ++t) ScoreHeads(tile, t, s);
+    for (int t = 0; t < kScoreThreads; ++t) Reduce(tile, t, s);
   }
 };
 

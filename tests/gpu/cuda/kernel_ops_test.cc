@@ -170,11 +170,8 @@ TEST(LinearTiledOpTest, WritesEveryOutputOnceAsLinearOp) {
       for (int64_t i = 0; i < rows.Items(); ++i) rows(i);
       std::vector<float> got = start;
       if (!accumulate) std::fill_n(got.begin(), outputs, std::nanf(""));
-      const LinearTiledOp op{.w = w,
-                             .x = x.data(),
-                             .y = got.data(),
-                             .accumulate = accumulate,
-                             .tokens = shape.tokens};
+      LinearTiledOp op{.args = rows};
+      op.args.y = got.data();
       const int64_t tiles = op.Tiles();
       EXPECT_EQ(tiles, (shape.rows + kTileRows - 1) / kTileRows *
                            ((shape.tokens + kTileTokens - 1) / kTileTokens));
@@ -244,15 +241,8 @@ TEST(IndexScoresTiledOpTest, WritesEveryScoreOnceAsIndexScoresOp) {
     for (int64_t i = 0; i < outputs; ++i) one(i);
     std::vector<float> got(outputs + kGuard, std::nanf(""));
     std::fill(got.begin() + outputs, got.end(), 7.0f);
-    const IndexScoresTiledOp tiled{.q = q.data(),
-                                   .w = w.data(),
-                                   .keys = pool.data(),
-                                   .key_cols = key_cols,
-                                   .rows = rows.data(),
-                                   .n = shape.n,
-                                   .heads = shape.heads,
-                                   .d = shape.d,
-                                   .out = got.data()};
+    IndexScoresTiledOp tiled{.args = one};
+    tiled.args.out = got.data();
     const int64_t tiles = shape.tokens * tiled.EntryTiles();
     for (int64_t tile = tiles - 1; tile >= 0; --tile) tiled(tile);
     for (int64_t i = outputs; i < outputs + kGuard; ++i) {
