@@ -91,6 +91,14 @@ class Weight {
   virtual int64_t bytes() const = 0;
 };
 
+// One routed expert's SwiGLU weights (Backend::MoeExperts): w1, w3 [I, D],
+// w2 [D, I]. Borrowed.
+struct ExpertRef {
+  const Weight* w1 = nullptr;
+  const Weight* w2 = nullptr;
+  const Weight* w3 = nullptr;
+};
+
 // A dense row-major fp32 matrix in backend memory (host memory for the CPU
 // backend, device memory for CUDA). Borrowed views; the owner is a Buffer.
 struct MatrixView {
@@ -378,6 +386,20 @@ class Backend {
                              absl::Span<const float> weights, const Weight& w1,
                              const Weight& w2, const Weight& w3, float limit,
                              MatrixView y_all) = 0;
+  // All the routed experts of one MoE layer this rank holds, in one call:
+  // experts[i] is global expert first_expert + i. expert_ids and weights
+  // [T * top_k] are MoeRoute's (host); assignment a (token a / top_k) goes to
+  // its expert, and an id outside [first_expert, first_expert +
+  // experts.size()) (another rank's expert, or -1) is skipped. The result is
+  // ExpertForward of each expert in ascending order with its assignments'
+  // tokens and weights in ascending order of a: the same additions into
+  // y_all in the same order. Every expert has the same shapes.
+  virtual void MoeExperts(ConstMatrixView x_all,
+                          absl::Span<const int32_t> expert_ids,
+                          absl::Span<const float> weights, int top_k,
+                          int64_t first_expert,
+                          absl::Span<const ExpertRef> experts, float limit,
+                          MatrixView y_all) = 0;
 
   // ---- sampling ------------------------------------------------------------
   // Draws one token per row of logits [T, V] with params[t]; ids[t] is the

@@ -177,6 +177,24 @@ inline void CheckExpertForwardShapes(ConstMatrixView x_all,
   }
 }
 
+// MoeExperts: one weight per assignment, every expert's weights present and
+// of one shape (checked as ExpertForward's).
+inline void CheckMoeExpertsShapes(ConstMatrixView x_all,
+                                  absl::Span<const int32_t> expert_ids,
+                                  absl::Span<const float> weights, int top_k,
+                                  absl::Span<const ExpertRef> experts,
+                                  ConstMatrixView y_all) {
+  CHECK_GE(top_k, 1);
+  CHECK_EQ(expert_ids.size(), weights.size());
+  CHECK_EQ(static_cast<int64_t>(expert_ids.size()), x_all.rows * top_k);
+  CHECK_EQ(y_all.rows, x_all.rows);
+  for (const ExpertRef& e : experts) {
+    CHECK(e.w1 != nullptr && e.w2 != nullptr && e.w3 != nullptr);
+    CheckExpertForwardShapes(x_all, {}, {}, *e.w1, *e.w2, *e.w3, y_all);
+    CHECK_EQ(e.w1->rows(), experts[0].w1->rows());
+  }
+}
+
 // UnpackBf16Rows: whole blocks, rows that fit them and columns inside y.
 // Returns the number of blocks.
 inline int64_t CheckUnpackBf16RowsShapes(int64_t block_floats,

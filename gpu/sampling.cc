@@ -197,4 +197,29 @@ void SelectTopBlocks(const float* row, int64_t cols, float scale,
   std::sort(out.begin(), out.end());
 }
 
+ExpertGroups GroupByExpert(absl::Span<const int32_t> expert_ids,
+                           absl::Span<const float> weights, int top_k,
+                           int64_t first_expert, int64_t experts) {
+  ExpertGroups g;
+  g.offsets.assign(static_cast<size_t>(experts) + 1, 0);
+  const auto n = static_cast<int64_t>(expert_ids.size());
+  // Counting sort: counts, their prefix sums, then the assignments in order.
+  for (int64_t a = 0; a < n; ++a) {
+    const int64_t e = int64_t{expert_ids[a]} - first_expert;
+    if (e >= 0 && e < experts) ++g.offsets[e + 1];
+  }
+  for (int64_t e = 0; e < experts; ++e) g.offsets[e + 1] += g.offsets[e];
+  g.rows.resize(static_cast<size_t>(g.offsets[experts]));
+  g.weights.resize(g.rows.size());
+  std::vector<int64_t> next(g.offsets.begin(), g.offsets.end() - 1);
+  for (int64_t a = 0; a < n; ++a) {
+    const int64_t e = int64_t{expert_ids[a]} - first_expert;
+    if (e < 0 || e >= experts) continue;
+    const int64_t i = next[e]++;
+    g.rows[i] = static_cast<int32_t>(a / top_k);
+    g.weights[i] = weights[a];
+  }
+  return g;
+}
+
 }  // namespace mneme::gpu

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "gpu/backend.h"
 
 namespace mneme::gpu {
@@ -51,6 +52,21 @@ class MoeRouter {
   std::vector<float> biased_;
   std::vector<int32_t> order_;
 };
+
+// Backend::MoeExperts' assignments by expert: expert i's are rows[offsets[i]
+// .. offsets[i + 1]) (tokens) and the same range of weights, in ascending
+// order of the assignment; offsets has experts + 1 entries.
+struct ExpertGroups {
+  std::vector<int32_t> rows;
+  std::vector<float> weights;
+  std::vector<int64_t> offsets;
+  int64_t count(int64_t expert) const {
+    return offsets[expert + 1] - offsets[expert];
+  }
+};
+ExpertGroups GroupByExpert(absl::Span<const int32_t> expert_ids,
+                           absl::Span<const float> weights, int top_k,
+                           int64_t first_expert, int64_t experts);
 
 // Backend::SelectTopK for one row of `cols` scores: the entries it chooses,
 // ascending, into `out` (resized). `blocks` holds `num_blocks` candidate

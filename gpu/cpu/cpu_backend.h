@@ -170,6 +170,10 @@ class CpuBackend : public Backend {
                      absl::Span<const float> weights, const Weight& w1,
                      const Weight& w2, const Weight& w3, float limit,
                      MatrixView y_all) override;
+  void MoeExperts(ConstMatrixView x_all, absl::Span<const int32_t> expert_ids,
+                  absl::Span<const float> weights, int top_k,
+                  int64_t first_expert, absl::Span<const ExpertRef> experts,
+                  float limit, MatrixView y_all) override;
 
   void Sample(ConstMatrixView logits, absl::Span<const SamplingParams> params,
               absl::Span<int32_t> ids, absl::Span<float> logprobs) override;

@@ -285,4 +285,24 @@ void CpuBackend::ExpertForward(ConstMatrixView x_all,
   }
 }
 
+void CpuBackend::MoeExperts(ConstMatrixView x_all,
+                            absl::Span<const int32_t> expert_ids,
+                            absl::Span<const float> weights, int top_k,
+                            int64_t first_expert,
+                            absl::Span<const ExpertRef> experts, float limit,
+                            MatrixView y_all) {
+  CheckMoeExpertsShapes(x_all, expert_ids, weights, top_k, experts, y_all);
+  const auto local = static_cast<int64_t>(experts.size());
+  const ExpertGroups groups =
+      GroupByExpert(expert_ids, weights, top_k, first_expert, local);
+  for (int64_t e = 0; e < local; ++e) {
+    const int64_t n = groups.count(e);
+    if (n == 0) continue;
+    const int64_t begin = groups.offsets[e];
+    ExpertForward(x_all, absl::MakeConstSpan(groups.rows).subspan(begin, n),
+                  absl::MakeConstSpan(groups.weights).subspan(begin, n),
+                  *experts[e].w1, *experts[e].w2, *experts[e].w3, limit, y_all);
+  }
+}
+
 }  // namespace mneme::gpu

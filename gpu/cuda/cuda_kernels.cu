@@ -33,55 +33,97 @@ __global__ void ForEachKernel(Op op, int64_t items) {
 // (coalesced), each decoded weight serves every token of the item, then a
 // shuffle reduction per token. Same decode as LinearOp (WeightView::At);
 // the sums are taken in another order.
-__global__ void LinearWarpKernel(kernels::LinearOp op, int64_t items) {
+__device__ void LinearWarpItem(const kernels::LinearOp& op, int64_t item,
+                               int lane) {
   constexpr int kTokens = kernels::kLinearRowTokens;
+  const int64_t r = op.Row(item);
+  const float* x = op.x + op.FirstToken(item) * op.w.cols;
+  float* y = op.y + op.FirstToken(item) * op.w.rows;
+  const int n = op.ChunkTokens(item);
+  float sum[kTokens] = {};
+  for (int64_t c = lane; c < op.w.cols; c += 32) {
+    const float wv = op.w.At(r, c);
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      if (t < n) sum[t] += x[t * op.w.cols + c] * wv;
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kTokens; ++t) {
+    if (t >= n) break;
+    float s = sum[t];
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      s += __shfl_down_sync(0xffffffffu, s, offset);
+    }
+    if (lane == 0) {
+      float* out = y + t * op.w.rows + r;
+      *out = op.accumulate ? *out + s : s;
+    }
+  }
+}
+
+// The warps of the grid over `items`, grid-stride: item_fn(item, lane).
+template <typename ItemFn>
+__device__ void ForEachWarpItem(int64_t items, const ItemFn& item_fn) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   for (int64_t item =
            (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
        item < items; item += warps) {
-    const int64_t r = op.Row(item);
-    const float* x = op.x + op.FirstToken(item) * op.w.cols;
-    float* y = op.y + op.FirstToken(item) * op.w.rows;
-    const int n = op.ChunkTokens(item);
-    float sum[kTokens] = {};
-    for (int64_t c = lane; c < op.w.cols; c += 32) {
-      const float wv = op.w.At(r, c);
-#pragma unroll
-      for (int t = 0; t < kTokens; ++t) {
-        if (t < n) sum[t] += x[t * op.w.cols + c] * wv;
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      if (t >= n) break;
-      float s = sum[t];
-      for (int offset = 16; offset > 0; offset >>= 1) {
-        s += __shfl_down_sync(0xffffffffu, s, offset);
-      }
-      if (lane == 0) {
-        float* out = y + t * op.w.rows + r;
-        *out = op.accumulate ? *out + s : s;
-      }
-    }
+    item_fn(item, lane);
   }
 }
 
-// Linear of many tokens: one block per tile (LinearTiledOp), the phases
-// of the op with a barrier between them.
+__global__ void LinearWarpKernel(kernels::LinearOp op, int64_t items) {
+  ForEachWarpItem(
+      items, [&](int64_t item, int lane) { LinearWarpItem(op, item, lane); });
+}
+
+// The routed experts' Linear: each warp finds its item's group, then works
+// as LinearWarpKernel on that group's weight and tokens. Bounded to 80
+// registers a thread (3 blocks a multiprocessor; 110 unbounded), which
+// nvcc reaches for sm_90 without spilling.
+__global__ void __launch_bounds__(kThreads, 3)
+    GroupedLinearWarpKernel(kernels::GroupedLinearOp op, int64_t items) {
+  ForEachWarpItem(items, [&](int64_t item, int lane) {
+    const int64_t g = op.Group(item);
+    LinearWarpItem(op.Args(g), item - op.groups[g].first_item, lane);
+  });
+}
+
+// One tile of a LinearTiledOp by the block: the op's phases with a barrier
+// between them.
+__device__ void LinearBlockTile(const kernels::LinearTiledOp& op, int64_t tile,
+                                kernels::LinearTile& memory) {
+  const int thread = static_cast<int>(threadIdx.x);
+  kernels::LinearTileSums sums = {};
+  for (int64_t c0 = 0; c0 < op.args.w.cols; c0 += kernels::kTileCols) {
+    op.LoadTile(tile, c0, thread, memory);
+    __syncthreads();
+    op.AccumulateTile(thread, memory, sums);
+    __syncthreads();
+  }
+  op.StoreTile(tile, thread, sums);
+}
+
+// Linear of many tokens: one block per tile (LinearTiledOp).
 __global__ void __launch_bounds__(kernels::kTileThreads)
     LinearTiledKernel(kernels::LinearTiledOp op, int64_t tiles) {
   __shared__ kernels::LinearTile tile_memory;
-  const int thread = static_cast<int>(threadIdx.x);
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    kernels::LinearTileSums sums = {};
-    for (int64_t c0 = 0; c0 < op.args.w.cols; c0 += kernels::kTileCols) {
-      op.LoadTile(tile, c0, thread, tile_memory);
-      __syncthreads();
-      op.AccumulateTile(thread, tile_memory, sums);
-      __syncthreads();
-    }
-    op.StoreTile(tile, thread, sums);
+    LinearBlockTile(op, tile, tile_memory);
+  }
+}
+
+// The routed experts' Linear by tiles: each block finds its tile's group
+// (the whole block the same one, so the barriers are uniform).
+__global__ void __launch_bounds__(kernels::kTileThreads)
+    GroupedLinearTiledKernel(kernels::GroupedLinearTiledOp op, int64_t tiles) {
+  __shared__ kernels::LinearTile tile_memory;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t g = op.args.Group(tile);
+    LinearBlockTile(op.Tiled(g), tile - op.args.groups[g].first_item,
+                    tile_memory);
   }
 }
 
@@ -90,11 +132,7 @@ __global__ void __launch_bounds__(kernels::kTileThreads)
 // lane gets the same sum, as ButterflySum).
 __global__ void SparseAttentionWarpKernel(kernels::SparseAttentionWarpOp op,
                                           int64_t items) {
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t item =
-           (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-       item < items; item += warps) {
+  ForEachWarpItem(items, [&](int64_t item, int lane) {
     kernels::AttentionLane s;
     op.Begin(item, lane, s);
     for (int64_t j = 0; j < op.args.width; ++j) {
@@ -107,7 +145,7 @@ __global__ void SparseAttentionWarpKernel(kernels::SparseAttentionWarpOp op,
       op.Step(dot, s);
     }
     op.Finish(item, lane, s);
-  }
+  });
 }
 
 // The indexer's scores by tiles: one block per tile (IndexScoresTiledOp),
@@ -138,6 +176,13 @@ int LaunchImpl(const kernels::LinearOp& op, int64_t items,
   return static_cast<int>(cudaGetLastError());
 }
 
+int LaunchImpl(const kernels::GroupedLinearOp& op, int64_t items,
+               cudaStream_t stream) {
+  GroupedLinearWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op,
+                                                                       items);
+  return static_cast<int>(cudaGetLastError());
+}
+
 int LaunchImpl(const kernels::SparseAttentionWarpOp& op, int64_t items,
                cudaStream_t stream) {
   SparseAttentionWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op,
@@ -145,18 +190,29 @@ int LaunchImpl(const kernels::SparseAttentionWarpOp& op, int64_t items,
   return static_cast<int>(cudaGetLastError());
 }
 
+// Kernels of one block per item (tile).
+int TileBlocks(int64_t tiles) {
+  return static_cast<int>(tiles < kMaxBlocks ? tiles : kMaxBlocks);
+}
+
 int LaunchImpl(const kernels::IndexScoresTiledOp& op, int64_t items,
                cudaStream_t stream) {
-  const int blocks = static_cast<int>(items < kMaxBlocks ? items : kMaxBlocks);
-  IndexScoresTiledKernel<<<blocks, kernels::kScoreThreads, 0, stream>>>(op,
-                                                                        items);
+  IndexScoresTiledKernel<<<TileBlocks(items), kernels::kScoreThreads, 0,
+                           stream>>>(op, items);
   return static_cast<int>(cudaGetLastError());
 }
 
 int LaunchImpl(const kernels::LinearTiledOp& op, int64_t items,
                cudaStream_t stream) {
-  const int blocks = static_cast<int>(items < kMaxBlocks ? items : kMaxBlocks);
-  LinearTiledKernel<<<blocks, kernels::kTileThreads, 0, stream>>>(op, items);
+  LinearTiledKernel<<<TileBlocks(items), kernels::kTileThreads, 0, stream>>>(
+      op, items);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchImpl(const kernels::GroupedLinearTiledOp& op, int64_t items,
+               cudaStream_t stream) {
+  GroupedLinearTiledKernel<<<TileBlocks(items), kernels::kTileThreads, 0,
+                             stream>>>(op, items);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -839,6 +839,83 @@ void KernelBackend::MoeRoute(ConstMatrixView logits, const float* bias,
   FetchBytes(weights.data(), w, n * static_cast<int64_t>(sizeof(float)));
 }
 
+int64_t KernelBackend::GroupedGemmBytes(int64_t experts, int64_t n,
+                                        int64_t cols) {
+  // Two group tables (row op, tiles), the per-token scales and the
+  // quantized activations.
+  return 2 * Carver::Bytes<k::LinearGroup>(experts) + Carver::Bytes<float>(n) +
+         Carver::Bytes<float>(n * cols);
+}
+
+void KernelBackend::GroupedGemm(Carver& carve,
+                                absl::Span<const int64_t> offsets,
+                                absl::Span<const ExpertRef> experts,
+                                const Weight* ExpertRef::*which, const float* x,
+                                float* y) {
+  const auto count = static_cast<int64_t>(experts.size());
+  const int64_t n = offsets[count];
+  const int64_t cols = (experts[0].*which)->cols();
+  std::vector<k::LinearGroup> rows_op;
+  std::vector<k::LinearGroup> tiles;
+  std::vector<float> scales(static_cast<size_t>(n), 0.0f);
+  int64_t row_items = 0;
+  int64_t tile_items = 0;
+  bool quantize = false;
+  for (int64_t e = 0; e < count; ++e) {
+    const int64_t tokens = offsets[e + 1] - offsets[e];
+    const KernelWeight& w = AsKernel(*(experts[e].*which));
+    if (tokens == 0 || w.rows() == 0) continue;
+    k::LinearGroup group{.w = w.view(),
+                         .first_token = offsets[e],
+                         .tokens = tokens,
+                         .input_scale = w.input_scale()};
+    if (group.input_scale > 0.0f) {
+      quantize = true;
+      std::fill_n(scales.begin() + offsets[e], tokens, group.input_scale);
+    }
+    // Gemm's rule, expert by expert.
+    const k::LinearOp op{.w = group.w, .tokens = tokens};
+    if (tokens >= kTiledLinearTokens && w.rows() >= kTiledLinearRows) {
+      group.first_item = tile_items;
+      tile_items += k::LinearTiledOp{.args = op}.Tiles();
+      tiles.push_back(group);
+    } else {
+      group.first_item = row_items;
+      row_items += op.Items();
+      rows_op.push_back(group);
+    }
+  }
+  const k::LinearGroup* staged_rows = carve.Stage<k::LinearGroup>(rows_op);
+  const k::LinearGroup* staged_tiles = carve.Stage<k::LinearGroup>(tiles);
+  const float* staged_scales = carve.Stage<float>(scales);
+  if (quantize) {
+    CHECK_EQ(cols % 16, 0);
+    float* xq = carve.Take<float>(n * cols);
+    executor_->Run(
+        k::GroupedQuantizeW4A4Op{
+            .x = x, .xq = xq, .scales = staged_scales, .cols = cols},
+        n * cols / 16);
+    x = xq;
+  }
+  if (!rows_op.empty()) {
+    executor_->Run(
+        k::GroupedLinearOp{.groups = staged_rows,
+                           .count = static_cast<int64_t>(rows_op.size()),
+                           .x = x,
+                           .y = y},
+        row_items);
+  }
+  if (!tiles.empty()) {
+    executor_->Run(
+        k::GroupedLinearTiledOp{
+            .args = {.groups = staged_tiles,
+                     .count = static_cast<int64_t>(tiles.size()),
+                     .x = x,
+                     .y = y}},
+        tile_items);
+  }
+}
+
 void KernelBackend::ExpertForward(ConstMatrixView x_all,
                                   absl::Span<const int32_t> rows,
                                   absl::Span<const float> weights,
@@ -846,29 +923,61 @@ void KernelBackend::ExpertForward(ConstMatrixView x_all,
                                   const Weight& w3, float limit,
                                   MatrixView y_all) {
   CheckExpertForwardShapes(x_all, rows, weights, w1, w2, w3, y_all);
+  const ExpertGroups one{
+      .rows = std::vector<int32_t>(rows.begin(), rows.end()),
+      .weights = std::vector<float>(weights.begin(), weights.end()),
+      .offsets = {0, static_cast<int64_t>(rows.size())}};
+  const ExpertRef expert{.w1 = &w1, .w2 = &w2, .w3 = &w3};
+  RunExperts(x_all, one, absl::MakeConstSpan(&expert, 1), limit, y_all);
+}
+
+void KernelBackend::MoeExperts(ConstMatrixView x_all,
+                               absl::Span<const int32_t> expert_ids,
+                               absl::Span<const float> weights, int top_k,
+                               int64_t first_expert,
+                               absl::Span<const ExpertRef> experts, float limit,
+                               MatrixView y_all) {
+  CheckMoeExpertsShapes(x_all, expert_ids, weights, top_k, experts, y_all);
+  RunExperts(x_all,
+             GroupByExpert(expert_ids, weights, top_k, first_expert,
+                           static_cast<int64_t>(experts.size())),
+             experts, limit, y_all);
+}
+
+void KernelBackend::RunExperts(ConstMatrixView x_all,
+                               const ExpertGroups& groups,
+                               absl::Span<const ExpertRef> experts, float limit,
+                               MatrixView y_all) {
+  const auto local = static_cast<int64_t>(experts.size());
+  const auto n = static_cast<int64_t>(groups.rows.size());
   const int64_t d = x_all.cols;
-  const int64_t inter = w1.rows();
-  const auto n = static_cast<int64_t>(rows.size());
   if (n == 0 || d == 0) return;
+  const int64_t inter = experts[0].w1->rows();
   Carver carve(*this, Carver::Bytes<int32_t>(n) + Carver::Bytes<float>(n) +
                           2 * Carver::Bytes<float>(n * d) +
-                          2 * Carver::Bytes<float>(n * inter));
-  const int32_t* staged_rows = carve.Stage(rows);
-  const float* staged_weights = carve.Stage(weights);
+                          2 * Carver::Bytes<float>(n * inter) +
+                          2 * GroupedGemmBytes(local, n, d) +
+                          GroupedGemmBytes(local, n, inter));
+  const int32_t* staged_rows = carve.Stage<int32_t>(groups.rows);
+  const float* staged_weights = carve.Stage<float>(groups.weights);
   float* x = carve.Take<float>(n * d);
   float* h1 = carve.Take<float>(n * inter);
   float* h3 = carve.Take<float>(n * inter);
   float* out = carve.Take<float>(n * d);
+  // The assignments' rows of x, expert after expert; then every expert's
+  // SwiGLU at once.
   executor_->Run(k::MoveRowsOp{.src = x_all.data,
                                .src_rows = staged_rows,
                                .dst = x,
                                .dst_rows = nullptr,
                                .cols = d},
                  n * d);
-  Gemm(x, n, w1, h1, false);
-  Gemm(x, n, w3, h3, false);
+  GroupedGemm(carve, groups.offsets, experts, &ExpertRef::w1, x, h1);
+  GroupedGemm(carve, groups.offsets, experts, &ExpertRef::w3, x, h3);
   executor_->Run(k::SwiGluOp{.h1 = h1, .h3 = h3, .limit = limit}, n * inter);
-  Gemm(h1, n, w2, out, false);
+  GroupedGemm(carve, groups.offsets, experts, &ExpertRef::w2, h1, out);
+  // In assignment order within each expert, experts in ascending order:
+  // ExpertForward's additions, one expert after another.
   executor_->Run(k::ScatterAddOp{.src = out,
                                  .rows = staged_rows,
                                  .weights = staged_weights,

@@ -108,6 +108,10 @@ class KernelBackend final : public Backend {
                      absl::Span<const float> weights, const Weight& w1,
                      const Weight& w2, const Weight& w3, float limit,
                      MatrixView y_all) override;
+  void MoeExperts(ConstMatrixView x_all, absl::Span<const int32_t> expert_ids,
+                  absl::Span<const float> weights, int top_k,
+                  int64_t first_expert, absl::Span<const ExpertRef> experts,
+                  float limit, MatrixView y_all) override;
   void Sample(ConstMatrixView logits, absl::Span<const SamplingParams> params,
               absl::Span<int32_t> ids, absl::Span<float> logprobs) override;
   void LogProbs(ConstMatrixView logits, absl::Span<const int32_t> ids,
@@ -126,6 +130,20 @@ class KernelBackend final : public Backend {
   // y[T, w.rows] (+)= x[T, w.cols] . w^T on device memory.
   void Gemm(const float* x, int64_t tokens, const Weight& w, float* y,
             bool accumulate);
+  // The routed experts' Gemm in at most three launches: expert e's tokens
+  // are rows [offsets[e], offsets[e + 1]) of x [n, cols] and y [n, rows],
+  // y = x . w^T with w = experts[e].*which, each expert as Gemm would (row
+  // op or tiles by the same rule, the static W4A4 contract by a grouped
+  // quantization). Temporaries from `carve`: GroupedGemmBytes.
+  void GroupedGemm(Carver& carve, absl::Span<const int64_t> offsets,
+                   absl::Span<const ExpertRef> experts,
+                   const Weight* ExpertRef::*which, const float* x, float* y);
+  static int64_t GroupedGemmBytes(int64_t experts, int64_t n, int64_t cols);
+  // ExpertForward and MoeExperts: the assignments grouped by expert (rows,
+  // weights, offsets into them).
+  void RunExperts(ConstMatrixView x_all, const ExpertGroups& groups,
+                  absl::Span<const ExpertRef> experts, float limit,
+                  MatrixView y_all);
   // `n` floats of device memory copied back to the host.
   std::vector<float> Fetch(const float* src, int64_t n);
   // `bytes` of device memory into host `dst`, after the queued work; stops

@@ -446,6 +446,82 @@ struct LinearTiledOp {
   }
 };
 
+// ---- grouped Linear (a MoE layer's routed experts in one launch) ----------
+
+// One group of a grouped Linear: a weight and its run of tokens, rows
+// [first_token, first_token + tokens) of the grouped op's x and y.
+// first_item: the group's first item in the grouped op (the items of the
+// groups before it). input_scale > 0: the weight takes the static
+// W4A4-quantized activations (GroupedQuantizeW4A4Op's per-token scales).
+struct LinearGroup {
+  WeightView w;
+  int64_t first_token = 0;
+  int64_t tokens = 0;
+  int64_t first_item = 0;
+  float input_scale = 0.0f;
+};
+
+// The group an item belongs to: the last of groups[0, count) (ascending
+// first_item, groups[0].first_item == 0) whose first_item <= item.
+MNEME_HD inline int64_t FindGroup(const LinearGroup* groups, int64_t count,
+                                  int64_t item) {
+  int64_t lo = 0;
+  int64_t hi = count - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (groups[mid].first_item <= item) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+// Linear of several weights, each over its own run of tokens: y[t, r] (= or
+// +=) sum_c x[t, c] * w_g(r, c) for the tokens t of group g. x rows have
+// w.cols values and y rows w.rows (every group's weight of one shape). Item
+// = group g's LinearOp item i at groups[g].first_item + i: group g computes
+// what LinearOp (Args(g)) computes, in the same order of additions.
+struct GroupedLinearOp {
+  const LinearGroup* groups = nullptr;
+  int64_t count = 0;
+  const float* x = nullptr;
+  float* y = nullptr;
+  bool accumulate = false;
+
+  MNEME_HD int64_t Group(int64_t item) const {
+    return FindGroup(groups, count, item);
+  }
+  // Group g as the one-weight op.
+  MNEME_HD LinearOp Args(int64_t g) const {
+    const LinearGroup& group = groups[g];
+    return LinearOp{.w = group.w,
+                    .x = x + group.first_token * group.w.cols,
+                    .y = y + group.first_token * group.w.rows,
+                    .accumulate = accumulate,
+                    .tokens = group.tokens};
+  }
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t g = Group(item);
+    Args(g)(item - groups[g].first_item);
+  }
+};
+
+// The same by tiles: item = group g's LinearTiledOp tile i at
+// groups[g].first_item + i (first_item counts tiles).
+struct GroupedLinearTiledOp {
+  GroupedLinearOp args;
+  MNEME_HD LinearTiledOp Tiled(int64_t g) const {
+    return LinearTiledOp{.args = args.Args(g)};
+  }
+  // The block of `tile` on the host (cuda_kernels.cu runs its phases).
+  void operator()(int64_t tile) const {
+    const int64_t g = args.Group(tile);
+    Tiled(g)(tile - args.groups[g].first_item);
+  }
+};
+
 // out[i] = w(i / cols, i % cols): a weight decoded to fp32.
 struct DequantizeOp {
   WeightView w;
@@ -480,6 +556,24 @@ struct QuantizeW4A4Op {
       }
       xq[group * 16 + i] = (E2m1Value(code) * sf) * inverse;
     }
+  }
+};
+
+// The static W4A4 contract for tokens of several weights: token t's values
+// quantized with scales[t] (QuantizeW4A4Op), or copied when scales[t] <= 0;
+// rows of `cols` values (a multiple of 16); item = a group of 16 values.
+struct GroupedQuantizeW4A4Op {
+  const float* x = nullptr;
+  float* xq = nullptr;
+  const float* scales = nullptr;
+  int64_t cols = 0;
+  MNEME_HD void operator()(int64_t group) const {
+    const float scale = scales[group * 16 / cols];
+    if (scale > 0.0f) {
+      QuantizeW4A4Op{.x = x, .xq = xq, .global_scale = scale}(group);
+      return;
+    }
+    for (int i = 0; i < 16; ++i) xq[group * 16 + i] = x[group * 16 + i];
   }
 };
 
@@ -1612,8 +1706,11 @@ struct TopKEmitOp {
 #define MNEME_KERNEL_OPS(X) \
   X(LinearOp)               \
   X(LinearTiledOp)          \
+  X(GroupedLinearOp)        \
+  X(GroupedLinearTiledOp)   \
   X(DequantizeOp)           \
   X(QuantizeW4A4Op)         \
+  X(GroupedQuantizeW4A4Op)  \
   X(RmsNormOp)              \
   X(RopeOp)                 \
   X(AddOp)                  \

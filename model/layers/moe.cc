@@ -128,23 +128,17 @@ absl::Status MoeForward(const LayerContext& ctx, const MoeWeights& w,
                            absl::MakeSpan(ids), absl::MakeSpan(weights));
     }
   }
-  const int64_t local = static_cast<int64_t>(w.experts.size());
-  const int64_t first = ctx.tp_rank * local;
-  std::vector<std::vector<int32_t>> rows(local);
-  std::vector<std::vector<float>> row_weights(local);
-  for (int64_t i = 0; i < T * k; ++i) {
-    const int64_t e = ids[i] - first;
-    if (e < 0 || e >= local) continue;
-    rows[e].push_back(static_cast<int32_t>(i / k));
-    row_weights[e].push_back(weights[i]);
+  // This rank's experts, in one call (the CUDA backend runs them as grouped
+  // GEMMs); they accumulate into out.
+  std::vector<gpu::ExpertRef> experts;
+  experts.reserve(w.experts.size());
+  for (const ExpertWeights& ew : w.experts) {
+    experts.push_back(gpu::ExpertRef{
+        .w1 = ew.w1.get(), .w2 = ew.w2.get(), .w3 = ew.w3.get()});
   }
-  // The experts accumulate into out.
-  for (int64_t e = 0; e < local; ++e) {
-    if (rows[e].empty()) continue;
-    const ExpertWeights& ew = w.experts[e];
-    ctx.backend.ExpertForward(xn, rows[e], row_weights[e], *ew.w1, *ew.w2,
-                              *ew.w3, d.swiglu_limit, out);
-  }
+  const int64_t first = ctx.tp_rank * static_cast<int64_t>(experts.size());
+  ctx.backend.MoeExperts(xn, ids, weights, static_cast<int>(k), first, experts,
+                         d.swiglu_limit, out);
   if (w.shared.w1 != nullptr) {
     std::vector<int32_t> all(T);
     for (int64_t t = 0; t < T; ++t) all[t] = static_cast<int32_t>(t);

@@ -13,11 +13,13 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -28,9 +30,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "formats/bf16.h"
 #include "gpu/backend.h"
 #include "gpu/cuda/cuda_backend.h"
+#include "gpu/sampling.h"
 
 ABSL_FLAG(int, device, 0, "CUDA device index.");
 ABSL_FLAG(int, iters, 50, "Timed repetitions of each measurement.");
@@ -111,6 +115,100 @@ Bytes RandomWeight(WeightFormat format, int64_t rows, int64_t cols,
       break;
   }
   return b;
+}
+
+// Seconds per call of fn (`n` calls after one warm-up); -1 on a device
+// error.
+template <typename Fn>
+double SecondsPerCall(Backend& backend, int n, const Fn& fn) {
+  fn();
+  (void)backend.Synchronize();
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < n; ++i) fn();
+  if (!backend.Synchronize().ok()) return -1.0;
+  return absl::ToDoubleSeconds(absl::Now() - start) / n;
+}
+
+// One rank's routed experts of a V4-Flash layer (4096 -> 2048 -> 4096,
+// MXFP4; 64 of 256 experts, 6 a token) for a decode batch of 16 and a
+// prefill chunk of 512 tokens: MoeExperts (grouped launches) against the
+// same experts by ExpertForward one after another, and the grouped call's
+// read of the weights it uses against a memcpy of those bytes. Returns an
+// error or "".
+std::string MoeFields(Backend& backend, int iters, std::mt19937& rng,
+                      std::vector<std::string>& fields) {
+  constexpr int64_t kDim = 4096;
+  constexpr int64_t kInter = 2048;
+  constexpr int64_t kLocal = 64;
+  constexpr int kAllExperts = 256;
+  constexpr int kTopK = 6;
+  const Bytes up = RandomWeight(WeightFormat::kMxfp4, kInter, kDim, rng);
+  const Bytes down = RandomWeight(WeightFormat::kMxfp4, kDim, kInter, rng);
+  const int64_t expert_bytes =
+      static_cast<int64_t>(2 * (up.data.size() + up.scale.size()) +
+                           down.data.size() + down.scale.size());
+  std::vector<std::unique_ptr<Weight>> owned;
+  std::vector<ExpertRef> experts;
+  for (int64_t e = 0; e < kLocal; ++e) {
+    for (const Bytes* b : {&up, &down, &up}) {
+      HostWeight h;
+      h.format = WeightFormat::kMxfp4;
+      h.rows = b == &up ? kInter : kDim;
+      h.cols = b == &up ? kDim : kInter;
+      h.data = b->data;
+      h.scale = b->scale;
+      absl::StatusOr<std::unique_ptr<Weight>> w = backend.UploadWeight(h);
+      if (!w.ok()) return "expert upload";
+      owned.push_back(*std::move(w));
+    }
+    experts.push_back(ExpertRef{.w1 = owned[3 * e].get(),
+                                .w2 = owned[3 * e + 1].get(),
+                                .w3 = owned[3 * e + 2].get()});
+  }
+  for (const int64_t tokens : {int64_t{16}, int64_t{512}}) {
+    absl::StatusOr<std::unique_ptr<Buffer>> x = backend.Allocate(tokens * kDim);
+    absl::StatusOr<std::unique_ptr<Buffer>> y = backend.Allocate(tokens * kDim);
+    if (!x.ok() || !y.ok()) return "allocation";
+    backend.CopyFromHost(std::vector<float>(tokens * kDim, 0.01f),
+                         (*x)->data());
+    // Distinct experts a token, uniform over all 256 (this rank holds the
+    // first 64).
+    std::vector<int32_t> ids(tokens * kTopK);
+    std::vector<int32_t> all(kAllExperts);
+    for (int i = 0; i < kAllExperts; ++i) all[i] = i;
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::shuffle(all.begin(), all.end(), rng);
+      std::copy_n(all.begin(), kTopK, ids.begin() + t * kTopK);
+    }
+    const std::vector<float> weights(ids.size(), 1.0f / kTopK);
+    const ExpertGroups groups = GroupByExpert(ids, weights, kTopK, 0, kLocal);
+    int64_t used = 0;
+    for (int64_t e = 0; e < kLocal; ++e) used += groups.count(e) > 0 ? 1 : 0;
+    const ConstMatrixView xv((*x)->data(), tokens, kDim);
+    const MatrixView yv{(*y)->data(), tokens, kDim};
+    const int n = tokens == 16 ? iters : 3;
+    const double grouped = SecondsPerCall(backend, n, [&] {
+      backend.MoeExperts(xv, ids, weights, kTopK, 0, experts, 0.0f, yv);
+    });
+    const double one_by_one = SecondsPerCall(backend, n, [&] {
+      for (int64_t e = 0; e < kLocal; ++e) {
+        const int64_t count = groups.count(e);
+        if (count == 0) continue;
+        const int64_t begin = groups.offsets[e];
+        backend.ExpertForward(
+            xv, absl::MakeConstSpan(groups.rows).subspan(begin, count),
+            absl::MakeConstSpan(groups.weights).subspan(begin, count),
+            *experts[e].w1, *experts[e].w2, *experts[e].w3, 0.0f, yv);
+      }
+    });
+    if (grouped <= 0.0 || one_by_one <= 0.0) return "moe experts";
+    fields.push_back(absl::StrCat(
+        "\"moe", tokens, "_grouped_over_per_expert\": ", one_by_one / grouped));
+    fields.push_back(
+        absl::StrCat("\"moe", tokens, "_grouped_vs_memcpy\": ",
+                     VsMemcpy(used * expert_bytes, grouped, iters)));
+  }
+  return "";
 }
 
 std::string Run(Backend& backend, int iters) {
@@ -237,6 +335,10 @@ std::string Run(Backend& backend, int iters) {
   fields.push_back(
       absl::StrCat("\"index_scores_vs_memcpy\": ",
                    VsMemcpy(kEntries * kIndexDim * 4, index_s, iters)));
+  if (const std::string error = MoeFields(backend, iters, rng, fields);
+      !error.empty()) {
+    return absl::StrCat("{\"error\": \"", error, "\"}");
+  }
   return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
 }
 

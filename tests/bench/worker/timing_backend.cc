@@ -269,6 +269,18 @@ void TimingBackend::ExpertForward(gpu::ConstMatrixView x_all,
   });
 }
 
+void TimingBackend::MoeExperts(gpu::ConstMatrixView x_all,
+                               absl::Span<const int32_t> expert_ids,
+                               absl::Span<const float> weights, int top_k,
+                               int64_t first_expert,
+                               absl::Span<const gpu::ExpertRef> experts,
+                               float limit, gpu::MatrixView y_all) {
+  Timed(Kind::kOther, [&] {
+    inner_.MoeExperts(x_all, expert_ids, weights, top_k, first_expert, experts,
+                      limit, y_all);
+  });
+}
+
 void TimingBackend::Sample(gpu::ConstMatrixView logits,
                            absl::Span<const gpu::SamplingParams> params,
                            absl::Span<int32_t> ids,

@@ -153,6 +153,12 @@ class TimingBackend : public gpu::Backend {
                      absl::Span<const float> weights, const gpu::Weight& w1,
                      const gpu::Weight& w2, const gpu::Weight& w3, float limit,
                      gpu::MatrixView y_all) override;
+  void MoeExperts(gpu::ConstMatrixView x_all,
+                  absl::Span<const int32_t> expert_ids,
+                  absl::Span<const float> weights, int top_k,
+                  int64_t first_expert,
+                  absl::Span<const gpu::ExpertRef> experts, float limit,
+                  gpu::MatrixView y_all) override;
   void Sample(gpu::ConstMatrixView logits,
               absl::Span<const gpu::SamplingParams> params,
               absl::Span<int32_t> ids, absl::Span<float> logprobs) override;

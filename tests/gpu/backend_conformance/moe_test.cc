@@ -2,6 +2,7 @@
 // BackendFactories().
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -215,6 +216,207 @@ TEST_P(MoeTest, ExpertForwardClampsAndAccumulates) {
       ExpectAllNear(Download(ym), ref, 1e-5 * magnitude);
     }
   }
+}
+
+// A layer's routed experts on this rank: experts[i] is global expert
+// first + i; the host values and the uploaded weights.
+struct ExpertSet {
+  std::vector<EncodedWeight> w1, w2, w3;
+  std::vector<std::unique_ptr<Weight>> u1, u2, u3;
+  std::vector<ExpertRef> refs;
+};
+
+// Assignments of `tokens` tokens, top_k each, to global ids in [-1,
+// first + local + 3): -1, other ranks' experts and this rank's. Slot i of
+// a token goes to local expert (favourite + i) % local three times in four,
+// so that those experts get enough tokens for the tiled Linear.
+std::vector<int32_t> Assign(int64_t tokens, int top_k, int64_t first,
+                            int64_t local, int64_t favourite,
+                            std::mt19937& rng) {
+  std::vector<int32_t> ids(tokens * top_k);
+  std::uniform_int_distribution<int> any(-1,
+                                         static_cast<int>(first + local + 2));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int i = 0; i < top_k; ++i) {
+      int32_t id = rng() % 4 != 0
+                       ? static_cast<int32_t>(first + (favourite + i) % local)
+                       : any(rng);
+      // A token's experts differ (as MoeRoute's); -1 may repeat.
+      for (int j = 0; j < i; ++j) {
+        if (id >= 0 && ids[t * top_k + j] == id) id = -1;
+      }
+      ids[t * top_k + i] = id;
+    }
+  }
+  return ids;
+}
+
+// What MoeExperts promises to equal: ExpertForward of each local expert in
+// turn with its assignments in order.
+void ExpertsOneByOne(Backend& backend, ConstMatrixView x,
+                     const std::vector<int32_t>& ids,
+                     const std::vector<float>& weights, int top_k,
+                     int64_t first, const std::vector<ExpertRef>& experts,
+                     float limit, MatrixView y) {
+  for (int64_t e = 0; e < std::ssize(experts); ++e) {
+    std::vector<int32_t> rows;
+    std::vector<float> row_weights;
+    for (int64_t a = 0; a < std::ssize(ids); ++a) {
+      if (ids[a] != first + e) continue;
+      rows.push_back(static_cast<int32_t>(a / top_k));
+      row_weights.push_back(weights[a]);
+    }
+    if (rows.empty()) continue;
+    backend.ExpertForward(x, rows, row_weights, *experts[e].w1, *experts[e].w2,
+                          *experts[e].w3, limit, y);
+  }
+}
+
+void ExpectSameBits(const std::vector<float>& actual,
+                    const std::vector<float>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(actual[i]),
+              std::bit_cast<uint32_t>(expected[i]))
+        << "at " << i << ": " << actual[i] << " vs " << expected[i];
+  }
+}
+
+TEST_P(MoeTest, MoeExpertsSumsTheRanksExpertsOfEachToken) {
+  const int64_t first = 3, local = 4, favourite = 2;
+  const int top_k = 2;
+  struct Shape {
+    int64_t d, inter, tokens;
+  };
+  // Decode-sized (the row op) and prefill-sized (the two favourite experts
+  // by tiles on the kernel backends, the others by rows).
+  for (const Shape shape : {Shape{32, 64, 5}, Shape{128, 160, 150}}) {
+    for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kNvfp4}) {
+      SCOPED_TRACE(::testing::Message() << "d " << shape.d << " format "
+                                        << static_cast<int>(format));
+      const int64_t d = shape.d, inter = shape.inter, tokens = shape.tokens;
+      ExpertSet set;
+      for (int64_t e = 0; e < local; ++e) {
+        set.w1.push_back(Encode(format, inter, d, rng_));
+        set.w2.push_back(Encode(format, d, inter, rng_));
+        set.w3.push_back(Encode(format, inter, d, rng_));
+        set.u1.push_back(MustUpload(set.w1.back().host()));
+        set.u2.push_back(MustUpload(set.w2.back().host()));
+        set.u3.push_back(MustUpload(set.w3.back().host()));
+        ASSERT_TRUE(set.u1.back() && set.u2.back() && set.u3.back());
+        set.refs.push_back(ExpertRef{.w1 = set.u1.back().get(),
+                                     .w2 = set.u2.back().get(),
+                                     .w3 = set.u3.back().get()});
+      }
+      const std::vector<int32_t> ids =
+          Assign(tokens, top_k, first, local, favourite, rng_);
+      const std::vector<float> weights = Random(tokens * top_k, -1, 2);
+      const std::vector<float> x_all = Random(tokens * d, -1, 1);
+      const std::vector<float> y0 = Random(tokens * d);
+      const float limit = 1.0f;
+      // The reference: each local expert's assignments, in order.
+      std::vector<double> ref(y0.begin(), y0.end());
+      int64_t favourite_tokens = tokens;
+      for (int64_t e = 0; e < local; ++e) {
+        std::vector<int32_t> rows;
+        std::vector<float> row_weights;
+        for (int64_t a = 0; a < tokens * top_k; ++a) {
+          if (ids[a] != first + e) continue;
+          rows.push_back(static_cast<int32_t>(a / top_k));
+          row_weights.push_back(weights[a]);
+        }
+        if (e == favourite || e == (favourite + 1) % local) {
+          favourite_tokens = std::min(favourite_tokens, std::ssize(rows));
+        }
+        int high = 0, low = 0;
+        const std::vector<double> delta =
+            RefExpert(x_all, d, rows, row_weights, set.w1[e].values,
+                      set.w2[e].values, set.w3[e].values, inter, limit,
+                      std::vector<float>(tokens * d, 0.0f), &high, &low);
+        for (int64_t i = 0; i < tokens * d; ++i) ref[i] += delta[i];
+      }
+      if (tokens > 100) {
+        EXPECT_GE(favourite_tokens, 64);
+      }
+      Mat xm = Upload(x_all, tokens, d);
+      Mat ym = Upload(y0, tokens, d);
+      backend_->MoeExperts(xm.view, ids, weights, top_k, first, set.refs, limit,
+                           ym.view);
+      double magnitude = 0;
+      for (double v : ref) magnitude = std::max(magnitude, std::fabs(v));
+      ExpectAllNear(Download(ym), ref, 1e-5 * magnitude);
+
+      // The same additions in the same order as ExpertForward expert by
+      // expert: bit for bit.
+      Mat one_by_one = Upload(y0, tokens, d);
+      ExpertsOneByOne(*backend_, xm.view, ids, weights, top_k, first, set.refs,
+                      limit, one_by_one.view);
+      ExpectSameBits(Download(ym), Download(one_by_one));
+    }
+  }
+}
+
+TEST_P(MoeTest, MoeExpertsQuantizesEachExpertsActivationsAsExpertForward) {
+  // The static W4A4 contract per expert (f32 weights with an input scale):
+  // expert 0 takes the activations as they are, 1 and 2 quantized with
+  // their own scales.
+  const int64_t d = 32, inter = 48, tokens = 40, local = 3;
+  const int top_k = 2;
+  const float scales[local] = {0.0f, 64.0f, 8.0f};
+  std::vector<EncodedWeight> encoded;
+  std::vector<std::unique_ptr<Weight>> quantized, plain;
+  std::vector<ExpertRef> refs, plain_refs;
+  for (int64_t e = 0; e < local; ++e) {
+    for (const int64_t rows : {inter, d, inter}) {
+      encoded.push_back(
+          Encode(WeightFormat::kF32, rows, rows == d ? inter : d, rng_));
+      HostWeight host = encoded.back().host();
+      plain.push_back(MustUpload(host));
+      host.gridbook_input_scale = scales[e];
+      quantized.push_back(MustUpload(host));
+      ASSERT_TRUE(plain.back() && quantized.back());
+    }
+    refs.push_back({.w1 = quantized[3 * e].get(),
+                    .w2 = quantized[3 * e + 1].get(),
+                    .w3 = quantized[3 * e + 2].get()});
+    plain_refs.push_back({.w1 = plain[3 * e].get(),
+                          .w2 = plain[3 * e + 1].get(),
+                          .w3 = plain[3 * e + 2].get()});
+  }
+  const std::vector<int32_t> ids = Assign(tokens, top_k, 0, local, 1, rng_);
+  const std::vector<float> weights = Random(tokens * top_k, 0, 1);
+  const std::vector<float> y0(tokens * d, 0.0f);
+  Mat xm = Upload(Random(tokens * d, -2, 2), tokens, d);
+  Mat grouped = Upload(y0, tokens, d);
+  Mat one_by_one = Upload(y0, tokens, d);
+  Mat unquantized = Upload(y0, tokens, d);
+  backend_->MoeExperts(xm.view, ids, weights, top_k, 0, refs, 0.0f,
+                       grouped.view);
+  ExpertsOneByOne(*backend_, xm.view, ids, weights, top_k, 0, refs, 0.0f,
+                  one_by_one.view);
+  backend_->MoeExperts(xm.view, ids, weights, top_k, 0, plain_refs, 0.0f,
+                       unquantized.view);
+  ExpectSameBits(Download(grouped), Download(one_by_one));
+  // The quantization changed something: the contract was applied.
+  EXPECT_NE(Download(grouped), Download(unquantized));
+}
+
+TEST_P(MoeTest, MoeExpertsWithNoneOfTheRanksExpertsLeavesYAlone) {
+  const int64_t d = 32, inter = 32, tokens = 3;
+  const EncodedWeight w1 = Encode(WeightFormat::kF32, inter, d, rng_);
+  const EncodedWeight w2 = Encode(WeightFormat::kF32, d, inter, rng_);
+  std::unique_ptr<Weight> u1 = MustUpload(w1.host()),
+                          u2 = MustUpload(w2.host());
+  const std::vector<ExpertRef> refs = {
+      {.w1 = u1.get(), .w2 = u2.get(), .w3 = u1.get()}};
+  // Expert 0 is another rank's (this one holds expert 1); -1 is skipped.
+  const std::vector<int32_t> ids = {0, -1, 2, 0, -1, -1};
+  const std::vector<float> weights(ids.size(), 1.0f);
+  const std::vector<float> y0 = Random(tokens * d);
+  Mat xm = Upload(Random(tokens * d), tokens, d);
+  Mat ym = Upload(y0, tokens, d);
+  backend_->MoeExperts(xm.view, ids, weights, 2, 1, refs, 0.0f, ym.view);
+  EXPECT_EQ(Download(ym), y0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, MoeTest,
