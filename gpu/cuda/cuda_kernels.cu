@@ -80,10 +80,12 @@ __global__ void LinearWarpKernel(kernels::LinearOp op, int64_t items) {
 }
 
 // The routed experts' Linear: each warp finds its item's group, then works
-// as LinearWarpKernel on that group's weight and tokens. Bounded to 80
-// registers a thread (3 blocks a multiprocessor; 110 unbounded), which
-// nvcc reaches for sm_90 without spilling.
-__global__ void __launch_bounds__(kThreads, 3)
+// as LinearWarpKernel on that group's weight and tokens. The group's weight
+// view comes from memory into registers (LinearWarpKernel reads its own
+// from the kernel parameters): bounded to 2 blocks a multiprocessor, which
+// nvcc meets for sm_90 and sm_121 without spilling (116 registers; at 3
+// blocks it spills).
+__global__ void __launch_bounds__(kThreads, 2)
     GroupedLinearWarpKernel(kernels::GroupedLinearOp op, int64_t items) {
   ForEachWarpItem(items, [&](int64_t item, int lane) {
     const int64_t g = op.Group(item);

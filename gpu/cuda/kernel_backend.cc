@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
+#include "formats/gridbook/gridbook.h"
 #include "glog/logging.h"
 #include "gpu/backend.h"
 #include "gpu/backend_checks.h"
@@ -99,10 +100,43 @@ bool KeptAsStored(WeightFormat format) {
     case WeightFormat::kFp8Block:
     case WeightFormat::kMxfp4:
     case WeightFormat::kNvfp4:
+    case WeightFormat::kGridbook:
       return true;
     default:
       return false;
   }
+}
+
+// A GridBook weight's scheme for the kernels and its tables (the sub-tables,
+// then the two-tier table) to copy beside the weight.
+k::GridbookScheme GridbookSchemeOf(const HostWeight& weight,
+                                   std::vector<float>& tables) {
+  namespace gb = formats::gridbook;
+  const gb::Scheme& scheme = weight.gridbook_scheme;
+  k::GridbookScheme g{
+      .k = scheme.k,
+      .n_sub = scheme.n_sub,
+      .type_size = gb::TypeSize(scheme),
+      .super_bias = scheme.super_bias,
+      .is_signed = scheme.mode == gb::Mode::kSigned,
+      .fp8 = scheme.grid == gb::Grid::kFp8,
+      .two_tier = scheme.scale_coding == gb::ScaleCoding::kTwoTier,
+      .width = {},
+      .shift = {},
+      .table_offset = {},
+      .two_tier_offset = 0};
+  tables.clear();
+  for (int sub = 0; sub < scheme.n_sub; ++sub) {
+    g.width[sub] = gb::BitWidth(scheme, sub);
+    g.shift[sub] = sub == 0 ? 0 : g.shift[sub - 1] + g.width[sub - 1];
+    g.table_offset[sub] = static_cast<int32_t>(tables.size());
+    const std::vector<float>& table = weight.gridbook_books->tables[sub];
+    tables.insert(tables.end(), table.begin(), table.end());
+  }
+  g.two_tier_offset = static_cast<int32_t>(tables.size());
+  tables.insert(tables.end(), scheme.two_tier_table.begin(),
+                scheme.two_tier_table.end());
+  return g;
 }
 
 }  // namespace
@@ -209,21 +243,29 @@ absl::StatusOr<std::unique_ptr<Weight>> KernelBackend::UploadWeight(
                      .cols = weight.cols,
                      .block_rows = weight.block_rows,
                      .block_cols = weight.block_cols,
-                     .global_scale = weight.global_scale};
+                     .global_scale = weight.global_scale,
+                     .gridbook = {},
+                     .tables = nullptr};
   std::vector<float> dense;
+  std::vector<float> tables;
   absl::Span<const uint8_t> data = weight.data;
   absl::Span<const uint8_t> scale = weight.scale;
   if (KeptAsStored(weight.format)) {
     view.format = static_cast<k::Format>(weight.format);
+    if (weight.format == WeightFormat::kGridbook) {
+      view.gridbook = GridbookSchemeOf(weight, tables);
+    }
   } else {
-    // EXL3 and GridBook: exact fp32 values (their kernels come later).
+    // EXL3: exact fp32 values (its kernels come later).
     ASSIGN_OR_RETURN(dense, DequantizeHostWeight(weight));
     data = absl::Span<const uint8_t>(
         reinterpret_cast<const uint8_t*>(dense.data()), dense.size() * 4);
     scale = {};
   }
   const int64_t data_bytes = RoundUp(static_cast<int64_t>(data.size()));
-  const int64_t total = data_bytes + static_cast<int64_t>(scale.size());
+  const int64_t scale_bytes = RoundUp(static_cast<int64_t>(scale.size()));
+  const int64_t table_bytes = static_cast<int64_t>(tables.size() * 4);
+  const int64_t total = data_bytes + scale_bytes + table_bytes;
   absl::StatusOr<void*> device = executor_->Allocate(total);
   if (!device.ok()) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -235,8 +277,14 @@ absl::StatusOr<std::unique_ptr<Weight>> KernelBackend::UploadWeight(
   executor_->ToDevice(bytes, data.data(), static_cast<int64_t>(data.size()));
   executor_->ToDevice(bytes + data_bytes, scale.data(),
                       static_cast<int64_t>(scale.size()));
+  if (table_bytes > 0) {
+    executor_->ToDevice(bytes + data_bytes + scale_bytes, tables.data(),
+                        table_bytes);
+  }
   view.data = bytes;
   view.scale = bytes + data_bytes;
+  view.tables =
+      reinterpret_cast<const float*>(bytes + data_bytes + scale_bytes);
   // The host copy (dense) must outlive the queued copy.
   if (absl::Status status = executor_->Synchronize(); !status.ok()) {
     executor_->Free(bytes);

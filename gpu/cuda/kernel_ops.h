@@ -118,10 +118,43 @@ MNEME_HD inline uint32_t FloatToBits(float f) {
 #endif
 }
 
+MNEME_HD inline double BitsToDouble(uint64_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(bits));
+#else
+  double d;
+  std::memcpy(&d, &bits, 8);
+  return d;
+#endif
+}
+
+// x * 2^e rounded once to fp32, as std::ldexp: a normal power of two in
+// fp32, otherwise the exact product in double rounded to fp32 (exact there
+// for any product that does not round to 0 in fp32).
+MNEME_HD inline float Ldexpf(float x, int e) {
+  if (e >= -126 && e <= 127) {
+    return x * BitsToFloat(static_cast<uint32_t>(e + 127) << 23);
+  }
+  const int clamped = e < -1000 ? -1000 : (e > 1000 ? 1000 : e);
+  const double power =
+      BitsToDouble(static_cast<uint64_t>(clamped + 1023) << 52);
+  return static_cast<float>(static_cast<double>(x) * power);
+}
+
 // ---- the checkpoint number formats (formats/*.h, bit for bit) ------------
 
 MNEME_HD inline float Bf16Value(uint16_t bits) {
   return BitsToFloat(static_cast<uint32_t>(bits) << 16);
+}
+
+// value rounded to bf16 (nearest even; a NaN stays a quiet NaN), as fp32:
+// formats/bf16.h FloatToBf16 then Bf16ToFloat.
+MNEME_HD inline float RoundBf16(float value) {
+  const uint32_t bits = FloatToBits(value);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
+    return BitsToFloat(((bits >> 16) | 0x0040u) << 16);
+  }
+  return BitsToFloat(((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16) << 16);
 }
 
 // e4m3 (fn): 0x7F / 0xFF are NaN, no infinities.
@@ -225,7 +258,33 @@ enum class Format : int32_t {
   kFp8Block = 3,
   kMxfp4 = 4,
   kNvfp4 = 5,
+  kGridbook = 7,
 };
+
+// A GridBook scheme as the kernels decode it (formats/gridbook/gridbook.h
+// is the reference: DecodeSuperblock, bit for bit). The weight's `tables`
+// hold the n_sub sub-tables (table_offset[i] is sub-table i's first value),
+// then the 16 values of the two-tier table at two_tier_offset.
+inline constexpr int kGridbookSuperblock = 256;
+struct GridbookScheme {
+  int32_t k = 0;          // bits per codeword (8 weights)
+  int32_t n_sub = 1;      // sub-tables (product mode)
+  int32_t type_size = 0;  // bytes per superblock
+  int32_t super_bias = 127;
+  bool is_signed = false;  // signed mode: 8 sign bits, one table
+  bool fp8 = false;        // fp8 grid: a per-row fp32 scale in `scale`
+  bool two_tier = false;   // fp4: two-tier scale plane, else e4m3 scales
+  int32_t width[4] = {};   // bits of each sub-index, sub 0 lowest
+  int32_t shift[4] = {};   // the sub-index's first bit in the codeword
+  int32_t table_offset[4] = {};
+  int32_t two_tier_offset = 0;
+};
+
+// a[i] by constant indices only: a kernel parameter indexed at run time
+// would be copied to the thread's stack.
+MNEME_HD inline int32_t Pick4(const int32_t (&a)[4], int i) {
+  return i == 0 ? a[0] : (i == 1 ? a[1] : (i == 2 ? a[2] : a[3]));
+}
 
 // A weight's bytes on the device, decoded an element at a time.
 struct WeightView {
@@ -237,6 +296,9 @@ struct WeightView {
   int32_t block_rows = 32;
   int32_t block_cols = 32;
   float global_scale = 1.0f;
+  // kGridbook: the scheme and its tables (device memory).
+  GridbookScheme gridbook = {};
+  const float* tables = nullptr;
 
   // Element (r, c) as fp32: the values of gpu/host_weight.h DequantizeRows.
   MNEME_HD float At(int64_t r, int64_t c) const {
@@ -262,8 +324,59 @@ struct WeightView {
                 E4m3Value(scale[r * (cols / 16) + c / 16])) *
                global_scale;
       }
+      case Format::kGridbook:
+        return GridbookAt(r, c);
     }
     return 0.0f;
+  }
+
+  // A GridBook element: codeword (c % 256) / 8 of the row's superblock c /
+  // 256 (k bits, LSB-first from the superblock's first byte), its value
+  // (c % 8) through the tables, times the group's or the row's scale,
+  // rounded to bf16.
+  MNEME_HD float GridbookAt(int64_t r, int64_t c) const {
+    const GridbookScheme& g = gridbook;
+    const uint8_t* block =
+        data + (r * (cols / kGridbookSuperblock) + c / kGridbookSuperblock) *
+                   g.type_size;
+    const int i = static_cast<int>(c % kGridbookSuperblock);
+    const int j = i % 8;
+    const int first = i / 8 * g.k;
+    // The bytes holding bits [first, first + k): at most 7 (k <= 48), all
+    // inside the 4 k index bytes.
+    const int bytes = (first % 8 + g.k + 7) / 8;
+    uint64_t window = 0;
+    for (int b = 0; b < bytes; ++b) {
+      window |= static_cast<uint64_t>(block[first / 8 + b]) << (8 * b);
+    }
+    const uint64_t code = (window >> (first % 8)) & ((uint64_t{1} << g.k) - 1);
+    float value;
+    if (g.is_signed) {
+      const float magnitude = tables[(code >> 8) * 8 + j];
+      value = ((code >> j) & 1u) != 0 ? -magnitude : magnitude;
+    } else {
+      const int columns = 8 / g.n_sub;
+      const int sub = j / columns;
+      const uint64_t index = (code >> Pick4(g.shift, sub)) &
+                             ((uint64_t{1} << Pick4(g.width, sub)) - 1);
+      value = tables[Pick4(g.table_offset, sub) +
+                     static_cast<int64_t>(index) * columns + j % columns];
+    }
+    float factor;
+    if (g.fp8) {
+      factor = reinterpret_cast<const float*>(scale)[r];
+    } else {
+      const uint8_t* plane = block + 4 * g.k;
+      const int group = i / 16;
+      if (g.two_tier) {
+        const int index = (plane[1 + group / 2] >> (4 * (group % 2))) & 0xF;
+        factor = Ldexpf(tables[g.two_tier_offset + index],
+                        static_cast<int>(plane[0]) - g.super_bias);
+      } else {
+        factor = E4m3Value(plane[group]);
+      }
+    }
+    return RoundBf16(value * factor);
   }
 };
 

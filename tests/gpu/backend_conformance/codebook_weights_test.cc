@@ -6,6 +6,7 @@
 // and without accumulate; UploadWeight refuses bad sizes and non-finite
 // scales.
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -103,7 +104,7 @@ struct GridbookCase {
 };
 
 GridbookCase MakeGridbook(const gb::Scheme& scheme, int64_t rows, int64_t cols,
-                          std::mt19937& rng) {
+                          std::mt19937& rng, bool extreme_exponents = false) {
   GridbookCase c;
   c.books = std::make_shared<gb::Codebooks>();
   for (int sub = 0; sub < scheme.n_sub; ++sub) {
@@ -135,7 +136,10 @@ GridbookCase MakeGridbook(const gb::Scheme& scheme, int64_t rows, int64_t cols,
       if (scheme.scale_coding == gb::ScaleCoding::kE4m3) {
         for (int g = 0; g < 16; ++g) plane[g] = 0x20 + rng() % 0x40;
       } else if (scheme.scale_coding == gb::ScaleCoding::kTwoTier) {
-        plane[0] = static_cast<uint8_t>(120 + rng() % 8);
+        // Mostly near 2^0; with extreme_exponents, every exponent byte
+        // (scales that are subnormal, zero or infinite in fp32 included).
+        plane[0] = extreme_exponents ? static_cast<uint8_t>(rng())
+                                     : static_cast<uint8_t>(120 + rng() % 8);
       }
     }
     if (scheme.grid == gb::Grid::kFp8) {
@@ -159,6 +163,20 @@ GridbookCase MakeGridbook(const gb::Scheme& scheme, int64_t rows, int64_t cols,
     }
   }
   return c;
+}
+
+// The HostWeight of a GridbookCase (borrows its bytes and tables).
+HostWeight GridbookHost(const gb::Scheme& scheme, int64_t rows, int64_t cols,
+                        const GridbookCase& g) {
+  HostWeight host;
+  host.format = WeightFormat::kGridbook;
+  host.rows = rows;
+  host.cols = cols;
+  host.data = g.data;
+  host.scale = g.scale;
+  host.gridbook_scheme = scheme;
+  host.gridbook_books = g.books;
+  return host;
 }
 
 class CodebookWeightsTest : public BackendConformanceTest {
@@ -230,6 +248,52 @@ TEST_P(CodebookWeightsTest, Exl3LinearMatchesTheDequantizedWeight) {
   }
 }
 
+TEST_P(CodebookWeightsTest, GridbookWeightsDecodeAsTheFormatBitForBit) {
+  struct Case {
+    const char* format;
+    gb::ScaleCoding coding;
+    bool own_table;  // a two-tier table of values bf16 cannot hold
+    bool extreme_exponents;
+  };
+  for (const Case& c :
+       {Case{"NVFP4_CB_K16", gb::ScaleCoding::kTwoTier, false, false},
+        Case{"NVFP4_CB_K13", gb::ScaleCoding::kE4m3, false, false},
+        Case{"NVFP4_CB_K31", gb::ScaleCoding::kTwoTier, true, true},
+        Case{"NVFP4_CB_S12", gb::ScaleCoding::kTwoTier, true, false},
+        Case{"NVFP4_CB_S21", gb::ScaleCoding::kE4m3, false, false},
+        Case{"FP8_CB_K29", gb::ScaleCoding::kNone, false, false},
+        Case{"FP8_CB_K45", gb::ScaleCoding::kNone, false, false}}) {
+    SCOPED_TRACE(c.format);
+    auto scheme = gb::SchemeForFormat(c.format, c.coding);
+    ASSERT_TRUE(scheme.ok()) << scheme.status();
+    if (c.own_table) {
+      for (float& v : scheme->two_tier_table) {
+        v = 1.0f + static_cast<float>(rng_() % 100000) / 65536.0f;
+      }
+    }
+    const int64_t rows = 6;
+    const int64_t cols = 512;
+    const GridbookCase g =
+        MakeGridbook(*scheme, rows, cols, rng_, c.extreme_exponents);
+    std::unique_ptr<Weight> w =
+        MustUpload(GridbookHost(*scheme, rows, cols, g));
+    ASSERT_NE(w, nullptr);
+    std::vector<float> decoded(rows * cols);
+    backend_->DequantizeWeight(*w, absl::MakeSpan(decoded));
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const auto expected = static_cast<float>(g.values[i]);
+      if (std::bit_cast<uint32_t>(decoded[i]) !=
+              std::bit_cast<uint32_t>(expected) &&
+          mismatches++ < 5) {
+        ADD_FAILURE() << "element " << i << ": " << decoded[i] << " vs "
+                      << expected;
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+  }
+}
+
 TEST_P(CodebookWeightsTest, GridbookLinearMatchesTheDequantizedWeight) {
   struct Case {
     const char* format;
@@ -245,15 +309,8 @@ TEST_P(CodebookWeightsTest, GridbookLinearMatchesTheDequantizedWeight) {
     const int64_t rows = 40;
     const int64_t cols = 512;
     const GridbookCase g = MakeGridbook(*scheme, rows, cols, rng_);
-    HostWeight host;
-    host.format = WeightFormat::kGridbook;
-    host.rows = rows;
-    host.cols = cols;
-    host.data = g.data;
-    host.scale = g.scale;
-    host.gridbook_scheme = *scheme;
-    host.gridbook_books = g.books;
-    std::unique_ptr<Weight> w = MustUpload(host);
+    std::unique_ptr<Weight> w =
+        MustUpload(GridbookHost(*scheme, rows, cols, g));
     ASSERT_NE(w, nullptr);
     ExpectLinearMatches(*w, g.values, rows, cols);
   }
