@@ -83,7 +83,7 @@ __global__ void LinearWarpKernel(kernels::LinearOp op, int64_t items) {
 // as LinearWarpKernel on that group's weight and tokens. The group's weight
 // view comes from memory into registers (LinearWarpKernel reads its own
 // from the kernel parameters): bounded to 2 blocks a multiprocessor, which
-// nvcc meets for sm_90 and sm_121 without spilling (116 registers; at 3
+// nvcc meets for sm_90 and sm_121 without spilling (about 120 registers; at 3
 // blocks it spills).
 __global__ void __launch_bounds__(kThreads, 2)
     GroupedLinearWarpKernel(kernels::GroupedLinearOp op, int64_t items) {

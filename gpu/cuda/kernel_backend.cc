@@ -92,21 +92,6 @@ const KernelWeight& AsKernel(const Weight& w) {
   return *kw;
 }
 
-// The formats the kernels decode in place.
-bool KeptAsStored(WeightFormat format) {
-  switch (format) {
-    case WeightFormat::kF32:
-    case WeightFormat::kBf16:
-    case WeightFormat::kFp8Block:
-    case WeightFormat::kMxfp4:
-    case WeightFormat::kNvfp4:
-    case WeightFormat::kGridbook:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // A GridBook weight's scheme for the kernels and its tables (the sub-tables,
 // then the two-tier table) to copy beside the weight.
 k::GridbookScheme GridbookSchemeOf(const HostWeight& weight,
@@ -179,6 +164,7 @@ KernelBackend::~KernelBackend() {
   (void)executor_->Synchronize();
   if (work_.data != nullptr) executor_->Free(work_.data);
   if (w4a4_.data != nullptr) executor_->Free(w4a4_.data);
+  if (exl3_.data != nullptr) executor_->Free(exl3_.data);
 }
 
 uint8_t* KernelBackend::Reserve(Arena& arena, int64_t bytes) {
@@ -246,21 +232,27 @@ absl::StatusOr<std::unique_ptr<Weight>> KernelBackend::UploadWeight(
                      .global_scale = weight.global_scale,
                      .gridbook = {},
                      .tables = nullptr};
-  std::vector<float> dense;
+  // Every format stays as stored; beside it, a GridBook weight's tables
+  // and an EXL3 weight's scales as fp32 (suh, then svh).
   std::vector<float> tables;
+  std::vector<float> exl3_scales;
   absl::Span<const uint8_t> data = weight.data;
   absl::Span<const uint8_t> scale = weight.scale;
-  if (KeptAsStored(weight.format)) {
-    view.format = static_cast<k::Format>(weight.format);
-    if (weight.format == WeightFormat::kGridbook) {
-      view.gridbook = GridbookSchemeOf(weight, tables);
+  view.format = static_cast<k::Format>(weight.format);
+  if (weight.format == WeightFormat::kGridbook) {
+    view.gridbook = GridbookSchemeOf(weight, tables);
+  } else if (weight.format == WeightFormat::kExl3) {
+    view.exl3_bits = weight.exl3_bits;
+    view.exl3_codebook = static_cast<int32_t>(weight.exl3_codebook);
+    exl3_scales.resize(scale.size() / 2);
+    for (size_t i = 0; i < exl3_scales.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, scale.data() + 2 * i, 2);
+      exl3_scales[i] = k::Fp16Value(h);
     }
-  } else {
-    // EXL3: exact fp32 values (its kernels come later).
-    ASSIGN_OR_RETURN(dense, DequantizeHostWeight(weight));
-    data = absl::Span<const uint8_t>(
-        reinterpret_cast<const uint8_t*>(dense.data()), dense.size() * 4);
-    scale = {};
+    scale = absl::Span<const uint8_t>(
+        reinterpret_cast<const uint8_t*>(exl3_scales.data()),
+        exl3_scales.size() * 4);
   }
   const int64_t data_bytes = RoundUp(static_cast<int64_t>(data.size()));
   const int64_t scale_bytes = RoundUp(static_cast<int64_t>(scale.size()));
@@ -285,7 +277,7 @@ absl::StatusOr<std::unique_ptr<Weight>> KernelBackend::UploadWeight(
   view.scale = bytes + data_bytes;
   view.tables =
       reinterpret_cast<const float*>(bytes + data_bytes + scale_bytes);
-  // The host copy (dense) must outlive the queued copy.
+  // The host copies (tables, scales) must outlive the queued copies.
   if (absl::Status status = executor_->Synchronize(); !status.ok()) {
     executor_->Free(bytes);
     return status;
@@ -303,6 +295,23 @@ void KernelBackend::DequantizeWeight(const Weight& weight,
   Carver carve(*this, Carver::Bytes<float>(n));
   float* values = carve.Take<float>(n);
   executor_->Run(k::DequantizeOp{.w = w.view(), .out = values}, n);
+  if (w.view().format == k::Format::kExl3) {
+    // values = What^T [n, k]; W^T = diag(svh) H_n What^T H_k diag(suh).
+    const float* su = reinterpret_cast<const float*>(w.view().scale);
+    const k::Hadamard128Op along{.src = values,
+                                 .dst = values,
+                                 .rows = w.rows(),
+                                 .cols = w.cols(),
+                                 .post = su};
+    executor_->Run(along, along.Items());
+    const k::Hadamard128Op across{.src = values,
+                                  .dst = values,
+                                  .rows = w.rows(),
+                                  .cols = w.cols(),
+                                  .across_rows = true,
+                                  .post = su + w.cols()};
+    executor_->Run(across, across.Items());
+  }
   CopyToHost(values, out);
 }
 
@@ -310,6 +319,27 @@ void KernelBackend::Gemm(const float* x, int64_t tokens, const Weight& weight,
                          float* y, bool accumulate) {
   const KernelWeight& w = AsKernel(weight);
   if (tokens == 0 || w.rows() == 0) return;
+  if (w.view().format == k::Format::kExl3) {
+    // y = x W, W = diag(suh) H What H diag(svh): the product with What
+    // between the two transforms, on this call's own arena.
+    const float* su = reinterpret_cast<const float*>(w.view().scale);
+    const int64_t in = tokens * w.cols();
+    auto* xs =
+        reinterpret_cast<float*>(Reserve(exl3_, (in + tokens * w.rows()) * 4));
+    float* ys = xs + in;
+    const k::Hadamard128Op input{
+        .src = x, .dst = xs, .rows = tokens, .cols = w.cols(), .pre = su};
+    executor_->Run(input, input.Items());
+    RunLinear(k::LinearOp{.w = w.view(), .x = xs, .y = ys, .tokens = tokens});
+    const k::Hadamard128Op output{.src = ys,
+                                  .dst = y,
+                                  .rows = tokens,
+                                  .cols = w.rows(),
+                                  .post = su + w.cols(),
+                                  .accumulate = accumulate};
+    executor_->Run(output, output.Items());
+    return;
+  }
   if (const float g = w.input_scale(); g > 0.0f) {
     // The static W4A4 contract: the product takes the quantized activations.
     const int64_t n = tokens * w.cols();
@@ -327,12 +357,15 @@ void KernelBackend::Gemm(const float* x, int64_t tokens, const Weight& weight,
   // padding (the hyper-connection weights have a few rows). Where the
   // cut-over belongs is not yet measured on a GPU:
   // tests/bench/gpu:cuda_backend_bench reports both sides at 4096 rows.
-  const k::LinearOp op{.w = w.view(),
-                       .x = x,
-                       .y = y,
-                       .accumulate = accumulate,
-                       .tokens = tokens};
-  if (tokens >= kTiledLinearTokens && w.rows() >= kTiledLinearRows) {
+  RunLinear(k::LinearOp{.w = w.view(),
+                        .x = x,
+                        .y = y,
+                        .accumulate = accumulate,
+                        .tokens = tokens});
+}
+
+void KernelBackend::RunLinear(const k::LinearOp& op) {
+  if (op.tokens >= kTiledLinearTokens && op.w.rows >= kTiledLinearRows) {
     const k::LinearTiledOp tiled{.args = op};
     executor_->Run(tiled, tiled.Tiles());
   } else {
@@ -913,6 +946,11 @@ void KernelBackend::GroupedGemm(Carver& carve,
     const int64_t tokens = offsets[e + 1] - offsets[e];
     const KernelWeight& w = AsKernel(*(experts[e].*which));
     if (tokens == 0 || w.rows() == 0) continue;
+    if (w.view().format == k::Format::kExl3) {
+      // Its transforms around the product: expert by expert.
+      Gemm(x + offsets[e] * cols, tokens, w, y + offsets[e] * w.rows(), false);
+      continue;
+    }
     k::LinearGroup group{.w = w.view(),
                          .first_token = offsets[e],
                          .tokens = tokens,

@@ -130,6 +130,8 @@ class KernelBackend final : public Backend {
   // y[T, w.rows] (+)= x[T, w.cols] . w^T on device memory.
   void Gemm(const float* x, int64_t tokens, const Weight& w, float* y,
             bool accumulate);
+  // The row op or the tiles (by the tokens and rows) of one weight's view.
+  void RunLinear(const kernels::LinearOp& op);
   // The routed experts' Gemm in at most three launches: expert e's tokens
   // are rows [offsets[e], offsets[e + 1]) of x [n, cols] and y [n, rows],
   // y = x . w^T with w = experts[e].*which, each expert as Gemm would (row
@@ -169,6 +171,8 @@ class KernelBackend final : public Backend {
   // Quantized activations of the W4A4 contract (used inside Gemm, so apart
   // from work_).
   Arena w4a4_;
+  // EXL3 products' transformed activations and outputs (Gemm).
+  Arena exl3_;
   // Sample's host scratch.
   std::vector<int32_t> argmax_;
   std::vector<float> max_;

@@ -157,6 +157,92 @@ MNEME_HD inline float RoundBf16(float value) {
   return BitsToFloat(((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16) << 16);
 }
 
+// fp16 (formats/fp16.h Fp16ToFloat / FloatToFp16, bit for bit).
+MNEME_HD inline float Fp16Value(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1Fu;
+  const uint32_t mantissa = bits & 0x3FFu;
+  if (exponent == 0x1Fu) {
+    return BitsToFloat(sign | 0x7F800000u | (mantissa << 13));
+  }
+  if (exponent == 0) {
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  return BitsToFloat(sign | ((exponent + 127 - 15) << 23) | (mantissa << 13));
+}
+MNEME_HD inline uint16_t Fp16Code(float value) {
+  const uint32_t bits = FloatToBits(value);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude > 0x7F800000u) {
+    return static_cast<uint16_t>(sign | 0x7E00u | ((magnitude >> 13) & 0x3FFu));
+  }
+  if (magnitude >= 0x47800000u) return static_cast<uint16_t>(sign | 0x7C00u);
+  if (magnitude < 0x38800000u) {
+    const uint32_t exponent = magnitude >> 23;
+    if (exponent < 102) return static_cast<uint16_t>(sign);
+    const uint32_t significand = (magnitude & 0x7FFFFFu) | 0x800000u;
+    const uint32_t shift = 126 - exponent;
+    const uint32_t truncated = significand >> shift;
+    const uint32_t remainder = significand & ((1u << shift) - 1u);
+    const uint32_t half = 1u << (shift - 1);
+    const bool up = remainder > half || (remainder == half && (truncated & 1u));
+    return static_cast<uint16_t>(sign | (truncated + (up ? 1u : 0u)));
+  }
+  const uint32_t rebased = magnitude - ((127u - 15u) << 23);
+  return static_cast<uint16_t>(
+      sign | ((rebased + 0xFFFu + ((rebased >> 13) & 1u)) >> 13));
+}
+
+// ---- EXL3 (formats/exl3/exl3.h, bit for bit) -----------------------------
+
+// The codebooks (formats/exl3 CodebookValue): 3INST = 0, MCG = 1, MUL1 = 2,
+// as formats::exl3::Codebook.
+MNEME_HD inline float Exl3McgTail(uint32_t x) {
+  x = (x & 0x8FFF8FFFu) ^ 0x3B603B60u;
+  return Fp16Value(Fp16Code(Fp16Value(static_cast<uint16_t>(x & 0xFFFFu)) +
+                            Fp16Value(static_cast<uint16_t>(x >> 16))));
+}
+MNEME_HD inline float Exl3CodebookValue(int32_t codebook, uint32_t state) {
+  if (codebook == 0) return Exl3McgTail(state * 89226354u + 64248484u);
+  if (codebook == 1) return Exl3McgTail(state * 0xCBAC1FEDu);
+  const uint32_t x = state * 0x83DCD12Du;
+  const uint32_t byte_sum =
+      (x & 0xFFu) + ((x >> 8) & 0xFFu) + ((x >> 16) & 0xFFu) + (x >> 24);
+  // Exact in fp32 (formats/exl3 Mul1Value), so one rounding to fp16.
+  const float h = 1024.0f + static_cast<float>(byte_sum);
+  return Fp16Value(Fp16Code(h * Fp16Value(0x1EEEu) + Fp16Value(0xC931u)));
+}
+
+// Where element (row, column) of a 16 x 16 tile sits in the tile's stream:
+// the inverse of formats/exl3 TilePermutation (the tensor-core fragment
+// order: stream position 8 t + 4 half + i holds row r0 + {0, 1, 8, 9}[i],
+// column t / 4 + 8 half, r0 = 2 (t % 4)).
+MNEME_HD inline int Exl3StreamPosition(int row, int column) {
+  const int half = column / 8;
+  const int t = 4 * (column % 8) + (row % 8) / 2;
+  const int i = row % 2 + 2 * (row / 8);
+  return 8 * t + 4 * half + i;
+}
+
+// The 16-bit state of stream position j of a tile of `bits` bits per
+// weight: the 16 bits ending at bit (j + 1) bits of the circular MSB-first
+// stream whose 32-bit words are the little-endian reads of the int16 pairs.
+MNEME_HD inline uint32_t Exl3State(const uint16_t* words, int bits, int j) {
+  const int num_words = 8 * bits;
+  int start = (j + 1) * bits - 16;
+  if (start < 0) start += 256 * bits;
+  const int word = start >> 5;
+  const int next = word + 1 == num_words ? 0 : word + 1;
+  const uint64_t window =
+      (static_cast<uint64_t>(words[2 * word] |
+                             (static_cast<uint32_t>(words[2 * word + 1]) << 16))
+       << 32) |
+      (words[2 * next] | (static_cast<uint32_t>(words[2 * next + 1]) << 16));
+  return static_cast<uint32_t>((window >> (48 - (start & 31))) & 0xFFFFu);
+}
+
 // e4m3 (fn): 0x7F / 0xFF are NaN, no infinities.
 MNEME_HD inline float E4m3Value(uint8_t code) {
   const uint32_t sign = static_cast<uint32_t>(code & 0x80u) << 24;
@@ -258,6 +344,7 @@ enum class Format : int32_t {
   kFp8Block = 3,
   kMxfp4 = 4,
   kNvfp4 = 5,
+  kExl3 = 6,
   kGridbook = 7,
 };
 
@@ -299,6 +386,11 @@ struct WeightView {
   // kGridbook: the scheme and its tables (device memory).
   GridbookScheme gridbook = {};
   const float* tables = nullptr;
+  // kExl3: At(r, c) is What[c][r] (input feature c, output feature r) of
+  // the trellis in `data`; `scale` holds suh [cols] then svh [rows] as fp32
+  // (applied by Hadamard128Op around the product).
+  int32_t exl3_bits = 0;
+  int32_t exl3_codebook = 0;
 
   // Element (r, c) as fp32: the values of gpu/host_weight.h DequantizeRows.
   MNEME_HD float At(int64_t r, int64_t c) const {
@@ -326,6 +418,16 @@ struct WeightView {
       }
       case Format::kGridbook:
         return GridbookAt(r, c);
+      case Format::kExl3: {
+        // Tile (c / 16, r / 16) of [cols / 16, rows / 16] tiles of 16 bits
+        // words each; inside it, row c % 16 (input), column r % 16.
+        const auto* words =
+            reinterpret_cast<const uint16_t*>(data) +
+            (c / 16 * (rows / 16) + r / 16) * int64_t{16} * exl3_bits;
+        const int j = Exl3StreamPosition(static_cast<int>(c % 16),
+                                         static_cast<int>(r % 16));
+        return Exl3CodebookValue(exl3_codebook, Exl3State(words, exl3_bits, j));
+      }
     }
     return 0.0f;
   }
@@ -641,6 +743,60 @@ struct DequantizeOp {
   float* out = nullptr;
   MNEME_HD void operator()(int64_t item) const {
     out[item] = w.At(item / w.cols, item % w.cols);
+  }
+};
+
+// The orthonormal Hadamard transform of blocks of 128 values (H128 /
+// sqrt(128), natural order; formats/exl3 Hadamard128) of a [rows, cols]
+// matrix: along each row (blocks of 128 columns) or, across_rows, down each
+// column (blocks of 128 rows). Value i of a block, at position p = first + i
+// along the transformed axis, is multiplied by pre[p] before and post[p]
+// after (either may be null); dst (= or +=) the result (dst may be src).
+// item = a block: (row, column block) or (row block, column).
+struct Hadamard128Op {
+  const float* src = nullptr;
+  float* dst = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  bool across_rows = false;
+  const float* pre = nullptr;
+  const float* post = nullptr;
+  bool accumulate = false;
+  MNEME_HD int64_t Items() const { return rows * cols / 128; }
+  MNEME_HD void operator()(int64_t item) const {
+    int64_t base;
+    int64_t step;
+    int64_t first;
+    if (across_rows) {
+      first = item / cols * 128;
+      base = first * cols + item % cols;
+      step = cols;
+    } else {
+      first = item % (cols / 128) * 128;
+      base = item / (cols / 128) * cols + first;
+      step = 1;
+    }
+    float v[128];
+    for (int i = 0; i < 128; ++i) {
+      v[i] = src[base + i * step] * (pre != nullptr ? pre[first + i] : 1.0f);
+    }
+    for (int h = 1; h < 128; h *= 2) {
+      for (int i = 0; i < 128; i += 2 * h) {
+        for (int j = i; j < i + h; ++j) {
+          const float a = v[j];
+          const float b = v[j + h];
+          v[j] = a + b;
+          v[j + h] = a - b;
+        }
+      }
+    }
+    const float norm = 1.0f / Sqrtf(128.0f);
+    for (int i = 0; i < 128; ++i) {
+      float value = v[i] * norm;
+      if (post != nullptr) value *= post[first + i];
+      float* out = dst + base + i * step;
+      *out = accumulate ? *out + value : value;
+    }
   }
 };
 
@@ -1822,6 +1978,7 @@ struct TopKEmitOp {
   X(GroupedLinearOp)        \
   X(GroupedLinearTiledOp)   \
   X(DequantizeOp)           \
+  X(Hadamard128Op)          \
   X(QuantizeW4A4Op)         \
   X(GroupedQuantizeW4A4Op)  \
   X(RmsNormOp)              \

@@ -32,6 +32,8 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "formats/bf16.h"
+#include "formats/exl3/exl3.h"
+#include "formats/gridbook/gridbook.h"
 #include "gpu/backend.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/sampling.h"
@@ -76,10 +78,16 @@ double VsMemcpy(int64_t bytes, double seconds, int iters) {
          (2.0 * static_cast<double>(bytes) / copy);
 }
 
+// The bench's EXL3 width (bits a weight).
+constexpr int kExl3Bits = 4;
+
 // A [rows, cols] weight of random valid codes in `format` (scales 1.0).
 struct Bytes {
   std::vector<uint8_t> data;
   std::vector<uint8_t> scale;
+  // GridBook (NVFP4_CB_K16, two-tier scales): the scheme and its tables.
+  formats::gridbook::Scheme scheme;
+  std::shared_ptr<const formats::gridbook::Codebooks> books;
 };
 Bytes RandomWeight(WeightFormat format, int64_t rows, int64_t cols,
                    std::mt19937& rng) {
@@ -111,6 +119,40 @@ Bytes RandomWeight(WeightFormat format, int64_t rows, int64_t cols,
       for (uint8_t& c : b.data) c = static_cast<uint8_t>(byte(rng));
       b.scale.assign(rows * cols / 16, 0x38);  // e4m3 1.0
       break;
+    case WeightFormat::kExl3: {
+      // 4 bits a weight (kExl3Bits), scales +-0.05 in fp16.
+      b.data.resize(rows * cols * kExl3Bits / 8);
+      for (uint8_t& c : b.data) c = static_cast<uint8_t>(byte(rng));
+      b.scale.resize(2 * (rows + cols));
+      for (size_t i = 0; i < b.scale.size(); i += 2) {
+        b.scale[i] = 0x66;  // 0x2A66: about 0.05
+        b.scale[i + 1] = static_cast<uint8_t>(0x2A | (byte(rng) & 0x80));
+      }
+      break;
+    }
+    case WeightFormat::kGridbook: {
+      namespace gb = formats::gridbook;
+      b.scheme =
+          *gb::SchemeForFormat("NVFP4_CB_K16", gb::ScaleCoding::kTwoTier);
+      auto books = std::make_shared<gb::Codebooks>();
+      for (int sub = 0; sub < b.scheme.n_sub; ++sub) {
+        const int64_t count =
+            gb::SubTableRows(b.scheme, sub) * gb::SubTableColumns(b.scheme);
+        for (int64_t i = 0; i < count; ++i) {
+          books->tables[sub].push_back(
+              static_cast<float>(byte(rng) % 13) * 0.5f - 3.0f);
+        }
+      }
+      b.books = books;
+      const int type_size = gb::TypeSize(b.scheme);
+      b.data.resize(rows * cols / gb::kSuperblock * type_size);
+      for (uint8_t& c : b.data) c = static_cast<uint8_t>(byte(rng));
+      for (size_t i = size_t{4} * b.scheme.k; i < b.data.size();
+           i += type_size) {
+        b.data[i] = 120;  // two-tier exponent 2^-7
+      }
+      break;
+    }
     default:
       break;
   }
@@ -226,7 +268,9 @@ std::string Run(Backend& backend, int iters) {
            {WeightFormat::kBf16, "bf16"},
            {WeightFormat::kFp8Block, "fp8"},
            {WeightFormat::kMxfp4, "mxfp4"},
-           {WeightFormat::kNvfp4, "nvfp4"}}) {
+           {WeightFormat::kNvfp4, "nvfp4"},
+           {WeightFormat::kExl3, "exl3"},
+           {WeightFormat::kGridbook, "gridbook"}}) {
     const Bytes bytes = RandomWeight(format, kRows, kCols, rng);
     HostWeight h;
     h.format = format;
@@ -236,6 +280,12 @@ std::string Run(Backend& backend, int iters) {
     h.scale = bytes.scale;
     h.block_rows = 128;
     h.block_cols = 128;
+    if (format == WeightFormat::kExl3) {
+      h.exl3_bits = kExl3Bits;
+      h.exl3_codebook = formats::exl3::Codebook::kMcg;
+    }
+    h.gridbook_scheme = bytes.scheme;
+    h.gridbook_books = bytes.books;
     absl::StatusOr<std::unique_ptr<Weight>> w = backend.UploadWeight(h);
     if (!w.ok()) return absl::StrCat("{\"error\": \"", name, " upload\"}");
     const int64_t weight_bytes =

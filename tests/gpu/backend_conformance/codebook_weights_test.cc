@@ -245,6 +245,14 @@ TEST_P(CodebookWeightsTest, Exl3LinearMatchesTheDequantizedWeight) {
     ASSERT_NE(w, nullptr);
     EXPECT_EQ(w->format(), WeightFormat::kExl3);
     ExpectLinearMatches(*w, e.values, c.n, c.k);
+    // The weight itself (W^T, [n, k]), within fp32 rounding of the
+    // transforms.
+    std::vector<float> decoded(c.n * c.k);
+    backend_->DequantizeWeight(*w, absl::MakeSpan(decoded));
+    double magnitude = 0;
+    for (const double v : e.values)
+      magnitude = std::max(magnitude, std::fabs(v));
+    ExpectAllNear(decoded, e.values, 1e-5 * magnitude);
   }
 }
 
@@ -314,6 +322,68 @@ TEST_P(CodebookWeightsTest, GridbookLinearMatchesTheDequantizedWeight) {
     ASSERT_NE(w, nullptr);
     ExpectLinearMatches(*w, g.values, rows, cols);
   }
+}
+
+// A layer's routed experts in EXL3 (each expert's transforms around its
+// products) against the products with the weights in double.
+TEST_P(CodebookWeightsTest, Exl3ExpertsMatchTheDequantizedWeights) {
+  const int64_t d = 128, inter = 128, tokens = 5, local = 2;
+  const int top_k = 2;
+  std::vector<Exl3Case> cases;
+  std::vector<std::unique_ptr<Weight>> owned;
+  std::vector<ExpertRef> experts;
+  for (int64_t i = 0; i < 3 * local; ++i) {
+    cases.push_back(MakeExl3(
+        d, d, 3, i % 2 ? x3::Codebook::kMcg : x3::Codebook::kMul1, rng_));
+    HostWeight host;
+    host.format = WeightFormat::kExl3;
+    host.rows = d;
+    host.cols = d;
+    host.data = cases.back().trellis;
+    host.scale = cases.back().scales;
+    host.exl3_bits = 3;
+    host.exl3_codebook = i % 2 ? x3::Codebook::kMcg : x3::Codebook::kMul1;
+    owned.push_back(MustUpload(host));
+    ASSERT_NE(owned.back(), nullptr);
+  }
+  for (int64_t e = 0; e < local; ++e) {
+    experts.push_back({.w1 = owned[3 * e].get(),
+                       .w2 = owned[3 * e + 1].get(),
+                       .w3 = owned[3 * e + 2].get()});
+  }
+  // Expert 0 takes tokens 0..4 (slot 0), expert 1 tokens 1 and 3 (slot 1).
+  const std::vector<int32_t> ids = {0, -1, 0, 1, 0, -1, 0, 1, 0, -1};
+  const std::vector<float> weights = Random(tokens * top_k, 0, 1);
+  const std::vector<float> x = Random(tokens * d);
+  std::vector<double> ref(tokens * d, 0.0);
+  double magnitude = 0;
+  for (int64_t a = 0; a < tokens * top_k; ++a) {
+    if (ids[a] < 0) continue;
+    const int64_t t = a / top_k;
+    const size_t e = 3 * static_cast<size_t>(ids[a]);
+    const std::vector<double>& w1 = cases[e].values;
+    const std::vector<double>& w2 = cases[e + 1].values;
+    const std::vector<double>& w3 = cases[e + 2].values;
+    std::vector<double> h(inter);
+    for (int64_t i = 0; i < inter; ++i) {
+      double g = 0, u = 0;
+      for (int64_t c = 0; c < d; ++c) {
+        g += x[t * d + c] * w1[i * d + c];
+        u += x[t * d + c] * w3[i * d + c];
+      }
+      h[i] = g / (1 + std::exp(-g)) * u;
+    }
+    for (int64_t r = 0; r < d; ++r) {
+      double o = 0;
+      for (int64_t i = 0; i < inter; ++i) o += h[i] * w2[r * inter + i];
+      ref[t * d + r] += weights[a] * o;
+      magnitude = std::max(magnitude, std::fabs(ref[t * d + r]));
+    }
+  }
+  Mat xm = Upload(x, tokens, d);
+  Mat ym = Zeros(tokens, d);
+  backend_->MoeExperts(xm.view, ids, weights, top_k, 0, experts, 0.0f, ym.view);
+  ExpectAllNear(Download(ym), ref, 1e-5 * magnitude);
 }
 
 TEST_P(CodebookWeightsTest, UploadRefusesBadCodebookWeights) {

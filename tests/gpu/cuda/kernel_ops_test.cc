@@ -18,6 +18,8 @@
 #include "formats/bf16.h"
 #include "formats/e2m1.h"
 #include "formats/e4m3.h"
+#include "formats/exl3/exl3.h"
+#include "formats/fp16.h"
 #include "formats/gridbook/gridbook.h"
 #include "formats/ue8m0.h"
 #include "gtest/gtest.h"
@@ -95,6 +97,115 @@ TEST(KernelFormatsTest, E2m1EncoderMatches) {
   }
   for (const float x : EncoderInputs(values)) {
     EXPECT_EQ(E2m1Code(x), formats::FloatToE2m1(x)) << x;
+  }
+}
+
+TEST(KernelFormatsTest, Fp16AndBf16RoundingMatch) {
+  for (int bits = 0; bits < 65536; ++bits) {
+    const auto h = static_cast<uint16_t>(bits);
+    EXPECT_EQ(Bits(Fp16Value(h)), Bits(formats::Fp16ToFloat(h))) << bits;
+  }
+  std::vector<float> values;
+  values.reserve(0x7C00);
+  for (int bits = 0; bits < 0x7C00; ++bits) {
+    values.push_back(formats::Fp16ToFloat(static_cast<uint16_t>(bits)));
+  }
+  for (const float x : EncoderInputs(values)) {
+    EXPECT_EQ(Fp16Code(x), formats::FloatToFp16(x)) << x;
+    EXPECT_EQ(Bits(RoundBf16(x)),
+              Bits(formats::Bf16ToFloat(formats::FloatToBf16(x))))
+        << x;
+  }
+}
+
+TEST(KernelFormatsTest, Exl3CodebooksMatchEveryState) {
+  namespace x3 = formats::exl3;
+  for (const x3::Codebook codebook :
+       {x3::Codebook::k3Inst, x3::Codebook::kMcg, x3::Codebook::kMul1}) {
+    const auto& table = x3::CodebookTable(codebook);
+    int64_t mismatches = 0;
+    for (uint32_t state = 0; state < 65536; ++state) {
+      mismatches += Bits(Exl3CodebookValue(static_cast<int32_t>(codebook),
+                                           state)) != Bits(table[state]);
+    }
+    EXPECT_EQ(mismatches, 0) << x3::CodebookName(codebook);
+  }
+}
+
+// An EXL3 weight's What through WeightView::At (DequantizeOp) is the format's
+// DecodeTrellis, bit for bit, for every bit width; Hadamard128Op along rows
+// and across rows is formats/exl3's transform (within fp32 rounding).
+TEST(KernelFormatsTest, Exl3WeightsDecodeAsTheFormat) {
+  namespace x3 = formats::exl3;
+  std::mt19937 rng(3);
+  const int64_t k = 256;
+  const int64_t n = 128;
+  for (int bits = 1; bits <= 8; ++bits) {
+    for (const x3::Codebook codebook :
+         {x3::Codebook::k3Inst, x3::Codebook::kMcg, x3::Codebook::kMul1}) {
+      SCOPED_TRACE(::testing::Message()
+                   << bits << " bits, " << x3::CodebookName(codebook));
+      std::vector<uint16_t> trellis(x3::TrellisBytes(k, n, bits) / 2);
+      for (uint16_t& w : trellis) w = static_cast<uint16_t>(rng());
+      const std::vector<uint16_t> scales(k + n, 0x3C00);  // 1.0
+      const x3::Exl3Weight weight{.in_features = k,
+                                  .out_features = n,
+                                  .bits = bits,
+                                  .codebook = codebook,
+                                  .trellis = trellis.data(),
+                                  .suh = scales.data(),
+                                  .svh = scales.data() + k};
+      std::vector<float> what(k * n);
+      x3::DecodeTrellis(weight, what.data());
+      const WeightView view{
+          .format = Format::kExl3,
+          .rows = n,
+          .cols = k,
+          .data = reinterpret_cast<const uint8_t*>(trellis.data()),
+          .exl3_bits = bits,
+          .exl3_codebook = static_cast<int32_t>(codebook)};
+      std::vector<float> got(n * k);
+      const DequantizeOp op{.w = view, .out = got.data()};
+      for (int64_t i = 0; i < n * k; ++i) op(i);
+      int64_t mismatches = 0;
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t c = 0; c < k; ++c) {
+          mismatches += Bits(got[r * k + c]) != Bits(what[c * n + r]);
+        }
+      }
+      EXPECT_EQ(mismatches, 0);
+    }
+  }
+  // The transforms: rows of 256 (two blocks), then down columns of 128.
+  std::vector<float> m(size_t{128} * 256);
+  for (float& v : m) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  std::vector<float> expected = m;
+  for (int64_t r = 0; r < 128; ++r) {
+    x3::Hadamard128(expected.data() + r * 256);
+    x3::Hadamard128(expected.data() + r * 256 + 128);
+  }
+  std::vector<float> got = m;
+  const Hadamard128Op along{
+      .src = got.data(), .dst = got.data(), .rows = 128, .cols = 256};
+  for (int64_t i = 0; i < along.Items(); ++i) along(i);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], expected[i], 1e-5) << i;
+  }
+  // Down the columns: the transpose's rows.
+  std::vector<float> column(128);
+  for (int64_t c = 0; c < 256; ++c) {
+    for (int64_t r = 0; r < 128; ++r) column[r] = expected[r * 256 + c];
+    x3::Hadamard128(column.data());
+    for (int64_t r = 0; r < 128; ++r) expected[r * 256 + c] = column[r];
+  }
+  const Hadamard128Op across{.src = got.data(),
+                             .dst = got.data(),
+                             .rows = 128,
+                             .cols = 256,
+                             .across_rows = true};
+  for (int64_t i = 0; i < across.Items(); ++i) across(i);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], expected[i], 1e-5) << i;
   }
 }
 
