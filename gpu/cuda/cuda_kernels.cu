@@ -150,6 +150,26 @@ __global__ void SparseAttentionWarpKernel(kernels::SparseAttentionWarpOp op,
   });
 }
 
+// Hadamard transforms of blocks of 128: one warp per block (Hadamard128Op's
+// lanes), the spans of 4 to 64 by shuffles.
+__global__ void Hadamard128WarpKernel(kernels::Hadamard128Op op,
+                                      int64_t items) {
+  ForEachWarpItem(items, [&](int64_t item, int lane) {
+    float v[kernels::kHadamardLaneValues];
+    op.Load(item, lane, v);
+#pragma unroll
+    for (int h = kernels::kHadamardLaneValues; h < 128; h *= 2) {
+#pragma unroll
+      for (int i = 0; i < kernels::kHadamardLaneValues; ++i) {
+        const float partner = __shfl_xor_sync(0xffffffffu, v[i],
+                                              h / kernels::kHadamardLaneValues);
+        v[i] = kernels::Hadamard128Op::Cross(v[i], partner, lane, h);
+      }
+    }
+    op.Store(item, lane, v);
+  });
+}
+
 // The indexer's scores by tiles: one block per tile (IndexScoresTiledOp),
 // the phases of the op with a barrier between them.
 __global__ void __launch_bounds__(kernels::kScoreThreads)
@@ -182,6 +202,12 @@ int LaunchImpl(const kernels::GroupedLinearOp& op, int64_t items,
                cudaStream_t stream) {
   GroupedLinearWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op,
                                                                        items);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchImpl(const kernels::Hadamard128Op& op, int64_t items,
+               cudaStream_t stream) {
+  Hadamard128WarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -747,12 +747,17 @@ struct DequantizeOp {
 };
 
 // The orthonormal Hadamard transform of blocks of 128 values (H128 /
-// sqrt(128), natural order; formats/exl3 Hadamard128) of a [rows, cols]
-// matrix: along each row (blocks of 128 columns) or, across_rows, down each
-// column (blocks of 128 rows). Value i of a block, at position p = first + i
-// along the transformed axis, is multiplied by pre[p] before and post[p]
-// after (either may be null); dst (= or +=) the result (dst may be src).
-// item = a block: (row, column block) or (row block, column).
+// sqrt(128), natural order; formats/exl3 Hadamard128, the same operations)
+// of a [rows, cols] matrix: along each row (blocks of 128 columns) or,
+// across_rows, down each column (blocks of 128 rows). Value i of a block,
+// at position p = first + i along the transformed axis, is multiplied by
+// pre[p] before and post[p] after (either may be null); dst (= or +=) the
+// result (dst may be src). item = a block: (row, column block) or (row
+// block, column). A block is a warp's: lane l holds values 4 l .. 4 l + 3,
+// takes the butterflies of spans 1 and 2 itself and those of spans 4 .. 64
+// with the lane span / 4 away (Cross); the CUDA kernel exchanges by
+// shuffles, operator() runs the lanes in turn on the host.
+inline constexpr int kHadamardLaneValues = 4;
 struct Hadamard128Op {
   const float* src = nullptr;
   float* dst = nullptr;
@@ -762,11 +767,11 @@ struct Hadamard128Op {
   const float* pre = nullptr;
   const float* post = nullptr;
   bool accumulate = false;
+
   MNEME_HD int64_t Items() const { return rows * cols / 128; }
-  MNEME_HD void operator()(int64_t item) const {
-    int64_t base;
-    int64_t step;
-    int64_t first;
+  // Value i of block `item` is at base + i * step, position first + i.
+  MNEME_HD void Block(int64_t item, int64_t& base, int64_t& step,
+                      int64_t& first) const {
     if (across_rows) {
       first = item / cols * 128;
       base = first * cols + item % cols;
@@ -776,12 +781,18 @@ struct Hadamard128Op {
       base = item / (cols / 128) * cols + first;
       step = 1;
     }
-    float v[128];
-    for (int i = 0; i < 128; ++i) {
-      v[i] = src[base + i * step] * (pre != nullptr ? pre[first + i] : 1.0f);
+  }
+  // Lane `lane`'s values, scaled, after the spans inside the lane.
+  MNEME_HD void Load(int64_t item, int lane,
+                     float (&v)[kHadamardLaneValues]) const {
+    int64_t base, step, first;
+    Block(item, base, step, first);
+    for (int i = 0; i < kHadamardLaneValues; ++i) {
+      const int64_t p = int64_t{lane} * kHadamardLaneValues + i;
+      v[i] = src[base + p * step] * (pre != nullptr ? pre[first + p] : 1.0f);
     }
-    for (int h = 1; h < 128; h *= 2) {
-      for (int i = 0; i < 128; i += 2 * h) {
+    for (int h = 1; h < kHadamardLaneValues; h *= 2) {
+      for (int i = 0; i < kHadamardLaneValues; i += 2 * h) {
         for (int j = i; j < i + h; ++j) {
           const float a = v[j];
           const float b = v[j + h];
@@ -790,13 +801,46 @@ struct Hadamard128Op {
         }
       }
     }
+  }
+  // The butterfly of span h (4 .. 64) for a value of lane `lane`, whose
+  // partner lane lane ^ (h / 4) holds `partner` at the same index: the
+  // lower lane keeps a + b, the upper a - b.
+  MNEME_HD static float Cross(float mine, float partner, int lane, int h) {
+    return (lane & (h / kHadamardLaneValues)) == 0 ? mine + partner
+                                                   : partner - mine;
+  }
+  MNEME_HD void Store(int64_t item, int lane,
+                      const float (&v)[kHadamardLaneValues]) const {
+    int64_t base, step, first;
+    Block(item, base, step, first);
     const float norm = 1.0f / Sqrtf(128.0f);
-    for (int i = 0; i < 128; ++i) {
+    for (int i = 0; i < kHadamardLaneValues; ++i) {
+      const int64_t p = int64_t{lane} * kHadamardLaneValues + i;
       float value = v[i] * norm;
-      if (post != nullptr) value *= post[first + i];
-      float* out = dst + base + i * step;
+      if (post != nullptr) value *= post[first + p];
+      float* out = dst + base + p * step;
       *out = accumulate ? *out + value : value;
     }
+  }
+  // The warp of block `item` on the host, lane after lane.
+  void operator()(int64_t item) const {
+    constexpr int kLanes = 128 / kHadamardLaneValues;
+    float v[kLanes][kHadamardLaneValues];
+    for (int lane = 0; lane < kLanes; ++lane) Load(item, lane, v[lane]);
+    for (int h = kHadamardLaneValues; h < 128; h *= 2) {
+      float next[kLanes][kHadamardLaneValues];
+      for (int lane = 0; lane < kLanes; ++lane) {
+        for (int i = 0; i < kHadamardLaneValues; ++i) {
+          next[lane][i] = Cross(
+              v[lane][i], v[lane ^ (h / kHadamardLaneValues)][i], lane, h);
+        }
+      }
+      for (int lane = 0; lane < kLanes; ++lane) {
+        for (int i = 0; i < kHadamardLaneValues; ++i)
+          v[lane][i] = next[lane][i];
+      }
+    }
+    for (int lane = 0; lane < kLanes; ++lane) Store(item, lane, v[lane]);
   }
 };
 

@@ -133,8 +133,9 @@ TEST(KernelFormatsTest, Exl3CodebooksMatchEveryState) {
 }
 
 // An EXL3 weight's What through WeightView::At (DequantizeOp) is the format's
-// DecodeTrellis, bit for bit, for every bit width; Hadamard128Op along rows
-// and across rows is formats/exl3's transform (within fp32 rounding).
+// DecodeTrellis, bit for bit, for every bit width; Hadamard128Op's lanes
+// along rows and across rows are formats/exl3's transform, bit for bit (the
+// same additions).
 TEST(KernelFormatsTest, Exl3WeightsDecodeAsTheFormat) {
   namespace x3 = formats::exl3;
   std::mt19937 rng(3);
@@ -189,7 +190,7 @@ TEST(KernelFormatsTest, Exl3WeightsDecodeAsTheFormat) {
       .src = got.data(), .dst = got.data(), .rows = 128, .cols = 256};
   for (int64_t i = 0; i < along.Items(); ++i) along(i);
   for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], expected[i], 1e-5) << i;
+    ASSERT_EQ(Bits(got[i]), Bits(expected[i])) << i;
   }
   // Down the columns: the transpose's rows.
   std::vector<float> column(128);
@@ -205,7 +206,7 @@ TEST(KernelFormatsTest, Exl3WeightsDecodeAsTheFormat) {
                              .across_rows = true};
   for (int64_t i = 0; i < across.Items(); ++i) across(i);
   for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], expected[i], 1e-5) << i;
+    ASSERT_EQ(Bits(got[i]), Bits(expected[i])) << i;
   }
 }
 
