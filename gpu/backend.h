@@ -254,6 +254,18 @@ class Backend {
   // out *= sigmoid(lse - sink[h]) per head (see SparseAttention).
   virtual void ApplySink(ConstMatrixView lse, const float* sink,
                          MatrixView out) = 0;
+  // Decode context parallelism: the weights of this rank's partial attention
+  // for the reduce-scatter that merges the ranks' parts. lses [ranks, T * H]
+  // is every rank's log-sum-exp per token and head (gathered); part [T, H *
+  // hd] this rank's output over the entries it keeps. With g = log(sum_q
+  // exp(lses[q])) per (t, h) (the maximum m first, the sum in double; -inf
+  // where every rank has -inf) and w = exp(lses[rank] - g) (0 where this
+  // rank's is not finite): send [ranks * T, H / ranks * hd], row q * T + t,
+  // holds w * part of token t for owner q's heads [q H / ranks, (q + 1) H /
+  // ranks); global_own [T, H / ranks] holds g of this rank's heads.
+  virtual void WeighDcpParts(ConstMatrixView lses, ConstMatrixView part,
+                             int rank, int64_t heads, MatrixView send,
+                             MatrixView global_own) = 0;
 
   // Multi-query attention with K = V over per-query key lists (the
   // official sparse_attn): q [T, heads * head_dim], kv [K, head_dim] shared

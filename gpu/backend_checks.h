@@ -177,6 +177,24 @@ inline void CheckExpertForwardShapes(ConstMatrixView x_all,
   }
 }
 
+// WeighDcpParts: heads split evenly over the ranks, every output sized.
+inline void CheckWeighDcpPartsShapes(ConstMatrixView lses, ConstMatrixView part,
+                                     int rank, int64_t heads,
+                                     ConstMatrixView send,
+                                     ConstMatrixView global_own) {
+  const int64_t ranks = lses.rows;
+  CHECK_GE(ranks, 1);
+  CHECK(rank >= 0 && rank < ranks) << "rank " << rank << " of " << ranks;
+  CHECK_GT(heads, 0);
+  CHECK_EQ(heads % ranks, 0);
+  CHECK_EQ(part.cols % heads, 0);
+  CHECK_EQ(lses.cols, part.rows * heads);
+  CHECK_EQ(send.rows, ranks * part.rows);
+  CHECK_EQ(send.cols, part.cols / ranks);
+  CHECK_EQ(global_own.rows, part.rows);
+  CHECK_EQ(global_own.cols, heads / ranks);
+}
+
 // MoeExperts: one weight per assignment, every expert's weights present and
 // of one shape (checked as ExpertForward's).
 inline void CheckMoeExpertsShapes(ConstMatrixView x_all,

@@ -2,10 +2,8 @@
 #define MNEME_MODEL_DCP_MERGE_H_
 
 #include <cstdint>
-#include <vector>
 
 #include "absl/status/status.h"
-#include "absl/types/span.h"
 #include "gpu/backend.h"
 #include "gpu/comm/communicator.h"
 #include "model/workspace.h"
@@ -29,24 +27,6 @@ struct DcpLayout {
   // How many of the entries [0, count) this rank keeps.
   int64_t OwnedEntriesBefore(int64_t count) const;
 };
-
-// The host arithmetic of the log-sum-exp merge, separated from the
-// collectives so it can be checked on its own. `lses` holds every rank's
-// log-sum-exp, [rank][token][head] (ranks * th values); returns the global
-// one per [token][head]: log(sum_q exp(lse_q)), -inf where every rank saw no
-// key.
-std::vector<float> GlobalLogSumExp(absl::Span<const float> lses, int ranks,
-                                   int64_t th);
-
-// This rank's attention output part [T, H * hd] weighted by
-// exp(lse_rank - lse_global) per token and head, laid out as
-// [owner rank][token][owner's H / ranks heads][hd] for a reduce-scatter that
-// gives each rank the merged output of its own heads.
-std::vector<float> WeightedPartsByOwner(absl::Span<const float> part,
-                                        absl::Span<const float> lses,
-                                        absl::Span<const float> global,
-                                        int ranks, int rank, int64_t tokens,
-                                        int64_t heads, int64_t head_dim);
 
 // DCP: merges every rank's partial attention (out_all [T, H * hd] and
 // lse_all [T, H], each over the entries that rank keeps, without the sink)

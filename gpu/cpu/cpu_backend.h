@@ -127,6 +127,9 @@ class CpuBackend : public Backend {
 
   void ApplySink(ConstMatrixView lse, const float* sink,
                  MatrixView out) override;
+  void WeighDcpParts(ConstMatrixView lses, ConstMatrixView part, int rank,
+                     int64_t heads, MatrixView send,
+                     MatrixView global_own) override;
 
   void SparseAttention(ConstMatrixView q, ConstMatrixView kv, int heads,
                        absl::Span<const int32_t> idx, int width, float scale,

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -192,6 +193,38 @@ void CpuBackend::ApplySink(ConstMatrixView lse, const float* sink,
       k::Scale(Sigmoid(lse.data[t * heads + h] - sink[h]),
                out.data + t * out.cols + h * hd, hd);
     }
+  }
+}
+
+void CpuBackend::WeighDcpParts(ConstMatrixView lses, ConstMatrixView part,
+                               int rank, int64_t heads, MatrixView send,
+                               MatrixView global_own) {
+  CheckWeighDcpPartsShapes(lses, part, rank, heads, send, global_own);
+  const int64_t ranks = lses.rows;
+  const int64_t tokens = part.rows;
+  const int64_t th = tokens * heads;
+  const int64_t hl = heads / ranks;
+  const int64_t hd = part.cols / heads;
+  for (int64_t i = 0; i < th; ++i) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t q = 0; q < ranks; ++q) m = std::max(m, lses.data[q * th + i]);
+    double sum = 0;
+    if (std::isfinite(m)) {
+      for (int64_t q = 0; q < ranks; ++q) {
+        sum += std::exp(lses.data[q * th + i] - m);
+      }
+    }
+    const float g =
+        std::isfinite(m) ? m + static_cast<float>(std::log(sum)) : m;
+    const int64_t t = i / heads;
+    const int64_t h = i % heads;
+    const int64_t owner = h / hl;
+    if (owner == rank) global_own.data[t * hl + h % hl] = g;
+    const float l = lses.data[rank * th + i];
+    const float w = std::isfinite(l) ? std::exp(l - g) : 0.0f;
+    const float* src = part.data + t * part.cols + h * hd;
+    float* dst = send.data + (owner * tokens + t) * send.cols + (h % hl) * hd;
+    for (int64_t c = 0; c < hd; ++c) dst[c] = w * src[c];
   }
 }
 

@@ -538,6 +538,34 @@ void KernelBackend::ApplySink(ConstMatrixView lse, const float* sink,
                  out.rows * out.cols);
 }
 
+void KernelBackend::WeighDcpParts(ConstMatrixView lses, ConstMatrixView part,
+                                  int rank, int64_t heads, MatrixView send,
+                                  MatrixView global_own) {
+  CheckWeighDcpPartsShapes(lses, part, rank, heads, send, global_own);
+  const int64_t th = part.rows * heads;
+  if (th == 0) return;
+  Carver carve(*this, Carver::Bytes<float>(th));
+  float* global = carve.Take<float>(th);
+  executor_->Run(k::DcpGlobalLseOp{.lses = lses.data,
+                                   .ranks = lses.rows,
+                                   .th = th,
+                                   .heads = heads,
+                                   .rank = rank,
+                                   .global = global,
+                                   .global_own = global_own.data},
+                 th);
+  executor_->Run(k::DcpWeighOp{.lses = lses.data,
+                               .global = global,
+                               .part = part.data,
+                               .ranks = lses.rows,
+                               .tokens = part.rows,
+                               .heads = heads,
+                               .hd = part.cols / heads,
+                               .rank = rank,
+                               .send = send.data},
+                 send.rows * send.cols);
+}
+
 void KernelBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
                                     int heads, absl::Span<const int32_t> idx,
                                     int width, float scale, const float* sink,

@@ -1007,6 +1007,57 @@ struct ApplySinkOp {
   }
 };
 
+// Backend::WeighDcpParts, the global log-sum-exp of each (token, head)
+// into global [T * heads] (and of this rank's heads into global_own [T,
+// heads / ranks]); item = t * heads + h.
+struct DcpGlobalLseOp {
+  const float* lses = nullptr;  // [ranks, T * heads]
+  int64_t ranks = 1;
+  int64_t th = 0;
+  int64_t heads = 1;
+  int64_t rank = 0;
+  float* global = nullptr;
+  float* global_own = nullptr;
+  MNEME_HD void operator()(int64_t i) const {
+    float m = -INFINITY;
+    for (int64_t q = 0; q < ranks; ++q) m = Maxf(m, lses[q * th + i]);
+    const bool finite = m - m == 0.0f;
+    double sum = 0.0;
+    if (finite) {
+      for (int64_t q = 0; q < ranks; ++q) sum += Expf(lses[q * th + i] - m);
+    }
+    const float g = finite ? m + static_cast<float>(LogD(sum)) : m;
+    global[i] = g;
+    const int64_t hl = heads / ranks;
+    const int64_t h = i % heads;
+    if (h / hl == rank) global_own[i / heads * hl + h % hl] = g;
+  }
+};
+
+// Backend::WeighDcpParts' send rows: item = ((owner * T + t) * hl + local
+// head) * hd + c, the value w * part[t, (owner * hl + local head) * hd + c].
+struct DcpWeighOp {
+  const float* lses = nullptr;
+  const float* global = nullptr;
+  const float* part = nullptr;  // [T, heads * hd]
+  int64_t ranks = 1;
+  int64_t tokens = 0;
+  int64_t heads = 1;
+  int64_t hd = 0;
+  int64_t rank = 0;
+  float* send = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t hl = heads / ranks;
+    const int64_t row = item / (hl * hd);
+    const int64_t col = item % (hl * hd);
+    const int64_t t = row % tokens;
+    const int64_t h = row / tokens * hl + col / hd;
+    const float l = lses[rank * tokens * heads + t * heads + h];
+    const float w = l - l == 0.0f ? Expf(l - global[t * heads + h]) : 0.0f;
+    send[item] = w * part[t * heads * hd + h * hd + col % hd];
+  }
+};
+
 // Backend::SparseAttention for one (query, head); item = t * heads + h.
 // Online softmax over the listed keys (-1 = none). One thread per item:
 // the kernel backend runs it only for heads above kAttentionWarpMaxDim
@@ -2032,6 +2083,8 @@ struct TopKEmitOp {
   X(MoveRowsOp)             \
   X(EmbeddingOp)            \
   X(ApplySinkOp)            \
+  X(DcpGlobalLseOp)         \
+  X(DcpWeighOp)             \
   X(SparseAttentionOp)      \
   X(SparseAttentionWarpOp)  \
   X(IndexScoresOp)          \

@@ -143,6 +143,15 @@ void TimingBackend::ApplySink(gpu::ConstMatrixView lse, const float* sink,
   Timed(Kind::kAttention, [&] { inner_.ApplySink(lse, sink, out); });
 }
 
+void TimingBackend::WeighDcpParts(gpu::ConstMatrixView lses,
+                                  gpu::ConstMatrixView part, int rank,
+                                  int64_t heads, gpu::MatrixView send,
+                                  gpu::MatrixView global_own) {
+  Timed(Kind::kAttention, [&] {
+    inner_.WeighDcpParts(lses, part, rank, heads, send, global_own);
+  });
+}
+
 void TimingBackend::SparseAttention(gpu::ConstMatrixView q,
                                     gpu::ConstMatrixView kv, int heads,
                                     absl::Span<const int32_t> idx, int width,

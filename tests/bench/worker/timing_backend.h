@@ -109,6 +109,9 @@ class TimingBackend : public gpu::Backend {
                  const gpu::Weight& table, gpu::MatrixView y) override;
   void ApplySink(gpu::ConstMatrixView lse, const float* sink,
                  gpu::MatrixView out) override;
+  void WeighDcpParts(gpu::ConstMatrixView lses, gpu::ConstMatrixView part,
+                     int rank, int64_t heads, gpu::MatrixView send,
+                     gpu::MatrixView global_own) override;
   void SparseAttention(gpu::ConstMatrixView q, gpu::ConstMatrixView kv,
                        int heads, absl::Span<const int32_t> idx, int width,
                        float scale, const float* sink, gpu::MatrixView out,

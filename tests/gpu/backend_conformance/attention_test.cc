@@ -581,6 +581,97 @@ TEST_P(AttentionTest, PlaceColumnsWritesASpanOfColumns) {
   ExpectAllNear(Download(y), want, 0.0);
 }
 
+// DCP: each rank's softmax attention over the keys it keeps, weighed by
+// WeighDcpParts and summed over the ranks (the reduce-scatter), is the
+// softmax over every key; global_own is the log-sum-exp over every key. A
+// (token, head) where one rank keeps no key (-inf, zero part) and one where
+// no rank does (-inf throughout: zeros and -inf).
+TEST_P(AttentionTest, WeighDcpPartsMergesTheRanksIntoTheFullSoftmax) {
+  const int ranks = 3;
+  const int64_t T = 2, H = 6, hd = 5, keys = 4;
+  const int64_t hl = H / ranks;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::uniform_real_distribution<double> u(-2.0, 2.0);
+  // score[t][h][q][k], value[t][h][q][k][c]: rank q's keys.
+  std::vector<double> score(T * H * ranks * keys), value(score.size() * hd);
+  for (double& v : score) v = u(rng_);
+  for (double& v : value) v = u(rng_);
+  auto kept = [&](int64_t t, int64_t h, int64_t q) {
+    if (t == 0 && h == 1) return false;    // no rank keeps a key
+    return !(t == 1 && h == 4 && q == 2);  // rank 2 keeps none here
+  };
+  std::vector<float> lses(ranks * T * H);
+  std::vector<std::vector<float>> parts(ranks,
+                                        std::vector<float>(T * H * hd, 0.0f));
+  std::vector<double> full(T * H * hd, 0.0), full_lse(T * H, -inf);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      double z_all = 0;
+      std::vector<double> o_all(hd, 0.0);
+      for (int64_t q = 0; q < ranks; ++q) {
+        const int64_t i = t * H + h;
+        if (!kept(t, h, q)) {
+          lses[q * T * H + i] = -std::numeric_limits<float>::infinity();
+          continue;
+        }
+        double z = 0;
+        std::vector<double> o(hd, 0.0);
+        for (int64_t k = 0; k < keys; ++k) {
+          const int64_t at = ((i * ranks) + q) * keys + k;
+          const double e = std::exp(score[at]);
+          z += e;
+          for (int64_t c = 0; c < hd; ++c) o[c] += e * value[at * hd + c];
+        }
+        lses[q * T * H + i] = static_cast<float>(std::log(z));
+        for (int64_t c = 0; c < hd; ++c) {
+          parts[q][i * hd + c] = static_cast<float>(o[c] / z);
+          o_all[c] += o[c];
+        }
+        z_all += z;
+      }
+      if (z_all > 0) {
+        full_lse[t * H + h] = std::log(z_all);
+        for (int64_t c = 0; c < hd; ++c) {
+          full[(t * H + h) * hd + c] = o_all[c] / z_all;
+        }
+      }
+    }
+  }
+  Mat lm = Upload(lses, ranks, T * H);
+  // The reduce-scatter: owner q's rows of every rank's send, summed.
+  std::vector<double> merged(T * H * hd, 0.0);
+  for (int rank = 0; rank < ranks; ++rank) {
+    SCOPED_TRACE(rank);
+    Mat part = Upload(parts[rank], T, H * hd);
+    Mat send = Upload(std::vector<float>(ranks * T * hl * hd, std::nanf("")),
+                      ranks * T, hl * hd);
+    Mat own = Upload(std::vector<float>(T * hl, std::nanf("")), T, hl);
+    backend_->WeighDcpParts(lm.view, part.view, rank, H, send.view, own.view);
+    const std::vector<float> sent = Download(send);
+    for (int64_t q = 0; q < ranks; ++q) {
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t j = 0; j < hl * hd; ++j) {
+          const int64_t h = q * hl + j / hd;
+          merged[(t * H + h) * hd + j % hd] += sent[(q * T + t) * hl * hd + j];
+        }
+      }
+    }
+    const std::vector<float> got_lse = Download(own);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < hl; ++j) {
+        const double want = full_lse[t * H + rank * hl + j];
+        if (std::isinf(want)) {
+          EXPECT_EQ(got_lse[t * hl + j],
+                    -std::numeric_limits<float>::infinity());
+        } else {
+          EXPECT_NEAR(got_lse[t * hl + j], want, 1e-5);
+        }
+      }
+    }
+  }
+  ExpectAllNear(std::vector<float>(merged.begin(), merged.end()), full, 1e-5);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionTest,
                          ::testing::ValuesIn(BackendFactories()),
                          BackendFactoryName);
