@@ -239,6 +239,9 @@ class Backend {
   // y[i, :] = x[rows[i], :] (rows: host values in [0, x.rows)).
   virtual void GatherRows(ConstMatrixView x, absl::Span<const int32_t> rows,
                           MatrixView y) = 0;
+  // y[:, j] = x[:, cols[j]] (cols: host values in [0, x.cols); same rows).
+  virtual void GatherColumns(ConstMatrixView x, absl::Span<const int32_t> cols,
+                             MatrixView y) = 0;
   // x[rows[i], :] = src[i, :] (rows: host values in [0, x.rows)).
   virtual void ScatterRows(ConstMatrixView src, absl::Span<const int32_t> rows,
                            MatrixView x) = 0;

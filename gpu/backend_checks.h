@@ -177,6 +177,17 @@ inline void CheckExpertForwardShapes(ConstMatrixView x_all,
   }
 }
 
+// GatherColumns: one column index per column of y, each inside x.
+inline void CheckGatherColumnsShapes(ConstMatrixView x,
+                                     absl::Span<const int32_t> cols,
+                                     ConstMatrixView y) {
+  CHECK_EQ(static_cast<int64_t>(cols.size()), y.cols);
+  CHECK_EQ(y.rows, x.rows);
+  for (const int32_t c : cols) {
+    CHECK(c >= 0 && c < x.cols) << "column " << c << " of " << x.cols;
+  }
+}
+
 // WeighDcpParts: heads split evenly over the ranks, every output sized.
 inline void CheckWeighDcpPartsShapes(ConstMatrixView lses, ConstMatrixView part,
                                      int rank, int64_t heads,

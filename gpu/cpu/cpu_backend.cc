@@ -413,6 +413,16 @@ void CpuBackend::GatherRows(ConstMatrixView x, absl::Span<const int32_t> rows,
   }
 }
 
+void CpuBackend::GatherColumns(ConstMatrixView x,
+                               absl::Span<const int32_t> cols, MatrixView y) {
+  CheckGatherColumnsShapes(x, cols, y);
+  for (int64_t t = 0; t < y.rows; ++t) {
+    for (int64_t j = 0; j < y.cols; ++j) {
+      y.data[t * y.cols + j] = x.data[t * x.cols + cols[j]];
+    }
+  }
+}
+
 void CpuBackend::ScatterRows(ConstMatrixView src,
                              absl::Span<const int32_t> rows, MatrixView x) {
   CHECK_EQ(static_cast<int64_t>(rows.size()), src.rows);

@@ -119,6 +119,8 @@ class CpuBackend : public Backend {
   void CopyColumns(ConstMatrixView x, int64_t src_col, MatrixView y) override;
   void GatherRows(ConstMatrixView x, absl::Span<const int32_t> rows,
                   MatrixView y) override;
+  void GatherColumns(ConstMatrixView x, absl::Span<const int32_t> cols,
+                     MatrixView y) override;
   void ScatterRows(ConstMatrixView src, absl::Span<const int32_t> rows,
                    MatrixView x) override;
 

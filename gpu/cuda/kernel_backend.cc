@@ -475,6 +475,21 @@ void KernelBackend::GatherRows(ConstMatrixView x,
                  n * x.cols);
 }
 
+void KernelBackend::GatherColumns(ConstMatrixView x,
+                                  absl::Span<const int32_t> cols,
+                                  MatrixView y) {
+  CheckGatherColumnsShapes(x, cols, y);
+  if (y.rows == 0 || y.cols == 0) return;
+  Carver carve(*this, Carver::Bytes<int32_t>(y.cols));
+  const int32_t* staged = carve.Stage(cols);
+  executor_->Run(k::GatherColumnsOp{.x = x.data,
+                                    .x_cols = x.cols,
+                                    .cols = staged,
+                                    .y = y.data,
+                                    .y_cols = y.cols},
+                 y.rows * y.cols);
+}
+
 void KernelBackend::ScatterRows(ConstMatrixView src,
                                 absl::Span<const int32_t> rows, MatrixView x) {
   CHECK_EQ(static_cast<int64_t>(rows.size()), src.rows);

@@ -63,6 +63,8 @@ class KernelBackend final : public Backend {
   void PlaceColumns(ConstMatrixView x, MatrixView y, int64_t dst_col) override;
   void GatherRows(ConstMatrixView x, absl::Span<const int32_t> rows,
                   MatrixView y) override;
+  void GatherColumns(ConstMatrixView x, absl::Span<const int32_t> cols,
+                     MatrixView y) override;
   void ScatterRows(ConstMatrixView src, absl::Span<const int32_t> rows,
                    MatrixView x) override;
   void Embedding(absl::Span<const int32_t> ids, int64_t first_id,

@@ -978,6 +978,18 @@ struct MoveRowsOp {
   }
 };
 
+// y[t, j] = x[t, cols[j]]; item = t * y_cols + j.
+struct GatherColumnsOp {
+  const float* x = nullptr;
+  int64_t x_cols = 0;
+  const int32_t* cols = nullptr;
+  float* y = nullptr;
+  int64_t y_cols = 0;
+  MNEME_HD void operator()(int64_t item) const {
+    y[item] = x[item / y_cols * x_cols + cols[item % y_cols]];
+  }
+};
+
 // y[t, c] = table(ids[t] - first_id, c), zero outside the table; item = t *
 // cols + c.
 struct EmbeddingOp {
@@ -2081,6 +2093,7 @@ struct TopKEmitOp {
   X(AddOp)                  \
   X(CopyBlockOp)            \
   X(MoveRowsOp)             \
+  X(GatherColumnsOp)        \
   X(EmbeddingOp)            \
   X(ApplySinkOp)            \
   X(DcpGlobalLseOp)         \

@@ -19,7 +19,7 @@ using gpu::MatrixView;
 
 namespace {
 
-// Host floats of indexer scores held at once (queries x entries): 64 MiB.
+// Indexer scores held at once (queries x entries): 64 MiB of workspace.
 constexpr int64_t kMaxScoreFloats = int64_t{16} << 20;
 
 }  // namespace
@@ -212,9 +212,59 @@ absl::Status ScoreOwnedEntries(const LayerContext& ctx, KvCache& cache,
   return absl::OkStatus();
 }
 
-// The indexer's choice without DCP for queries rows [t0, t0 + n) of qi /
-// wi, query j seeing entries below visible[j] of `total`: scored and chosen
-// where the scores are (Backend::SelectTopK), only the chosen ids come back.
+// Under DCP, the indexer scores (unscaled) of queries rows [t0, t0 + n) of
+// qi / wi (every head) against every entry [0, total) of the cache, into
+// scores [n, total] on the backend of every rank: each rank scores the
+// entries it owns, the scores are all-gathered and put in entry order there,
+// so every rank makes the same choice from the same scores.
+absl::Status ScoreDcpEntries(const LayerContext& ctx, KvCache& cache,
+                             const std::vector<int32_t>& index_keys,
+                             ConstMatrixView qi, ConstMatrixView wi, int64_t t0,
+                             int64_t n, int64_t total, MatrixView scores) {
+  gpu::Backend& backend = ctx.backend;
+  Workspace& ws = ctx.workspace;
+  const int ranks = ctx.dcp.size;
+  const int64_t own = ctx.dcp.OwnedEntriesBefore(total);
+  int64_t most = 0;
+  for (int q = 0; q < ranks; ++q) {
+    const DcpLayout l{
+        .rank = q, .size = ranks, .interleave = ctx.dcp.interleave};
+    most = std::max(most, l.OwnedEntriesBefore(total));
+  }
+  Workspace::Scope scope(ws);
+  ASSIGN_OR_RETURN(WorkBuffer padded, ws.TakeZeroed(n * most));
+  if (own > 0) {
+    ASSIGN_OR_RETURN(WorkBuffer local, ws.TakeZeroed(n * own));
+    RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, index_keys, qi, wi, t0, n,
+                                      own, local.view(n, own)));
+    backend.PlaceColumns(local.view(n, own), padded.view(n, most), 0);
+  }
+  ASSIGN_OR_RETURN(WorkBuffer all, ws.Take(ranks * n * most));
+  RETURN_IF_ERROR(ctx.comm->AllGather(padded.data(), n * most, all.data()));
+  // [rank][query][j] -> [query][rank][j] -> [query][entry]: entry e is
+  // column j of its owner's scores, j counting the owner's entries.
+  std::vector<int32_t> rows(ranks * n);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int q = 0; q < ranks; ++q) {
+      rows[t * ranks + q] = static_cast<int32_t>(q * n + t);
+    }
+  }
+  ASSIGN_OR_RETURN(WorkBuffer by_query, ws.Take(ranks * n * most));
+  backend.GatherRows(all.view(ranks * n, most), rows,
+                     by_query.view(n * ranks, most));
+  std::vector<int32_t> columns(total);
+  std::vector<int64_t> next(ranks, 0);
+  for (int64_t e = 0; e < total; ++e) {
+    const int owner = static_cast<int>((e / ctx.dcp.interleave) % ranks);
+    columns[e] = static_cast<int32_t>(owner * most + next[owner]++);
+  }
+  backend.GatherColumns(by_query.view(n, ranks * most), columns, scores);
+  return absl::OkStatus();
+}
+
+// The indexer's choice for queries rows [t0, t0 + n) of qi / wi, query j
+// seeing entries below visible[j] of `total`: scored and chosen where the
+// scores are (Backend::SelectTopK), only the chosen ids come back.
 // candidates: per query its V4.1 candidate blocks (empty span: none).
 // chosen_blocks (not null: the V4.1 candidate source): per query the
 // candidate blocks its scores choose (Backend::SelectCandidateBlocks).
@@ -237,8 +287,13 @@ absl::Status SelectOnBackend(const LayerContext& ctx, KvCache& cache,
   Workspace& ws = ctx.workspace;
   Workspace::Scope scope(ws);
   ASSIGN_OR_RETURN(WorkBuffer scores, ws.Take(n * total));
-  RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, index_keys, qi, wi, t0, n,
+  if (ctx.dcp.enabled()) {
+    RETURN_IF_ERROR(ScoreDcpEntries(ctx, cache, index_keys, qi, wi, t0, n,
                                     total, scores.view(n, total)));
+  } else {
+    RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, index_keys, qi, wi, t0, n,
+                                      total, scores.view(n, total)));
+  }
   // No row chooses more than there is (however large the configured k).
   if (chosen_blocks != nullptr) {
     const int bs = d.candidate_block_size;
@@ -276,59 +331,6 @@ absl::Status SelectOnBackend(const LayerContext& ctx, KvCache& cache,
                          absl::MakeSpan(ids), absl::MakeSpan(counts));
   for (int64_t j = 0; j < n; ++j) {
     selected[j].assign(ids.begin() + j * k, ids.begin() + j * k + counts[j]);
-  }
-  return absl::OkStatus();
-}
-
-// Under DCP, the indexer scores of one chunk's queries (rows [t0, t0 + n)
-// of qi / wi, every head) against every entry of the cache (entries
-// [0, total), each scored by its owner and all-gathered): full scaled
-// scores [n][total] on every rank, on the host, where every rank makes the
-// same choice.
-absl::Status ChunkIndexScores(const LayerContext& ctx, KvCache& cache,
-                              const std::vector<int32_t>& index_keys,
-                              ConstMatrixView qi, ConstMatrixView wi,
-                              int64_t t0, int64_t n, int64_t total,
-                              std::vector<float>& scores) {
-  gpu::Backend& backend = ctx.backend;
-  Workspace& ws = ctx.workspace;
-  const int64_t own = ctx.dcp.OwnedEntriesBefore(total);
-  scores.assign(n * total, 0.0f);
-  Workspace::Scope scope(ws);
-  ASSIGN_OR_RETURN(WorkBuffer local,
-                   ws.TakeZeroed(std::max<int64_t>(n * own, 1)));
-  RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, index_keys, qi, wi, t0, n, own,
-                                    local.view(n, own)));
-  const float scale = IndexScale(ctx.dims);
-  // Every rank scored its own entries with every head; gather them.
-  const int ranks = ctx.dcp.size;
-  int64_t most = 0;
-  for (int q = 0; q < ranks; ++q) {
-    const DcpLayout l{
-        .rank = q, .size = ranks, .interleave = ctx.dcp.interleave};
-    most = std::max(most, l.OwnedEntriesBefore(total));
-  }
-  if (most == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(WorkBuffer padded, ws.TakeZeroed(n * most));
-  if (own > 0) {
-    backend.PlaceColumns(local.view(n, own), padded.view(n, most), 0);
-  }
-  ASSIGN_OR_RETURN(WorkBuffer all, ws.Take(ranks * n * most));
-  RETURN_IF_ERROR(ctx.comm->AllGather(padded.data(), n * most, all.data()));
-  std::vector<float> host(ranks * n * most);
-  backend.CopyToHost(all.data(), absl::MakeSpan(host));
-  std::vector<int64_t> next(ranks, 0);
-  for (int64_t e = 0; e < total; ++e) {
-    int owner = 0;
-    for (int q = 0; q < ranks; ++q) {
-      const DcpLayout l{
-          .rank = q, .size = ranks, .interleave = ctx.dcp.interleave};
-      if (l.OwnsEntry(e)) owner = q;
-    }
-    const int64_t j = next[owner]++;
-    for (int64_t t = 0; t < n; ++t) {
-      scores[t * total + e] = host[(owner * n + t) * most + j] * scale;
-    }
   }
   return absl::OkStatus();
 }
@@ -574,51 +576,28 @@ absl::Status AttentionForward(const LayerContext& ctx,
                                      d.candidate_source_layer < layer;
         if (is_candidate_source) sc.candidate_blocks.assign(n, {});
         selected.resize(n);
-        // The scores of a block of queries at a time: bounded host memory
+        // The scores of a block of queries at a time: bounded workspace
         // however long the context (every rank blocks the same way, so the
         // collectives inside stay in step).
         const int64_t block = std::max<int64_t>(
             1, std::min<int64_t>(
                    n, kMaxScoreFloats / std::max<int64_t>(total, 1)));
-        // Without DCP the scores stay on the backend: only the choice comes
-        // back.
-        const bool on_backend = !dcp;
+        // The scores stay on the backend (under DCP too, gathered there):
+        // only the choice comes back.
         const bool with_candidates = uses_candidates && sc.has_candidates;
-        std::vector<float> scores;
         std::vector<int64_t> visible;
         for (int64_t j0 = 0; j0 < n; j0 += block) {
           const int64_t nb = std::min(block, n - j0);
-          if (on_backend) {
-            visible.resize(nb);
-            for (int64_t j = 0; j < nb; ++j) visible[j] = (p0 + j0 + j + 1) / r;
-            RETURN_IF_ERROR(SelectOnBackend(
-                ctx, cache, key_blocks, qi.view(T, hI * dI), wi.view(T, hI),
-                t0 + j0, total, visible,
-                with_candidates
-                    ? absl::MakeConstSpan(sc.candidate_blocks).subspan(j0, nb)
-                    : absl::Span<const std::vector<int32_t>>(),
-                selected.data() + j0,
-                is_candidate_source ? sc.candidate_blocks.data() + j0
-                                    : nullptr));
-            continue;
-          }
-          RETURN_IF_ERROR(ChunkIndexScores(ctx, cache, key_blocks,
-                                           qi.view(T, hI * dI), wi.view(T, hI),
-                                           t0 + j0, nb, total, scores));
-          for (int64_t j = j0; j < j0 + nb; ++j) {
-            const int64_t visible = (p0 + j + 1) / r;
-            const absl::Span<const float> row(scores.data() + (j - j0) * total,
-                                              total);
-            if (is_candidate_source) {
-              sc.candidate_blocks[j] =
-                  SelectCandidateBlocks(row, visible, d.candidate_topk_blocks,
-                                        d.candidate_block_size);
-            }
-            const std::vector<int32_t>* cand =
-                with_candidates ? &sc.candidate_blocks[j] : nullptr;
-            selected[j] = SelectEntries(row, visible, d.index_topk, cand,
-                                        d.candidate_block_size);
-          }
+          visible.resize(nb);
+          for (int64_t j = 0; j < nb; ++j) visible[j] = (p0 + j0 + j + 1) / r;
+          RETURN_IF_ERROR(SelectOnBackend(
+              ctx, cache, key_blocks, qi.view(T, hI * dI), wi.view(T, hI),
+              t0 + j0, total, visible,
+              with_candidates
+                  ? absl::MakeConstSpan(sc.candidate_blocks).subspan(j0, nb)
+                  : absl::Span<const std::vector<int32_t>>(),
+              selected.data() + j0,
+              is_candidate_source ? sc.candidate_blocks.data() + j0 : nullptr));
         }
         if (is_candidate_source) sc.has_candidates = true;
         sc.selected = selected;

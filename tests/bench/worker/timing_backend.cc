@@ -127,6 +127,12 @@ void TimingBackend::GatherRows(gpu::ConstMatrixView x,
   Timed(Kind::kGather, [&] { inner_.GatherRows(x, rows, y); });
 }
 
+void TimingBackend::GatherColumns(gpu::ConstMatrixView x,
+                                  absl::Span<const int32_t> cols,
+                                  gpu::MatrixView y) {
+  Timed(Kind::kGather, [&] { inner_.GatherColumns(x, cols, y); });
+}
+
 void TimingBackend::ScatterRows(gpu::ConstMatrixView src,
                                 absl::Span<const int32_t> rows,
                                 gpu::MatrixView x) {

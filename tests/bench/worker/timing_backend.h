@@ -103,6 +103,8 @@ class TimingBackend : public gpu::Backend {
                     int64_t dst_col) override;
   void GatherRows(gpu::ConstMatrixView x, absl::Span<const int32_t> rows,
                   gpu::MatrixView y) override;
+  void GatherColumns(gpu::ConstMatrixView x, absl::Span<const int32_t> cols,
+                     gpu::MatrixView y) override;
   void ScatterRows(gpu::ConstMatrixView src, absl::Span<const int32_t> rows,
                    gpu::MatrixView x) override;
   void Embedding(absl::Span<const int32_t> ids, int64_t first_id,

@@ -581,6 +581,19 @@ TEST_P(AttentionTest, PlaceColumnsWritesASpanOfColumns) {
   ExpectAllNear(Download(y), want, 0.0);
 }
 
+TEST_P(AttentionTest, GatherColumnsTakesListedColumnsInOrder) {
+  const std::vector<float> x = Random(int64_t{3} * 5);
+  Mat xm = Upload(x, 3, 5), y = Zeros(3, 6);
+  // Repeated, out of order, the last column.
+  const std::vector<int32_t> cols = {4, 0, 0, 2, 3, 1};
+  backend_->GatherColumns(xm.view, cols, y.view);
+  std::vector<double> want(size_t{3} * 6);
+  for (int r = 0; r < 3; ++r) {
+    for (int j = 0; j < 6; ++j) want[r * 6 + j] = x[r * 5 + cols[j]];
+  }
+  ExpectAllNear(Download(y), want, 0.0);
+}
+
 // DCP: each rank's softmax attention over the keys it keeps, weighed by
 // WeighDcpParts and summed over the ranks (the reduce-scatter), is the
 // softmax over every key; global_own is the log-sum-exp over every key. A
