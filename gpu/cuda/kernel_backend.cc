@@ -1,6 +1,7 @@
 #include "gpu/cuda/kernel_backend.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -965,9 +966,9 @@ void KernelBackend::MoeRoute(ConstMatrixView logits, const float* bias,
 
 int64_t KernelBackend::GroupedGemmBytes(int64_t experts, int64_t n,
                                         int64_t cols) {
-  // Two group tables (row op, tiles), the per-token scales and the
+  // The group table (row op and tiles), the per-token scales and the
   // quantized activations.
-  return 2 * Carver::Bytes<k::LinearGroup>(experts) + Carver::Bytes<float>(n) +
+  return Carver::Bytes<k::LinearGroup>(experts) + Carver::Bytes<float>(n) +
          Carver::Bytes<float>(n * cols);
 }
 
@@ -979,12 +980,13 @@ void KernelBackend::GroupedGemm(Carver& carve,
   const auto count = static_cast<int64_t>(experts.size());
   const int64_t n = offsets[count];
   const int64_t cols = (experts[0].*which)->cols();
+  // The row op's groups, then the tiles' (one table, one copy).
   std::vector<k::LinearGroup> rows_op;
   std::vector<k::LinearGroup> tiles;
-  std::vector<float> scales(static_cast<size_t>(n), 0.0f);
+  // Per-token input scales, only when an expert takes the W4A4 contract.
+  std::vector<float> scales;
   int64_t row_items = 0;
   int64_t tile_items = 0;
-  bool quantize = false;
   for (int64_t e = 0; e < count; ++e) {
     const int64_t tokens = offsets[e + 1] - offsets[e];
     const KernelWeight& w = AsKernel(*(experts[e].*which));
@@ -999,7 +1001,7 @@ void KernelBackend::GroupedGemm(Carver& carve,
                          .tokens = tokens,
                          .input_scale = w.input_scale()};
     if (group.input_scale > 0.0f) {
-      quantize = true;
+      if (scales.empty()) scales.assign(static_cast<size_t>(n), 0.0f);
       std::fill_n(scales.begin() + offsets[e], tokens, group.input_scale);
     }
     // Gemm's rule, expert by expert.
@@ -1014,11 +1016,14 @@ void KernelBackend::GroupedGemm(Carver& carve,
       rows_op.push_back(group);
     }
   }
-  const k::LinearGroup* staged_rows = carve.Stage<k::LinearGroup>(rows_op);
-  const k::LinearGroup* staged_tiles = carve.Stage<k::LinearGroup>(tiles);
-  const float* staged_scales = carve.Stage<float>(scales);
-  if (quantize) {
+  if (rows_op.empty() && tiles.empty()) return;
+  const auto row_groups = static_cast<int64_t>(rows_op.size());
+  const auto tile_groups = static_cast<int64_t>(tiles.size());
+  rows_op.insert(rows_op.end(), tiles.begin(), tiles.end());
+  const k::LinearGroup* staged = carve.Stage<k::LinearGroup>(rows_op);
+  if (!scales.empty()) {
     CHECK_EQ(cols % 16, 0);
+    const float* staged_scales = carve.Stage<float>(scales);
     float* xq = carve.Take<float>(n * cols);
     executor_->Run(
         k::GroupedQuantizeW4A4Op{
@@ -1026,21 +1031,18 @@ void KernelBackend::GroupedGemm(Carver& carve,
         n * cols / 16);
     x = xq;
   }
-  if (!rows_op.empty()) {
+  if (row_groups > 0) {
     executor_->Run(
-        k::GroupedLinearOp{.groups = staged_rows,
-                           .count = static_cast<int64_t>(rows_op.size()),
-                           .x = x,
-                           .y = y},
+        k::GroupedLinearOp{
+            .groups = staged, .count = row_groups, .x = x, .y = y},
         row_items);
   }
-  if (!tiles.empty()) {
+  if (tile_groups > 0) {
     executor_->Run(
-        k::GroupedLinearTiledOp{
-            .args = {.groups = staged_tiles,
-                     .count = static_cast<int64_t>(tiles.size()),
-                     .x = x,
-                     .y = y}},
+        k::GroupedLinearTiledOp{.args = {.groups = staged + row_groups,
+                                         .count = tile_groups,
+                                         .x = x,
+                                         .y = y}},
         tile_items);
   }
 }
@@ -1052,12 +1054,10 @@ void KernelBackend::ExpertForward(ConstMatrixView x_all,
                                   const Weight& w3, float limit,
                                   MatrixView y_all) {
   CheckExpertForwardShapes(x_all, rows, weights, w1, w2, w3, y_all);
-  const ExpertGroups one{
-      .rows = std::vector<int32_t>(rows.begin(), rows.end()),
-      .weights = std::vector<float>(weights.begin(), weights.end()),
-      .offsets = {0, static_cast<int64_t>(rows.size())}};
+  const std::array<int64_t, 2> offsets = {0, static_cast<int64_t>(rows.size())};
   const ExpertRef expert{.w1 = &w1, .w2 = &w2, .w3 = &w3};
-  RunExperts(x_all, one, absl::MakeConstSpan(&expert, 1), limit, y_all);
+  RunExperts(x_all, rows, weights, offsets, absl::MakeConstSpan(&expert, 1),
+             limit, y_all);
 }
 
 void KernelBackend::MoeExperts(ConstMatrixView x_all,
@@ -1067,18 +1067,21 @@ void KernelBackend::MoeExperts(ConstMatrixView x_all,
                                absl::Span<const ExpertRef> experts, float limit,
                                MatrixView y_all) {
   CheckMoeExpertsShapes(x_all, expert_ids, weights, top_k, experts, y_all);
-  RunExperts(x_all,
-             GroupByExpert(expert_ids, weights, top_k, first_expert,
-                           static_cast<int64_t>(experts.size())),
-             experts, limit, y_all);
+  const ExpertGroups groups =
+      GroupByExpert(expert_ids, weights, top_k, first_expert,
+                    static_cast<int64_t>(experts.size()));
+  RunExperts(x_all, groups.rows, groups.weights, groups.offsets, experts, limit,
+             y_all);
 }
 
 void KernelBackend::RunExperts(ConstMatrixView x_all,
-                               const ExpertGroups& groups,
+                               absl::Span<const int32_t> rows,
+                               absl::Span<const float> weights,
+                               absl::Span<const int64_t> offsets,
                                absl::Span<const ExpertRef> experts, float limit,
                                MatrixView y_all) {
   const auto local = static_cast<int64_t>(experts.size());
-  const auto n = static_cast<int64_t>(groups.rows.size());
+  const auto n = static_cast<int64_t>(rows.size());
   const int64_t d = x_all.cols;
   if (n == 0 || d == 0) return;
   const int64_t inter = experts[0].w1->rows();
@@ -1087,8 +1090,8 @@ void KernelBackend::RunExperts(ConstMatrixView x_all,
                           2 * Carver::Bytes<float>(n * inter) +
                           2 * GroupedGemmBytes(local, n, d) +
                           GroupedGemmBytes(local, n, inter));
-  const int32_t* staged_rows = carve.Stage<int32_t>(groups.rows);
-  const float* staged_weights = carve.Stage<float>(groups.weights);
+  const int32_t* staged_rows = carve.Stage<int32_t>(rows);
+  const float* staged_weights = carve.Stage<float>(weights);
   float* x = carve.Take<float>(n * d);
   float* h1 = carve.Take<float>(n * inter);
   float* h3 = carve.Take<float>(n * inter);
@@ -1101,10 +1104,10 @@ void KernelBackend::RunExperts(ConstMatrixView x_all,
                                .dst_rows = nullptr,
                                .cols = d},
                  n * d);
-  GroupedGemm(carve, groups.offsets, experts, &ExpertRef::w1, x, h1);
-  GroupedGemm(carve, groups.offsets, experts, &ExpertRef::w3, x, h3);
+  GroupedGemm(carve, offsets, experts, &ExpertRef::w1, x, h1);
+  GroupedGemm(carve, offsets, experts, &ExpertRef::w3, x, h3);
   executor_->Run(k::SwiGluOp{.h1 = h1, .h3 = h3, .limit = limit}, n * inter);
-  GroupedGemm(carve, groups.offsets, experts, &ExpertRef::w2, h1, out);
+  GroupedGemm(carve, offsets, experts, &ExpertRef::w2, h1, out);
   // In assignment order within each expert, experts in ascending order:
   // ExpertForward's additions, one expert after another.
   executor_->Run(k::ScatterAddOp{.src = out,

@@ -146,9 +146,11 @@ class KernelBackend final : public Backend {
                    absl::Span<const ExpertRef> experts,
                    const Weight* ExpertRef::*which, const float* x, float* y);
   static int64_t GroupedGemmBytes(int64_t experts, int64_t n, int64_t cols);
-  // ExpertForward and MoeExperts: the assignments grouped by expert (rows,
-  // weights, offsets into them).
-  void RunExperts(ConstMatrixView x_all, const ExpertGroups& groups,
+  // ExpertForward and MoeExperts: the assignments grouped by expert (their
+  // rows of x_all and weights; expert e's are [offsets[e], offsets[e + 1])).
+  void RunExperts(ConstMatrixView x_all, absl::Span<const int32_t> rows,
+                  absl::Span<const float> weights,
+                  absl::Span<const int64_t> offsets,
                   absl::Span<const ExpertRef> experts, float limit,
                   MatrixView y_all);
   // `n` floats of device memory copied back to the host.
