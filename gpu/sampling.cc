@@ -18,7 +18,8 @@ bool FindSamplingCandidates(const float* row, int64_t vocab,
   weight.resize(static_cast<size_t>(vocab));
   const double inv_temperature = 1.0 / double{p.temperature};
   for (int64_t i = 0; i < vocab; ++i) {
-    weight[i] = std::exp((double{row[i]} - max_logit) * inv_temperature);
+    const double w = std::exp((double{row[i]} - max_logit) * inv_temperature);
+    weight[i] = std::isnan(w) ? 0.0 : w;
   }
   std::vector<int32_t>& kept = out.kept;
   kept.resize(static_cast<size_t>(vocab));
@@ -66,8 +67,11 @@ double LogSumExp(const float* row, int64_t n) {
   return max + std::log(sum);
 }
 
-// SplitMix64's first output for `seed`, as a double in [0, 1).
-double UniformFromSeed(uint64_t seed) {
+float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+}  // namespace
+
+double SamplingUniform(uint64_t seed) {
   uint64_t z = seed + 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -75,24 +79,26 @@ double UniformFromSeed(uint64_t seed) {
   return static_cast<double>(z >> 11) * 0x1p-53;
 }
 
-float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
-
-}  // namespace
-
 int32_t SampleToken(const float* row, int64_t vocab, const SamplingParams& p) {
-  SamplingCandidates c;
-  if (!FindSamplingCandidates(row, vocab, p, c)) {
+  const auto argmax = [&] {
     return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-  }
+  };
+  SamplingCandidates c;
+  if (!FindSamplingCandidates(row, vocab, p, c)) return argmax();
+  // The draw walks the kept tokens in id order.
+  std::sort(c.kept.begin(), c.kept.end());
   double mass = 0.0;
   for (int32_t id : c.kept) mass += c.weight[id];
-  const double u = UniformFromSeed(p.seed) * mass;
+  if (!(mass > 0.0)) return argmax();
+  const double u = SamplingUniform(p.seed) * mass;
   double cumulative = 0.0;
+  int32_t last = -1;
   for (int32_t id : c.kept) {
+    if (c.weight[id] > 0.0) last = id;
     cumulative += c.weight[id];
     if (cumulative > u) return id;
   }
-  return c.kept.back();
+  return last;
 }
 
 float LogProbOf(const float* row, int64_t vocab, int32_t id) {

@@ -11,9 +11,10 @@ namespace mneme::gpu {
 
 // The tokens a draw under SamplingParams may pick from one row of logits,
 // as every backend's sampler defines it: weights exp((logit - max) /
-// temperature) (the largest is 1), then top-k, then top-p of the mass top-k
-// kept (the smallest prefix reaching it, at least one token), then min-p
-// (weight < min_p dropped; the most likely token always stays).
+// temperature) (the largest is 1; a NaN logit weighs 0), then top-k, then top-p
+// of the mass top-k kept (the smallest prefix reaching it, at least one token),
+// then min-p (weight < min_p dropped; the most likely token stays for min_p <=
+// 1).
 struct SamplingCandidates {
   // Per token of the row.
   std::vector<double> weight;
@@ -29,9 +30,15 @@ bool FindSamplingCandidates(const float* row, int64_t vocab,
                             const SamplingParams& params,
                             SamplingCandidates& out);
 
+// SplitMix64's first output for `seed`, as a double in [0, 1).
+double SamplingUniform(uint64_t seed);
+
 // The token a draw under `params` picks from `row` [vocab]: the lowest id of
-// the largest logit when greedy, else the kept candidate where the seeded
-// uniform (SplitMix64 of params.seed) falls in their cumulative weight.
+// the largest logit when greedy, else the first kept candidate in id order
+// where their cumulative weight exceeds the seeded uniform
+// (SamplingUniform(params.seed)) times their weight (rounding short of it:
+// the last kept candidate of positive weight). Kept candidates of no weight
+// at all (min-p above 1): the lowest id of the largest logit.
 int32_t SampleToken(const float* row, int64_t vocab,
                     const SamplingParams& params);
 

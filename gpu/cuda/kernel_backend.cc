@@ -33,6 +33,9 @@ namespace k = kernels;
 // Linear goes by tiles from this many tokens and weight rows on (Gemm).
 constexpr int64_t kTiledLinearTokens = 64;
 constexpr int64_t kTiledLinearRows = 128;
+// Sample draws this many bytes of token weights (double) at a time, in
+// whole rows (at least one).
+constexpr int64_t kSampleWeightBytes = int64_t{64} << 20;
 
 // Every carved block starts on this boundary (bytes).
 constexpr int64_t kAlign = 256;
@@ -1192,30 +1195,116 @@ void KernelBackend::Sample(ConstMatrixView logits,
   max_.resize(static_cast<size_t>(tokens));
   RowStats(logits, {}, absl::MakeSpan(argmax_), absl::MakeSpan(max_), logprobs);
   // Greedy rows (as SampleToken decides it) take the device's argmax and
-  // log-prob; a draw needs its whole row on the host: the rows from the
-  // first drawn to the last come back in one copy.
-  const auto drawn = [&](int64_t t) {
-    return params[t].temperature > 0.0f && std::isfinite(max_[t]);
-  };
-  int64_t first = tokens;
-  int64_t last = -1;
+  // log-prob; drawn rows are drawn on the device, then scored.
+  std::vector<k::SampleRow> drawn;
   for (int64_t t = 0; t < tokens; ++t) {
-    if (!drawn(t)) {
-      ids[t] = argmax_[t];
+    const SamplingParams& p = params[t];
+    ids[t] = argmax_[t];
+    if (!(p.temperature > 0.0f) || !std::isfinite(max_[t])) continue;
+    drawn.push_back(k::SampleRow{
+        .row = t,
+        .max = max_[t],
+        .inv_temperature = 1.0 / double{p.temperature},
+        .top_k = p.top_k > 0 && p.top_k < vocab ? int64_t{p.top_k} : 0,
+        .top_p = p.top_p < 1.0f ? p.top_p : 1.0f,
+        .min_p = p.min_p,
+        .uniform = SamplingUniform(p.seed),
+        .k_cut = {.key = 0, .id = vocab},
+        .p_cut = {.key = 0, .id = vocab}});
+  }
+  if (drawn.empty()) return;
+  const int64_t per_pass =
+      std::max<int64_t>(1, kSampleWeightBytes / (vocab * int64_t{8}));
+  for (size_t first = 0; first < drawn.size();
+       first += static_cast<size_t>(per_pass)) {
+    DrawRows(logits, absl::MakeSpan(drawn).subspan(
+                         first, static_cast<size_t>(per_pass)));
+  }
+  for (const k::SampleRow& s : drawn) {
+    if (s.id >= 0) ids[s.row] = s.id;
+  }
+  RowStats(logits, ids, absl::MakeSpan(argmax_), absl::MakeSpan(max_),
+           logprobs);
+}
+
+void KernelBackend::DrawRows(ConstMatrixView logits,
+                             absl::Span<k::SampleRow> drawn) {
+  const auto count = static_cast<int64_t>(drawn.size());
+  const int64_t vocab = logits.cols;
+  const int64_t lanes = (vocab + k::kRowLane - 1) / k::kRowLane;
+  const int64_t partials = count * lanes;
+  const int64_t bins = partials * k::kSampleBins;
+  Carver carve(*this, Carver::Bytes<k::SampleRow>(count) +
+                          Carver::Bytes<double>(count * vocab) +
+                          Carver::Bytes<int32_t>(bins) +
+                          Carver::Bytes<double>(bins) +
+                          Carver::Bytes<int32_t>(partials) +
+                          Carver::Bytes<double>(partials));
+  const int64_t row_bytes = count * static_cast<int64_t>(sizeof(k::SampleRow));
+  auto* rows = carve.Take<k::SampleRow>(count);
+  executor_->ToDevice(rows, drawn.data(), row_bytes);
+  auto* weights = carve.Take<double>(count * vocab);
+  auto* hist_count = carve.Take<int32_t>(bins);
+  auto* hist_mass = carve.Take<double>(bins);
+  auto* ties = carve.Take<int32_t>(partials);
+  auto* mass = carve.Take<double>(partials);
+  executor_->Run(
+      k::SampleWeightsOp{
+          .x = logits.data, .cols = vocab, .rows = rows, .weights = weights},
+      count * vocab);
+  // Top-k (stage 0), then top-p (stage 1), for the rows that ask.
+  for (int32_t stage = 0; stage < 2; ++stage) {
+    if (std::none_of(drawn.begin(), drawn.end(),
+                     [&](const k::SampleRow& s) { return s.Selects(stage); })) {
       continue;
     }
-    first = std::min(first, t);
-    last = t;
+    for (int32_t shift = 64 - k::kSampleDigitBits; shift >= 0;
+         shift -= k::kSampleDigitBits) {
+      executor_->Run(k::SampleHistOp{.weights = weights,
+                                     .cols = vocab,
+                                     .lanes = lanes,
+                                     .rows = rows,
+                                     .stage = stage,
+                                     .shift = shift,
+                                     .count = hist_count,
+                                     .mass = hist_mass},
+                     partials);
+      executor_->Run(k::SamplePickOp{.count = hist_count,
+                                     .mass = hist_mass,
+                                     .lanes = lanes,
+                                     .stage = stage,
+                                     .shift = shift,
+                                     .rows = rows},
+                     count);
+    }
+    executor_->Run(k::SampleTieCountOp{.weights = weights,
+                                       .cols = vocab,
+                                       .lanes = lanes,
+                                       .rows = rows,
+                                       .stage = stage,
+                                       .ties = ties},
+                   partials);
+    executor_->Run(k::SampleCutOp{.weights = weights,
+                                  .cols = vocab,
+                                  .lanes = lanes,
+                                  .ties = ties,
+                                  .stage = stage,
+                                  .rows = rows},
+                   count);
   }
-  if (last < 0) return;
-  row_.resize(static_cast<size_t>((last + 1 - first) * vocab));
-  CopyToHost(logits.data + first * vocab, absl::MakeSpan(row_));
-  for (int64_t t = first; t <= last; ++t) {
-    if (!drawn(t)) continue;
-    const float* row = row_.data() + (t - first) * vocab;
-    ids[t] = SampleToken(row, vocab, params[t]);
-    logprobs[t] = LogProbOf(row, vocab, ids[t]);
-  }
+  executor_->Run(k::SampleMassOp{.weights = weights,
+                                 .cols = vocab,
+                                 .lanes = lanes,
+                                 .rows = rows,
+                                 .mass = mass},
+                 partials);
+  executor_->Run(k::SampleDrawOp{.weights = weights,
+                                 .cols = vocab,
+                                 .lanes = lanes,
+                                 .mass = mass,
+                                 .rows = rows},
+                 count);
+  FetchBytes(drawn.data(), rows, row_bytes);
 }
 
 void KernelBackend::LogProbs(ConstMatrixView logits,

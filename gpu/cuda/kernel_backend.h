@@ -153,6 +153,9 @@ class KernelBackend final : public Backend {
                   absl::Span<const int64_t> offsets,
                   absl::Span<const ExpertRef> experts, float limit,
                   MatrixView y_all);
+  // Sample's draws for rows at a temperature (kernels::SampleRow, host
+  // parameters in, each row's drawn token out).
+  void DrawRows(ConstMatrixView logits, absl::Span<kernels::SampleRow> drawn);
   // `n` floats of device memory copied back to the host.
   std::vector<float> Fetch(const float* src, int64_t n);
   // `bytes` of device memory into host `dst`, after the queued work; stops
@@ -183,7 +186,6 @@ class KernelBackend final : public Backend {
   // Sample's host scratch.
   std::vector<int32_t> argmax_;
   std::vector<float> max_;
-  std::vector<float> row_;
   // RowStats' and SelectTopK's host copies of what they bring back.
   std::vector<int32_t> fetched_;
   // ScatterRows' host scratch, kept to spare an allocation a call.

@@ -1762,6 +1762,347 @@ struct RowLogProbOp {
   }
 };
 
+// ---- draws at a temperature (Backend::Sample) ----------------------------
+
+// gpu/sampling.h's draw for a batch of drawn rows (temperature > 0, a
+// finite largest logit), one SampleRow each. Token i of a row weighs w =
+// exp((x_i - max) * inv_temperature) in double (a NaN logit: 0), kept in
+// weights [rows, cols]; its key is w's bits, which order as the weights
+// (w >= 0). The ranking is by weight, then the lower id. Top-k and top-p
+// each end in a SampleCut of that ranking, found by a radix select over the
+// keys kSampleDigitBits at a time from the top (SampleHistOp and
+// SamplePickOp per digit; top-k counts tokens, top-p adds weights), then
+// the ties of the last key in id order (SampleTieCountOp, SampleCutOp).
+// Last min-p, and the draw in id order (SampleMassOp, SampleDrawOp).
+// Partial sums go lane by lane (strided lanes of kRowLane for the
+// histograms, contiguous segments of kRowLane tokens in id order for the
+// ties and the draw), so they equal the host's sequential sums only within
+// rounding: a draw differs from SampleToken's only where the uniform or a
+// top-p target falls within rounding of a cumulative boundary.
+inline constexpr int kSampleDigitBits = 4;
+inline constexpr int kSampleBins = 1 << kSampleDigitBits;
+inline constexpr int kSampleDigits = 64 / kSampleDigitBits;
+
+MNEME_HD inline uint64_t DoubleToBits(double d) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint64_t>(__double_as_longlong(d));
+#else
+  uint64_t bits;
+  std::memcpy(&bits, &d, 8);
+  return bits;
+#endif
+}
+
+// The digits above `shift` (none for the first digit).
+MNEME_HD inline uint64_t SampleHighMask(int shift) {
+  return shift + kSampleDigitBits >= 64
+             ? uint64_t{0}
+             : ~((uint64_t{1} << (shift + kSampleDigitBits)) - 1u);
+}
+
+// A cut of the ranking: the tokens with a key above `key`, and of those
+// with that key the ids below `id`. {0, cols} keeps every token.
+struct SampleCut {
+  uint64_t key = 0;
+  int64_t id = 0;
+  MNEME_HD bool Keeps(uint64_t k, int64_t i) const {
+    return k > key || (k == key && i < id);
+  }
+};
+
+// One drawn row: its parameters (host-made), the cuts and the select in
+// progress (device), and the token drawn (-1: the kept tokens weigh
+// nothing; the caller takes the argmax).
+struct SampleRow {
+  int64_t row = 0;  // of the logits
+  float max = 0.0f;
+  double inv_temperature = 1.0;
+  int64_t top_k = 0;   // 0: off, else 0 < top_k < cols
+  float top_p = 1.0f;  // 1: off
+  float min_p = 0.0f;
+  double uniform = 0.0;  // in [0, 1)
+  SampleCut k_cut;
+  SampleCut p_cut;
+  // The digits chosen so far; top-k: the tokens still to take; top-p: the
+  // weight of the tokens ranked above the prefix, and the weight to reach.
+  uint64_t prefix = 0;
+  int64_t left = 0;
+  double above = 0.0;
+  double target = 0.0;
+  int32_t id = -1;
+
+  // Stage 0: top-k, 1: top-p.
+  MNEME_HD bool Selects(int stage) const {
+    return stage == 0 ? top_k > 0 : top_p < 1.0f;
+  }
+  // The tokens a stage ranks: top-p ranks those top-k kept.
+  MNEME_HD bool Ranks(int stage, uint64_t key, int64_t i) const {
+    return stage == 0 || k_cut.Keeps(key, i);
+  }
+  MNEME_HD bool Kept(uint64_t key, int64_t i, double w) const {
+    return k_cut.Keeps(key, i) && p_cut.Keeps(key, i) && !(w < min_p);
+  }
+};
+
+// weights[r, i] = token i's weight in row r; item = r * cols + i.
+struct SampleWeightsOp {
+  const float* x = nullptr;
+  int64_t cols = 0;
+  const SampleRow* rows = nullptr;
+  double* weights = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const SampleRow& s = rows[item / cols];
+    const double v =
+        ExpD((double{x[s.row * cols + item % cols]} - double{s.max}) *
+             s.inv_temperature);
+    weights[item] = v == v ? v : 0.0;
+  }
+};
+
+// One strided lane's histogram of the digit at `shift` over the ranked
+// tokens whose keys match the prefix above it: counts and weights;
+// item = r * lanes + c, [item][kSampleBins].
+struct SampleHistOp {
+  const double* weights = nullptr;
+  int64_t cols = 0;
+  int64_t lanes = 0;
+  const SampleRow* rows = nullptr;
+  int32_t stage = 0;
+  int32_t shift = 0;
+  int32_t* count = nullptr;
+  double* mass = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    int32_t* n = count + item * kSampleBins;
+    double* m = mass + item * kSampleBins;
+    for (int b = 0; b < kSampleBins; ++b) {
+      n[b] = 0;
+      m[b] = 0.0;
+    }
+    const int64_t r = item / lanes;
+    const SampleRow& s = rows[r];
+    if (!s.Selects(stage)) return;
+    const uint64_t mask = SampleHighMask(shift);
+    const uint64_t want = s.prefix & mask;
+    const double* w = weights + r * cols;
+    for (int64_t i = item % lanes; i < cols; i += lanes) {
+      const uint64_t key = DoubleToBits(w[i]);
+      if ((key & mask) != want || !s.Ranks(stage, key, i)) continue;
+      const auto bin = static_cast<int>((key >> shift) & (kSampleBins - 1));
+      ++n[bin];
+      m[bin] += w[i];
+    }
+  }
+};
+
+// The digit at `shift` of the cut's key from SampleHistOp's lanes, largest
+// digit first; item = r. Top-k: the digit where the top_k-th token falls.
+// Top-p: the first (non-empty) digit where the weight ranked above and at
+// it reaches top_p times the top-k survivors' weight (the last non-empty
+// digit when rounding leaves it short). The first digit starts the select.
+struct SamplePickOp {
+  const int32_t* count = nullptr;
+  const double* mass = nullptr;
+  int64_t lanes = 0;
+  int32_t stage = 0;
+  int32_t shift = 0;
+  SampleRow* rows = nullptr;
+  MNEME_HD void operator()(int64_t r) const {
+    SampleRow& s = rows[r];
+    if (!s.Selects(stage)) return;
+    const int32_t* n = count + r * lanes * kSampleBins;
+    const double* m = mass + r * lanes * kSampleBins;
+    if (shift == 64 - kSampleDigitBits) {
+      s.prefix = 0;
+      s.left = s.top_k;
+      s.above = 0.0;
+      double total = 0.0;
+      for (int64_t j = 0; j < lanes * kSampleBins; ++j) total += m[j];
+      s.target = double{s.top_p} * total;
+    }
+    int chosen = -1;
+    int last = -1;
+    double above_last = 0.0;
+    for (int b = kSampleBins - 1; b >= 0; --b) {
+      int64_t tokens = 0;
+      double weight = 0.0;
+      for (int64_t c = 0; c < lanes; ++c) {
+        tokens += n[c * kSampleBins + b];
+        weight += m[c * kSampleBins + b];
+      }
+      if (stage == 0) {
+        if (s.left <= tokens) {
+          chosen = b;
+          break;
+        }
+        s.left -= tokens;
+        continue;
+      }
+      if (tokens == 0) continue;
+      if (s.above + weight >= s.target) {
+        chosen = b;
+        break;
+      }
+      last = b;
+      above_last = s.above;
+      s.above += weight;
+    }
+    if (chosen < 0) {
+      chosen = last;
+      s.above = above_last;
+    }
+    s.prefix |= static_cast<uint64_t>(chosen) << shift;
+  }
+};
+
+// Per contiguous segment of kRowLane tokens: how many ranked tokens have
+// the selected key; item = r * lanes + c.
+struct SampleTieCountOp {
+  const double* weights = nullptr;
+  int64_t cols = 0;
+  int64_t lanes = 0;
+  const SampleRow* rows = nullptr;
+  int32_t stage = 0;
+  int32_t* ties = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t r = item / lanes;
+    const int64_t c = item % lanes;
+    const SampleRow& s = rows[r];
+    int32_t q = 0;
+    if (s.Selects(stage)) {
+      const double* w = weights + r * cols;
+      const int64_t end = (c + 1) * kRowLane < cols ? (c + 1) * kRowLane : cols;
+      for (int64_t i = c * kRowLane; i < end; ++i) {
+        const uint64_t key = DoubleToBits(w[i]);
+        q += key == s.prefix && s.Ranks(stage, key, i) ? 1 : 0;
+      }
+    }
+    ties[item] = q;
+  }
+};
+
+// The stage's cut: the selected key, and the id after the last of its ties
+// taken in id order. Top-k takes the ties left; top-p adds them one at a
+// time to the weight ranked above until it reaches the target (all of them
+// when rounding leaves it short). item = r.
+struct SampleCutOp {
+  const double* weights = nullptr;
+  int64_t cols = 0;
+  int64_t lanes = 0;
+  const int32_t* ties = nullptr;
+  int32_t stage = 0;
+  SampleRow* rows = nullptr;
+  MNEME_HD void operator()(int64_t r) const {
+    SampleRow& s = rows[r];
+    if (!s.Selects(stage)) return;
+    const int32_t* q = ties + r * lanes;
+    int64_t take = s.left;
+    if (stage == 1) {
+      int64_t all = 0;
+      for (int64_t c = 0; c < lanes; ++c) all += q[c];
+      const double w = BitsToDouble(s.prefix);
+      double cumulative = s.above;
+      take = 0;
+      while (take < all) {
+        cumulative += w;
+        ++take;
+        if (cumulative >= s.target) break;
+      }
+    }
+    const double* w = weights + r * cols;
+    int64_t seen = 0;
+    int64_t id = cols;
+    for (int64_t c = 0; c < lanes && id == cols; ++c) {
+      if (seen + q[c] < take) {
+        seen += q[c];
+        continue;
+      }
+      const int64_t end = (c + 1) * kRowLane < cols ? (c + 1) * kRowLane : cols;
+      for (int64_t i = c * kRowLane; i < end; ++i) {
+        const uint64_t key = DoubleToBits(w[i]);
+        if (key != s.prefix || !s.Ranks(stage, key, i)) continue;
+        if (++seen == take) {
+          id = i + 1;
+          break;
+        }
+      }
+    }
+    SampleCut& cut = stage == 0 ? s.k_cut : s.p_cut;
+    cut.key = s.prefix;
+    cut.id = id;
+  }
+};
+
+// Per contiguous segment of kRowLane tokens: the kept tokens' weight, in
+// id order; item = r * lanes + c.
+struct SampleMassOp {
+  const double* weights = nullptr;
+  int64_t cols = 0;
+  int64_t lanes = 0;
+  const SampleRow* rows = nullptr;
+  double* mass = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t r = item / lanes;
+    const int64_t c = item % lanes;
+    const SampleRow& s = rows[r];
+    const double* w = weights + r * cols;
+    const int64_t end = (c + 1) * kRowLane < cols ? (c + 1) * kRowLane : cols;
+    double sum = 0.0;
+    for (int64_t i = c * kRowLane; i < end; ++i) {
+      if (s.Kept(DoubleToBits(w[i]), i, w[i])) sum += w[i];
+    }
+    mass[item] = sum;
+  }
+};
+
+// The draw: the kept token, in id order, where the cumulative weight first
+// exceeds uniform times the kept weight (the last kept token of positive
+// weight when rounding leaves it short); segments wholly below it are
+// skipped by their sums. item = r.
+struct SampleDrawOp {
+  const double* weights = nullptr;
+  int64_t cols = 0;
+  int64_t lanes = 0;
+  const double* mass = nullptr;
+  SampleRow* rows = nullptr;
+  MNEME_HD void operator()(int64_t r) const {
+    SampleRow& s = rows[r];
+    const double* m = mass + r * lanes;
+    const double* w = weights + r * cols;
+    double total = 0.0;
+    for (int64_t c = 0; c < lanes; ++c) total += m[c];
+    s.id = -1;
+    if (!(total > 0.0)) return;
+    const double u = s.uniform * total;
+    double cumulative = 0.0;
+    int64_t last = -1;  // segment of the last positive weight
+    for (int64_t c = 0; c < lanes; ++c) {
+      if (m[c] > 0.0) last = c;
+      if (!(cumulative + m[c] > u)) {
+        cumulative += m[c];
+        continue;
+      }
+      const int64_t end = (c + 1) * kRowLane < cols ? (c + 1) * kRowLane : cols;
+      for (int64_t i = c * kRowLane; i < end; ++i) {
+        if (!s.Kept(DoubleToBits(w[i]), i, w[i])) continue;
+        cumulative += w[i];
+        if (cumulative > u) {
+          s.id = static_cast<int32_t>(i);
+          return;
+        }
+      }
+    }
+    const int64_t first = last * kRowLane;
+    const int64_t end =
+        (last + 1) * kRowLane < cols ? (last + 1) * kRowLane : cols;
+    for (int64_t i = end - 1; i >= first; --i) {
+      if (w[i] > 0.0 && s.Kept(DoubleToBits(w[i]), i, w[i])) {
+        s.id = static_cast<int32_t>(i);
+        return;
+      }
+    }
+  }
+};
+
 // ---- MoE routing ---------------------------------------------------------
 
 // Whether biased score a (expert ia) ranks before b (expert ib): larger
@@ -2115,6 +2456,13 @@ struct TopKEmitOp {
   X(RowMaxOp)               \
   X(RowExpSumPartialOp)     \
   X(RowLogProbOp)           \
+  X(SampleWeightsOp)        \
+  X(SampleHistOp)           \
+  X(SamplePickOp)           \
+  X(SampleTieCountOp)       \
+  X(SampleCutOp)            \
+  X(SampleMassOp)           \
+  X(SampleDrawOp)           \
   X(RouteScoresOp)          \
   X(MoeRouteOp)             \
   X(BlockKeyOp)             \

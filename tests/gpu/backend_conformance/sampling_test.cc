@@ -1,6 +1,8 @@
 // Backend conformance: sampling and log-probabilities on every backend of
 // BackendFactories().
 
+#include "gpu/sampling.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -135,6 +137,23 @@ TEST_P(SampleTest, TopPKeepsTheSmallestSufficientSet) {
   EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()), (std::set<int32_t>{1}));
 }
 
+// Top-p over tied weights, where the target is reached exactly: four
+// tokens share the largest logit (weight 1 each, 4 in all) and the rest are
+// masked; top_p 0.5 keeps the two lowest ids of the four (cumulative 2
+// reaches 2), 0.6 the three lowest.
+TEST_P(SampleTest, TopPReachesItsTargetExactlyOnTies) {
+  const int64_t vocab = 700;
+  std::vector<float> logits(vocab, -std::numeric_limits<float>::infinity());
+  for (int64_t i : {650, 20, 333, 301}) logits[i] = 1.25f;
+  for (auto [top_p, want] :
+       {std::pair{0.5f, std::set<int32_t>{20, 301}},
+        std::pair{0.6f, std::set<int32_t>{20, 301, 333}}}) {
+    const std::vector<int32_t> ids =
+        Draw(logits, SamplingParams{.temperature = 1.0f, .top_p = top_p}, 200);
+    EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()), want) << top_p;
+  }
+}
+
 TEST_P(SampleTest, MinPDropsUnlikelyTokens) {
   const std::vector<float> logits = LogsOf({0.2, 0.5, 0.3});
   std::vector<int32_t> ids =
@@ -217,6 +236,79 @@ TEST_P(SampleTest, WideRowsGreedyAndDrawnInOneCall) {
       EXPECT_NEAR(got[t], RefLogSoftmax(rows[t], scored[t]), 1e-5) << t;
     }
   }
+}
+
+// Every drawn token equals gpu/sampling.h's SampleToken on the same row,
+// and its log-probability LogProbOf's, over rows wider than a reduction
+// lane: plain and tie-heavy logits (equal weights at the top-k and top-p
+// cuts), masked and NaN tokens, every filter alone and together, and the
+// filters' edges (top-k 1 and vocab - 1, top-p 0, min-p 1). A device's
+// partial sums differ from the host's only in rounding, so a draw could
+// differ only where its uniform falls within rounding of a boundary; none
+// of these rows' does.
+TEST_P(SampleTest, DrawsEqualTheHostSampler) {
+  const int64_t vocab = 3001;
+  const std::vector<int32_t> top_ks = {0, 1, 5, 40, 3000, 5000};
+  const std::vector<float> top_ps = {1.0f, 0.9f, 0.5f, 0.05f, 0.0f};
+  const std::vector<float> min_ps = {0.0f, 0.05f, 0.5f, 1.0f};
+  const std::vector<float> temperatures = {0.5f, 1.0f, 2.0f};
+  std::mt19937 rng(7);
+  std::vector<float> all;
+  std::vector<SamplingParams> params;
+  for (int r = 0; r < 96; ++r) {
+    std::vector<float> row = Random(vocab, -4.0f, 4.0f);
+    if (r % 3 == 1) {
+      // Ties: a few distinct values, the best shared by many tokens.
+      for (float& v : row) v = std::round(v) * 0.5f;
+    }
+    if (r % 4 == 2) {
+      for (int64_t i = 3; i < vocab; i += 7) {
+        row[i] = -std::numeric_limits<float>::infinity();
+      }
+      row[100] = std::numeric_limits<float>::quiet_NaN();
+    }
+    all.insert(all.end(), row.begin(), row.end());
+    SamplingParams p{.temperature = temperatures[r % temperatures.size()],
+                     .seed = rng()};
+    switch (r % 4) {
+      case 0:
+        p.top_k = top_ks[rng() % top_ks.size()];
+        break;
+      case 1:
+        p.top_p = top_ps[rng() % top_ps.size()];
+        break;
+      case 2:
+        p.min_p = min_ps[rng() % min_ps.size()];
+        break;
+      default:
+        p.top_k = top_ks[rng() % top_ks.size()];
+        p.top_p = top_ps[rng() % top_ps.size()];
+        p.min_p = min_ps[rng() % min_ps.size()];
+    }
+    params.push_back(p);
+  }
+  const auto rows = static_cast<int64_t>(params.size());
+  Mat lm = Upload(all, rows, vocab);
+  std::vector<int32_t> ids(rows);
+  std::vector<float> logprobs(rows);
+  backend_->Sample(lm.view, params, absl::MakeSpan(ids),
+                   absl::MakeSpan(logprobs));
+  std::set<int32_t> distinct;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = all.data() + r * vocab;
+    const int32_t want = SampleToken(row, vocab, params[r]);
+    EXPECT_EQ(ids[r], want)
+        << "row " << r << " top_k " << params[r].top_k << " top_p "
+        << params[r].top_p << " min_p " << params[r].min_p;
+    const float logprob = LogProbOf(row, vocab, want);
+    if (std::isnan(logprob)) {
+      EXPECT_TRUE(std::isnan(logprobs[r])) << r;  // a row with a NaN
+    } else {
+      EXPECT_NEAR(logprobs[r], logprob, 1e-5) << r;
+    }
+    distinct.insert(ids[r]);
+  }
+  EXPECT_GT(distinct.size(), 40u);
 }
 
 // A NaN logit past the first never wins greedy selection and does not hide
