@@ -112,15 +112,17 @@ absl::Status Prefill(Model& model, const std::vector<int64_t>& tokens,
 }
 
 // Appends a generated token with the distribution it came from (`row`, the
-// target's logits at its position; `sampled_logprob` when the backend's
-// sampler gave it). Returns whether generation ends with it.
+// target's logits at its position, empty when only the draw came back;
+// `sampled_logprob` when the backend's sampler gave it). Returns whether
+// generation ends with it.
 absl::StatusOr<bool> Emit(const Model& model, const GenerateOptions& options,
                           absl::Time began, int64_t token,
                           absl::Span<const float> row, float sampled_logprob,
                           GenerateResult& result) {
   result.token_ids.push_back(token);
   result.token_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - began));
-  if (options.top_logprobs > 0 || std::isnan(sampled_logprob)) {
+  if (options.top_logprobs > 0 ||
+      (std::isnan(sampled_logprob) && !row.empty())) {
     ASSIGN_OR_RETURN(PositionLogprobs lp,
                      RowLogprobs(row, token, options.top_logprobs));
     result.logprobs.push_back(lp.target_logprob);
@@ -310,25 +312,39 @@ absl::StatusOr<GenerateResult> Generate(Model& model,
     return result;
   }
   int64_t position = static_cast<int64_t>(prompt.size());
-  for (uint64_t step = 0;; ++step) {
-    gpu::SamplingParams params = options.sampling;
-    params.seed = options.sampling.seed + step;
-    absl::StatusOr<std::pair<int64_t, float>> token =
-        model.SampleToken(logits, params);
-    if (!token.ok()) return fail(token.status());
-    absl::StatusOr<bool> done = Emit(model, options, began, token->first,
-                                     logits, token->second, result);
+  // Token `step` is drawn with seed + step: the first from the prompt's
+  // last row, each later one inside the step that computes its row (where
+  // the logits are), which returns the row only for top log-probabilities.
+  gpu::SamplingParams params = options.sampling;
+  absl::StatusOr<std::pair<int64_t, float>> first =
+      model.SampleToken(logits, params);
+  if (!first.ok()) return fail(first.status());
+  SampledToken token{.id = first->first, .logprob = first->second};
+  const bool rows = options.top_logprobs > 0;
+  for (uint64_t step = 1;; ++step) {
+    absl::StatusOr<bool> done =
+        Emit(model, options, began, token.id, logits, token.logprob, result);
     if (!done.ok()) return fail(done.status());
     if (*done) break;
+    params.seed = options.sampling.seed + step;
     StepInput in;
     SequenceChunk c;
     c.sequence_id = id;
-    c.tokens = {token->first};
+    c.tokens = {token.id};
     c.start_position = position;
+    c.logits =
+        rows ? SequenceChunk::Logits::kLast : SequenceChunk::Logits::kNone;
+    c.sample = true;
+    c.sampling = params;
     in.chunks.push_back(std::move(c));
     absl::StatusOr<StepOutput> out = model.Step(in);
     if (!out.ok()) return fail(out.status());
-    logits = std::move(out->logits[0]);
+    token = out->sampled[0];
+    if (rows) {
+      logits = std::move(out->logits[0]);
+    } else {
+      logits.clear();
+    }
     position += 1;
   }
   release();

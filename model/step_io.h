@@ -27,9 +27,8 @@ struct SequenceChunk {
   // Whether the step draws the token after the chunk from its last
   // position's logits with `sampling` (StepOutput::sampled). The draw is
   // made where the logits are (Backend::Sample): with `logits` kNone the
-  // row is not returned, and a greedy draw brings back only the token (a
-  // draw at a temperature may still copy the row for the backend's host
-  // sampler).
+  // row is not returned, and only the token and its log-probability come
+  // back from the device.
   bool sample = false;
   gpu::SamplingParams sampling;
 };

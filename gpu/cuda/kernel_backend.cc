@@ -33,9 +33,6 @@ namespace k = kernels;
 // Linear goes by tiles from this many tokens and weight rows on (Gemm).
 constexpr int64_t kTiledLinearTokens = 64;
 constexpr int64_t kTiledLinearRows = 128;
-// Sample draws this many bytes of token weights (double) at a time, in
-// whole rows (at least one).
-constexpr int64_t kSampleWeightBytes = int64_t{64} << 20;
 
 // Every carved block starts on this boundary (bytes).
 constexpr int64_t kAlign = 256;
@@ -161,8 +158,9 @@ class KernelBackend::Carver {
   int64_t offset_ = 0;
 };
 
-KernelBackend::KernelBackend(std::unique_ptr<Executor> executor)
-    : executor_(std::move(executor)) {}
+KernelBackend::KernelBackend(std::unique_ptr<Executor> executor,
+                             Options options)
+    : executor_(std::move(executor)), options_(options) {}
 
 KernelBackend::~KernelBackend() {
   (void)executor_->Synchronize();
@@ -1214,7 +1212,7 @@ void KernelBackend::Sample(ConstMatrixView logits,
   }
   if (drawn.empty()) return;
   const int64_t per_pass =
-      std::max<int64_t>(1, kSampleWeightBytes / (vocab * int64_t{8}));
+      std::max<int64_t>(1, options_.sample_weight_bytes / (vocab * int64_t{8}));
   for (size_t first = 0; first < drawn.size();
        first += static_cast<size_t>(per_pass)) {
     DrawRows(logits, absl::MakeSpan(drawn).subspan(

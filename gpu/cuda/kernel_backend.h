@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -33,7 +34,14 @@ struct TopKRows;
 
 class KernelBackend final : public Backend {
  public:
-  explicit KernelBackend(std::unique_ptr<Executor> executor);
+  struct Options {
+    // Sample draws rows at a temperature this many bytes of token weights
+    // (doubles, vocabulary-wide) at a time, in whole rows (at least one).
+    int64_t sample_weight_bytes = int64_t{64} << 20;
+  };
+  explicit KernelBackend(std::unique_ptr<Executor> executor)
+      : KernelBackend(std::move(executor), Options()) {}
+  KernelBackend(std::unique_ptr<Executor> executor, Options options);
   ~KernelBackend() override;
   KernelBackend(const KernelBackend&) = delete;
   KernelBackend& operator=(const KernelBackend&) = delete;
@@ -176,6 +184,7 @@ class KernelBackend final : public Backend {
                int k, absl::Span<int32_t> ids, absl::Span<int32_t> counts);
 
   std::unique_ptr<Executor> executor_;
+  Options options_;
   // Temporaries of one op (staged host indices, intermediate products).
   Arena work_;
   // Quantized activations of the W4A4 contract (used inside Gemm, so apart

@@ -1663,6 +1663,12 @@ struct ScatterAddOp {
 // items read neighbouring addresses (coalesced on a GPU).
 inline constexpr int64_t kRowLane = 256;
 
+// The end of a row's contiguous segment c of kRowLane values: [c *
+// kRowLane, RowSegmentEnd(c, cols)).
+MNEME_HD inline int64_t RowSegmentEnd(int64_t c, int64_t cols) {
+  return (c + 1) * kRowLane < cols ? (c + 1) * kRowLane : cols;
+}
+
 // Per lane of a row: the largest value and the lowest index holding it,
 // such that RowMaxOp finds what std::max_element finds over the whole row:
 // the row's first value is taken even when it is NaN; any other value only
@@ -1970,7 +1976,7 @@ struct SampleTieCountOp {
     int32_t q = 0;
     if (s.Selects(stage)) {
       const double* w = weights + r * cols;
-      const int64_t end = (c + 1) * kRowLane < cols ? (c + 1) * kRowLane : cols;
+      const int64_t end = RowSegmentEnd(c, cols);
       for (int64_t i = c * kRowLane; i < end; ++i) {
         const uint64_t key = DoubleToBits(w[i]);
         q += key == s.prefix && s.Ranks(stage, key, i) ? 1 : 0;
@@ -2016,7 +2022,7 @@ struct SampleCutOp {
         seen += q[c];
         continue;
       }
-      const int64_t end = (c + 1) * kRowLane < cols ? (c + 1) * kRowLane : cols;
+      const int64_t end = RowSegmentEnd(c, cols);
       for (int64_t i = c * kRowLane; i < end; ++i) {
         const uint64_t key = DoubleToBits(w[i]);
         if (key != s.prefix || !s.Ranks(stage, key, i)) continue;
@@ -2045,7 +2051,7 @@ struct SampleMassOp {
     const int64_t c = item % lanes;
     const SampleRow& s = rows[r];
     const double* w = weights + r * cols;
-    const int64_t end = (c + 1) * kRowLane < cols ? (c + 1) * kRowLane : cols;
+    const int64_t end = RowSegmentEnd(c, cols);
     double sum = 0.0;
     for (int64_t i = c * kRowLane; i < end; ++i) {
       if (s.Kept(DoubleToBits(w[i]), i, w[i])) sum += w[i];
@@ -2081,7 +2087,7 @@ struct SampleDrawOp {
         cumulative += m[c];
         continue;
       }
-      const int64_t end = (c + 1) * kRowLane < cols ? (c + 1) * kRowLane : cols;
+      const int64_t end = RowSegmentEnd(c, cols);
       for (int64_t i = c * kRowLane; i < end; ++i) {
         if (!s.Kept(DoubleToBits(w[i]), i, w[i])) continue;
         cumulative += w[i];
@@ -2092,8 +2098,7 @@ struct SampleDrawOp {
       }
     }
     const int64_t first = last * kRowLane;
-    const int64_t end =
-        (last + 1) * kRowLane < cols ? (last + 1) * kRowLane : cols;
+    const int64_t end = RowSegmentEnd(last, cols);
     for (int64_t i = end - 1; i >= first; --i) {
       if (w[i] > 0.0 && s.Kept(DoubleToBits(w[i]), i, w[i])) {
         s.id = static_cast<int32_t>(i);
@@ -2216,7 +2221,7 @@ struct TopKRows {
 
   // The end of contiguous segment c: [c * kRowLane, SegmentEnd(c)).
   MNEME_HD int64_t SegmentEnd(int64_t c) const {
-    return (c + 1) * kRowLane < cols ? (c + 1) * kRowLane : cols;
+    return RowSegmentEnd(c, cols);
   }
 
   MNEME_HD uint32_t Key(int64_t t, int64_t e) const {

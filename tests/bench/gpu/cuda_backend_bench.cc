@@ -253,6 +253,43 @@ std::string MoeFields(Backend& backend, int iters, std::mt19937& rng,
   return "";
 }
 
+// Backend::Sample over a decode batch of 16 rows of V4's vocabulary
+// (129,280 logits): greedy against a memcpy of the logits' bytes, and draws
+// at a temperature with top-k 50 and top-p 0.9 (the radix selects on the
+// device) over the greedy call. Returns an error or "".
+std::string SampleFields(Backend& backend, int iters, std::mt19937& rng,
+                         std::vector<std::string>& fields) {
+  constexpr int64_t kRows = 16;
+  constexpr int64_t kVocab = 129280;
+  absl::StatusOr<std::unique_ptr<Buffer>> logits =
+      backend.Allocate(kRows * kVocab);
+  if (!logits.ok()) return "allocation";
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> host(kRows * kVocab);
+  for (float& v : host) v = normal(rng);
+  backend.CopyFromHost(host, (*logits)->data());
+  const ConstMatrixView view((*logits)->data(), kRows, kVocab);
+  std::vector<int32_t> ids(kRows);
+  std::vector<float> logprobs(kRows);
+  const std::vector<SamplingParams> greedy(kRows);
+  std::vector<SamplingParams> drawn(
+      kRows, SamplingParams{.temperature = 0.8f, .top_p = 0.9f, .top_k = 50});
+  for (int64_t r = 0; r < kRows; ++r) drawn[r].seed = static_cast<uint64_t>(r);
+  const double greedy_s = SecondsPerCall(backend, iters, [&] {
+    backend.Sample(view, greedy, absl::MakeSpan(ids), absl::MakeSpan(logprobs));
+  });
+  const double drawn_s = SecondsPerCall(backend, iters, [&] {
+    backend.Sample(view, drawn, absl::MakeSpan(ids), absl::MakeSpan(logprobs));
+  });
+  if (greedy_s <= 0.0 || drawn_s <= 0.0) return "sample";
+  fields.push_back(
+      absl::StrCat("\"sample16_greedy_vs_memcpy\": ",
+                   VsMemcpy(kRows * kVocab * int64_t{4}, greedy_s, iters)));
+  fields.push_back(
+      absl::StrCat("\"sample16_top_p_over_greedy\": ", drawn_s / greedy_s));
+  return "";
+}
+
 std::string Run(Backend& backend, int iters) {
   std::mt19937 rng(1);
   std::vector<std::string> fields;
@@ -386,6 +423,10 @@ std::string Run(Backend& backend, int iters) {
       absl::StrCat("\"index_scores_vs_memcpy\": ",
                    VsMemcpy(kEntries * kIndexDim * 4, index_s, iters)));
   if (const std::string error = MoeFields(backend, iters, rng, fields);
+      !error.empty()) {
+    return absl::StrCat("{\"error\": \"", error, "\"}");
+  }
+  if (const std::string error = SampleFields(backend, iters, rng, fields);
       !error.empty()) {
     return absl::StrCat("{\"error\": \"", error, "\"}");
   }

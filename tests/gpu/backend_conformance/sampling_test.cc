@@ -20,6 +20,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "gpu/backend.h"
+#include "gpu/cuda/host_executor.h"
+#include "gpu/cuda/kernel_backend.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/backend_conformance/backend_factories.h"
 #include "tests/gpu/backend_conformance/conformance_test_base.h"
@@ -356,6 +358,51 @@ TEST_P(SampleTest, NonFiniteRows) {
   EXPECT_TRUE(std::isnan(got[0])) << got[0];
   EXPECT_EQ(got[1], -inf);
   EXPECT_TRUE(std::isnan(got[2])) << got[2];
+}
+
+// The CUDA backend's op code (host executor) drawing rows a few at a time
+// (a weight budget of two rows a pass): each row's token and log-probability
+// equal SampleToken's and LogProbOf's, with greedy rows between drawn ones
+// and a row whose kept tokens weigh nothing (min-p above 1: the argmax).
+TEST(KernelBackendSampleTest, DrawsRowsInPassesOfTheWeightBudget) {
+  constexpr int64_t kVocab = 1000;
+  KernelBackend backend(
+      MakeHostExecutor(),
+      KernelBackend::Options{.sample_weight_bytes = 2 * kVocab * 8 + 8});
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> logit(-3.0f, 3.0f);
+  std::vector<float> all(7 * kVocab);
+  for (float& v : all) v = logit(rng);
+  const std::vector<SamplingParams> params = {
+      {.temperature = 1.0f, .seed = 1},
+      {},
+      {.temperature = 0.7f, .top_p = 0.8f, .seed = 2},
+      {.temperature = 1.3f, .top_k = 20, .seed = 3},
+      {.temperature = 1.0f, .min_p = 1.5f, .seed = 4},
+      {},
+      {.temperature = 2.0f,
+       .top_p = 0.5f,
+       .top_k = 100,
+       .min_p = 0.1f,
+       .seed = 5}};
+  absl::StatusOr<std::unique_ptr<Buffer>> logits =
+      backend.Allocate(static_cast<int64_t>(all.size()));
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  backend.CopyFromHost(all, (*logits)->data());
+  std::vector<int32_t> ids(params.size());
+  std::vector<float> logprobs(params.size());
+  backend.Sample(ConstMatrixView((*logits)->data(),
+                                 static_cast<int64_t>(params.size()), kVocab),
+                 params, absl::MakeSpan(ids), absl::MakeSpan(logprobs));
+  for (size_t r = 0; r < params.size(); ++r) {
+    const float* row = all.data() + r * kVocab;
+    const int32_t want = SampleToken(row, kVocab, params[r]);
+    EXPECT_EQ(ids[r], want) << r;
+    EXPECT_NEAR(logprobs[r], LogProbOf(row, kVocab, want), 1e-5) << r;
+  }
+  EXPECT_EQ(ids[4], std::max_element(all.begin() + 4 * kVocab,
+                                     all.begin() + 5 * kVocab) -
+                        (all.begin() + 4 * kVocab));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, SamplingTest,
