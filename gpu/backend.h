@@ -99,6 +99,22 @@ struct ExpertRef {
   const Weight* w3 = nullptr;
 };
 
+// How Backend::MoeLayer routes each token to top_k experts.
+struct MoeRouting {
+  int top_k = 0;
+  float routed_scaling = 1.0f;
+  // Routing by score (MoeRoute): the bias [E] in backend memory, or null.
+  const float* bias = nullptr;
+  // Hash routing (V4's first layers) when not empty: each token's listed
+  // experts [T * top_k] (host; gate.tid2eid of its token id, each in [0,
+  // E)). A listing's weight is its score sqrt(softplus(logit)) (in double)
+  // over the sum of all the token's listings' scores, times
+  // routed_scaling; an expert listed again for the same token is added
+  // once, at its first listing (the official indexed write does not
+  // accumulate), while every listing counts in the sum.
+  absl::Span<const int32_t> hash_experts;
+};
+
 // A dense row-major fp32 matrix in backend memory (host memory for the CPU
 // backend, device memory for CUDA). Borrowed views; the owner is a Buffer.
 struct MatrixView {
@@ -415,6 +431,17 @@ class Backend {
                           int64_t first_expert,
                           absl::Span<const ExpertRef> experts, float limit,
                           MatrixView y_all) = 0;
+
+  // A MoE layer's routing and routed experts in one call, from its gate
+  // logits [T, E] (backend memory): the assignments MoeRoute (or hash
+  // routing, see MoeRouting) gives, then MoeExperts with them: the same
+  // additions into y_all in the same order. A backend may keep the
+  // assignments in its own memory (the CUDA backend groups them on the
+  // device, so nothing comes back to the host).
+  virtual void MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
+                        const MoeRouting& routing, int64_t first_expert,
+                        absl::Span<const ExpertRef> experts, float limit,
+                        MatrixView y_all) = 0;
 
   // ---- sampling ------------------------------------------------------------
   // Draws one token per row of logits [T, V] with params[t]; ids[t] is the

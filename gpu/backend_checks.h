@@ -206,6 +206,19 @@ inline void CheckWeighDcpPartsShapes(ConstMatrixView lses, ConstMatrixView part,
   CHECK_EQ(global_own.cols, heads / ranks);
 }
 
+// MoeExperts' and MoeLayer's experts: every weight present, each expert's
+// as ExpertForward's, all of one shape; y_all rows as x_all's.
+inline void CheckExpertSetShapes(ConstMatrixView x_all,
+                                 absl::Span<const ExpertRef> experts,
+                                 ConstMatrixView y_all) {
+  CHECK_EQ(y_all.rows, x_all.rows);
+  for (const ExpertRef& e : experts) {
+    CHECK(e.w1 != nullptr && e.w2 != nullptr && e.w3 != nullptr);
+    CheckExpertForwardShapes(x_all, {}, {}, *e.w1, *e.w2, *e.w3, y_all);
+    CHECK_EQ(e.w1->rows(), experts[0].w1->rows());
+  }
+}
+
 // MoeExperts: one weight per assignment, every expert's weights present and
 // of one shape (checked as ExpertForward's).
 inline void CheckMoeExpertsShapes(ConstMatrixView x_all,
@@ -216,12 +229,27 @@ inline void CheckMoeExpertsShapes(ConstMatrixView x_all,
   CHECK_GE(top_k, 1);
   CHECK_EQ(expert_ids.size(), weights.size());
   CHECK_EQ(static_cast<int64_t>(expert_ids.size()), x_all.rows * top_k);
-  CHECK_EQ(y_all.rows, x_all.rows);
-  for (const ExpertRef& e : experts) {
-    CHECK(e.w1 != nullptr && e.w2 != nullptr && e.w3 != nullptr);
-    CheckExpertForwardShapes(x_all, {}, {}, *e.w1, *e.w2, *e.w3, y_all);
-    CHECK_EQ(e.w1->rows(), experts[0].w1->rows());
+  CheckExpertSetShapes(x_all, experts, y_all);
+}
+
+// MoeLayer: one gate logit per expert and token, a routing MoeRoute
+// accepts, hash listings (if any) one per assignment and each an expert,
+// and the experts as MoeExperts'.
+inline void CheckMoeLayerShapes(ConstMatrixView x_all, ConstMatrixView logits,
+                                const MoeRouting& routing,
+                                absl::Span<const ExpertRef> experts,
+                                ConstMatrixView y_all) {
+  CHECK_EQ(logits.rows, x_all.rows);
+  CHECK_GE(routing.top_k, 1);
+  CHECK_LE(routing.top_k, logits.cols);
+  if (!routing.hash_experts.empty()) {
+    CHECK_EQ(static_cast<int64_t>(routing.hash_experts.size()),
+             logits.rows * routing.top_k);
+    for (const int32_t e : routing.hash_experts) {
+      CHECK(e >= 0 && e < logits.cols) << "hash-routed expert " << e;
+    }
   }
+  CheckExpertSetShapes(x_all, experts, y_all);
 }
 
 // UnpackBf16Rows: whole blocks, rows that fit them and columns inside y.

@@ -7,6 +7,9 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/types/span.h"
+#include "gpu/backend.h"
+
 namespace mneme::gpu {
 
 bool FindSamplingCandidates(const float* row, int64_t vocab,
@@ -134,6 +137,51 @@ void MoeRouter::Route(const float* logits, int64_t experts, const float* bias,
     weights[i] = sum > 0.0f ? score_[order_[i]] / sum * routed_scaling
                             : routed_scaling / static_cast<float>(top_k);
   }
+}
+
+void HashRoute(const float* logits, absl::Span<const int32_t> listed,
+               float routed_scaling, int32_t* expert_ids, float* weights) {
+  const auto top_k = static_cast<int64_t>(listed.size());
+  double sum = 0.0;
+  for (int64_t i = 0; i < top_k; ++i) {
+    const int32_t e = listed[i];
+    const double x = logits[e];
+    const double s = std::sqrt(x > 20.0 ? x : std::log1p(std::exp(x)));
+    bool repeated = false;
+    for (int64_t j = 0; j < i; ++j) repeated = repeated || listed[j] == e;
+    expert_ids[i] = repeated ? -1 : e;
+    weights[i] = static_cast<float>(s);
+    sum += s;
+  }
+  for (int64_t i = 0; i < top_k; ++i) {
+    weights[i] = static_cast<float>(weights[i] / sum * routed_scaling);
+  }
+}
+
+void MoeLayerByParts(Backend& backend, ConstMatrixView x_all,
+                     ConstMatrixView logits, const MoeRouting& routing,
+                     int64_t first_expert, absl::Span<const ExpertRef> experts,
+                     float limit, MatrixView y_all) {
+  const int64_t tokens = logits.rows;
+  const int64_t count = tokens * routing.top_k;
+  std::vector<int32_t> ids(static_cast<size_t>(count));
+  std::vector<float> weights(static_cast<size_t>(count));
+  if (routing.hash_experts.empty()) {
+    backend.MoeRoute(logits, routing.bias, routing.top_k,
+                     routing.routed_scaling, absl::MakeSpan(ids),
+                     absl::MakeSpan(weights));
+  } else {
+    std::vector<float> host(static_cast<size_t>(tokens * logits.cols));
+    backend.CopyToHost(logits.data, absl::MakeSpan(host));
+    for (int64_t t = 0; t < tokens; ++t) {
+      HashRoute(host.data() + t * logits.cols,
+                routing.hash_experts.subspan(t * routing.top_k, routing.top_k),
+                routing.routed_scaling, ids.data() + t * routing.top_k,
+                weights.data() + t * routing.top_k);
+    }
+  }
+  backend.MoeExperts(x_all, ids, weights, routing.top_k, first_expert, experts,
+                     limit, y_all);
 }
 
 void SelectTopEntries(const float* row, int64_t cols, float scale,

@@ -60,6 +60,19 @@ class MoeRouter {
   std::vector<int32_t> order_;
 };
 
+// MoeRouting's hash routing of one token: its top_k `listed` experts, their
+// weights; a repeated listing's id becomes -1 (skipped).
+void HashRoute(const float* logits, absl::Span<const int32_t> listed,
+               float routed_scaling, int32_t* expert_ids, float* weights);
+
+// Backend::MoeLayer by its definition: the backend's MoeRoute (or hash
+// routing on the host, over the logits copied back), then its MoeExperts.
+// Shapes are the caller's to check.
+void MoeLayerByParts(Backend& backend, ConstMatrixView x_all,
+                     ConstMatrixView logits, const MoeRouting& routing,
+                     int64_t first_expert, absl::Span<const ExpertRef> experts,
+                     float limit, MatrixView y_all);
+
 // Backend::MoeExperts' assignments by expert: expert i's are rows[offsets[i]
 // .. offsets[i + 1]) (tokens) and the same range of weights, in ascending
 // order of the assignment; offsets has experts + 1 entries.

@@ -179,6 +179,10 @@ class CpuBackend : public Backend {
                   absl::Span<const float> weights, int top_k,
                   int64_t first_expert, absl::Span<const ExpertRef> experts,
                   float limit, MatrixView y_all) override;
+  void MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
+                const MoeRouting& routing, int64_t first_expert,
+                absl::Span<const ExpertRef> experts, float limit,
+                MatrixView y_all) override;
 
   void Sample(ConstMatrixView logits, absl::Span<const SamplingParams> params,
               absl::Span<int32_t> ids, absl::Span<float> logprobs) override;

@@ -305,4 +305,13 @@ void CpuBackend::MoeExperts(ConstMatrixView x_all,
   }
 }
 
+void CpuBackend::MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
+                          const MoeRouting& routing, int64_t first_expert,
+                          absl::Span<const ExpertRef> experts, float limit,
+                          MatrixView y_all) {
+  CheckMoeLayerShapes(x_all, logits, routing, experts, y_all);
+  MoeLayerByParts(*this, x_all, logits, routing, first_expert, experts, limit,
+                  y_all);
+}
+
 }  // namespace mneme::gpu

@@ -89,6 +89,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     GroupedLinearWarpKernel(kernels::GroupedLinearOp op, int64_t items) {
   ForEachWarpItem(items, [&](int64_t item, int lane) {
     const int64_t g = op.Group(item);
+    if (op.groups[g].tokens == 0) return;  // past the last group's items
     LinearWarpItem(op.Args(g), item - op.groups[g].first_item, lane);
   });
 }
@@ -124,6 +125,8 @@ __global__ void __launch_bounds__(kernels::kTileThreads)
   __shared__ kernels::LinearTile tile_memory;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int64_t g = op.args.Group(tile);
+    // Past the last group's tiles (the whole block alike).
+    if (op.args.groups[g].tokens == 0) continue;
     LinearBlockTile(op.Tiled(g), tile - op.args.groups[g].first_item,
                     tile_memory);
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -29,10 +30,6 @@ namespace mneme::gpu {
 namespace {
 
 namespace k = kernels;
-
-// Linear goes by tiles from this many tokens and weight rows on (Gemm).
-constexpr int64_t kTiledLinearTokens = 64;
-constexpr int64_t kTiledLinearRows = 128;
 
 // Every carved block starts on this boundary (bytes).
 constexpr int64_t kAlign = 256;
@@ -367,7 +364,7 @@ void KernelBackend::Gemm(const float* x, int64_t tokens, const Weight& weight,
 }
 
 void KernelBackend::RunLinear(const k::LinearOp& op) {
-  if (op.tokens >= kTiledLinearTokens && op.w.rows >= kTiledLinearRows) {
+  if (k::TakesTiles(op.tokens, op.w.rows)) {
     const k::LinearTiledOp tiled{.args = op};
     executor_->Run(tiled, tiled.Tiles());
   } else {
@@ -932,21 +929,18 @@ void KernelBackend::UnpackBf16Rows(const float* packed, int64_t block_floats,
                  blocks * rows * row_dim);
 }
 
-void KernelBackend::MoeRoute(ConstMatrixView logits, const float* bias,
-                             int top_k, float routed_scaling,
-                             absl::Span<int32_t> expert_ids,
-                             absl::Span<float> weights) {
-  CheckMoeRouteShapes(logits, top_k, expert_ids, weights);
+int64_t KernelBackend::RouteBytes(int64_t tokens, int64_t experts) {
+  return 2 * Carver::Bytes<float>(tokens * experts);
+}
+
+void KernelBackend::RouteByScore(Carver& carve, ConstMatrixView logits,
+                                 const float* bias, int top_k,
+                                 float routed_scaling, int32_t* expert_ids,
+                                 float* weights) {
   const int64_t tokens = logits.rows;
-  if (tokens == 0) return;
   const int64_t experts = logits.cols;
-  const int64_t n = tokens * top_k;
-  Carver carve(*this, 2 * Carver::Bytes<float>(tokens * experts) +
-                          Carver::Bytes<int32_t>(n) + Carver::Bytes<float>(n));
   auto* score = carve.Take<float>(tokens * experts);
   auto* biased = carve.Take<float>(tokens * experts);
-  auto* ids = carve.Take<int32_t>(n);
-  auto* w = carve.Take<float>(n);
   executor_->Run(k::RouteScoresOp{.logits = logits.data,
                                   .bias = bias,
                                   .experts = experts,
@@ -958,9 +952,24 @@ void KernelBackend::MoeRoute(ConstMatrixView logits, const float* bias,
                                .experts = experts,
                                .top_k = top_k,
                                .routed_scaling = routed_scaling,
-                               .expert_ids = ids,
-                               .weights = w},
+                               .expert_ids = expert_ids,
+                               .weights = weights},
                  tokens);
+}
+
+void KernelBackend::MoeRoute(ConstMatrixView logits, const float* bias,
+                             int top_k, float routed_scaling,
+                             absl::Span<int32_t> expert_ids,
+                             absl::Span<float> weights) {
+  CheckMoeRouteShapes(logits, top_k, expert_ids, weights);
+  const int64_t tokens = logits.rows;
+  if (tokens == 0) return;
+  const int64_t n = tokens * top_k;
+  Carver carve(*this, RouteBytes(tokens, logits.cols) +
+                          Carver::Bytes<int32_t>(n) + Carver::Bytes<float>(n));
+  auto* ids = carve.Take<int32_t>(n);
+  auto* w = carve.Take<float>(n);
+  RouteByScore(carve, logits, bias, top_k, routed_scaling, ids, w);
   FetchBytes(expert_ids.data(), ids, n * static_cast<int64_t>(sizeof(int32_t)));
   FetchBytes(weights.data(), w, n * static_cast<int64_t>(sizeof(float)));
 }
@@ -1007,7 +1016,7 @@ void KernelBackend::GroupedGemm(Carver& carve,
     }
     // Gemm's rule, expert by expert.
     const k::LinearOp op{.w = group.w, .tokens = tokens};
-    if (tokens >= kTiledLinearTokens && w.rows() >= kTiledLinearRows) {
+    if (k::TakesTiles(tokens, w.rows())) {
       group.first_item = tile_items;
       tile_items += k::LinearTiledOp{.args = op}.Tiles();
       tiles.push_back(group);
@@ -1048,6 +1057,61 @@ void KernelBackend::GroupedGemm(Carver& carve,
   }
 }
 
+int64_t KernelBackend::PlannedGemmBytes(int64_t n, int64_t cols) {
+  // The per-slot scales and the quantized activations.
+  return Carver::Bytes<float>(n) + Carver::Bytes<float>(n * cols);
+}
+
+void KernelBackend::PlannedGemm(Carver& carve, const k::LinearGroup* table,
+                                int64_t experts, const int64_t* offsets,
+                                int64_t n, const WeightShape& shape,
+                                const float* x, float* y) {
+  if (shape.rows == 0) return;
+  if (shape.w4a4) {
+    CHECK_EQ(shape.cols % 16, 0);
+    float* scales = carve.Take<float>(n);
+    executor_->Run(k::ExpertTokenScalesOp{.groups = table,
+                                          .offsets = offsets,
+                                          .experts = experts,
+                                          .scales = scales},
+                   n);
+    float* xq = carve.Take<float>(n * shape.cols);
+    executor_->Run(k::GroupedQuantizeW4A4Op{
+                       .x = x, .xq = xq, .scales = scales, .cols = shape.cols},
+                   n * shape.cols / 16);
+    x = xq;
+  }
+  // Launches sized for every slot on this rank: m experts with tokens (m <=
+  // min(experts, n)) take sum ceil(t_e / 16) <= (n + 15 m) / 16 row chunks,
+  // and at most 4 each when the tiles take those of 64 tokens or more.
+  const int64_t m = std::min(experts, n);
+  int64_t chunks =
+      (n + (k::kLinearRowTokens - 1) * m) / k::kLinearRowTokens;
+  if (shape.rows >= k::kTiledLinearRows) {
+    chunks = std::min(chunks, m * ((k::kTiledLinearTokens - 1) /
+                                       k::kLinearRowTokens +
+                                   1));
+  }
+  executor_->Run(k::GroupedLinearOp{.groups = table,
+                                    .count = experts + 1,
+                                    .x = x,
+                                    .y = y},
+                 chunks * shape.rows);
+  if (k::TakesTiles(n, shape.rows)) {
+    // At most n / 64 experts take tiles, sum ceil(t_e / 32) token tiles.
+    const int64_t tiled = std::min(experts, n / k::kTiledLinearTokens);
+    const int64_t token_tiles =
+        (n + (k::kTileTokens - 1) * tiled) / k::kTileTokens;
+    const int64_t row_tiles = (shape.rows + k::kTileRows - 1) / k::kTileRows;
+    executor_->Run(
+        k::GroupedLinearTiledOp{.args = {.groups = table + experts + 1,
+                                         .count = experts + 1,
+                                         .x = x,
+                                         .y = y}},
+        row_tiles * token_tiles);
+  }
+}
+
 void KernelBackend::ExpertForward(ConstMatrixView x_all,
                                   absl::Span<const int32_t> rows,
                                   absl::Span<const float> weights,
@@ -1057,8 +1121,8 @@ void KernelBackend::ExpertForward(ConstMatrixView x_all,
   CheckExpertForwardShapes(x_all, rows, weights, w1, w2, w3, y_all);
   const std::array<int64_t, 2> offsets = {0, static_cast<int64_t>(rows.size())};
   const ExpertRef expert{.w1 = &w1, .w2 = &w2, .w3 = &w3};
-  RunExperts(x_all, rows, weights, offsets, absl::MakeConstSpan(&expert, 1),
-             limit, y_all);
+  GroupedOnHost(x_all, rows, weights, offsets, absl::MakeConstSpan(&expert, 1),
+                limit, y_all);
 }
 
 void KernelBackend::MoeExperts(ConstMatrixView x_all,
@@ -1071,28 +1135,165 @@ void KernelBackend::MoeExperts(ConstMatrixView x_all,
   const ExpertGroups groups =
       GroupByExpert(expert_ids, weights, top_k, first_expert,
                     static_cast<int64_t>(experts.size()));
-  RunExperts(x_all, groups.rows, groups.weights, groups.offsets, experts, limit,
-             y_all);
+  GroupedOnHost(x_all, groups.rows, groups.weights, groups.offsets, experts,
+                limit, y_all);
 }
 
-void KernelBackend::RunExperts(ConstMatrixView x_all,
-                               absl::Span<const int32_t> rows,
-                               absl::Span<const float> weights,
-                               absl::Span<const int64_t> offsets,
-                               absl::Span<const ExpertRef> experts, float limit,
-                               MatrixView y_all) {
+void KernelBackend::MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
+                             const MoeRouting& routing, int64_t first_expert,
+                             absl::Span<const ExpertRef> experts, float limit,
+                             MatrixView y_all) {
+  CheckMoeLayerShapes(x_all, logits, routing, experts, y_all);
+  const int64_t tokens = x_all.rows;
+  const int64_t d = x_all.cols;
+  const auto local = static_cast<int64_t>(experts.size());
+  if (tokens == 0 || d == 0 || local == 0) return;
+  const auto is_exl3 = [](const Weight* w) {
+    return AsKernel(*w).view().format == k::Format::kExl3;
+  };
+  for (const ExpertRef& e : experts) {
+    if (is_exl3(e.w1) || is_exl3(e.w2) || is_exl3(e.w3)) {
+      // Their transforms run expert by expert, sized on the host.
+      MoeLayerByParts(*this, x_all, logits, routing, first_expert, experts,
+                      limit, y_all);
+      return;
+    }
+  }
+  const int top_k = routing.top_k;
+  const int64_t n = tokens * top_k;
+  const int64_t inter = experts[0].w1->rows();
+  const int64_t chunks = (n + k::kExpertChunk - 1) / k::kExpertChunk;
+  const int64_t table = k::ExpertTableGroups(local);
+  Carver carve(
+      *this,
+      RouteBytes(tokens, logits.cols) + 2 * Carver::Bytes<int32_t>(n) +
+          Carver::Bytes<float>(n) + Carver::Bytes<int32_t>(local * chunks) +
+          Carver::Bytes<int32_t>(local) + Carver::Bytes<int64_t>(local + 1) +
+          Carver::Bytes<k::LinearGroup>(k::kExpertTables * table) +
+          ExpertSlotsBytes(n, d, inter) + 2 * PlannedGemmBytes(n, d) +
+          PlannedGemmBytes(n, inter));
+  // The assignments, on the device.
+  auto* ids = carve.Take<int32_t>(n);
+  auto* assignment_weights = carve.Take<float>(n);
+  if (routing.hash_experts.empty()) {
+    RouteByScore(carve, logits, routing.bias, top_k, routing.routed_scaling,
+                 ids, assignment_weights);
+  } else {
+    executor_->Run(k::HashRouteOp{.logits = logits.data,
+                                  .experts = logits.cols,
+                                  .listed = carve.Stage(routing.hash_experts),
+                                  .top_k = top_k,
+                                  .routed_scaling = routing.routed_scaling,
+                                  .expert_ids = ids,
+                                  .weights = assignment_weights},
+                   tokens);
+  }
+  // Grouped by expert on the device (kernel_ops.h: the MoE assignments
+  // grouped on the device), the tables' weights set here.
+  std::vector<k::LinearGroup> groups(
+      static_cast<size_t>(k::kExpertTables * table));
+  const std::array<const Weight* ExpertRef::*, k::kExpertTables> which = {
+      &ExpertRef::w1, &ExpertRef::w3, &ExpertRef::w2};
+  std::array<WeightShape, k::kExpertTables> shapes{};
+  for (int j = 0; j < k::kExpertTables; ++j) {
+    shapes[j] = WeightShape{.rows = (experts[0].*which[j])->rows(),
+                            .cols = (experts[0].*which[j])->cols()};
+    for (int64_t e = 0; e < local; ++e) {
+      const KernelWeight& w = AsKernel(*(experts[e].*which[j]));
+      const k::LinearGroup group{.w = w.view(),
+                                 .input_scale = w.input_scale()};
+      groups[j * table + e] = group;
+      groups[j * table + local + 1 + e] = group;
+      shapes[j].w4a4 = shapes[j].w4a4 || group.input_scale > 0.0f;
+    }
+  }
+  auto* counts = carve.Take<int32_t>(local * chunks);
+  auto* totals = carve.Take<int32_t>(local);
+  auto* offsets = carve.Take<int64_t>(local + 1);
+  auto* tables = carve.Take<k::LinearGroup>(k::kExpertTables * table);
+  executor_->ToDevice(
+      tables, groups.data(),
+      static_cast<int64_t>(groups.size() * sizeof(k::LinearGroup)));
+  auto* rows = carve.Take<int32_t>(n);
+  auto* weights = carve.Take<float>(n);
+  executor_->Run(k::ExpertChunkCountOp{.ids = ids,
+                                       .n = n,
+                                       .first_expert = first_expert,
+                                       .chunks = chunks,
+                                       .counts = counts},
+                 local * chunks);
+  executor_->Run(
+      k::ExpertChunkStartsOp{.counts = counts, .chunks = chunks, .totals = totals},
+      local);
+  executor_->Run(
+      k::ExpertPlanOp{.totals = totals,
+                      .experts = local,
+                      .offsets = offsets,
+                      .tables = {tables, tables + table, tables + 2 * table}},
+      k::kExpertTables);
+  executor_->Run(k::ExpertScatterOp{.ids = ids,
+                                    .assignment_weights = assignment_weights,
+                                    .n = n,
+                                    .top_k = top_k,
+                                    .first_expert = first_expert,
+                                    .chunks = chunks,
+                                    .chunk_starts = counts,
+                                    .offsets = offsets,
+                                    .rows = rows,
+                                    .weights = weights},
+                 local * chunks);
+  executor_->Run(k::ExpertPadOp{.offsets = offsets,
+                                .experts = local,
+                                .rows = rows,
+                                .weights = weights},
+                 n);
+  RunExperts(
+      carve, x_all, rows, weights, n, inter,
+      [&](int j, const float* x, float* y) {
+        PlannedGemm(carve, tables + j * table, local, offsets, n, shapes[j], x,
+                    y);
+      },
+      limit, y_all);
+}
+
+void KernelBackend::GroupedOnHost(ConstMatrixView x_all,
+                                  absl::Span<const int32_t> rows,
+                                  absl::Span<const float> weights,
+                                  absl::Span<const int64_t> offsets,
+                                  absl::Span<const ExpertRef> experts,
+                                  float limit, MatrixView y_all) {
   const auto local = static_cast<int64_t>(experts.size());
   const auto n = static_cast<int64_t>(rows.size());
   const int64_t d = x_all.cols;
   if (n == 0 || d == 0) return;
   const int64_t inter = experts[0].w1->rows();
   Carver carve(*this, Carver::Bytes<int32_t>(n) + Carver::Bytes<float>(n) +
-                          2 * Carver::Bytes<float>(n * d) +
-                          2 * Carver::Bytes<float>(n * inter) +
+                          ExpertSlotsBytes(n, d, inter) +
                           2 * GroupedGemmBytes(local, n, d) +
                           GroupedGemmBytes(local, n, inter));
   const int32_t* staged_rows = carve.Stage<int32_t>(rows);
   const float* staged_weights = carve.Stage<float>(weights);
+  const std::array<const Weight* ExpertRef::*, k::kExpertTables> which = {
+      &ExpertRef::w1, &ExpertRef::w3, &ExpertRef::w2};
+  RunExperts(
+      carve, x_all, staged_rows, staged_weights, n, inter,
+      [&](int j, const float* x, float* y) {
+        GroupedGemm(carve, offsets, experts, which[j], x, y);
+      },
+      limit, y_all);
+}
+
+int64_t KernelBackend::ExpertSlotsBytes(int64_t n, int64_t d, int64_t inter) {
+  return 2 * Carver::Bytes<float>(n * d) + 2 * Carver::Bytes<float>(n * inter);
+}
+
+void KernelBackend::RunExperts(Carver& carve, ConstMatrixView x_all,
+                               const int32_t* rows, const float* weights,
+                               int64_t n, int64_t inter,
+                               absl::FunctionRef<void(int, const float*, float*)>
+                                   project,
+                               float limit, MatrixView y_all) {
+  const int64_t d = x_all.cols;
   float* x = carve.Take<float>(n * d);
   float* h1 = carve.Take<float>(n * inter);
   float* h3 = carve.Take<float>(n * inter);
@@ -1100,20 +1301,20 @@ void KernelBackend::RunExperts(ConstMatrixView x_all,
   // The assignments' rows of x, expert after expert; then every expert's
   // SwiGLU at once.
   executor_->Run(k::MoveRowsOp{.src = x_all.data,
-                               .src_rows = staged_rows,
+                               .src_rows = rows,
                                .dst = x,
                                .dst_rows = nullptr,
                                .cols = d},
                  n * d);
-  GroupedGemm(carve, offsets, experts, &ExpertRef::w1, x, h1);
-  GroupedGemm(carve, offsets, experts, &ExpertRef::w3, x, h3);
+  project(0, x, h1);
+  project(1, x, h3);
   executor_->Run(k::SwiGluOp{.h1 = h1, .h3 = h3, .limit = limit}, n * inter);
-  GroupedGemm(carve, offsets, experts, &ExpertRef::w2, h1, out);
+  project(2, h1, out);
   // In assignment order within each expert, experts in ascending order:
   // ExpertForward's additions, one expert after another.
   executor_->Run(k::ScatterAddOp{.src = out,
-                                 .rows = staged_rows,
-                                 .weights = staged_weights,
+                                 .rows = rows,
+                                 .weights = weights,
                                  .n = n,
                                  .cols = d,
                                  .y = y_all.data},

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -29,6 +30,7 @@
 namespace mneme::gpu {
 
 namespace kernels {
+struct LinearGroup;
 struct TopKRows;
 }  // namespace kernels
 
@@ -125,6 +127,10 @@ class KernelBackend final : public Backend {
                   absl::Span<const float> weights, int top_k,
                   int64_t first_expert, absl::Span<const ExpertRef> experts,
                   float limit, MatrixView y_all) override;
+  void MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
+                const MoeRouting& routing, int64_t first_expert,
+                absl::Span<const ExpertRef> experts, float limit,
+                MatrixView y_all) override;
   void Sample(ConstMatrixView logits, absl::Span<const SamplingParams> params,
               absl::Span<int32_t> ids, absl::Span<float> logprobs) override;
   void LogProbs(ConstMatrixView logits, absl::Span<const int32_t> ids,
@@ -145,6 +151,12 @@ class KernelBackend final : public Backend {
             bool accumulate);
   // The row op or the tiles (by the tokens and rows) of one weight's view.
   void RunLinear(const kernels::LinearOp& op);
+  // MoeRoute's routing on the device: expert_ids and weights [T * top_k]
+  // (device) from logits; temporaries (RouteBytes) from `carve`.
+  static int64_t RouteBytes(int64_t tokens, int64_t experts);
+  void RouteByScore(Carver& carve, ConstMatrixView logits, const float* bias,
+                    int top_k, float routed_scaling, int32_t* expert_ids,
+                    float* weights);
   // The routed experts' Gemm in at most three launches: expert e's tokens
   // are rows [offsets[e], offsets[e + 1]) of x [n, cols] and y [n, rows],
   // y = x . w^T with w = experts[e].*which, each expert as Gemm would (row
@@ -154,13 +166,37 @@ class KernelBackend final : public Backend {
                    absl::Span<const ExpertRef> experts,
                    const Weight* ExpertRef::*which, const float* x, float* y);
   static int64_t GroupedGemmBytes(int64_t experts, int64_t n, int64_t cols);
-  // ExpertForward and MoeExperts: the assignments grouped by expert (their
-  // rows of x_all and weights; expert e's are [offsets[e], offsets[e + 1])).
-  void RunExperts(ConstMatrixView x_all, absl::Span<const int32_t> rows,
-                  absl::Span<const float> weights,
-                  absl::Span<const int64_t> offsets,
-                  absl::Span<const ExpertRef> experts, float limit,
-                  MatrixView y_all);
+  // One projection's weights, as PlannedGemm needs them: every expert's
+  // shape, and whether any takes the static W4A4 contract.
+  struct WeightShape {
+    int64_t rows = 0;
+    int64_t cols = 0;
+    bool w4a4 = false;
+  };
+  // GroupedGemm over a table kernels::ExpertPlanOp laid out on the device
+  // (the experts' offsets there too), in launches sized for all n slots;
+  // temporaries from `carve`: PlannedGemmBytes.
+  void PlannedGemm(Carver& carve, const kernels::LinearGroup* table,
+                   int64_t experts, const int64_t* offsets, int64_t n,
+                   const WeightShape& shape, const float* x, float* y);
+  static int64_t PlannedGemmBytes(int64_t n, int64_t cols);
+  // ExpertForward and MoeExperts: the assignments grouped on the host
+  // (their rows of x_all and weights; expert e's are [offsets[e],
+  // offsets[e + 1])), run by RunExperts with GroupedGemm.
+  void GroupedOnHost(ConstMatrixView x_all, absl::Span<const int32_t> rows,
+                     absl::Span<const float> weights,
+                     absl::Span<const int64_t> offsets,
+                     absl::Span<const ExpertRef> experts, float limit,
+                     MatrixView y_all);
+  // The SwiGLU experts over n grouped slots: slot i is row rows[i] of x_all
+  // (negative: padding, skipped) with weight weights[i] (device);
+  // project(j, x, y) runs projection j (0: w1, 1: w3, 2: w2) of every
+  // expert over its slots. Temporaries from `carve`: ExpertSlotsBytes.
+  void RunExperts(Carver& carve, ConstMatrixView x_all, const int32_t* rows,
+                  const float* weights, int64_t n, int64_t inter,
+                  absl::FunctionRef<void(int, const float*, float*)> project,
+                  float limit, MatrixView y_all);
+  static int64_t ExpertSlotsBytes(int64_t n, int64_t d, int64_t inter);
   // Sample's draws for rows at a temperature (kernels::SampleRow, host
   // parameters in, each row's drawn token out).
   void DrawRows(ConstMatrixView logits, absl::Span<kernels::SampleRow> drawn);

@@ -76,6 +76,13 @@ MNEME_HD inline float Log1pf(float x) {
   return std::log1p(x);
 #endif
 }
+MNEME_HD inline double Log1pD(double x) {
+#if defined(__CUDA_ARCH__)
+  return log1p(x);
+#else
+  return std::log1p(x);
+#endif
+}
 MNEME_HD inline double CosD(double x) {
 #if defined(__CUDA_ARCH__)
   return cos(x);
@@ -661,6 +668,15 @@ struct LinearTiledOp {
   }
 };
 
+// Whether a Linear of `tokens` tokens over a weight of `rows` rows runs by
+// tiles (LinearTiledOp) rather than by the row op (LinearOp): the kernel
+// backend's rule for Linear and for each expert of a grouped Linear.
+inline constexpr int64_t kTiledLinearTokens = 64;
+inline constexpr int64_t kTiledLinearRows = 128;
+MNEME_HD inline bool TakesTiles(int64_t tokens, int64_t rows) {
+  return tokens >= kTiledLinearTokens && rows >= kTiledLinearRows;
+}
+
 // ---- grouped Linear (a MoE layer's routed experts in one launch) ----------
 
 // One group of a grouped Linear: a weight and its run of tokens, rows
@@ -668,6 +684,9 @@ struct LinearTiledOp {
 // first_item: the group's first item in the grouped op (the items of the
 // groups before it). input_scale > 0: the weight takes the static
 // W4A4-quantized activations (GroupedQuantizeW4A4Op's per-token scales).
+// A group without tokens has no items; the items a launch has past the
+// last group's are skipped when that group has no tokens (a launch sized
+// to an upper bound ends its table with such a group).
 struct LinearGroup {
   WeightView w;
   int64_t first_token = 0;
@@ -719,6 +738,7 @@ struct GroupedLinearOp {
   }
   MNEME_HD void operator()(int64_t item) const {
     const int64_t g = Group(item);
+    if (groups[g].tokens == 0) return;
     Args(g)(item - groups[g].first_item);
   }
 };
@@ -733,6 +753,7 @@ struct GroupedLinearTiledOp {
   // The block of `tile` on the host (cuda_kernels.cu runs its phases).
   void operator()(int64_t tile) const {
     const int64_t g = args.Group(tile);
+    if (args.groups[g].tokens == 0) return;
     Tiled(g)(tile - args.groups[g].first_item);
   }
 };
@@ -961,8 +982,9 @@ struct CopyBlockOp {
   }
 };
 
-// dst[dst_rows ? dst_rows[i] : i, c] = src[src_rows ? src_rows[i] : i, c];
-// item = i * cols + c. Destination rows are distinct.
+// dst[dst_rows ? dst_rows[i] : i, c] = src[src_rows ? src_rows[i] : i, c]
+// (0 for a negative source row); item = i * cols + c. Destination rows are
+// distinct.
 struct MoveRowsOp {
   const float* src = nullptr;
   const int32_t* src_rows = nullptr;
@@ -974,7 +996,7 @@ struct MoveRowsOp {
     const int64_t c = item % cols;
     const int64_t s = src_rows != nullptr ? src_rows[i] : i;
     const int64_t d = dst_rows != nullptr ? dst_rows[i] : i;
-    dst[d * cols + c] = src[s * cols + c];
+    dst[d * cols + c] = s >= 0 ? src[s * cols + c] : 0.0f;
   }
 };
 
@@ -1639,7 +1661,7 @@ struct SwiGluOp {
 };
 
 // y[rows[i], c] += weights[i] * src[i, c] for i < n in order (rows may
-// repeat); item = c.
+// repeat; a negative row is skipped); item = c.
 struct ScatterAddOp {
   const float* src = nullptr;
   const int32_t* rows = nullptr;
@@ -1649,6 +1671,7 @@ struct ScatterAddOp {
   float* y = nullptr;
   MNEME_HD void operator()(int64_t c) const {
     for (int64_t i = 0; i < n; ++i) {
+      if (rows[i] < 0) continue;
       y[static_cast<int64_t>(rows[i]) * cols + c] +=
           weights[i] * src[i * cols + c];
     }
@@ -2182,6 +2205,216 @@ struct MoeRouteOp {
   }
 };
 
+// MoeRouting's hash routing (gpu/sampling.h HashRoute) of token t: its
+// listed experts [T * top_k] weighed by their scores in double; a repeated
+// listing's id becomes -1. item = t.
+struct HashRouteOp {
+  const float* logits = nullptr;
+  int64_t experts = 0;
+  const int32_t* listed = nullptr;
+  int32_t top_k = 0;
+  float routed_scaling = 0.0f;
+  int32_t* expert_ids = nullptr;
+  float* weights = nullptr;
+  MNEME_HD void operator()(int64_t t) const {
+    const int32_t* l = listed + t * top_k;
+    int32_t* ids = expert_ids + t * top_k;
+    float* w = weights + t * top_k;
+    double sum = 0.0;
+    for (int32_t i = 0; i < top_k; ++i) {
+      const double x = logits[t * experts + l[i]];
+      const double s = SqrtD(x > 20.0 ? x : Log1pD(ExpD(x)));
+      bool repeated = false;
+      for (int32_t j = 0; j < i; ++j) repeated = repeated || l[j] == l[i];
+      ids[i] = repeated ? -1 : l[i];
+      w[i] = static_cast<float>(s);
+      sum += s;
+    }
+    for (int32_t i = 0; i < top_k; ++i) {
+      w[i] = static_cast<float>(w[i] / sum * routed_scaling);
+    }
+  }
+};
+
+// ---- MoE assignments grouped on the device ------------------------------
+//
+// MoeExperts' grouping (gpu/sampling.h GroupByExpert) without the host: the
+// assignments a < n (ids [n], a token's top_k side by side) of this rank's
+// `experts` (global ids first_expert + e) are counted per chunk of
+// kExpertChunk assignments (ExpertChunkCountOp), the counts turned into
+// each chunk's start within its expert (ExpertChunkStartsOp), the experts'
+// offsets and grouped GEMM tables laid out (ExpertPlanOp) and the tokens
+// and weights placed expert by expert, each expert's in ascending order of
+// a (ExpertScatterOp). The launches after it are sized for all n
+// assignments (the most this rank can get): slots past the grouped ones
+// are padding (ExpertPadOp) that the grouped GEMMs and ScatterAddOp skip.
+inline constexpr int64_t kExpertChunk = 256;
+
+// counts[e * chunks + c] = the assignments a of chunk c ([c *
+// kExpertChunk, (c + 1) * kExpertChunk) within [0, n)) with ids[a] ==
+// first_expert + e; item = e * chunks + c.
+struct ExpertChunkCountOp {
+  const int32_t* ids = nullptr;
+  int64_t n = 0;
+  int64_t first_expert = 0;
+  int64_t chunks = 0;
+  int32_t* counts = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t e = item / chunks;
+    const int64_t begin = item % chunks * kExpertChunk;
+    const int64_t end = begin + kExpertChunk < n ? begin + kExpertChunk : n;
+    int32_t count = 0;
+    for (int64_t a = begin; a < end; ++a) {
+      count += ids[a] == first_expert + e ? 1 : 0;
+    }
+    counts[item] = count;
+  }
+};
+
+// Per expert e: counts[e * chunks + c] becomes the expert's assignments in
+// the chunks before c, totals[e] its assignments in all; item = e.
+struct ExpertChunkStartsOp {
+  int32_t* counts = nullptr;
+  int64_t chunks = 0;
+  int32_t* totals = nullptr;
+  MNEME_HD void operator()(int64_t e) const {
+    int32_t sum = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int32_t count = counts[e * chunks + c];
+      counts[e * chunks + c] = sum;
+      sum += count;
+    }
+    totals[e] = sum;
+  }
+};
+
+// A grouped GEMM table of `experts` experts (ExpertPlanOp): the row op's
+// groups (one per expert, then a sentinel), then the tiles' (the same).
+MNEME_HD inline int64_t ExpertTableGroups(int64_t experts) {
+  return 2 * (experts + 1);
+}
+
+// The grouped layout: offsets[e] = the assignments of the experts before e
+// (offsets[experts] = all of this rank's), and up to kExpertTables grouped
+// GEMM tables (one per projection; their weights and input scales set by
+// the host, ExpertTableGroups(experts) groups each). In table j, expert e's
+// tokens [offsets[e], offsets[e + 1]) go to its tiles' group when
+// TakesTiles(tokens, its weight's rows), else to its row op's group; its
+// other group gets none. Each half's first_item counts the items of its
+// groups before (LinearOp::Items, LinearTiledOp::Tiles); its sentinel (no
+// tokens) starts at the half's last item. item = table j (j == 0 also
+// writes offsets).
+inline constexpr int kExpertTables = 3;
+struct ExpertPlanOp {
+  const int32_t* totals = nullptr;
+  int64_t experts = 0;
+  int64_t* offsets = nullptr;
+  LinearGroup* tables[kExpertTables] = {};
+  MNEME_HD void operator()(int64_t j) const {
+    LinearGroup* rows_half = tables[j];
+    LinearGroup* tiles_half = tables[j] + experts + 1;
+    int64_t first_token = 0;
+    int64_t row_items = 0;
+    int64_t tile_items = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      if (j == 0) offsets[e] = first_token;
+      const int64_t tokens = totals[e];
+      LinearGroup& by_rows = rows_half[e];
+      LinearGroup& by_tiles = tiles_half[e];
+      by_rows.first_token = by_tiles.first_token = first_token;
+      by_rows.first_item = row_items;
+      by_tiles.first_item = tile_items;
+      const LinearOp op{.w = by_rows.w, .tokens = tokens};
+      if (tokens > 0 && by_rows.w.rows > 0 &&
+          TakesTiles(tokens, by_rows.w.rows)) {
+        by_rows.tokens = 0;
+        by_tiles.tokens = tokens;
+        tile_items += LinearTiledOp{.args = op}.Tiles();
+      } else {
+        by_rows.tokens = tokens;
+        by_tiles.tokens = 0;
+        row_items += tokens > 0 ? op.Items() : 0;
+      }
+      first_token += tokens;
+    }
+    if (j == 0) offsets[experts] = first_token;
+    rows_half[experts].first_token = tiles_half[experts].first_token =
+        first_token;
+    rows_half[experts].tokens = tiles_half[experts].tokens = 0;
+    rows_half[experts].first_item = row_items;
+    tiles_half[experts].first_item = tile_items;
+  }
+};
+
+// The assignments in the grouped order: slot offsets[e] + (e's assignments
+// before a) gets a's token (a / top_k) in rows and its weight in weights;
+// item = e * chunks + c places chunk c's assignments of expert e (its
+// start from ExpertChunkStartsOp).
+struct ExpertScatterOp {
+  const int32_t* ids = nullptr;
+  const float* assignment_weights = nullptr;
+  int64_t n = 0;
+  int32_t top_k = 0;
+  int64_t first_expert = 0;
+  int64_t chunks = 0;
+  const int32_t* chunk_starts = nullptr;
+  const int64_t* offsets = nullptr;
+  int32_t* rows = nullptr;
+  float* weights = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t e = item / chunks;
+    const int64_t begin = item % chunks * kExpertChunk;
+    const int64_t end = begin + kExpertChunk < n ? begin + kExpertChunk : n;
+    int64_t slot = offsets[e] + chunk_starts[item];
+    for (int64_t a = begin; a < end; ++a) {
+      if (ids[a] != first_expert + e) continue;
+      rows[slot] = static_cast<int32_t>(a / top_k);
+      weights[slot] = assignment_weights[a];
+      ++slot;
+    }
+  }
+};
+
+// The slots past the grouped assignments (slot >= offsets[experts]) of a
+// layout sized for more: row -1 (MoveRowsOp reads zeros for it,
+// ScatterAddOp skips it), weight 0; item = slot.
+struct ExpertPadOp {
+  const int64_t* offsets = nullptr;
+  int64_t experts = 0;
+  int32_t* rows = nullptr;
+  float* weights = nullptr;
+  MNEME_HD void operator()(int64_t slot) const {
+    if (slot < offsets[experts]) return;
+    rows[slot] = -1;
+    weights[slot] = 0.0f;
+  }
+};
+
+// GroupedQuantizeW4A4Op's per-token scales of the grouped layout: slot p of
+// expert e (offsets[e] <= p < offsets[e + 1]) takes groups[e].input_scale
+// (a table's row op half), a slot past them 0 (copied); item = slot.
+struct ExpertTokenScalesOp {
+  const LinearGroup* groups = nullptr;
+  const int64_t* offsets = nullptr;
+  int64_t experts = 0;
+  float* scales = nullptr;
+  MNEME_HD void operator()(int64_t slot) const {
+    // The last e <= experts with offsets[e] <= slot: slot's expert, or
+    // experts when slot is past them all.
+    int64_t lo = 0;
+    int64_t hi = experts;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (offsets[mid] <= slot) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    scales[slot] = lo < experts ? groups[lo].input_scale : 0.0f;
+  }
+};
+
 // ---- indexer top-k -------------------------------------------------------
 
 // Backend::SelectTopK as a radix select on keys that order the entries as
@@ -2470,6 +2703,13 @@ struct TopKEmitOp {
   X(SampleDrawOp)           \
   X(RouteScoresOp)          \
   X(MoeRouteOp)             \
+  X(HashRouteOp)            \
+  X(ExpertChunkCountOp)     \
+  X(ExpertChunkStartsOp)    \
+  X(ExpertPlanOp)           \
+  X(ExpertScatterOp)        \
+  X(ExpertPadOp)            \
+  X(ExpertTokenScalesOp)    \
   X(BlockKeyOp)             \
   X(TopKHistOp)             \
   X(TopKPickOp)             \

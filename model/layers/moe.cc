@@ -1,6 +1,6 @@
 #include "model/layers/moe.h"
 
-#include <cmath>
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -89,47 +89,9 @@ absl::Status MoeForward(const LayerContext& ctx, const MoeWeights& w,
                         gpu::ConstMatrixView xn, gpu::MatrixView out) {
   const ModelDims& d = ctx.dims;
   const int64_t T = xn.rows, E = d.num_experts, k = d.experts_per_token;
-  std::vector<int32_t> ids(T * k);
-  std::vector<float> weights(T * k);
-  {
-    Workspace::Scope scope(ctx.workspace);
-    ASSIGN_OR_RETURN(WorkBuffer logits, ctx.workspace.Take(T * E));
-    ctx.backend.Linear(xn, *w.gate, logits.view(T, E));
-    if (!w.tid2eid.empty()) {
-      // Hash routing: the token's experts, weighted by their normalised
-      // sqrt-softplus scores.
-      std::vector<float> host(T * E);
-      ctx.backend.CopyToHost(logits.data(), absl::MakeSpan(host));
-      for (int64_t t = 0; t < T; ++t) {
-        double sum = 0.0;
-        for (int64_t i = 0; i < k; ++i) {
-          const int32_t e = w.tid2eid[tokens[t] * k + i];
-          const double x = host[t * E + e];
-          const double s = std::sqrt(x > 20.0 ? x : std::log1p(std::exp(x)));
-          // The official code adds an expert listed twice in a row once
-          // (its indexed write does not accumulate); every listing counts in
-          // the normalisation.
-          bool repeated = false;
-          for (int64_t j = 0; j < i; ++j) {
-            repeated = repeated || ids[t * k + j] == e;
-          }
-          ids[t * k + i] = repeated ? -1 : e;
-          weights[t * k + i] = static_cast<float>(s);
-          sum += s;
-        }
-        for (int64_t i = 0; i < k; ++i) {
-          weights[t * k + i] =
-              static_cast<float>(weights[t * k + i] / sum * d.routed_scaling);
-        }
-      }
-    } else {
-      ctx.backend.MoeRoute(logits.view(T, E), w.gate_bias->data(),
-                           static_cast<int>(k), d.routed_scaling,
-                           absl::MakeSpan(ids), absl::MakeSpan(weights));
-    }
-  }
-  // This rank's experts, in one call (the CUDA backend runs them as grouped
-  // GEMMs); they accumulate into out.
+  // This rank's experts, in one call with the routing (the CUDA backend
+  // groups the assignments on the device and runs grouped GEMMs); they
+  // accumulate into out.
   std::vector<gpu::ExpertRef> experts;
   experts.reserve(w.experts.size());
   for (const ExpertWeights& ew : w.experts) {
@@ -137,8 +99,28 @@ absl::Status MoeForward(const LayerContext& ctx, const MoeWeights& w,
         .w1 = ew.w1.get(), .w2 = ew.w2.get(), .w3 = ew.w3.get()});
   }
   const int64_t first = ctx.tp_rank * static_cast<int64_t>(experts.size());
-  ctx.backend.MoeExperts(xn, ids, weights, static_cast<int>(k), first, experts,
+  gpu::MoeRouting routing;
+  routing.top_k = static_cast<int>(k);
+  routing.routed_scaling = d.routed_scaling;
+  // Hash routing (V4's first layers): the experts listed for each token id.
+  std::vector<int32_t> listed;
+  if (!w.tid2eid.empty()) {
+    listed.resize(T * k);
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy_n(w.tid2eid.begin() + tokens[t] * k, k,
+                  listed.begin() + t * k);
+    }
+    routing.hash_experts = listed;
+  } else {
+    routing.bias = w.gate_bias->data();
+  }
+  {
+    Workspace::Scope scope(ctx.workspace);
+    ASSIGN_OR_RETURN(WorkBuffer logits, ctx.workspace.Take(T * E));
+    ctx.backend.Linear(xn, *w.gate, logits.view(T, E));
+    ctx.backend.MoeLayer(xn, logits.view(T, E), routing, first, experts,
                          d.swiglu_limit, out);
+  }
   if (w.shared.w1 != nullptr) {
     std::vector<int32_t> all(T);
     for (int64_t t = 0; t < T; ++t) all[t] = static_cast<int32_t>(t);

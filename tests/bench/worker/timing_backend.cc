@@ -296,6 +296,18 @@ void TimingBackend::MoeExperts(gpu::ConstMatrixView x_all,
   });
 }
 
+void TimingBackend::MoeLayer(gpu::ConstMatrixView x_all,
+                             gpu::ConstMatrixView logits,
+                             const gpu::MoeRouting& routing,
+                             int64_t first_expert,
+                             absl::Span<const gpu::ExpertRef> experts,
+                             float limit, gpu::MatrixView y_all) {
+  Timed(Kind::kOther, [&] {
+    inner_.MoeLayer(x_all, logits, routing, first_expert, experts, limit,
+                    y_all);
+  });
+}
+
 void TimingBackend::Sample(gpu::ConstMatrixView logits,
                            absl::Span<const gpu::SamplingParams> params,
                            absl::Span<int32_t> ids,

@@ -164,6 +164,10 @@ class TimingBackend : public gpu::Backend {
                   int64_t first_expert,
                   absl::Span<const gpu::ExpertRef> experts, float limit,
                   gpu::MatrixView y_all) override;
+  void MoeLayer(gpu::ConstMatrixView x_all, gpu::ConstMatrixView logits,
+                const gpu::MoeRouting& routing, int64_t first_expert,
+                absl::Span<const gpu::ExpertRef> experts, float limit,
+                gpu::MatrixView y_all) override;
   void Sample(gpu::ConstMatrixView logits,
               absl::Span<const gpu::SamplingParams> params,
               absl::Span<int32_t> ids, absl::Span<float> logprobs) override;

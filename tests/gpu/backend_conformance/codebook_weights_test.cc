@@ -384,6 +384,22 @@ TEST_P(CodebookWeightsTest, Exl3ExpertsMatchTheDequantizedWeights) {
   Mat ym = Zeros(tokens, d);
   backend_->MoeExperts(xm.view, ids, weights, top_k, 0, experts, 0.0f, ym.view);
   ExpectAllNear(Download(ym), ref, 1e-5 * magnitude);
+
+  // MoeLayer over the same experts (the kernel backends group EXL3 experts
+  // on the host) equals MoeRoute, then MoeExperts.
+  Mat lm = Upload(Random(tokens * local, -2, 2), tokens, local);
+  MoeRouting routing;
+  routing.top_k = 1;
+  Mat layer = Zeros(tokens, d);
+  backend_->MoeLayer(xm.view, lm.view, routing, 0, experts, 0.0f, layer.view);
+  std::vector<int32_t> routed(tokens);
+  std::vector<float> routed_weights(tokens);
+  backend_->MoeRoute(lm.view, nullptr, 1, 1.0f, absl::MakeSpan(routed),
+                     absl::MakeSpan(routed_weights));
+  Mat parts = Zeros(tokens, d);
+  backend_->MoeExperts(xm.view, routed, routed_weights, 1, 0, experts, 0.0f,
+                       parts.view);
+  EXPECT_EQ(Download(layer), Download(parts));
 }
 
 TEST_P(CodebookWeightsTest, UploadRefusesBadCodebookWeights) {

@@ -419,6 +419,252 @@ TEST_P(MoeTest, MoeExpertsWithNoneOfTheRanksExpertsLeavesYAlone) {
   EXPECT_EQ(Download(ym), y0);
 }
 
+// A rank's `local` experts of random weights in `format`; with input
+// scales, each weight takes the static W4A4 contract (expert e's scale
+// input_scales[e % size], 0: none). Empty refs when an upload failed.
+ExpertSet MakeExperts(Backend& backend, WeightFormat format, int64_t local,
+                      int64_t d, int64_t inter,
+                      const std::vector<float>& input_scales,
+                      std::mt19937& rng) {
+  ExpertSet set;
+  const auto upload = [&](const EncodedWeight& w, int64_t e) {
+    HostWeight host = w.host();
+    if (!input_scales.empty()) {
+      host.gridbook_input_scale = input_scales[e % input_scales.size()];
+    }
+    absl::StatusOr<std::unique_ptr<Weight>> up = backend.UploadWeight(host);
+    return up.ok() ? *std::move(up) : nullptr;
+  };
+  for (int64_t e = 0; e < local; ++e) {
+    set.w1.push_back(Encode(format, inter, d, rng));
+    set.w2.push_back(Encode(format, d, inter, rng));
+    set.w3.push_back(Encode(format, inter, d, rng));
+    set.u1.push_back(upload(set.w1.back(), e));
+    set.u2.push_back(upload(set.w2.back(), e));
+    set.u3.push_back(upload(set.w3.back(), e));
+    if (!set.u1.back() || !set.u2.back() || !set.u3.back()) return {};
+    set.refs.push_back(ExpertRef{.w1 = set.u1.back().get(),
+                                 .w2 = set.u2.back().get(),
+                                 .w3 = set.u3.back().get()});
+  }
+  return set;
+}
+
+// Gate logits [tokens, experts] that, for three tokens in four, put global
+// experts `a` and `b` far above the others (so that they take enough
+// tokens for the tiled Linear of the kernel backends).
+std::vector<float> SkewedLogits(int64_t tokens, int64_t experts, int a, int b,
+                                std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<float> logits(tokens * experts);
+  for (float& v : logits) v = u(rng);
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (rng() % 4 == 0) continue;
+    logits[t * experts + a] = 8.0f + u(rng);
+    logits[t * experts + b] = 8.0f + u(rng);
+  }
+  return logits;
+}
+
+// The assignments MoeRoute gives each local expert (global first + e).
+std::vector<int64_t> LocalCounts(const std::vector<int32_t>& ids,
+                                 int64_t first, int64_t local) {
+  std::vector<int64_t> counts(local, 0);
+  for (const int32_t id : ids) {
+    if (id >= first && id < first + local) ++counts[id - first];
+  }
+  return counts;
+}
+
+TEST_P(MoeTest, MoeLayerEqualsMoeRouteThenMoeExperts) {
+  const int64_t experts = 12, first = 3, local = 4;
+  const int top_k = 2;
+  const float scaling = 1.5f, limit = 1.0f;
+  struct Shape {
+    int64_t d, inter, tokens;
+  };
+  struct Variant {
+    WeightFormat format;
+    std::vector<float> input_scales;
+  };
+  // Decode-sized (the row op) and prefill-sized (experts 4 and 5 by tiles
+  // on the kernel backends, the others by rows); the last variant takes
+  // the static W4A4 contract on two of the experts.
+  const std::vector<Variant> variants = {
+      {WeightFormat::kF32, {}},
+      {WeightFormat::kNvfp4, {}},
+      {WeightFormat::kF32, {0.0f, 32.0f, 0.0f, 8.0f}}};
+  for (const Shape shape : {Shape{32, 64, 5}, Shape{128, 160, 150}}) {
+    for (const Variant& variant : variants) {
+      SCOPED_TRACE(::testing::Message()
+                   << "d " << shape.d << " format "
+                   << static_cast<int>(variant.format) << " scales "
+                   << variant.input_scales.size());
+      const int64_t d = shape.d, tokens = shape.tokens;
+      const ExpertSet set =
+          MakeExperts(*backend_, variant.format, local, d, shape.inter,
+                      variant.input_scales, rng_);
+      ASSERT_EQ(std::ssize(set.refs), local);
+      Mat lm = Upload(SkewedLogits(tokens, experts, 4, 5, rng_), tokens,
+                      experts);
+      Mat bias = Upload(Random(experts, -0.5f, 0.5f), 1, experts);
+      Mat xm = Upload(Random(tokens * d, -1, 1), tokens, d);
+      const std::vector<float> y0 = Random(tokens * d);
+      Mat layer = Upload(y0, tokens, d);
+      MoeRouting routing;
+      routing.top_k = top_k;
+      routing.routed_scaling = scaling;
+      routing.bias = bias.data();
+      backend_->MoeLayer(xm.view, lm.view, routing, first, set.refs, limit,
+                         layer.view);
+
+      std::vector<int32_t> ids(tokens * top_k);
+      std::vector<float> weights(tokens * top_k);
+      backend_->MoeRoute(lm.view, bias.data(), top_k, scaling,
+                         absl::MakeSpan(ids), absl::MakeSpan(weights));
+      Mat parts = Upload(y0, tokens, d);
+      backend_->MoeExperts(xm.view, ids, weights, top_k, first, set.refs,
+                           limit, parts.view);
+      const std::vector<int64_t> counts = LocalCounts(ids, first, local);
+      if (tokens > 100) {
+        EXPECT_GE(*std::max_element(counts.begin(), counts.end()), 64);
+      }
+      EXPECT_GE(std::count_if(counts.begin(), counts.end(),
+                              [](int64_t c) { return c > 0; }),
+                2);
+      // The same additions in the same order: bit for bit.
+      const std::vector<float> y = Download(layer);
+      ExpectSameBits(y, Download(parts));
+      EXPECT_NE(y, y0);
+    }
+  }
+}
+
+// Every one of the rank's experts with tokens, the most a decode step's
+// launches can need.
+TEST_P(MoeTest, MoeLayerGivesEachOfTheRanksExpertsItsTokens) {
+  const int64_t experts = 8, first = 4, local = 4, d = 32, inter = 128;
+  const int64_t tokens = 4;
+  const int top_k = 2;
+  const ExpertSet set =
+      MakeExperts(*backend_, WeightFormat::kMxfp4, local, d, inter, {}, rng_);
+  ASSERT_EQ(std::ssize(set.refs), local);
+  // Token t: experts first + t and first + (t + 1) % local.
+  std::vector<float> logits(tokens * experts, 0.0f);
+  for (int64_t t = 0; t < tokens; ++t) {
+    logits[t * experts + first + t] = 6.0f;
+    logits[t * experts + first + (t + 1) % local] = 5.0f;
+  }
+  Mat lm = Upload(logits, tokens, experts);
+  Mat xm = Upload(Random(tokens * d), tokens, d);
+  const std::vector<float> y0 = Random(tokens * d);
+  Mat layer = Upload(y0, tokens, d);
+  MoeRouting routing;
+  routing.top_k = top_k;
+  backend_->MoeLayer(xm.view, lm.view, routing, first, set.refs, 0.0f,
+                     layer.view);
+  std::vector<int32_t> ids(tokens * top_k);
+  std::vector<float> weights(tokens * top_k);
+  backend_->MoeRoute(lm.view, nullptr, top_k, 1.0f, absl::MakeSpan(ids),
+                     absl::MakeSpan(weights));
+  EXPECT_EQ(LocalCounts(ids, first, local),
+            (std::vector<int64_t>{2, 2, 2, 2}));
+  Mat parts = Upload(y0, tokens, d);
+  backend_->MoeExperts(xm.view, ids, weights, top_k, first, set.refs, 0.0f,
+                       parts.view);
+  ExpectSameBits(Download(layer), Download(parts));
+}
+
+TEST_P(MoeTest, MoeLayerWithNoneOfTheRanksExpertsLeavesYAlone) {
+  const int64_t experts = 12, local = 4, d = 32, inter = 32, tokens = 7;
+  const ExpertSet set =
+      MakeExperts(*backend_, WeightFormat::kF32, local, d, inter, {}, rng_);
+  ASSERT_EQ(std::ssize(set.refs), local);
+  // Every token's two experts are 0 and 1; this rank holds 8 .. 11.
+  std::vector<float> logits(tokens * experts, 0.0f);
+  for (int64_t t = 0; t < tokens; ++t) {
+    logits[t * experts] = logits[t * experts + 1] = 5.0f;
+  }
+  Mat lm = Upload(logits, tokens, experts);
+  Mat xm = Upload(Random(tokens * d), tokens, d);
+  const std::vector<float> y0 = Random(tokens * d);
+  Mat ym = Upload(y0, tokens, d);
+  MoeRouting routing;
+  routing.top_k = 2;
+  backend_->MoeLayer(xm.view, lm.view, routing, 8, set.refs, 0.0f, ym.view);
+  EXPECT_EQ(Download(ym), y0);
+}
+
+// V4's hash layers: each token's experts come from its id (listed), some
+// listed twice; the weights are the listings' scores normalised over all
+// of them.
+TEST_P(MoeTest, MoeLayerHashRoutesTheListedExperts) {
+  const int64_t experts = 8, first = 2, local = 4, d = 128, inter = 128;
+  const int64_t tokens = 70;
+  const int top_k = 3;
+  const float scaling = 2.0f;
+  const ExpertSet set =
+      MakeExperts(*backend_, WeightFormat::kF32, local, d, inter, {}, rng_);
+  ASSERT_EQ(std::ssize(set.refs), local);
+  // Slot 0 is expert 3 for every token (70 tokens: tiles on the kernel
+  // backends); slot 2 repeats slot 1 for every third token.
+  std::vector<int32_t> listed(tokens * top_k);
+  for (int64_t t = 0; t < tokens; ++t) {
+    listed[t * top_k] = 3;
+    listed[t * top_k + 1] = static_cast<int32_t>(rng_() % experts);
+    listed[t * top_k + 2] = t % 3 == 0 ? listed[t * top_k + 1]
+                                       : static_cast<int32_t>(rng_() % experts);
+  }
+  const std::vector<float> logits = Random(tokens * experts, -4, 4);
+  const std::vector<float> x = Random(tokens * d, -1, 1);
+  const std::vector<float> y0 = Random(tokens * d);
+  // The reference: each listing's weight in double, a repeated listing
+  // added once.
+  std::vector<double> ref(y0.begin(), y0.end());
+  int repeats = 0;
+  for (int64_t e = 0; e < local; ++e) {
+    std::vector<int32_t> rows;
+    std::vector<float> row_weights;
+    for (int64_t t = 0; t < tokens; ++t) {
+      double sum = 0;
+      for (int i = 0; i < top_k; ++i) {
+        sum += RefScore(logits[t * experts + listed[t * top_k + i]]);
+      }
+      for (int i = 0; i < top_k; ++i) {
+        const int32_t id = listed[t * top_k + i];
+        const bool repeated =
+            std::find(listed.begin() + t * top_k,
+                      listed.begin() + t * top_k + i, id) !=
+            listed.begin() + t * top_k + i;
+        repeats += repeated && e == 0 ? 1 : 0;
+        if (repeated || id != first + e) continue;
+        rows.push_back(static_cast<int32_t>(t));
+        row_weights.push_back(static_cast<float>(
+            RefScore(logits[t * experts + id]) / sum * scaling));
+      }
+    }
+    int high = 0, low = 0;
+    const std::vector<double> delta = RefExpert(
+        x, d, rows, row_weights, set.w1[e].values, set.w2[e].values,
+        set.w3[e].values, inter, 0.0, std::vector<float>(tokens * d, 0.0f),
+        &high, &low);
+    for (int64_t i = 0; i < tokens * d; ++i) ref[i] += delta[i];
+  }
+  EXPECT_GT(repeats, 0);
+  Mat lm = Upload(logits, tokens, experts);
+  Mat xm = Upload(x, tokens, d);
+  Mat ym = Upload(y0, tokens, d);
+  MoeRouting routing;
+  routing.top_k = top_k;
+  routing.routed_scaling = scaling;
+  routing.hash_experts = listed;
+  backend_->MoeLayer(xm.view, lm.view, routing, first, set.refs, 0.0f,
+                     ym.view);
+  double magnitude = 0;
+  for (double v : ref) magnitude = std::max(magnitude, std::fabs(v));
+  ExpectAllNear(Download(ym), ref, 1e-5 * magnitude);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, MoeTest,
                          ::testing::ValuesIn(BackendFactories()),
                          BackendFactoryName);
