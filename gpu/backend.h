@@ -107,11 +107,11 @@ struct MoeRouting {
   const float* bias = nullptr;
   // Hash routing (V4's first layers) when not empty: each token's listed
   // experts [T * top_k] (host; gate.tid2eid of its token id, each in [0,
-  // E)). A listing's weight is its score sqrt(softplus(logit)) (in double)
-  // over the sum of all the token's listings' scores, times
-  // routed_scaling; an expert listed again for the same token is added
-  // once, at its first listing (the official indexed write does not
-  // accumulate), while every listing counts in the sum.
+  // E)). A listing's weight is its score sqrt(softplus(logit)) (computed
+  // in double, rounded to fp32) over the sum of all the token's listings'
+  // scores (double), times routed_scaling; an expert listed again for the same
+  // token is added once, at its first listing (the official indexed write does
+  // not accumulate), while every listing counts in the sum.
   absl::Span<const int32_t> hash_experts;
 };
 
@@ -437,7 +437,9 @@ class Backend {
   // routing, see MoeRouting) gives, then MoeExperts with them: the same
   // additions into y_all in the same order. A backend may keep the
   // assignments in its own memory (the CUDA backend groups them on the
-  // device, so nothing comes back to the host).
+  // device, so nothing comes back to the host, EXL3 experts excepted). On
+  // the CUDA backend the hash-routed weights may differ from the host's by
+  // the last bit (the device's double exp / log1p).
   virtual void MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
                         const MoeRouting& routing, int64_t first_expert,
                         absl::Span<const ExpertRef> experts, float limit,

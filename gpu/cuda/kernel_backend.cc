@@ -127,12 +127,16 @@ k::GridbookScheme GridbookSchemeOf(const HostWeight& weight,
 class KernelBackend::Carver {
  public:
   Carver(KernelBackend& backend, int64_t bytes)
-      : backend_(backend), base_(backend.Reserve(backend.work_, bytes)) {}
+      : backend_(backend),
+        base_(backend.Reserve(backend.work_, bytes)),
+        bytes_(bytes) {}
 
   template <typename T>
   T* Take(int64_t count) {
     T* p = reinterpret_cast<T*>(base_ + offset_);
     offset_ += RoundUp(count * static_cast<int64_t>(sizeof(T)));
+    // An op's budget covers all it takes (the arena may be larger).
+    DCHECK_LE(offset_, bytes_);
     return p;
   }
   // A device copy of host values.
@@ -152,6 +156,7 @@ class KernelBackend::Carver {
  private:
   KernelBackend& backend_;
   uint8_t* base_;
+  int64_t bytes_;
   int64_t offset_ = 0;
 };
 
@@ -1076,27 +1081,24 @@ void KernelBackend::PlannedGemm(Carver& carve, const k::LinearGroup* table,
                                           .scales = scales},
                    n);
     float* xq = carve.Take<float>(n * shape.cols);
-    executor_->Run(k::GroupedQuantizeW4A4Op{
-                       .x = x, .xq = xq, .scales = scales, .cols = shape.cols},
-                   n * shape.cols / 16);
+    executor_->Run(
+        k::GroupedQuantizeW4A4Op{
+            .x = x, .xq = xq, .scales = scales, .cols = shape.cols},
+        n * shape.cols / 16);
     x = xq;
   }
   // Launches sized for every slot on this rank: m experts with tokens (m <=
   // min(experts, n)) take sum ceil(t_e / 16) <= (n + 15 m) / 16 row chunks,
   // and at most 4 each when the tiles take those of 64 tokens or more.
   const int64_t m = std::min(experts, n);
-  int64_t chunks =
-      (n + (k::kLinearRowTokens - 1) * m) / k::kLinearRowTokens;
+  int64_t chunks = (n + (k::kLinearRowTokens - 1) * m) / k::kLinearRowTokens;
   if (shape.rows >= k::kTiledLinearRows) {
-    chunks = std::min(chunks, m * ((k::kTiledLinearTokens - 1) /
-                                       k::kLinearRowTokens +
-                                   1));
+    chunks = std::min(
+        chunks, m * ((k::kTiledLinearTokens - 1) / k::kLinearRowTokens + 1));
   }
-  executor_->Run(k::GroupedLinearOp{.groups = table,
-                                    .count = experts + 1,
-                                    .x = x,
-                                    .y = y},
-                 chunks * shape.rows);
+  executor_->Run(
+      k::GroupedLinearOp{.groups = table, .count = experts + 1, .x = x, .y = y},
+      chunks * shape.rows);
   if (k::TakesTiles(n, shape.rows)) {
     // At most n / 64 experts take tiles, sum ceil(t_e / 32) token tiles.
     const int64_t tiled = std::min(experts, n / k::kTiledLinearTokens);
@@ -1167,7 +1169,7 @@ void KernelBackend::MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
   Carver carve(
       *this,
       RouteBytes(tokens, logits.cols) + 2 * Carver::Bytes<int32_t>(n) +
-          Carver::Bytes<float>(n) + Carver::Bytes<int32_t>(local * chunks) +
+          2 * Carver::Bytes<float>(n) + Carver::Bytes<int32_t>(local * chunks) +
           Carver::Bytes<int32_t>(local) + Carver::Bytes<int64_t>(local + 1) +
           Carver::Bytes<k::LinearGroup>(k::kExpertTables * table) +
           ExpertSlotsBytes(n, d, inter) + 2 * PlannedGemmBytes(n, d) +
@@ -1192,7 +1194,7 @@ void KernelBackend::MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
   // grouped on the device), the tables' weights set here.
   std::vector<k::LinearGroup> groups(
       static_cast<size_t>(k::kExpertTables * table));
-  const std::array<const Weight* ExpertRef::*, k::kExpertTables> which = {
+  const std::array<const Weight * ExpertRef::*, k::kExpertTables> which = {
       &ExpertRef::w1, &ExpertRef::w3, &ExpertRef::w2};
   std::array<WeightShape, k::kExpertTables> shapes{};
   for (int j = 0; j < k::kExpertTables; ++j) {
@@ -1200,8 +1202,7 @@ void KernelBackend::MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
                             .cols = (experts[0].*which[j])->cols()};
     for (int64_t e = 0; e < local; ++e) {
       const KernelWeight& w = AsKernel(*(experts[e].*which[j]));
-      const k::LinearGroup group{.w = w.view(),
-                                 .input_scale = w.input_scale()};
+      const k::LinearGroup group{.w = w.view(), .input_scale = w.input_scale()};
       groups[j * table + e] = group;
       groups[j * table + local + 1 + e] = group;
       shapes[j].w4a4 = shapes[j].w4a4 || group.input_scale > 0.0f;
@@ -1223,7 +1224,8 @@ void KernelBackend::MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
                                        .counts = counts},
                  local * chunks);
   executor_->Run(
-      k::ExpertChunkStartsOp{.counts = counts, .chunks = chunks, .totals = totals},
+      k::ExpertChunkStartsOp{
+          .counts = counts, .chunks = chunks, .totals = totals},
       local);
   executor_->Run(
       k::ExpertPlanOp{.totals = totals,
@@ -1273,7 +1275,7 @@ void KernelBackend::GroupedOnHost(ConstMatrixView x_all,
                           GroupedGemmBytes(local, n, inter));
   const int32_t* staged_rows = carve.Stage<int32_t>(rows);
   const float* staged_weights = carve.Stage<float>(weights);
-  const std::array<const Weight* ExpertRef::*, k::kExpertTables> which = {
+  const std::array<const Weight * ExpertRef::*, k::kExpertTables> which = {
       &ExpertRef::w1, &ExpertRef::w3, &ExpertRef::w2};
   RunExperts(
       carve, x_all, staged_rows, staged_weights, n, inter,
@@ -1287,12 +1289,11 @@ int64_t KernelBackend::ExpertSlotsBytes(int64_t n, int64_t d, int64_t inter) {
   return 2 * Carver::Bytes<float>(n * d) + 2 * Carver::Bytes<float>(n * inter);
 }
 
-void KernelBackend::RunExperts(Carver& carve, ConstMatrixView x_all,
-                               const int32_t* rows, const float* weights,
-                               int64_t n, int64_t inter,
-                               absl::FunctionRef<void(int, const float*, float*)>
-                                   project,
-                               float limit, MatrixView y_all) {
+void KernelBackend::RunExperts(
+    Carver& carve, ConstMatrixView x_all, const int32_t* rows,
+    const float* weights, int64_t n, int64_t inter,
+    absl::FunctionRef<void(int, const float*, float*)> project, float limit,
+    MatrixView y_all) {
   const int64_t d = x_all.cols;
   float* x = carve.Take<float>(n * d);
   float* h1 = carve.Take<float>(n * inter);

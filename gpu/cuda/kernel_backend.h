@@ -3,12 +3,11 @@
 
 // The CUDA backend's Backend implementation over an Executor: weights kept
 // in their checkpoint formats (fp32, bf16, FP8 with UE8M0 block scales,
-// MXFP4, NVFP4) and decoded inside the kernels; EXL3 and GridBook weights
-// are dequantized to fp32 at upload for now. Every op is a kernel of
-// kernel_ops.h. Routing, greedy sampling, log-probs and the indexer's top-k
-// reduce on the device and bring back only their results; draws at a
-// temperature bring their rows back to the host's shared sampler
-// (gpu/sampling.h).
+// MXFP4, NVFP4, EXL3 trellises, GridBook superblocks) and decoded inside the
+// kernels. Every op is a kernel of kernel_ops.h. Routing, sampling (greedy
+// and drawn), log-probs and the indexer's top-k reduce on the device and
+// bring back only their results; MoeLayer keeps a layer's expert
+// assignments on the device altogether.
 //
 // Thread-safety: as Backend (one caller at a time).
 

@@ -2302,8 +2302,8 @@ MNEME_HD inline int64_t ExpertTableGroups(int64_t experts) {
 // TakesTiles(tokens, its weight's rows), else to its row op's group; its
 // other group gets none. Each half's first_item counts the items of its
 // groups before (LinearOp::Items, LinearTiledOp::Tiles); its sentinel (no
-// tokens) starts at the half's last item. item = table j (j == 0 also
-// writes offsets).
+// tokens) starts at the half's item count, where a launch's surplus goes. item
+// = table j (j == 0 also writes offsets).
 inline constexpr int kExpertTables = 3;
 struct ExpertPlanOp {
   const int32_t* totals = nullptr;

@@ -107,8 +107,7 @@ absl::Status MoeForward(const LayerContext& ctx, const MoeWeights& w,
   if (!w.tid2eid.empty()) {
     listed.resize(T * k);
     for (int64_t t = 0; t < T; ++t) {
-      std::copy_n(w.tid2eid.begin() + tokens[t] * k, k,
-                  listed.begin() + t * k);
+      std::copy_n(w.tid2eid.begin() + tokens[t] * k, k, listed.begin() + t * k);
     }
     routing.hash_experts = listed;
   } else {

@@ -243,7 +243,35 @@ std::string MoeFields(Backend& backend, int iters, std::mt19937& rng,
             *experts[e].w1, *experts[e].w2, *experts[e].w3, 0.0f, yv);
       }
     });
-    if (grouped <= 0.0 || one_by_one <= 0.0) return "moe experts";
+    // The whole layer from gate logits: routed and grouped on the device
+    // (MoeLayer) against MoeRoute, whose ids come back to the host to be
+    // grouped there, then MoeExperts.
+    absl::StatusOr<std::unique_ptr<Buffer>> gate =
+        backend.Allocate(tokens * kAllExperts);
+    if (!gate.ok()) return "allocation";
+    std::uniform_real_distribution<float> logit(-2.0f, 2.0f);
+    std::vector<float> logits(tokens * kAllExperts);
+    for (float& v : logits) v = logit(rng);
+    backend.CopyFromHost(logits, (*gate)->data());
+    const ConstMatrixView gv((*gate)->data(), tokens, kAllExperts);
+    MoeRouting routing;
+    routing.top_k = kTopK;
+    const double layer = SecondsPerCall(backend, n, [&] {
+      backend.MoeLayer(xv, gv, routing, 0, experts, 0.0f, yv);
+    });
+    std::vector<int32_t> routed(ids.size());
+    std::vector<float> routed_weights(ids.size());
+    const double parts = SecondsPerCall(backend, n, [&] {
+      backend.MoeRoute(gv, nullptr, kTopK, 1.0f, absl::MakeSpan(routed),
+                       absl::MakeSpan(routed_weights));
+      backend.MoeExperts(xv, routed, routed_weights, kTopK, 0, experts, 0.0f,
+                         yv);
+    });
+    if (grouped <= 0.0 || one_by_one <= 0.0 || layer <= 0.0 || parts <= 0.0) {
+      return "moe experts";
+    }
+    fields.push_back(absl::StrCat(
+        "\"moe", tokens, "_layer_over_route_then_experts\": ", parts / layer));
     fields.push_back(absl::StrCat(
         "\"moe", tokens, "_grouped_over_per_expert\": ", one_by_one / grouped));
     fields.push_back(
