@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -57,13 +58,15 @@ class KernelBuffer final : public Buffer {
 class KernelWeight final : public Weight {
  public:
   KernelWeight(Executor* executor, WeightFormat format, void* device,
-               int64_t bytes, const k::WeightView& view, float input_scale)
+               int64_t bytes, const k::WeightView& view, float input_scale,
+               uint64_t serial)
       : executor_(executor),
         format_(format),
         device_(device),
         bytes_(bytes),
         view_(view),
-        input_scale_(input_scale) {}
+        input_scale_(input_scale),
+        serial_(serial) {}
   ~KernelWeight() override { executor_->Free(device_); }
   KernelWeight(const KernelWeight&) = delete;
   KernelWeight& operator=(const KernelWeight&) = delete;
@@ -74,6 +77,8 @@ class KernelWeight final : public Weight {
   int64_t bytes() const override { return bytes_; }
   const k::WeightView& view() const { return view_; }
   float input_scale() const { return input_scale_; }
+  // Unique among the backend's uploads (never reused, unlike an address).
+  uint64_t serial() const { return serial_; }
 
  private:
   Executor* executor_;
@@ -82,6 +87,7 @@ class KernelWeight final : public Weight {
   int64_t bytes_;
   k::WeightView view_;
   float input_scale_;
+  uint64_t serial_;
 };
 
 const KernelWeight& AsKernel(const Weight& w) {
@@ -169,6 +175,9 @@ KernelBackend::~KernelBackend() {
   if (work_.data != nullptr) executor_->Free(work_.data);
   if (w4a4_.data != nullptr) executor_->Free(w4a4_.data);
   if (exl3_.data != nullptr) executor_->Free(exl3_.data);
+  for (const ExpertTables& cached : expert_tables_) {
+    executor_->Free(cached.device);
+  }
 }
 
 uint8_t* KernelBackend::Reserve(Arena& arena, int64_t bytes) {
@@ -286,9 +295,9 @@ absl::StatusOr<std::unique_ptr<Weight>> KernelBackend::UploadWeight(
     executor_->Free(bytes);
     return status;
   }
-  return std::make_unique<KernelWeight>(executor_.get(), weight.format, bytes,
-                                        total, view,
-                                        weight.gridbook_input_scale);
+  return std::make_unique<KernelWeight>(
+      executor_.get(), weight.format, bytes, total, view,
+      weight.gridbook_input_scale, next_serial_++);
 }
 
 void KernelBackend::DequantizeWeight(const Weight& weight,
@@ -1191,30 +1200,14 @@ void KernelBackend::MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
                    tokens);
   }
   // Grouped by expert on the device (kernel_ops.h: the MoE assignments
-  // grouped on the device), the tables' weights set here.
-  std::vector<k::LinearGroup> groups(
-      static_cast<size_t>(k::kExpertTables * table));
-  const std::array<const Weight * ExpertRef::*, k::kExpertTables> which = {
-      &ExpertRef::w1, &ExpertRef::w3, &ExpertRef::w2};
-  std::array<WeightShape, k::kExpertTables> shapes{};
-  for (int j = 0; j < k::kExpertTables; ++j) {
-    shapes[j] = WeightShape{.rows = (experts[0].*which[j])->rows(),
-                            .cols = (experts[0].*which[j])->cols()};
-    for (int64_t e = 0; e < local; ++e) {
-      const KernelWeight& w = AsKernel(*(experts[e].*which[j]));
-      const k::LinearGroup group{.w = w.view(), .input_scale = w.input_scale()};
-      groups[j * table + e] = group;
-      groups[j * table + local + 1 + e] = group;
-      shapes[j].w4a4 = shapes[j].w4a4 || group.input_scale > 0.0f;
-    }
-  }
+  // grouped on the device), in a copy of the experts' kept tables.
+  const ExpertTables& cached = TablesOf(experts);
+  const std::array<WeightShape, k::kExpertTables> shapes = cached.shapes;
   auto* counts = carve.Take<int32_t>(local * chunks);
   auto* totals = carve.Take<int32_t>(local);
   auto* offsets = carve.Take<int64_t>(local + 1);
   auto* tables = carve.Take<k::LinearGroup>(k::kExpertTables * table);
-  executor_->ToDevice(
-      tables, groups.data(),
-      static_cast<int64_t>(groups.size() * sizeof(k::LinearGroup)));
+  executor_->DeviceCopy(tables, cached.device, cached.bytes);
   auto* rows = carve.Take<int32_t>(n);
   auto* weights = carve.Take<float>(n);
   executor_->Run(k::ExpertChunkCountOp{.ids = ids,
@@ -1256,6 +1249,58 @@ void KernelBackend::MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
                     y);
       },
       limit, y_all);
+}
+
+const KernelBackend::ExpertTables& KernelBackend::TablesOf(
+    absl::Span<const ExpertRef> experts) {
+  const auto local = static_cast<int64_t>(experts.size());
+  const std::array<const Weight * ExpertRef::*, k::kExpertTables> which = {
+      &ExpertRef::w1, &ExpertRef::w3, &ExpertRef::w2};
+  std::vector<uint64_t> serials;
+  serials.reserve(static_cast<size_t>(k::kExpertTables * local));
+  for (int j = 0; j < k::kExpertTables; ++j) {
+    for (const ExpertRef& e : experts) {
+      serials.push_back(AsKernel(*(e.*which[j])).serial());
+    }
+  }
+  for (auto it = expert_tables_.begin(); it != expert_tables_.end(); ++it) {
+    if (it->serials == serials) {
+      expert_tables_.splice(expert_tables_.begin(), expert_tables_, it);
+      return expert_tables_.front();
+    }
+  }
+  const int64_t table = k::ExpertTableGroups(local);
+  std::vector<k::LinearGroup> groups(
+      static_cast<size_t>(k::kExpertTables * table));
+  ExpertTables entry;
+  for (int j = 0; j < k::kExpertTables; ++j) {
+    entry.shapes[j] = WeightShape{.rows = (experts[0].*which[j])->rows(),
+                                  .cols = (experts[0].*which[j])->cols()};
+    for (int64_t e = 0; e < local; ++e) {
+      const KernelWeight& w = AsKernel(*(experts[e].*which[j]));
+      const k::LinearGroup group{.w = w.view(), .input_scale = w.input_scale()};
+      groups[j * table + e] = group;
+      groups[j * table + local + 1 + e] = group;
+      entry.shapes[j].w4a4 = entry.shapes[j].w4a4 || group.input_scale > 0.0f;
+    }
+  }
+  entry.serials = std::move(serials);
+  entry.bytes = static_cast<int64_t>(groups.size() * sizeof(k::LinearGroup));
+  absl::StatusOr<void*> block = executor_->Allocate(entry.bytes);
+  CHECK(block.ok()) << name() << ": expert tables of " << entry.bytes
+                    << " bytes: " << block.status();
+  entry.device = *block;
+  executor_->ToDevice(entry.device, groups.data(), entry.bytes);
+  expert_table_bytes_ += entry.bytes;
+  expert_tables_.push_front(std::move(entry));
+  // The least recently used sets go past the bound (the new one stays).
+  while (expert_table_bytes_ > options_.expert_table_bytes &&
+         expert_tables_.size() > 1) {
+    executor_->Free(expert_tables_.back().device);
+    expert_table_bytes_ -= expert_tables_.back().bytes;
+    expert_tables_.pop_back();
+  }
+  return expert_tables_.front();
 }
 
 void KernelBackend::GroupedOnHost(ConstMatrixView x_all,

@@ -11,7 +11,9 @@
 //
 // Thread-safety: as Backend (one caller at a time).
 
+#include <array>
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -39,6 +41,10 @@ class KernelBackend final : public Backend {
     // Sample draws rows at a temperature this many bytes of token weights
     // (doubles, vocabulary-wide) at a time, in whole rows (at least one).
     int64_t sample_weight_bytes = int64_t{64} << 20;
+    // MoeLayer keeps each set of experts' group tables on the device (a
+    // few hundred bytes an expert), the most recently used up to this many
+    // bytes (at least one set).
+    int64_t expert_table_bytes = int64_t{64} << 20;
   };
   explicit KernelBackend(std::unique_ptr<Executor> executor)
       : KernelBackend(std::move(executor), Options()) {}
@@ -172,6 +178,19 @@ class KernelBackend final : public Backend {
     int64_t cols = 0;
     bool w4a4 = false;
   };
+  // MoeLayer's group tables of one set of experts on the device: every
+  // expert's weight view and input scale in both halves of the three
+  // projections' tables (kernels::ExpertPlanOp fills in the tokens), kept
+  // by the weights' upload serials, most recently used first.
+  struct ExpertTables {
+    std::vector<uint64_t> serials;
+    void* device = nullptr;
+    int64_t bytes = 0;
+    std::array<WeightShape, kernels::kExpertTables> shapes{};
+  };
+  // The kept tables of `experts`, made (and the least recently used beyond
+  // Options::expert_table_bytes dropped) on a miss.
+  const ExpertTables& TablesOf(absl::Span<const ExpertRef> experts);
   // GroupedGemm over a table kernels::ExpertPlanOp laid out on the device
   // (the experts' offsets there too), in launches sized for all n slots;
   // temporaries from `carve`: PlannedGemmBytes.
@@ -236,6 +255,11 @@ class KernelBackend final : public Backend {
   std::vector<int32_t> scatter_from_;
   std::vector<int32_t> scatter_to_;
   absl::flat_hash_set<int32_t> scatter_seen_;
+  // MoeLayer's kept tables (TablesOf) and their bytes.
+  std::list<ExpertTables> expert_tables_;
+  int64_t expert_table_bytes_ = 0;
+  // The next upload's KernelWeight serial.
+  uint64_t next_serial_ = 1;
 };
 
 }  // namespace mneme::gpu

@@ -21,6 +21,7 @@
 #include "formats/fp16.h"
 #include "formats/gridbook/gridbook.h"
 #include "gpu/backend.h"
+#include "gpu/sampling.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/backend_conformance/backend_factories.h"
 #include "tests/gpu/backend_conformance/conformance_test_base.h"
@@ -400,6 +401,31 @@ TEST_P(CodebookWeightsTest, Exl3ExpertsMatchTheDequantizedWeights) {
   backend_->MoeExperts(xm.view, routed, routed_weights, 1, 0, experts, 0.0f,
                        parts.view);
   EXPECT_EQ(Download(layer), Download(parts));
+  // Hash routing over them: the even tokens list expert 0 twice (added
+  // once), the odd ones experts 0 and 1; equals MoeExperts with the
+  // weights HashRoute gives.
+  std::vector<int32_t> listed(tokens * 2);
+  for (int64_t t = 0; t < tokens; ++t) {
+    listed[t * 2] = 0;
+    listed[t * 2 + 1] = static_cast<int32_t>(t % 2);
+  }
+  routing.top_k = 2;
+  routing.hash_experts = listed;
+  Mat hashed = Zeros(tokens, d);
+  backend_->MoeLayer(xm.view, lm.view, routing, 0, experts, 0.0f, hashed.view);
+  const std::vector<float> host_logits = Download(lm);
+  std::vector<int32_t> hash_ids(tokens * 2);
+  std::vector<float> hash_weights(tokens * 2);
+  for (int64_t t = 0; t < tokens; ++t) {
+    HashRoute(host_logits.data() + t * local,
+              absl::MakeConstSpan(listed).subspan(t * 2, 2), 1.0f,
+              hash_ids.data() + t * 2, hash_weights.data() + t * 2);
+  }
+  Mat hash_parts = Zeros(tokens, d);
+  backend_->MoeExperts(xm.view, hash_ids, hash_weights, 2, 0, experts, 0.0f,
+                       hash_parts.view);
+  EXPECT_EQ(Download(hashed), Download(hash_parts));
+  EXPECT_NE(Download(hashed), Download(layer));
 }
 
 TEST_P(CodebookWeightsTest, UploadRefusesBadCodebookWeights) {

@@ -18,7 +18,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "glog/logging.h"
 #include "gpu/backend.h"
+#include "gpu/cuda/host_executor.h"
+#include "gpu/cuda/kernel_backend.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/backend_conformance/backend_factories.h"
 #include "tests/gpu/backend_conformance/conformance_test_base.h"
@@ -577,6 +580,41 @@ TEST_P(MoeTest, MoeLayerGivesEachOfTheRanksExpertsItsTokens) {
   ExpectSameBits(Download(layer), Download(parts));
 }
 
+// Fewer assignments than the rank has experts (one token), and no tokens.
+TEST_P(MoeTest, MoeLayerOfOneTokenAndOfNone) {
+  const int64_t experts = 8, local = 4, d = 32, inter = 64;
+  const int top_k = 2;
+  const ExpertSet set =
+      MakeExperts(*backend_, WeightFormat::kNvfp4, local, d, inter, {}, rng_);
+  ASSERT_EQ(std::ssize(set.refs), local);
+  // The token's experts: 5 (this rank's second) and 0 (another rank's).
+  std::vector<float> logits(experts, -1.0f);
+  logits[5] = 4.0f;
+  logits[0] = 3.0f;
+  Mat lm = Upload(logits, 1, experts);
+  Mat xm = Upload(Random(d), 1, d);
+  const std::vector<float> y0 = Random(d);
+  Mat layer = Upload(y0, 1, d);
+  MoeRouting routing;
+  routing.top_k = top_k;
+  backend_->MoeLayer(xm.view, lm.view, routing, 4, set.refs, 0.0f, layer.view);
+  std::vector<int32_t> ids(top_k);
+  std::vector<float> weights(top_k);
+  backend_->MoeRoute(lm.view, nullptr, top_k, 1.0f, absl::MakeSpan(ids),
+                     absl::MakeSpan(weights));
+  EXPECT_EQ(ids, (std::vector<int32_t>{5, 0}));
+  Mat parts = Upload(y0, 1, d);
+  backend_->MoeExperts(xm.view, ids, weights, top_k, 4, set.refs, 0.0f,
+                       parts.view);
+  ExpectSameBits(Download(layer), Download(parts));
+  EXPECT_NE(Download(layer), y0);
+  // No tokens: nothing to do.
+  backend_->MoeLayer(ConstMatrixView(xm.data(), 0, d),
+                     ConstMatrixView(lm.data(), 0, experts), routing, 4,
+                     set.refs, 0.0f, MatrixView{layer.data(), 0, d});
+  ExpectSameBits(Download(layer), Download(parts));
+}
+
 TEST_P(MoeTest, MoeLayerWithNoneOfTheRanksExpertsLeavesYAlone) {
   const int64_t experts = 12, local = 4, d = 32, inter = 32, tokens = 7;
   const ExpertSet set =
@@ -670,6 +708,74 @@ TEST_P(MoeTest, MoeLayerHashRoutesTheListedExperts) {
 INSTANTIATE_TEST_SUITE_P(Backends, MoeTest,
                          ::testing::ValuesIn(BackendFactories()),
                          BackendFactoryName);
+
+// The kernel backend keeps each set of experts' group tables: sets used in
+// turn, a set whose weights were freed and a new set uploaded after it
+// (whose weights may sit at the old addresses) each take their own, within
+// a budget that holds them all and one that holds one set at a time.
+TEST(KernelBackendMoeTest, KeepsEachExpertSetsTables) {
+  const int64_t experts = 6, local = 3, d = 32, inter = 64, tokens = 9;
+  const int top_k = 2;
+  for (const int64_t budget : {int64_t{64} << 20, int64_t{1}}) {
+    SCOPED_TRACE(budget);
+    KernelBackend::Options options;
+    options.expert_table_bytes = budget;
+    KernelBackend backend(MakeHostExecutor(), options);
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const auto upload = [&](int64_t n) {
+      std::vector<float> host(n);
+      for (float& v : host) v = u(rng);
+      absl::StatusOr<std::unique_ptr<Buffer>> b = backend.Allocate(n);
+      CHECK(b.ok()) << b.status();
+      backend.CopyFromHost(host, (*b)->data());
+      return *std::move(b);
+    };
+    const std::unique_ptr<Buffer> x = upload(tokens * d);
+    const std::unique_ptr<Buffer> logits = upload(tokens * experts);
+    const ConstMatrixView xv(x->data(), tokens, d);
+    const ConstMatrixView lv(logits->data(), tokens, experts);
+    MoeRouting routing;
+    routing.top_k = top_k;
+    std::vector<int32_t> ids(tokens * top_k);
+    std::vector<float> weights(tokens * top_k);
+    backend.MoeRoute(lv, nullptr, top_k, 1.0f, absl::MakeSpan(ids),
+                     absl::MakeSpan(weights));
+    // MoeLayer over `set`, bit for bit as MoeRoute then MoeExperts.
+    const auto check = [&](const ExpertSet& set) {
+      const std::unique_ptr<Buffer> y1 = upload(tokens * d);
+      std::vector<float> y0(tokens * d);
+      backend.CopyToHost(y1->data(), absl::MakeSpan(y0));
+      const std::unique_ptr<Buffer> y2 = upload(tokens * d);
+      backend.CopyFromHost(y0, y2->data());
+      backend.MoeLayer(xv, lv, routing, 1, set.refs, 0.0f,
+                       MatrixView{y1->data(), tokens, d});
+      backend.MoeExperts(xv, ids, weights, top_k, 1, set.refs, 0.0f,
+                         MatrixView{y2->data(), tokens, d});
+      std::vector<float> a(tokens * d), b(tokens * d);
+      backend.CopyToHost(y1->data(), absl::MakeSpan(a));
+      backend.CopyToHost(y2->data(), absl::MakeSpan(b));
+      ExpectSameBits(a, b);
+      EXPECT_NE(a, y0);
+    };
+    auto first = std::make_unique<ExpertSet>(
+        MakeExperts(backend, WeightFormat::kF32, local, d, inter, {}, rng));
+    const ExpertSet second =
+        MakeExperts(backend, WeightFormat::kF32, local, d, inter, {}, rng);
+    ASSERT_EQ(std::ssize(first->refs), local);
+    ASSERT_EQ(std::ssize(second.refs), local);
+    for (const ExpertSet* set : std::vector<const ExpertSet*>{
+             first.get(), &second, first.get(), &second}) {
+      check(*set);
+    }
+    first.reset();
+    const ExpertSet third =
+        MakeExperts(backend, WeightFormat::kF32, local, d, inter, {}, rng);
+    ASSERT_EQ(std::ssize(third.refs), local);
+    check(third);
+    check(second);
+  }
+}
 
 }  // namespace
 }  // namespace mneme::gpu::conformance

@@ -366,9 +366,9 @@ TEST_P(SampleTest, NonFiniteRows) {
 // and a row whose kept tokens weigh nothing (min-p above 1: the argmax).
 TEST(KernelBackendSampleTest, DrawsRowsInPassesOfTheWeightBudget) {
   constexpr int64_t kVocab = 1000;
-  KernelBackend backend(
-      MakeHostExecutor(),
-      KernelBackend::Options{.sample_weight_bytes = 2 * kVocab * 8 + 8});
+  KernelBackend::Options options;
+  options.sample_weight_bytes = 2 * kVocab * 8 + 8;
+  KernelBackend backend(MakeHostExecutor(), options);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> logit(-3.0f, 3.0f);
   std::vector<float> all(7 * kVocab);
