@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -77,7 +78,7 @@ class KernelWeight final : public Weight {
   int64_t bytes() const override { return bytes_; }
   const k::WeightView& view() const { return view_; }
   float input_scale() const { return input_scale_; }
-  // Unique among the backend's uploads (never reused, unlike an address).
+  // Unique among the process's uploads (never reused, unlike an address).
   uint64_t serial() const { return serial_; }
 
  private:
@@ -89,6 +90,12 @@ class KernelWeight final : public Weight {
   float input_scale_;
   uint64_t serial_;
 };
+
+// Upload serials, unique in the process (so among all backends too).
+uint64_t NextWeightSerial() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 const KernelWeight& AsKernel(const Weight& w) {
   const auto* kw = dynamic_cast<const KernelWeight*>(&w);
@@ -297,7 +304,7 @@ absl::StatusOr<std::unique_ptr<Weight>> KernelBackend::UploadWeight(
   }
   return std::make_unique<KernelWeight>(
       executor_.get(), weight.format, bytes, total, view,
-      weight.gridbook_input_scale, next_serial_++);
+      weight.gridbook_input_scale, NextWeightSerial());
 }
 
 void KernelBackend::DequantizeWeight(const Weight& weight,

@@ -41,9 +41,11 @@ class KernelBackend final : public Backend {
     // Sample draws rows at a temperature this many bytes of token weights
     // (doubles, vocabulary-wide) at a time, in whole rows (at least one).
     int64_t sample_weight_bytes = int64_t{64} << 20;
-    // MoeLayer keeps each set of experts' group tables on the device (a
-    // few hundred bytes an expert), the most recently used up to this many
-    // bytes (at least one set).
+    // MoeLayer keeps each set of experts' group tables on the device (about
+    // 1 KiB an expert), the most recently used up to this many bytes (at
+    // least one set). It should hold every MoE layer's set: the layers are
+    // visited in a cycle, so a budget short of them misses on every call.
+    // The default holds 58 layers of 256 experts four times over.
     int64_t expert_table_bytes = int64_t{64} << 20;
   };
   explicit KernelBackend(std::unique_ptr<Executor> executor)
@@ -258,8 +260,6 @@ class KernelBackend final : public Backend {
   // MoeLayer's kept tables (TablesOf) and their bytes.
   std::list<ExpertTables> expert_tables_;
   int64_t expert_table_bytes_ = 0;
-  // The next upload's KernelWeight serial.
-  uint64_t next_serial_ = 1;
 };
 
 }  // namespace mneme::gpu
