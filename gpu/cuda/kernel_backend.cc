@@ -1377,25 +1377,29 @@ void KernelBackend::RunExperts(
 void KernelBackend::RowStats(ConstMatrixView logits,
                              absl::Span<const int32_t> ids,
                              absl::Span<int32_t> argmax, absl::Span<float> max,
-                             absl::Span<float> logprob) {
+                             absl::Span<float> logprob,
+                             absl::Span<double> lse) {
   const int64_t tokens = logits.rows;
   const int64_t vocab = logits.cols;
   const int64_t lanes = (vocab + k::kRowLane - 1) / k::kRowLane;
   const int64_t partials = tokens * lanes;
+  // The results side by side, so they come back in one copy: each row's
+  // log-sum-exp, then its argmax, max and log-probability.
+  const int64_t result_bytes =
+      Carver::Bytes<double>(tokens) + Carver::Bytes<int32_t>(3 * tokens);
   Carver carve(*this, Carver::Bytes<float>(partials) +
                           Carver::Bytes<int32_t>(partials) +
                           Carver::Bytes<double>(partials) +
-                          Carver::Bytes<int32_t>(tokens) +
-                          Carver::Bytes<int32_t>(3 * tokens));
+                          Carver::Bytes<int32_t>(tokens) + result_bytes);
   const int32_t* staged_ids = ids.empty() ? nullptr : carve.Stage(ids);
   auto* lane_max = carve.Take<float>(partials);
   auto* lane_arg = carve.Take<int32_t>(partials);
   auto* lane_sum = carve.Take<double>(partials);
-  // The three results side by side, so they come back in one copy.
-  auto* results = carve.Take<int32_t>(3 * tokens);
-  int32_t* row_arg = results;
-  auto* row_max = reinterpret_cast<float*>(results + tokens);
-  auto* row_logprob = reinterpret_cast<float*>(results + 2 * tokens);
+  auto* row_lse = carve.Take<double>(tokens);
+  auto* triple = carve.Take<int32_t>(3 * tokens);
+  int32_t* row_arg = triple;
+  auto* row_max = reinterpret_cast<float*>(triple + tokens);
+  auto* row_logprob = reinterpret_cast<float*>(triple + 2 * tokens);
   executor_->Run(k::RowMaxPartialOp{.x = logits.data,
                                     .cols = vocab,
                                     .lanes = lanes,
@@ -1421,15 +1425,23 @@ void KernelBackend::RowStats(ConstMatrixView logits,
                                  .lane_sum = lane_sum,
                                  .ids = staged_ids,
                                  .arg = row_arg,
-                                 .logprob = row_logprob},
+                                 .logprob = row_logprob,
+                                 .row_lse = lse.empty() ? nullptr : row_lse},
                  tokens);
-  fetched_.resize(static_cast<size_t>(3 * tokens));
-  FetchBytes(fetched_.data(), results,
-             3 * tokens * static_cast<int64_t>(sizeof(int32_t)));
+  // Rows' log-sum-exps only when asked for: the copy starts at them.
+  const int64_t skip = lse.empty() ? Carver::Bytes<double>(tokens) : 0;
+  fetched_.resize(static_cast<size_t>((result_bytes - skip) / 4));
+  FetchBytes(fetched_.data(), reinterpret_cast<const uint8_t*>(row_lse) + skip,
+             result_bytes - skip);
+  const int32_t* back = fetched_.data();
+  if (!lse.empty()) {
+    std::memcpy(lse.data(), back, static_cast<size_t>(tokens) * sizeof(double));
+    back += Carver::Bytes<double>(tokens) / 4;
+  }
   const auto bytes = static_cast<size_t>(tokens) * sizeof(int32_t);
-  std::memcpy(argmax.data(), fetched_.data(), bytes);
-  std::memcpy(max.data(), fetched_.data() + tokens, bytes);
-  std::memcpy(logprob.data(), fetched_.data() + 2 * tokens, bytes);
+  std::memcpy(argmax.data(), back, bytes);
+  std::memcpy(max.data(), back + tokens, bytes);
+  std::memcpy(logprob.data(), back + 2 * tokens, bytes);
 }
 
 void KernelBackend::Sample(ConstMatrixView logits,
@@ -1445,9 +1457,12 @@ void KernelBackend::Sample(ConstMatrixView logits,
   if (tokens == 0) return;
   argmax_.resize(static_cast<size_t>(tokens));
   max_.resize(static_cast<size_t>(tokens));
-  RowStats(logits, {}, absl::MakeSpan(argmax_), absl::MakeSpan(max_), logprobs);
+  lse_.resize(static_cast<size_t>(tokens));
+  RowStats(logits, {}, absl::MakeSpan(argmax_), absl::MakeSpan(max_), logprobs,
+           absl::MakeSpan(lse_));
   // Greedy rows (as SampleToken decides it) take the device's argmax and
-  // log-prob; drawn rows are drawn on the device, then scored.
+  // log-prob; drawn rows are drawn on the device, and their log-probs are
+  // their logits less the rows' log-sum-exps (as RowLogProbOp computes it).
   std::vector<k::SampleRow> drawn;
   for (int64_t t = 0; t < tokens; ++t) {
     const SamplingParams& p = params[t];
@@ -1473,10 +1488,10 @@ void KernelBackend::Sample(ConstMatrixView logits,
                          first, static_cast<size_t>(per_pass)));
   }
   for (const k::SampleRow& s : drawn) {
-    if (s.id >= 0) ids[s.row] = s.id;
+    if (s.id < 0) continue;
+    ids[s.row] = s.id;
+    logprobs[s.row] = static_cast<float>(double{s.logit} - lse_[s.row]);
   }
-  RowStats(logits, ids, absl::MakeSpan(argmax_), absl::MakeSpan(max_),
-           logprobs);
 }
 
 void KernelBackend::DrawRows(ConstMatrixView logits,
@@ -1550,7 +1565,8 @@ void KernelBackend::DrawRows(ConstMatrixView logits,
                                  .rows = rows,
                                  .mass = mass},
                  partials);
-  executor_->Run(k::SampleDrawOp{.weights = weights,
+  executor_->Run(k::SampleDrawOp{.x = logits.data,
+                                 .weights = weights,
                                  .cols = vocab,
                                  .lanes = lanes,
                                  .mass = mass,

@@ -227,11 +227,12 @@ class KernelBackend final : public Backend {
   void FetchBytes(void* dst, const void* src, int64_t bytes);
   // Per row t of logits, reduced on the device: argmax[t] (the lowest index
   // of the largest value, as std::max_element), max[t] (that value) and
-  // logprob[t] = log_softmax(row)[ids[t]] (ids empty: at argmax[t]). Only
-  // these come back to the host.
+  // logprob[t] = log_softmax(row)[ids[t]] (ids empty: at argmax[t]), and
+  // when lse is not empty lse[t], the row's log-sum-exp (logprob = x - lse
+  // in double). Only these come back to the host.
   void RowStats(ConstMatrixView logits, absl::Span<const int32_t> ids,
                 absl::Span<int32_t> argmax, absl::Span<float> max,
-                absl::Span<float> logprob);
+                absl::Span<float> logprob, absl::Span<double> lse = {});
   // Bytes of RunTopK's temporaries for `tokens` rows of `cols` entries.
   static int64_t TopKBytes(int64_t tokens, int64_t cols, int k);
   // The radix select of SelectTopK over `rows` (device; cols >= 1), its
@@ -251,6 +252,7 @@ class KernelBackend final : public Backend {
   // Sample's host scratch.
   std::vector<int32_t> argmax_;
   std::vector<float> max_;
+  std::vector<double> lse_;
   // RowStats' and SelectTopK's host copies of what they bring back.
   std::vector<int32_t> fetched_;
   // ScatterRows' host scratch, kept to spare an allocation a call.

@@ -1778,6 +1778,9 @@ struct RowLogProbOp {
   const int32_t* ids = nullptr;
   const int32_t* arg = nullptr;
   float* logprob = nullptr;
+  // Each row's log-sum-exp (null: not kept), so that the log-probability
+  // of another token of the row is x - lse without reading the row again.
+  double* row_lse = nullptr;
   MNEME_HD void operator()(int64_t t) const {
     const double m = max[t];
     double lse = m;
@@ -1788,6 +1791,7 @@ struct RowLogProbOp {
     }
     const int64_t id = ids != nullptr ? ids[t] : arg[t];
     logprob[t] = static_cast<float>(x[t * cols + id] - lse);
+    if (row_lse != nullptr) row_lse[t] = lse;
   }
 };
 
@@ -1859,6 +1863,7 @@ struct SampleRow {
   double above = 0.0;
   double target = 0.0;
   int32_t id = -1;
+  float logit = 0.0f;  // the drawn token's
 
   // Stage 0: top-k, 1: top-p.
   MNEME_HD bool Selects(int stage) const {
@@ -2086,8 +2091,10 @@ struct SampleMassOp {
 // The draw: the kept token, in id order, where the cumulative weight first
 // exceeds uniform times the kept weight (the last kept token of positive
 // weight when rounding leaves it short); segments wholly below it are
-// skipped by their sums. item = r.
+// skipped by their sums. Its logit is kept beside it (the log-probability
+// is then logit - the row's log-sum-exp). item = r.
 struct SampleDrawOp {
+  const float* x = nullptr;  // the logits
   const double* weights = nullptr;
   int64_t cols = 0;
   int64_t lanes = 0;
@@ -2095,12 +2102,17 @@ struct SampleDrawOp {
   SampleRow* rows = nullptr;
   MNEME_HD void operator()(int64_t r) const {
     SampleRow& s = rows[r];
+    s.id = Draw(r);
+    if (s.id >= 0) s.logit = x[s.row * cols + s.id];
+  }
+  // Row r's drawn token (-1: none).
+  MNEME_HD int32_t Draw(int64_t r) const {
+    const SampleRow& s = rows[r];
     const double* m = mass + r * lanes;
     const double* w = weights + r * cols;
     double total = 0.0;
     for (int64_t c = 0; c < lanes; ++c) total += m[c];
-    s.id = -1;
-    if (!(total > 0.0)) return;
+    if (!(total > 0.0)) return -1;
     const double u = s.uniform * total;
     double cumulative = 0.0;
     int64_t last = -1;  // segment of the last positive weight
@@ -2114,20 +2126,17 @@ struct SampleDrawOp {
       for (int64_t i = c * kRowLane; i < end; ++i) {
         if (!s.Kept(DoubleToBits(w[i]), i, w[i])) continue;
         cumulative += w[i];
-        if (cumulative > u) {
-          s.id = static_cast<int32_t>(i);
-          return;
-        }
+        if (cumulative > u) return static_cast<int32_t>(i);
       }
     }
     const int64_t first = last * kRowLane;
     const int64_t end = RowSegmentEnd(last, cols);
     for (int64_t i = end - 1; i >= first; --i) {
       if (w[i] > 0.0 && s.Kept(DoubleToBits(w[i]), i, w[i])) {
-        s.id = static_cast<int32_t>(i);
-        return;
+        return static_cast<int32_t>(i);
       }
     }
+    return -1;
   }
 };
 
