@@ -1187,7 +1187,6 @@ void KernelBackend::MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
       RouteBytes(tokens, logits.cols) + 2 * Carver::Bytes<int32_t>(n) +
           2 * Carver::Bytes<float>(n) + Carver::Bytes<int32_t>(local * chunks) +
           Carver::Bytes<int32_t>(local) + Carver::Bytes<int64_t>(local + 1) +
-          Carver::Bytes<k::LinearGroup>(k::kExpertTables * table) +
           ExpertSlotsBytes(n, d, inter) + 2 * PlannedGemmBytes(n, d) +
           PlannedGemmBytes(n, inter));
   // The assignments, on the device.
@@ -1207,14 +1206,14 @@ void KernelBackend::MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
                    tokens);
   }
   // Grouped by expert on the device (kernel_ops.h: the MoE assignments
-  // grouped on the device), in a copy of the experts' kept tables.
+  // grouped on the device), the tokens written into the experts' kept
+  // tables (the stream orders this call's use of them before the next's).
   const ExpertTables& cached = TablesOf(experts);
   const std::array<WeightShape, k::kExpertTables> shapes = cached.shapes;
   auto* counts = carve.Take<int32_t>(local * chunks);
   auto* totals = carve.Take<int32_t>(local);
   auto* offsets = carve.Take<int64_t>(local + 1);
-  auto* tables = carve.Take<k::LinearGroup>(k::kExpertTables * table);
-  executor_->DeviceCopy(tables, cached.device, cached.bytes);
+  auto* tables = static_cast<k::LinearGroup*>(cached.device);
   auto* rows = carve.Take<int32_t>(n);
   auto* weights = carve.Take<float>(n);
   executor_->Run(k::ExpertChunkCountOp{.ids = ids,
@@ -1233,22 +1232,18 @@ void KernelBackend::MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
                       .offsets = offsets,
                       .tables = {tables, tables + table, tables + 2 * table}},
       k::kExpertTables);
-  executor_->Run(k::ExpertScatterOp{.ids = ids,
-                                    .assignment_weights = assignment_weights,
-                                    .n = n,
-                                    .top_k = top_k,
-                                    .first_expert = first_expert,
-                                    .chunks = chunks,
-                                    .chunk_starts = counts,
-                                    .offsets = offsets,
-                                    .rows = rows,
-                                    .weights = weights},
-                 local * chunks);
-  executor_->Run(k::ExpertPadOp{.offsets = offsets,
-                                .experts = local,
-                                .rows = rows,
-                                .weights = weights},
-                 n);
+  const k::ExpertScatterOp scatter{.ids = ids,
+                                   .assignment_weights = assignment_weights,
+                                   .n = n,
+                                   .top_k = top_k,
+                                   .first_expert = first_expert,
+                                   .experts = local,
+                                   .chunks = chunks,
+                                   .chunk_starts = counts,
+                                   .offsets = offsets,
+                                   .rows = rows,
+                                   .weights = weights};
+  executor_->Run(scatter, scatter.Items());
   RunExperts(
       carve, x_all, rows, weights, n, inter,
       [&](int j, const float* x, float* y) {

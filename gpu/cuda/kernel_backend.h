@@ -182,8 +182,8 @@ class KernelBackend final : public Backend {
   };
   // MoeLayer's group tables of one set of experts on the device: every
   // expert's weight view and input scale in both halves of the three
-  // projections' tables (kernels::ExpertPlanOp fills in the tokens), kept
-  // by the weights' upload serials, most recently used first.
+  // projections' tables (kernels::ExpertPlanOp writes each call's tokens into
+  // them), kept by the weights' upload serials, most recently used first.
   struct ExpertTables {
     std::vector<uint64_t> serials;
     void* device = nullptr;

@@ -2256,7 +2256,8 @@ struct HashRouteOp {
 // and weights placed expert by expert, each expert's in ascending order of
 // a (ExpertScatterOp). The launches after it are sized for all n
 // assignments (the most this rank can get): slots past the grouped ones
-// are padding (ExpertPadOp) that the grouped GEMMs and ScatterAddOp skip.
+// are padding (ExpertScatterOp too) that the grouped GEMMs and ScatterAddOp
+// skip.
 inline constexpr int64_t kExpertChunk = 256;
 
 // counts[e * chunks + c] = the assignments a of chunk c ([c *
@@ -2357,20 +2358,33 @@ struct ExpertPlanOp {
 
 // The assignments in the grouped order: slot offsets[e] + (e's assignments
 // before a) gets a's token (a / top_k) in rows and its weight in weights;
-// item = e * chunks + c places chunk c's assignments of expert e (its
-// start from ExpertChunkStartsOp).
+// item = e * chunks + c < experts * chunks places chunk c's assignments of
+// expert e (its start from ExpertChunkStartsOp). In the same launch (items
+// = Items(): the two never write the same slot) item = slot < n pads the
+// slots past the grouped assignments (slot >= offsets[experts]) of a layout
+// sized for all n: row -1 (MoveRowsOp reads zeros for it, ScatterAddOp
+// skips it), weight 0.
 struct ExpertScatterOp {
   const int32_t* ids = nullptr;
   const float* assignment_weights = nullptr;
   int64_t n = 0;
   int32_t top_k = 0;
   int64_t first_expert = 0;
+  int64_t experts = 0;
   int64_t chunks = 0;
   const int32_t* chunk_starts = nullptr;
   const int64_t* offsets = nullptr;
   int32_t* rows = nullptr;
   float* weights = nullptr;
+  MNEME_HD int64_t Items() const {
+    return experts * chunks > n ? experts * chunks : n;
+  }
   MNEME_HD void operator()(int64_t item) const {
+    if (item < n && item >= offsets[experts]) {
+      rows[item] = -1;
+      weights[item] = 0.0f;
+    }
+    if (item >= experts * chunks) return;
     const int64_t e = item / chunks;
     const int64_t begin = item % chunks * kExpertChunk;
     const int64_t end = begin + kExpertChunk < n ? begin + kExpertChunk : n;
@@ -2381,21 +2395,6 @@ struct ExpertScatterOp {
       weights[slot] = assignment_weights[a];
       ++slot;
     }
-  }
-};
-
-// The slots past the grouped assignments (slot >= offsets[experts]) of a
-// layout sized for more: row -1 (MoveRowsOp reads zeros for it,
-// ScatterAddOp skips it), weight 0; item = slot.
-struct ExpertPadOp {
-  const int64_t* offsets = nullptr;
-  int64_t experts = 0;
-  int32_t* rows = nullptr;
-  float* weights = nullptr;
-  MNEME_HD void operator()(int64_t slot) const {
-    if (slot < offsets[experts]) return;
-    rows[slot] = -1;
-    weights[slot] = 0.0f;
   }
 };
 
@@ -2717,7 +2716,6 @@ struct TopKEmitOp {
   X(ExpertChunkStartsOp)    \
   X(ExpertPlanOp)           \
   X(ExpertScatterOp)        \
-  X(ExpertPadOp)            \
   X(ExpertTokenScalesOp)    \
   X(BlockKeyOp)             \
   X(TopKHistOp)             \
