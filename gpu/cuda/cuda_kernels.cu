@@ -173,6 +173,25 @@ __global__ void Hadamard128WarpKernel(kernels::Hadamard128Op op,
   });
 }
 
+// The sampler's digit pick with one warp per row (SamplePickOp's phases):
+// each lane's bin sums, added by an xor butterfly (as ButterflySum), then
+// lane 0 picks.
+__global__ void SamplePickWarpKernel(kernels::SamplePickOp op, int64_t items) {
+  ForEachWarpItem(items, [&](int64_t r, int lane) {
+    if (!op.Selects(r)) return;  // the whole warp alike
+    kernels::SamplePickOp::Bins b;
+    op.Partial(r, lane, b);
+#pragma unroll
+    for (int d = 0; d < kernels::kSampleBins; ++d) {
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        b.tokens[d] += __shfl_xor_sync(0xffffffffu, b.tokens[d], offset);
+        b.weight[d] += __shfl_xor_sync(0xffffffffu, b.weight[d], offset);
+      }
+    }
+    if (lane == 0) op.Pick(r, b);
+  });
+}
+
 // The indexer's scores by tiles: one block per tile (IndexScoresTiledOp),
 // the phases of the op with a barrier between them.
 __global__ void __launch_bounds__(kernels::kScoreThreads)
@@ -218,6 +237,12 @@ int LaunchImpl(const kernels::SparseAttentionWarpOp& op, int64_t items,
                cudaStream_t stream) {
   SparseAttentionWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op,
                                                                          items);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchImpl(const kernels::SamplePickOp& op, int64_t items,
+               cudaStream_t stream) {
+  SamplePickWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
   return static_cast<int>(cudaGetLastError());
 }
 

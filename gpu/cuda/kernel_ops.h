@@ -1163,9 +1163,10 @@ inline constexpr int64_t kAttentionWarpMaxDim =
 // v[l] for every lane l becomes the sum over the lanes, added as the
 // device's xor butterfly adds it (v[l] + v[l ^ offset], offsets 16 to 1),
 // so every lane holds the same bits, on the device and here.
-MNEME_HD inline void ButterflySum(float (&v)[kWarpLanes]) {
+template <typename T>
+MNEME_HD inline void ButterflySum(T (&v)[kWarpLanes]) {
   for (int offset = kWarpLanes / 2; offset > 0; offset >>= 1) {
-    float next[kWarpLanes];
+    T next[kWarpLanes];
     for (int l = 0; l < kWarpLanes; ++l) next[l] = v[l] + v[l ^ offset];
     for (int l = 0; l < kWarpLanes; ++l) v[l] = next[l];
   }
@@ -1933,6 +1934,10 @@ struct SampleHistOp {
 // Top-p: the first (non-empty) digit where the weight ranked above and at
 // it reaches top_p times the top-k survivors' weight (the last non-empty
 // digit when rounding leaves it short). The first digit starts the select.
+// One warp per row: lane l sums every bin over the histogram lanes c = l, l
+// + kWarpLanes, ... (Partial), the lanes' sums are added by the xor
+// butterfly (ButterflySum; shuffles on the device) and one lane picks
+// (Pick). operator() runs the lanes one after another here.
 struct SamplePickOp {
   const int32_t* count = nullptr;
   const double* mass = nullptr;
@@ -1940,32 +1945,48 @@ struct SamplePickOp {
   int32_t stage = 0;
   int32_t shift = 0;
   SampleRow* rows = nullptr;
-  MNEME_HD void operator()(int64_t r) const {
-    SampleRow& s = rows[r];
-    if (!s.Selects(stage)) return;
+
+  // One lane's (then, summed, the row's) tokens and weight per bin.
+  struct Bins {
+    int64_t tokens[kSampleBins];
+    double weight[kSampleBins];
+  };
+
+  MNEME_HD bool Selects(int64_t r) const { return rows[r].Selects(stage); }
+  MNEME_HD void Partial(int64_t r, int lane, Bins& b) const {
     const int32_t* n = count + r * lanes * kSampleBins;
     const double* m = mass + r * lanes * kSampleBins;
+    for (int d = 0; d < kSampleBins; ++d) {
+      b.tokens[d] = 0;
+      b.weight[d] = 0.0;
+    }
+    for (int64_t c = lane; c < lanes; c += kWarpLanes) {
+      for (int d = 0; d < kSampleBins; ++d) {
+        b.tokens[d] += n[c * kSampleBins + d];
+        b.weight[d] += m[c * kSampleBins + d];
+      }
+    }
+  }
+  // The digit from the row's bins (every lane's sums added).
+  MNEME_HD void Pick(int64_t r, const Bins& b) const {
+    SampleRow& s = rows[r];
     if (shift == 64 - kSampleDigitBits) {
       s.prefix = 0;
       s.left = s.top_k;
       s.above = 0.0;
       double total = 0.0;
-      for (int64_t j = 0; j < lanes * kSampleBins; ++j) total += m[j];
+      for (int d = 0; d < kSampleBins; ++d) total += b.weight[d];
       s.target = double{s.top_p} * total;
     }
     int chosen = -1;
     int last = -1;
     double above_last = 0.0;
-    for (int b = kSampleBins - 1; b >= 0; --b) {
-      int64_t tokens = 0;
-      double weight = 0.0;
-      for (int64_t c = 0; c < lanes; ++c) {
-        tokens += n[c * kSampleBins + b];
-        weight += m[c * kSampleBins + b];
-      }
+    for (int d = kSampleBins - 1; d >= 0; --d) {
+      const int64_t tokens = b.tokens[d];
+      const double weight = b.weight[d];
       if (stage == 0) {
         if (s.left <= tokens) {
-          chosen = b;
+          chosen = d;
           break;
         }
         s.left -= tokens;
@@ -1973,10 +1994,10 @@ struct SamplePickOp {
       }
       if (tokens == 0) continue;
       if (s.above + weight >= s.target) {
-        chosen = b;
+        chosen = d;
         break;
       }
-      last = b;
+      last = d;
       above_last = s.above;
       s.above += weight;
     }
@@ -1985,6 +2006,25 @@ struct SamplePickOp {
       s.above = above_last;
     }
     s.prefix |= static_cast<uint64_t>(chosen) << shift;
+  }
+  MNEME_HD void operator()(int64_t r) const {
+    if (!Selects(r)) return;
+    Bins lane_bins[kWarpLanes];
+    for (int l = 0; l < kWarpLanes; ++l) Partial(r, l, lane_bins[l]);
+    Bins row;
+    for (int d = 0; d < kSampleBins; ++d) {
+      int64_t tokens[kWarpLanes];
+      double weight[kWarpLanes];
+      for (int l = 0; l < kWarpLanes; ++l) {
+        tokens[l] = lane_bins[l].tokens[d];
+        weight[l] = lane_bins[l].weight[d];
+      }
+      ButterflySum(tokens);
+      ButterflySum(weight);
+      row.tokens[d] = tokens[0];
+      row.weight[d] = weight[0];
+    }
+    Pick(r, row);
   }
 };
 

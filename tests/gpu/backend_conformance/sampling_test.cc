@@ -313,6 +313,43 @@ TEST_P(SampleTest, DrawsEqualTheHostSampler) {
   EXPECT_GT(distinct.size(), 40u);
 }
 
+// The same over rows of more reduction lanes than a warp has (40,000
+// tokens: 157 lanes of 256), where each lane of the kernel backend's digit
+// pick sums several histogram lanes: top-k and top-p alone and together,
+// plain and tie-heavy rows.
+TEST_P(SampleTest, DrawsOfRowsWiderThanAWarpOfLanesEqualTheHostSampler) {
+  const int64_t vocab = 40000;
+  const std::vector<int32_t> top_ks = {1, 50, 1000, 39999};
+  const std::vector<float> top_ps = {0.9f, 0.5f, 0.05f};
+  std::mt19937 rng(11);
+  std::vector<float> all;
+  std::vector<SamplingParams> params;
+  for (int r = 0; r < 16; ++r) {
+    std::vector<float> row = Random(vocab, -6.0f, 6.0f);
+    if (r % 2 == 1) {
+      for (float& v : row) v = std::round(v) * 0.5f;
+    }
+    all.insert(all.end(), row.begin(), row.end());
+    SamplingParams p{.temperature = r % 3 == 0 ? 0.6f : 1.0f, .seed = rng()};
+    if (r % 4 != 1) p.top_k = top_ks[rng() % top_ks.size()];
+    if (r % 4 != 0) p.top_p = top_ps[rng() % top_ps.size()];
+    params.push_back(p);
+  }
+  const auto rows = static_cast<int64_t>(params.size());
+  Mat lm = Upload(all, rows, vocab);
+  std::vector<int32_t> ids(rows);
+  std::vector<float> logprobs(rows);
+  backend_->Sample(lm.view, params, absl::MakeSpan(ids),
+                   absl::MakeSpan(logprobs));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = all.data() + r * vocab;
+    const int32_t want = SampleToken(row, vocab, params[r]);
+    EXPECT_EQ(ids[r], want) << "row " << r << " top_k " << params[r].top_k
+                            << " top_p " << params[r].top_p;
+    EXPECT_NEAR(logprobs[r], LogProbOf(row, vocab, want), 1e-5) << r;
+  }
+}
+
 // A NaN logit past the first never wins greedy selection and does not hide
 // the values after it (the CPU backend's std::max_element rule).
 TEST_P(SampleTest, GreedyIgnoresALaterNan) {
