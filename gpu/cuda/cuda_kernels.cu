@@ -30,35 +30,45 @@ __global__ void ForEachKernel(Op op, int64_t items) {
 
 // Linear with one warp per LinearOp item (a weight row for up to
 // kLinearRowTokens tokens): the lanes read neighbouring columns of the row
-// (coalesced), each decoded weight serves every token of the item, then a
-// shuffle reduction per token. Same decode as LinearOp (WeightView::At);
-// the sums are taken in another order.
+// (coalesced), each decoded weight serves kTokens tokens of the item, then
+// a shuffle reduction per token. An item of more tokens is taken kTokens at
+// a time (the row read again), so kTokens only sizes the sums kept in
+// registers: the launch picks it from the call's tokens (a decode GEMV of
+// one token keeps one sum, not 16). Same decode as LinearOp
+// (WeightView::At); the sums are taken in another order, the same for
+// every kTokens.
+template <int kTokens>
 __device__ void LinearWarpItem(const kernels::LinearOp& op, int64_t item,
                                int lane) {
-  constexpr int kTokens = kernels::kLinearRowTokens;
   const int64_t r = op.Row(item);
-  const float* x = op.x + op.FirstToken(item) * op.w.cols;
-  float* y = op.y + op.FirstToken(item) * op.w.rows;
+  const int64_t first = op.FirstToken(item);
   const int n = op.ChunkTokens(item);
-  float sum[kTokens] = {};
-  for (int64_t c = lane; c < op.w.cols; c += 32) {
-    const float wv = op.w.At(r, c);
+  for (int t0 = 0; t0 < n; t0 += kTokens) {
+    const float* x = op.x + (first + t0) * op.w.cols;
+    float* y = op.y + (first + t0) * op.w.rows;
+    const int m = n - t0 < kTokens ? n - t0 : kTokens;
+    float sum[kTokens] = {};
+    for (int64_t c = lane; c < op.w.cols; c += 32) {
+      const float wv = op.w.At(r, c);
+#pragma unroll
+      for (int t = 0; t < kTokens; ++t) {
+        if (t < m) sum[t] += x[t * op.w.cols + c] * wv;
+      }
+    }
 #pragma unroll
     for (int t = 0; t < kTokens; ++t) {
-      if (t < n) sum[t] += x[t * op.w.cols + c] * wv;
+      if (t >= m) break;
+      float s = sum[t];
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        s += __shfl_down_sync(0xffffffffu, s, offset);
+      }
+      if (lane == 0) {
+        float* out = y + t * op.w.rows + r;
+        *out = op.accumulate ? *out + s : s;
+      }
     }
-  }
-#pragma unroll
-  for (int t = 0; t < kTokens; ++t) {
-    if (t >= n) break;
-    float s = sum[t];
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      s += __shfl_down_sync(0xffffffffu, s, offset);
-    }
-    if (lane == 0) {
-      float* out = y + t * op.w.rows + r;
-      *out = op.accumulate ? *out + s : s;
-    }
+    // An item has at most kLinearRowTokens tokens: one pass.
+    if constexpr (kTokens >= kernels::kLinearRowTokens) break;
   }
 }
 
@@ -74,9 +84,11 @@ __device__ void ForEachWarpItem(int64_t items, const ItemFn& item_fn) {
   }
 }
 
+template <int kTokens>
 __global__ void LinearWarpKernel(kernels::LinearOp op, int64_t items) {
-  ForEachWarpItem(
-      items, [&](int64_t item, int lane) { LinearWarpItem(op, item, lane); });
+  ForEachWarpItem(items, [&](int64_t item, int lane) {
+    LinearWarpItem<kTokens>(op, item, lane);
+  });
 }
 
 // The routed experts' Linear: each warp finds its item's group, then works
@@ -85,13 +97,22 @@ __global__ void LinearWarpKernel(kernels::LinearOp op, int64_t items) {
 // from the kernel parameters): bounded to 2 blocks a multiprocessor, which
 // nvcc meets for sm_90 and sm_121 without spilling (about 120 registers; at 3
 // blocks it spills).
+template <int kTokens>
 __global__ void __launch_bounds__(kThreads, 2)
     GroupedLinearWarpKernel(kernels::GroupedLinearOp op, int64_t items) {
   ForEachWarpItem(items, [&](int64_t item, int lane) {
     const int64_t g = op.Group(item);
     if (op.groups[g].tokens == 0) return;  // past the last group's items
-    LinearWarpItem(op.Args(g), item - op.groups[g].first_item, lane);
+    LinearWarpItem<kTokens>(op.Args(g), item - op.groups[g].first_item, lane);
   });
+}
+
+// The sums a warp Linear keeps for calls of at most `tokens` tokens a
+// weight row (more are right too, in passes).
+int WarpTokens(int64_t tokens) {
+  if (tokens <= 1) return 1;
+  if (tokens <= 4) return 4;
+  return kernels::kLinearRowTokens;
 }
 
 // One tile of a LinearTiledOp by the block: the op's phases with a barrier
@@ -216,14 +237,35 @@ int LaunchImpl(const Op& op, int64_t items, cudaStream_t stream) {
 
 int LaunchImpl(const kernels::LinearOp& op, int64_t items,
                cudaStream_t stream) {
-  LinearWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
+  const int blocks = Blocks(items * 32);
+  switch (WarpTokens(op.tokens)) {
+    case 1:
+      LinearWarpKernel<1><<<blocks, kThreads, 0, stream>>>(op, items);
+      break;
+    case 4:
+      LinearWarpKernel<4><<<blocks, kThreads, 0, stream>>>(op, items);
+      break;
+    default:
+      LinearWarpKernel<kernels::kLinearRowTokens>
+          <<<blocks, kThreads, 0, stream>>>(op, items);
+  }
   return static_cast<int>(cudaGetLastError());
 }
 
 int LaunchImpl(const kernels::GroupedLinearOp& op, int64_t items,
                cudaStream_t stream) {
-  GroupedLinearWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op,
-                                                                       items);
+  const int blocks = Blocks(items * 32);
+  switch (WarpTokens(op.most_tokens)) {
+    case 1:
+      GroupedLinearWarpKernel<1><<<blocks, kThreads, 0, stream>>>(op, items);
+      break;
+    case 4:
+      GroupedLinearWarpKernel<4><<<blocks, kThreads, 0, stream>>>(op, items);
+      break;
+    default:
+      GroupedLinearWarpKernel<kernels::kLinearRowTokens>
+          <<<blocks, kThreads, 0, stream>>>(op, items);
+  }
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -1063,10 +1063,16 @@ void KernelBackend::GroupedGemm(Carver& carve,
     x = xq;
   }
   if (row_groups > 0) {
-    executor_->Run(
-        k::GroupedLinearOp{
-            .groups = staged, .count = row_groups, .x = x, .y = y},
-        row_items);
+    int64_t most = 0;
+    for (int64_t g = 0; g < row_groups; ++g) {
+      most = std::max(most, rows_op[g].tokens);
+    }
+    executor_->Run(k::GroupedLinearOp{.groups = staged,
+                                      .count = row_groups,
+                                      .x = x,
+                                      .y = y,
+                                      .most_tokens = most},
+                   row_items);
   }
   if (tile_groups > 0) {
     executor_->Run(
@@ -1085,8 +1091,9 @@ int64_t KernelBackend::PlannedGemmBytes(int64_t n, int64_t cols) {
 
 void KernelBackend::PlannedGemm(Carver& carve, const k::LinearGroup* table,
                                 int64_t experts, const int64_t* offsets,
-                                int64_t n, const WeightShape& shape,
-                                const float* x, float* y) {
+                                int64_t n, int64_t most_tokens,
+                                const WeightShape& shape, const float* x,
+                                float* y) {
   if (shape.rows == 0) return;
   if (shape.w4a4) {
     CHECK_EQ(shape.cols % 16, 0);
@@ -1112,9 +1119,12 @@ void KernelBackend::PlannedGemm(Carver& carve, const k::LinearGroup* table,
     chunks = std::min(
         chunks, m * ((k::kTiledLinearTokens - 1) / k::kLinearRowTokens + 1));
   }
-  executor_->Run(
-      k::GroupedLinearOp{.groups = table, .count = experts + 1, .x = x, .y = y},
-      chunks * shape.rows);
+  executor_->Run(k::GroupedLinearOp{.groups = table,
+                                    .count = experts + 1,
+                                    .x = x,
+                                    .y = y,
+                                    .most_tokens = most_tokens},
+                 chunks * shape.rows);
   if (k::TakesTiles(n, shape.rows)) {
     // At most n / 64 experts take tiles, sum ceil(t_e / 32) token tiles.
     const int64_t tiled = std::min(experts, n / k::kTiledLinearTokens);
@@ -1244,11 +1254,12 @@ void KernelBackend::MoeLayer(ConstMatrixView x_all, ConstMatrixView logits,
                                    .rows = rows,
                                    .weights = weights};
   executor_->Run(scatter, scatter.Items());
+  // A token's experts are distinct, so none has more than `tokens` slots.
   RunExperts(
       carve, x_all, rows, weights, n, inter,
       [&](int j, const float* x, float* y) {
-        PlannedGemm(carve, tables + j * table, local, offsets, n, shapes[j], x,
-                    y);
+        PlannedGemm(carve, tables + j * table, local, offsets, n, tokens,
+                    shapes[j], x, y);
       },
       limit, y_all);
 }

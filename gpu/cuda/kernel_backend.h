@@ -194,11 +194,13 @@ class KernelBackend final : public Backend {
   // Options::expert_table_bytes dropped) on a miss.
   const ExpertTables& TablesOf(absl::Span<const ExpertRef> experts);
   // GroupedGemm over a table kernels::ExpertPlanOp laid out on the device
-  // (the experts' offsets there too), in launches sized for all n slots;
+  // (the experts' offsets there too), in launches sized for all n slots, no
+  // expert having more than most_tokens of them (a hint for the launch);
   // temporaries from `carve`: PlannedGemmBytes.
   void PlannedGemm(Carver& carve, const kernels::LinearGroup* table,
                    int64_t experts, const int64_t* offsets, int64_t n,
-                   const WeightShape& shape, const float* x, float* y);
+                   int64_t most_tokens, const WeightShape& shape,
+                   const float* x, float* y);
   static int64_t PlannedGemmBytes(int64_t n, int64_t cols);
   // ExpertForward and MoeExperts: the assignments grouped on the host
   // (their rows of x_all and weights; expert e's are [offsets[e],

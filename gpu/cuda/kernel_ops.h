@@ -723,6 +723,10 @@ struct GroupedLinearOp {
   const float* x = nullptr;
   float* y = nullptr;
   bool accumulate = false;
+  // The most tokens a group can have (a hint: the CUDA kernel keeps that
+  // many sums of a weight row, up to kLinearRowTokens, and takes more in
+  // passes).
+  int64_t most_tokens = kLinearRowTokens;
 
   MNEME_HD int64_t Group(int64_t item) const {
     return FindGroup(groups, count, item);
