@@ -213,6 +213,22 @@ __global__ void SamplePickWarpKernel(kernels::SamplePickOp op, int64_t items) {
   });
 }
 
+// The indexer top-k's digit pick with one warp per row (TopKPickOp's
+// phases), as SamplePickWarpKernel.
+__global__ void TopKPickWarpKernel(kernels::TopKPickOp op, int64_t items) {
+  ForEachWarpItem(items, [&](int64_t t, int lane) {
+    kernels::TopKPickOp::Bins b;
+    op.Partial(t, lane, b);
+#pragma unroll
+    for (int d = 0; d < kernels::kTopKBins; ++d) {
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        b.n[d] += __shfl_xor_sync(0xffffffffu, b.n[d], offset);
+      }
+    }
+    if (lane == 0) op.Pick(t, b);
+  });
+}
+
 // The indexer's scores by tiles: one block per tile (IndexScoresTiledOp),
 // the phases of the op with a barrier between them.
 __global__ void __launch_bounds__(kernels::kScoreThreads)
@@ -285,6 +301,12 @@ int LaunchImpl(const kernels::SparseAttentionWarpOp& op, int64_t items,
 int LaunchImpl(const kernels::SamplePickOp& op, int64_t items,
                cudaStream_t stream) {
   SamplePickWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchImpl(const kernels::TopKPickOp& op, int64_t items,
+               cudaStream_t stream) {
+  TopKPickWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
   return static_cast<int>(cudaGetLastError());
 }
 

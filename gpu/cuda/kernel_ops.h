@@ -2604,7 +2604,9 @@ struct TopKHistOp {
 // The next digit of row t's k-th largest key from TopKHistOp's lanes
 // (largest digit first); item = t. The first pass (shift 28) also sets
 // want[t] = min(k, eligible entries), counts[t] = want[t] and the -1
-// padding of ids after it.
+// padding of ids after it. One warp per row, as SamplePickOp: lane l sums
+// every bin over the histogram lanes l, l + kWarpLanes, ... (Partial), the
+// lanes' sums are added by the xor butterfly, and one lane picks (Pick).
 struct TopKPickOp {
   const int32_t* hist = nullptr;
   int64_t lanes = 0;
@@ -2615,11 +2617,24 @@ struct TopKPickOp {
   int32_t* want = nullptr;
   int32_t* ids = nullptr;
   int32_t* counts = nullptr;
-  MNEME_HD void operator()(int64_t t) const {
+
+  // One lane's (then, summed, the row's) entries per bin.
+  struct Bins {
+    int32_t n[kTopKBins];
+  };
+
+  MNEME_HD void Partial(int64_t t, int lane, Bins& b) const {
     const int32_t* h = hist + t * lanes * kTopKBins;
+    for (int d = 0; d < kTopKBins; ++d) b.n[d] = 0;
+    for (int64_t c = lane; c < lanes; c += kWarpLanes) {
+      for (int d = 0; d < kTopKBins; ++d) b.n[d] += h[c * kTopKBins + d];
+    }
+  }
+  // The digit from the row's bins (every lane's sums added).
+  MNEME_HD void Pick(int64_t t, const Bins& b) const {
     if (shift == 32 - kTopKDigitBits) {
       int64_t eligible = 0;
-      for (int64_t i = 0; i < lanes * kTopKBins; ++i) eligible += h[i];
+      for (int d = 0; d < kTopKBins; ++d) eligible += b.n[d];
       const int32_t w = eligible < k ? static_cast<int32_t>(eligible) : k;
       want[t] = w;
       counts[t] = w;
@@ -2629,16 +2644,26 @@ struct TopKPickOp {
     }
     if (want[t] == 0) return;
     int32_t left = rank[t];
-    for (int b = kTopKBins - 1; b >= 0; --b) {
-      int32_t n = 0;
-      for (int64_t c = 0; c < lanes; ++c) n += h[c * kTopKBins + b];
-      if (left <= n) {
-        prefix[t] |= static_cast<uint32_t>(b) << shift;
+    for (int d = kTopKBins - 1; d >= 0; --d) {
+      if (left <= b.n[d]) {
+        prefix[t] |= static_cast<uint32_t>(d) << shift;
         break;
       }
-      left -= n;
+      left -= b.n[d];
     }
     rank[t] = left;
+  }
+  MNEME_HD void operator()(int64_t t) const {
+    Bins lane_bins[kWarpLanes];
+    for (int l = 0; l < kWarpLanes; ++l) Partial(t, l, lane_bins[l]);
+    Bins row;
+    for (int d = 0; d < kTopKBins; ++d) {
+      int32_t n[kWarpLanes];
+      for (int l = 0; l < kWarpLanes; ++l) n[l] = lane_bins[l].n[d];
+      ButterflySum(n);
+      row.n[d] = n[0];
+    }
+    Pick(t, row);
   }
 };
 
