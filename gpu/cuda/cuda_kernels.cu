@@ -213,6 +213,20 @@ __global__ void SamplePickWarpKernel(kernels::SamplePickOp op, int64_t items) {
   });
 }
 
+// A row warp op (kernels::RowWarpRun's phases) with one warp per row: each
+// lane's Partial, their xor-butterfly sum (as ButterflySum), each lane's
+// Finish.
+template <typename Op>
+__global__ void RowWarpKernel(Op op, int64_t items) {
+  ForEachWarpItem(items, [&](int64_t item, int lane) {
+    float sum = op.Partial(item, lane);
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    }
+    op.Finish(item, lane, sum);
+  });
+}
+
 // The indexer top-k's digit pick with one warp per row (TopKPickOp's
 // phases), as SamplePickWarpKernel.
 __global__ void TopKPickWarpKernel(kernels::TopKPickOp op, int64_t items) {
@@ -302,6 +316,26 @@ int LaunchImpl(const kernels::SamplePickOp& op, int64_t items,
                cudaStream_t stream) {
   SamplePickWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
   return static_cast<int>(cudaGetLastError());
+}
+
+template <typename Op>
+int LaunchRowWarp(const Op& op, int64_t items, cudaStream_t stream) {
+  RowWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchImpl(const kernels::RmsNormOp& op, int64_t items,
+               cudaStream_t stream) {
+  return LaunchRowWarp(op, items, stream);
+}
+
+int LaunchImpl(const kernels::RowRsqrtOp& op, int64_t items,
+               cudaStream_t stream) {
+  return LaunchRowWarp(op, items, stream);
+}
+
+int LaunchImpl(const kernels::HcMixOp& op, int64_t items, cudaStream_t stream) {
+  return LaunchRowWarp(op, items, stream);
 }
 
 int LaunchImpl(const kernels::TopKPickOp& op, int64_t items,

@@ -915,6 +915,42 @@ struct GroupedQuantizeW4A4Op {
   }
 };
 
+// ---- row reductions by the lanes of a warp ------------------------------
+
+inline constexpr int kWarpLanes = 32;
+
+// v[l] for every lane l becomes the sum over the lanes, added as the
+// device's xor butterfly adds it (v[l] + v[l ^ offset], offsets 16 to 1),
+// so every lane holds the same bits, on the device and here.
+template <typename T>
+MNEME_HD inline void ButterflySum(T (&v)[kWarpLanes]) {
+  for (int offset = kWarpLanes / 2; offset > 0; offset >>= 1) {
+    T next[kWarpLanes];
+    for (int l = 0; l < kWarpLanes; ++l) next[l] = v[l] + v[l ^ offset];
+    for (int l = 0; l < kWarpLanes; ++l) v[l] = next[l];
+  }
+}
+
+// Lane `lane`'s share of the sum of squares of row[0, width): columns
+// lane, lane + kWarpLanes, ... in ascending order.
+MNEME_HD inline float LaneSquares(const float* row, int64_t width, int lane) {
+  float sum = 0.0f;
+  for (int64_t c = lane; c < width; c += kWarpLanes) sum += row[c] * row[c];
+  return sum;
+}
+
+// A row warp op's item on the host: every lane's Partial, their butterfly
+// sum, then every lane's Finish with it (cuda_kernels.cu's RowWarpKernel
+// runs the same phases on a warp, the sum by shuffles). A row's sums are
+// then spread over 32 lanes instead of one thread reading the whole row.
+template <typename Op>
+MNEME_HD inline void RowWarpRun(const Op& op, int64_t item) {
+  float v[kWarpLanes];
+  for (int l = 0; l < kWarpLanes; ++l) v[l] = op.Partial(item, l);
+  ButterflySum(v);
+  for (int l = 0; l < kWarpLanes; ++l) op.Finish(item, l, v[l]);
+}
+
 // y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight; item = row.
 struct RmsNormOp {
   const float* x = nullptr;
@@ -922,16 +958,20 @@ struct RmsNormOp {
   float* y = nullptr;
   int64_t cols = 0;
   float eps = 0.0f;
-  MNEME_HD void operator()(int64_t r) const {
+  // A row warp op (RowWarpRun): lane `lane`'s sum of squares, then, given
+  // the row's, its outputs.
+  MNEME_HD float Partial(int64_t r, int lane) const {
+    return LaneSquares(x + r * cols, cols, lane);
+  }
+  MNEME_HD void Finish(int64_t r, int lane, float sum) const {
     const float* row = x + r * cols;
-    float sum = 0.0f;
-    for (int64_t c = 0; c < cols; ++c) sum += row[c] * row[c];
     const float s = Rsqrtf(sum / static_cast<float>(cols) + eps);
     float* out = y + r * cols;
-    for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t c = lane; c < cols; c += kWarpLanes) {
       out[c] = weight != nullptr ? row[c] * s * weight[c] : row[c] * s;
     }
   }
+  MNEME_HD void operator()(int64_t r) const { RowWarpRun(*this, r); }
 };
 
 // Interleaved rotary pairs of the last rope_dim values of each head; item =
@@ -1157,24 +1197,11 @@ struct SparseAttentionOp {
 
 // ---- attention by the lanes of a warp ------------------------------------
 
-inline constexpr int kWarpLanes = 32;
 // Head dimensions each lane holds: SparseAttentionWarpOp takes heads of up
 // to kWarpLanes * kAttentionLaneDims = 512 dimensions (V4's), in registers.
 inline constexpr int kAttentionLaneDims = 16;
 inline constexpr int64_t kAttentionWarpMaxDim =
     int64_t{kWarpLanes} * kAttentionLaneDims;
-
-// v[l] for every lane l becomes the sum over the lanes, added as the
-// device's xor butterfly adds it (v[l] + v[l ^ offset], offsets 16 to 1),
-// so every lane holds the same bits, on the device and here.
-template <typename T>
-MNEME_HD inline void ButterflySum(T (&v)[kWarpLanes]) {
-  for (int offset = kWarpLanes / 2; offset > 0; offset >>= 1) {
-    T next[kWarpLanes];
-    for (int l = 0; l < kWarpLanes; ++l) next[l] = v[l] + v[l ^ offset];
-    for (int l = 0; l < kWarpLanes; ++l) v[l] = next[l];
-  }
-}
 
 // One lane's part of a (query, head): dimensions lane + kWarpLanes * i of
 // the query and of the output, and the online softmax's running maximum and
@@ -1454,21 +1481,24 @@ struct SoftmaxPoolOp {
 // The largest hyper-connection count the ops keep on the stack.
 inline constexpr int kMaxHc = 16;
 
-// norm[t] = rsqrt(mean(x[t, :]^2) + eps) for rows of `width`; item = t.
+// norm[t] = rsqrt(mean(x[t, :]^2) + eps) for rows of `width`; item = t (a
+// row warp op).
 struct RowRsqrtOp {
   const float* x = nullptr;
   int64_t width = 0;
   float eps = 0.0f;
   float* norm = nullptr;
-  MNEME_HD void operator()(int64_t t) const {
-    const float* row = x + t * width;
-    float sum = 0.0f;
-    for (int64_t c = 0; c < width; ++c) sum += row[c] * row[c];
-    norm[t] = Rsqrtf(sum / static_cast<float>(width) + eps);
+  MNEME_HD float Partial(int64_t t, int lane) const {
+    return LaneSquares(x + t * width, width, lane);
   }
+  MNEME_HD void Finish(int64_t t, int lane, float sum) const {
+    if (lane == 0) norm[t] = Rsqrtf(sum / static_cast<float>(width) + eps);
+  }
+  MNEME_HD void operator()(int64_t t) const { RowWarpRun(*this, t); }
 };
 
-// Backend::HcMix after the mix product: item = token.
+// Backend::HcMix after the mix product: item = token (a row warp op: the
+// stream's sum of squares by the lanes, the rest by lane 0).
 struct HcMixOp {
   const float* x_stream = nullptr;
   int64_t width = 0;
@@ -1482,10 +1512,12 @@ struct HcMixOp {
   float* pre = nullptr;
   float* post = nullptr;
   float* comb = nullptr;
-  MNEME_HD void operator()(int64_t t) const {
-    const float* stream = x_stream + t * width;
-    float sum = 0.0f;
-    for (int64_t c = 0; c < width; ++c) sum += stream[c] * stream[c];
+  MNEME_HD float Partial(int64_t t, int lane) const {
+    return LaneSquares(x_stream + t * width, width, lane);
+  }
+  MNEME_HD void operator()(int64_t t) const { RowWarpRun(*this, t); }
+  MNEME_HD void Finish(int64_t t, int lane, float sum) const {
+    if (lane != 0) return;
     const double norm =
         1.0 /
         SqrtD(static_cast<double>(sum) / static_cast<double>(width) + norm_eps);
