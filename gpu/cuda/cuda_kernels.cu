@@ -227,6 +227,29 @@ __global__ void RowWarpKernel(Op op, int64_t items) {
   });
 }
 
+// The router's choice with one warp per token (MoeRouteOp's phases): per
+// expert chosen, each lane's best, then the better of two lanes' by an xor
+// butterfly until every lane holds the best.
+__global__ void MoeRouteWarpKernel(kernels::MoeRouteOp op, int64_t items) {
+  ForEachWarpItem(items, [&](int64_t t, int lane) {
+    kernels::MoeRouteOp::Pick prev;
+    float sum = 0.0f;
+    for (int32_t k = 0; k < op.top_k; ++k) {
+      kernels::MoeRouteOp::Pick best = op.LaneBest(t, lane, prev);
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        const kernels::MoeRouteOp::Pick other{
+            .id = __shfl_xor_sync(0xffffffffu, best.id, offset),
+            .value = __shfl_xor_sync(0xffffffffu, best.value, offset)};
+        best = kernels::MoeRouteOp::Better(best, other);
+      }
+      prev = best;
+      if (lane == 0) op.expert_ids[t * op.top_k + k] = best.id;
+      sum += op.score[t * op.experts + best.id];
+    }
+    op.Finish(t, lane, sum);
+  });
+}
+
 // The indexer top-k's digit pick with one warp per row (TopKPickOp's
 // phases), as SamplePickWarpKernel.
 __global__ void TopKPickWarpKernel(kernels::TopKPickOp op, int64_t items) {
@@ -336,6 +359,12 @@ int LaunchImpl(const kernels::RowRsqrtOp& op, int64_t items,
 
 int LaunchImpl(const kernels::HcMixOp& op, int64_t items, cudaStream_t stream) {
   return LaunchRowWarp(op, items, stream);
+}
+
+int LaunchImpl(const kernels::MoeRouteOp& op, int64_t items,
+               cudaStream_t stream) {
+  MoeRouteWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
+  return static_cast<int>(cudaGetLastError());
 }
 
 int LaunchImpl(const kernels::TopKPickOp& op, int64_t items,

@@ -2250,7 +2250,12 @@ struct RouteScoresOp {
 
 // Backend::MoeRoute for one token from RouteScoresOp's scores; item = t.
 // The k-th expert is the best of those ranking after the (k-1)-th, so no
-// scratch is needed.
+// scratch is needed. One warp per token: each lane finds the best of its
+// experts (lane, lane + kWarpLanes, ...; LaneBest), and an xor butterfly
+// keeps the better of two lanes' (Better) until every lane holds the best
+// of all. RanksBefore is a total order, so that is the same expert as one
+// thread scanning them all, in any order of the pairings. operator() runs
+// the lanes one after another here.
 struct MoeRouteOp {
   const float* score = nullptr;
   const float* biased = nullptr;
@@ -2259,34 +2264,62 @@ struct MoeRouteOp {
   float routed_scaling = 0.0f;
   int32_t* expert_ids = nullptr;
   float* weights = nullptr;
-  MNEME_HD void operator()(int64_t t) const {
-    const float* s = score + t * experts;
+
+  // An expert and its biased score (id -1: none).
+  struct Pick {
+    int32_t id = -1;
+    float value = 0.0f;
+  };
+  // a, or b where b ranks before it.
+  MNEME_HD static Pick Better(const Pick& a, const Pick& b) {
+    if (b.id < 0) return a;
+    if (a.id < 0 || RanksBefore(b.value, b.id, a.value, a.id)) return b;
+    return a;
+  }
+  // The best of lane `lane`'s experts that rank after `prev`.
+  MNEME_HD Pick LaneBest(int64_t t, int lane, const Pick& prev) const {
     const float* b = biased + t * experts;
-    int32_t* ids = expert_ids + t * top_k;
-    float* w = weights + t * top_k;
-    int32_t prev = -1;
-    float prev_value = 0.0f;
-    float sum = 0.0f;
-    for (int32_t k = 0; k < top_k; ++k) {
-      int32_t best = -1;
-      float best_value = 0.0f;
-      for (int32_t e = 0; e < experts; ++e) {
-        const float v = b[e];
-        if (prev >= 0 && !RanksBefore(prev_value, prev, v, e)) continue;
-        if (best < 0 || RanksBefore(v, e, best_value, best)) {
-          best = e;
-          best_value = v;
-        }
+    Pick best;
+    for (int64_t e = lane; e < experts; e += kWarpLanes) {
+      const Pick candidate{.id = static_cast<int32_t>(e), .value = b[e]};
+      if (prev.id >= 0 &&
+          !RanksBefore(prev.value, prev.id, candidate.value, candidate.id)) {
+        continue;
       }
-      ids[k] = best;
-      prev = best;
-      prev_value = best_value;
-      sum += s[best];
+      best = Better(best, candidate);
     }
+    return best;
+  }
+  // The chosen experts' weights (every lane has the same choice; lane 0
+  // writes).
+  MNEME_HD void Finish(int64_t t, int lane, float sum) const {
+    if (lane != 0) return;
+    const float* s = score + t * experts;
+    const int32_t* ids = expert_ids + t * top_k;
+    float* w = weights + t * top_k;
     for (int32_t k = 0; k < top_k; ++k) {
       w[k] = sum > 0.0f ? s[ids[k]] / sum * routed_scaling
                         : routed_scaling / static_cast<float>(top_k);
     }
+  }
+  MNEME_HD void operator()(int64_t t) const {
+    Pick prev;
+    float sum = 0.0f;
+    for (int32_t k = 0; k < top_k; ++k) {
+      Pick lanes[kWarpLanes];
+      for (int l = 0; l < kWarpLanes; ++l) lanes[l] = LaneBest(t, l, prev);
+      for (int offset = kWarpLanes / 2; offset > 0; offset >>= 1) {
+        Pick next[kWarpLanes];
+        for (int l = 0; l < kWarpLanes; ++l) {
+          next[l] = Better(lanes[l], lanes[l ^ offset]);
+        }
+        for (int l = 0; l < kWarpLanes; ++l) lanes[l] = next[l];
+      }
+      prev = lanes[0];
+      expert_ids[t * top_k + k] = prev.id;
+      sum += score[t * experts + prev.id];
+    }
+    Finish(t, 0, sum);
   }
 };
 
