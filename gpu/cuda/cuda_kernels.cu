@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gpu/cuda/cuda_kernels.h"
 #include "gpu/cuda/kernel_ops.h"
@@ -216,12 +217,22 @@ __global__ void SamplePickWarpKernel(kernels::SamplePickOp op, int64_t items) {
 // A row warp op (kernels::RowWarpRun's phases) with one warp per row: each
 // lane's Partial, their xor-butterfly sum (as ButterflySum), each lane's
 // Finish.
+__device__ float ShflXor(float v, int offset) {
+  return __shfl_xor_sync(0xffffffffu, v, offset);
+}
+__device__ kernels::EngramGateOp::Sums ShflXor(
+    const kernels::EngramGateOp::Sums& v, int offset) {
+  return {.dot = ShflXor(v.dot, offset),
+          .xx = ShflXor(v.xx, offset),
+          .kk = ShflXor(v.kk, offset)};
+}
+
 template <typename Op>
 __global__ void RowWarpKernel(Op op, int64_t items) {
   ForEachWarpItem(items, [&](int64_t item, int lane) {
-    float sum = op.Partial(item, lane);
+    auto sum = op.Partial(item, lane);
     for (int offset = 16; offset > 0; offset >>= 1) {
-      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      sum = sum + ShflXor(sum, offset);
     }
     op.Finish(item, lane, sum);
   });
@@ -282,9 +293,20 @@ __global__ void __launch_bounds__(kernels::kScoreThreads)
   }
 }
 
+// Whether Op is a row warp op (kernels::RowWarpRun, tagged kRowWarp).
+template <typename Op, typename = void>
+struct IsRowWarp : std::false_type {};
+template <typename Op>
+struct IsRowWarp<Op, std::void_t<decltype(Op::kRowWarp)>> : std::true_type {};
+
+// One thread per item, or one warp per item for a row warp op.
 template <typename Op>
 int LaunchImpl(const Op& op, int64_t items, cudaStream_t stream) {
-  ForEachKernel<<<Blocks(items), kThreads, 0, stream>>>(op, items);
+  if constexpr (IsRowWarp<Op>::value) {
+    RowWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
+  } else {
+    ForEachKernel<<<Blocks(items), kThreads, 0, stream>>>(op, items);
+  }
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -339,26 +361,6 @@ int LaunchImpl(const kernels::SamplePickOp& op, int64_t items,
                cudaStream_t stream) {
   SamplePickWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
   return static_cast<int>(cudaGetLastError());
-}
-
-template <typename Op>
-int LaunchRowWarp(const Op& op, int64_t items, cudaStream_t stream) {
-  RowWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
-  return static_cast<int>(cudaGetLastError());
-}
-
-int LaunchImpl(const kernels::RmsNormOp& op, int64_t items,
-               cudaStream_t stream) {
-  return LaunchRowWarp(op, items, stream);
-}
-
-int LaunchImpl(const kernels::RowRsqrtOp& op, int64_t items,
-               cudaStream_t stream) {
-  return LaunchRowWarp(op, items, stream);
-}
-
-int LaunchImpl(const kernels::HcMixOp& op, int64_t items, cudaStream_t stream) {
-  return LaunchRowWarp(op, items, stream);
 }
 
 int LaunchImpl(const kernels::MoeRouteOp& op, int64_t items,

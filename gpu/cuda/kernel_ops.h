@@ -941,11 +941,15 @@ MNEME_HD inline float LaneSquares(const float* row, int64_t width, int lane) {
 
 // A row warp op's item on the host: every lane's Partial, their butterfly
 // sum, then every lane's Finish with it (cuda_kernels.cu's RowWarpKernel
-// runs the same phases on a warp, the sum by shuffles). A row's sums are
+// runs the same phases on a warp, the sum by shuffles, for every op tagged
+// kRowWarp). A row's sums are
 // then spread over 32 lanes instead of one thread reading the whole row.
+// Partial returns a float, or a struct of them with an operator+ adding
+// them member by member (RowWarpKernel shuffles each member).
 template <typename Op>
 MNEME_HD inline void RowWarpRun(const Op& op, int64_t item) {
-  float v[kWarpLanes];
+  using Sum = decltype(op.Partial(item, 0));
+  Sum v[kWarpLanes];
   for (int l = 0; l < kWarpLanes; ++l) v[l] = op.Partial(item, l);
   ButterflySum(v);
   for (int l = 0; l < kWarpLanes; ++l) op.Finish(item, l, v[l]);
@@ -953,6 +957,9 @@ MNEME_HD inline void RowWarpRun(const Op& op, int64_t item) {
 
 // y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight; item = row.
 struct RmsNormOp {
+  // Run by a warp per item (RowWarpRun; the CUDA launch picks the warp
+  // kernel by this tag).
+  static constexpr bool kRowWarp = true;
   const float* x = nullptr;
   const float* weight = nullptr;  // null: no scale
   float* y = nullptr;
@@ -1484,6 +1491,9 @@ inline constexpr int kMaxHc = 16;
 // norm[t] = rsqrt(mean(x[t, :]^2) + eps) for rows of `width`; item = t (a
 // row warp op).
 struct RowRsqrtOp {
+  // Run by a warp per item (RowWarpRun; the CUDA launch picks the warp
+  // kernel by this tag).
+  static constexpr bool kRowWarp = true;
   const float* x = nullptr;
   int64_t width = 0;
   float eps = 0.0f;
@@ -1500,6 +1510,9 @@ struct RowRsqrtOp {
 // Backend::HcMix after the mix product: item = token (a row warp op: the
 // stream's sum of squares by the lanes, the rest by lane 0).
 struct HcMixOp {
+  // Run by a warp per item (RowWarpRun; the CUDA launch picks the warp
+  // kernel by this tag).
+  static constexpr bool kRowWarp = true;
   const float* x_stream = nullptr;
   int64_t width = 0;
   const float* mix = nullptr;  // [T, (2 + hc) * hc]
@@ -1624,6 +1637,9 @@ struct HcPostOp {
 
 // Backend::EngramGate for one copy h of token t; item = t * hc + h.
 struct EngramGateOp {
+  // Run by a warp per item (RowWarpRun; the CUDA launch picks the warp
+  // kernel by this tag).
+  static constexpr bool kRowWarp = true;
   const float* kv = nullptr;
   const float* q_w = nullptr;
   const float* k_w = nullptr;
@@ -1631,29 +1647,49 @@ struct EngramGateOp {
   int64_t d = 0;
   float eps = 0.0f;
   float* x_stream = nullptr;
-  MNEME_HD void operator()(int64_t item) const {
-    const int64_t t = item / hc;
-    const int64_t h = item % hc;
-    float* x_h = x_stream + t * hc * d + h * d;
-    const float* row = kv + t * (hc + 1) * d;
-    const float* key = row + h * d;
+
+  // A row warp op over item = t * hc + h: each lane's share of the three
+  // sums (values lane, lane + kWarpLanes, ...), then the gate and each
+  // lane's values of the copy.
+  struct Sums {
     float dot = 0.0f;
     float xx = 0.0f;
     float kk = 0.0f;
-    for (int64_t i = 0; i < d; ++i) {
-      dot += x_h[i] * q_w[h * d + i] * k_w[h * d + i] * key[i];
-      xx += x_h[i] * x_h[i];
-      kk += key[i] * key[i];
+    MNEME_HD Sums operator+(const Sums& o) const {
+      return Sums{.dot = dot + o.dot, .xx = xx + o.xx, .kk = kk + o.kk};
     }
+  };
+  MNEME_HD const float* Copy(int64_t item) const {
+    return x_stream + item * d;  // (t * hc + h) * d
+  }
+  MNEME_HD const float* Row(int64_t item) const {
+    return kv + item / hc * (hc + 1) * d;
+  }
+  MNEME_HD Sums Partial(int64_t item, int lane) const {
+    const int64_t h = item % hc;
+    const float* x_h = Copy(item);
+    const float* key = Row(item) + h * d;
+    Sums sums;
+    for (int64_t i = lane; i < d; i += kWarpLanes) {
+      sums.dot += x_h[i] * q_w[h * d + i] * k_w[h * d + i] * key[i];
+      sums.xx += x_h[i] * x_h[i];
+      sums.kk += key[i] * key[i];
+    }
+    return sums;
+  }
+  MNEME_HD void Finish(int64_t item, int lane, const Sums& sums) const {
     const float inv_d = 1.0f / static_cast<float>(d);
-    const float g = dot * Rsqrtf(xx * inv_d + eps) * Rsqrtf(kk * inv_d + eps) *
+    const float g = sums.dot * Rsqrtf(sums.xx * inv_d + eps) *
+                    Rsqrtf(sums.kk * inv_d + eps) *
                     Rsqrtf(static_cast<float>(d));
     const float magnitude = Sqrtf(Maxf(Fabsf(g), 1e-6f));
     const float root = g > 0.0f ? magnitude : g < 0.0f ? -magnitude : 0.0f;
     const float gate = Sigmoidf(root);
-    const float* value = row + hc * d;
-    for (int64_t i = 0; i < d; ++i) x_h[i] += gate * value[i];
+    const float* value = Row(item) + hc * d;
+    float* x_h = x_stream + item * d;
+    for (int64_t i = lane; i < d; i += kWarpLanes) x_h[i] += gate * value[i];
   }
+  MNEME_HD void operator()(int64_t item) const { RowWarpRun(*this, item); }
 };
 
 // Backend::UnpackBf16Rows for one value; item = (q * rows + r) * row_dim + k
