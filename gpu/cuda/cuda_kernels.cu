@@ -310,37 +310,37 @@ int LaunchImpl(const Op& op, int64_t items, cudaStream_t stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
-int LaunchImpl(const kernels::LinearOp& op, int64_t items,
-               cudaStream_t stream) {
-  const int blocks = Blocks(items * 32);
-  switch (WarpTokens(op.tokens)) {
+// Calls launch(std::integral_constant<int, N>()) with the N sums
+// WarpTokens(tokens) picks.
+template <typename Launch>
+void WithWarpTokens(int64_t tokens, const Launch& launch) {
+  switch (WarpTokens(tokens)) {
     case 1:
-      LinearWarpKernel<1><<<blocks, kThreads, 0, stream>>>(op, items);
+      launch(std::integral_constant<int, 1>());
       break;
     case 4:
-      LinearWarpKernel<4><<<blocks, kThreads, 0, stream>>>(op, items);
+      launch(std::integral_constant<int, 4>());
       break;
     default:
-      LinearWarpKernel<kernels::kLinearRowTokens>
-          <<<blocks, kThreads, 0, stream>>>(op, items);
+      launch(std::integral_constant<int, kernels::kLinearRowTokens>());
   }
+}
+
+int LaunchImpl(const kernels::LinearOp& op, int64_t items,
+               cudaStream_t stream) {
+  WithWarpTokens(op.tokens, [&](auto sums) {
+    LinearWarpKernel<decltype(sums)::value>
+        <<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
+  });
   return static_cast<int>(cudaGetLastError());
 }
 
 int LaunchImpl(const kernels::GroupedLinearOp& op, int64_t items,
                cudaStream_t stream) {
-  const int blocks = Blocks(items * 32);
-  switch (WarpTokens(op.most_tokens)) {
-    case 1:
-      GroupedLinearWarpKernel<1><<<blocks, kThreads, 0, stream>>>(op, items);
-      break;
-    case 4:
-      GroupedLinearWarpKernel<4><<<blocks, kThreads, 0, stream>>>(op, items);
-      break;
-    default:
-      GroupedLinearWarpKernel<kernels::kLinearRowTokens>
-          <<<blocks, kThreads, 0, stream>>>(op, items);
-  }
+  WithWarpTokens(op.most_tokens, [&](auto sums) {
+    GroupedLinearWarpKernel<decltype(sums)::value>
+        <<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
+  });
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -66,6 +66,34 @@ class SampleTest : public BackendConformanceTest {
     return ids;
   }
 
+  // Samples rows `all` [params.size(), vocab] in one call; every token must
+  // be gpu/sampling.h's SampleToken and its log-probability LogProbOf's (NaN
+  // for a row with a NaN). Returns the tokens.
+  std::vector<int32_t> ExpectDrawsOfTheHostSampler(
+      const std::vector<float>& all, int64_t vocab,
+      const std::vector<SamplingParams>& params) {
+    const auto rows = static_cast<int64_t>(params.size());
+    Mat lm = Upload(all, rows, vocab);
+    std::vector<int32_t> ids(rows);
+    std::vector<float> logprobs(rows);
+    backend_->Sample(lm.view, params, absl::MakeSpan(ids),
+                     absl::MakeSpan(logprobs));
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = all.data() + r * vocab;
+      const int32_t want = SampleToken(row, vocab, params[r]);
+      EXPECT_EQ(ids[r], want)
+          << "row " << r << " top_k " << params[r].top_k << " top_p "
+          << params[r].top_p << " min_p " << params[r].min_p;
+      const float logprob = LogProbOf(row, vocab, want);
+      if (std::isnan(logprob)) {
+        EXPECT_TRUE(std::isnan(logprobs[r])) << r;
+      } else {
+        EXPECT_NEAR(logprobs[r], logprob, 1e-5) << r;
+      }
+    }
+    return ids;
+  }
+
   static std::vector<float> LogsOf(const std::vector<double>& p) {
     std::vector<float> l;
     l.reserve(p.size());
@@ -289,28 +317,9 @@ TEST_P(SampleTest, DrawsEqualTheHostSampler) {
     }
     params.push_back(p);
   }
-  const auto rows = static_cast<int64_t>(params.size());
-  Mat lm = Upload(all, rows, vocab);
-  std::vector<int32_t> ids(rows);
-  std::vector<float> logprobs(rows);
-  backend_->Sample(lm.view, params, absl::MakeSpan(ids),
-                   absl::MakeSpan(logprobs));
-  std::set<int32_t> distinct;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = all.data() + r * vocab;
-    const int32_t want = SampleToken(row, vocab, params[r]);
-    EXPECT_EQ(ids[r], want)
-        << "row " << r << " top_k " << params[r].top_k << " top_p "
-        << params[r].top_p << " min_p " << params[r].min_p;
-    const float logprob = LogProbOf(row, vocab, want);
-    if (std::isnan(logprob)) {
-      EXPECT_TRUE(std::isnan(logprobs[r])) << r;  // a row with a NaN
-    } else {
-      EXPECT_NEAR(logprobs[r], logprob, 1e-5) << r;
-    }
-    distinct.insert(ids[r]);
-  }
-  EXPECT_GT(distinct.size(), 40u);
+  const std::vector<int32_t> ids =
+      ExpectDrawsOfTheHostSampler(all, vocab, params);
+  EXPECT_GT(std::set<int32_t>(ids.begin(), ids.end()).size(), 40u);
 }
 
 // The same over rows of more reduction lanes than a warp has (40,000
@@ -335,19 +344,7 @@ TEST_P(SampleTest, DrawsOfRowsWiderThanAWarpOfLanesEqualTheHostSampler) {
     if (r % 4 != 0) p.top_p = top_ps[rng() % top_ps.size()];
     params.push_back(p);
   }
-  const auto rows = static_cast<int64_t>(params.size());
-  Mat lm = Upload(all, rows, vocab);
-  std::vector<int32_t> ids(rows);
-  std::vector<float> logprobs(rows);
-  backend_->Sample(lm.view, params, absl::MakeSpan(ids),
-                   absl::MakeSpan(logprobs));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = all.data() + r * vocab;
-    const int32_t want = SampleToken(row, vocab, params[r]);
-    EXPECT_EQ(ids[r], want) << "row " << r << " top_k " << params[r].top_k
-                            << " top_p " << params[r].top_p;
-    EXPECT_NEAR(logprobs[r], LogProbOf(row, vocab, want), 1e-5) << r;
-  }
+  ExpectDrawsOfTheHostSampler(all, vocab, params);
 }
 
 // A NaN logit past the first never wins greedy selection and does not hide
