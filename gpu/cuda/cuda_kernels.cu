@@ -297,7 +297,8 @@ __global__ void __launch_bounds__(kernels::kScoreThreads)
 template <typename Op, typename = void>
 struct IsRowWarp : std::false_type {};
 template <typename Op>
-struct IsRowWarp<Op, std::void_t<decltype(Op::kRowWarp)>> : std::true_type {};
+struct IsRowWarp<Op, std::void_t<decltype(Op::kRowWarp)>>
+    : std::bool_constant<Op::kRowWarp> {};
 
 // One thread per item, or one warp per item for a row warp op.
 template <typename Op>

@@ -1387,6 +1387,7 @@ void KernelBackend::RowStats(ConstMatrixView logits,
                              absl::Span<double> lse) {
   const int64_t tokens = logits.rows;
   const int64_t vocab = logits.cols;
+  CHECK(lse.empty() || static_cast<int64_t>(lse.size()) == tokens);
   const int64_t lanes = (vocab + k::kRowLane - 1) / k::kRowLane;
   const int64_t partials = tokens * lanes;
   // The results side by side, so they come back in one copy: each row's
