@@ -149,6 +149,30 @@ class Buffer {
   }
 };
 
+// Host memory a caller fills and then hands to the device's ops with
+// Backend::StageFromHost (a step's Engram rows land here straight from the
+// store's responses). On the CUDA backend it is pinned (page-locked): the
+// copy engine reads it without a bounce through a staging ring, and a GPU
+// that shares the host's memory (GB10) reads it in place, with no copy.
+class HostStaging {
+ public:
+  virtual ~HostStaging() = default;
+  virtual int64_t size() const = 0;  // Floats.
+  virtual float* data() = 0;         // The host's address.
+};
+
+// HostStaging in ordinary host memory (Backend's default).
+class HostMemoryStaging final : public HostStaging {
+ public:
+  explicit HostMemoryStaging(int64_t floats)
+      : values_(static_cast<size_t>(floats), 0.0f) {}
+  int64_t size() const override { return static_cast<int64_t>(values_.size()); }
+  float* data() override { return values_.data(); }
+
+ private:
+  std::vector<float> values_;
+};
+
 // One sequence's sampling parameters.
 struct SamplingParams {
   // 0 = greedy (argmax, lowest id on ties). Otherwise logits / temperature.
@@ -202,14 +226,29 @@ class Backend {
   virtual void CopyToHost(const float* src, absl::Span<float> dst) = 0;
   // Waits for queued work (no-op on the CPU).
   virtual absl::Status Synchronize() = 0;
-  // Starts copying `src` into backend memory `dst` beside the ops queued
-  // after it (a device with copy engines moves the bytes while earlier
-  // layers compute): an op may read `dst` only after AwaitStaged(), and no
-  // op queued before that call may write `dst`. `src` may be reused once
-  // the call returns. Default: CopyFromHost.
-  virtual void StageFromHost(absl::Span<const float> src, float* dst) {
-    CopyFromHost(src, dst);
+  // `floats` >= 0 of host staging memory (see HostStaging), zero-filled.
+  // ResourceExhausted when none can be had. Default: ordinary host memory.
+  virtual absl::StatusOr<std::unique_ptr<HostStaging>> AllocateHostStaging(
+      int64_t floats) {
+    if (floats < 0) {
+      return absl::InvalidArgumentError("negative host staging size");
+    }
+    return std::make_unique<HostMemoryStaging>(floats);
   }
+  // Whether StageFromHost hands the ops the staging memory itself (the CPU
+  // backend; a GPU that shares the host's memory) rather than a copy.
+  virtual bool ReadsStagingInPlace() const { return false; }
+  // Makes staging floats [offset, offset + floats) readable by the ops
+  // queued after AwaitStaged() and returns where those ops read them: `dst`
+  // (backend memory of `floats`), which a copy beside the queued work fills
+  // (a device with copy engines moves the bytes while earlier layers
+  // compute; no op queued before AwaitStaged may write dst), or, where
+  // ReadsStagingInPlace(), the staging memory's own address for the
+  // device, with no copy (dst may then be null). Either way the caller
+  // leaves those floats unchanged until Synchronize() returns after the ops
+  // that read them.
+  virtual const float* StageFromHost(HostStaging& staging, int64_t offset,
+                                     int64_t floats, float* dst) = 0;
   // Orders every op queued from now on after the copies StageFromHost
   // started.
   virtual void AwaitStaged() {}

@@ -12,6 +12,15 @@
 
 namespace mneme::gpu {
 
+// [offset, offset + floats) lies within `staging` (StageFromHost).
+inline void CheckStagingRange(const HostStaging& staging, int64_t offset,
+                              int64_t floats) {
+  CHECK_GE(offset, 0);
+  CHECK_GE(floats, 0);
+  CHECK_LE(offset, staging.size());
+  CHECK_LE(floats, staging.size() - offset);
+}
+
 // Rope: head_dim > 0, 0 <= rope_dim <= head_dim and even, x.cols a multiple
 // of head_dim, one position per row.
 inline void CheckRopeShapes(ConstMatrixView x, int head_dim, int rope_dim,

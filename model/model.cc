@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -540,11 +541,10 @@ absl::StatusOr<std::vector<SequenceState*>> Model::Admit(
 absl::StatusOr<StepOutput> Model::Step(const StepInput& input) {
   const absl::Time start = absl::Now();
   RETURN_IF_ERROR(Validate(input));
-  ASSIGN_OR_RETURN(std::vector<std::vector<uint16_t>> engram_rows,
-                   LookupEngramRows(input));
+  RETURN_IF_ERROR(LookupEngramRows(input));
   ASSIGN_OR_RETURN(std::vector<SequenceState*> seqs, Admit(input));
   StepOutput out;
-  if (absl::Status st = Forward(input, seqs, engram_rows, out); !st.ok()) {
+  if (absl::Status st = Forward(input, seqs, out); !st.ok()) {
     for (const SequenceChunk& c : input.chunks) Release(c.sequence_id);
     return st;
   }
@@ -562,27 +562,45 @@ absl::StatusOr<StepOutput> Model::Step(const StepInput& input) {
   return out;
 }
 
-absl::StatusOr<std::vector<std::vector<uint16_t>>> Model::LookupEngramRows(
-    const StepInput& input) {
-  std::vector<std::vector<uint16_t>> rows;
-  if (dims_.engram_layers.empty() || input.chunks.empty()) return rows;
+absl::Status Model::LookupEngramRows(const StepInput& input) {
+  const int layers = static_cast<int>(dims_.engram_layers.size());
+  if (layers == 0 || input.chunks.empty()) return absl::OkStatus();
   const absl::Time start = absl::Now();
   static const std::vector<int64_t> kNoHistory;
   std::vector<const std::vector<int64_t>*> histories;
+  int64_t tokens = 0;
   for (const SequenceChunk& c : input.chunks) {
     auto it = sequences_.find(c.sequence_id);
     histories.push_back(it == sequences_.end() ? &kNoHistory
                                                : &it->second->tokens);
+    tokens += static_cast<int64_t>(c.tokens.size());
   }
-  absl::Status failed;
-  for (int layer : dims_.engram_layers) {
-    absl::StatusOr<std::vector<uint16_t>> r = EngramLookup(
-        engram_layout_, *engram_, layer, options_.tp_rank, input, histories);
-    if (!r.ok()) {
-      failed = r.status();
-      break;
+  // The rows land in the host staging memory the device reads them from,
+  // once the device is done with the last step's.
+  const int64_t slots =
+      EngramRowSlots(engram_layout_, options_.tp_rank, tokens);
+  absl::Status failed = backend_.Synchronize();
+  if (failed.ok() && (engram_staging_ == nullptr ||
+                      engram_staging_->size() < layers * slots)) {
+    // Whole powers of two: a few sizes however the steps' tokens vary
+    // (pinned memory is slow to allocate), at most twice the largest step's.
+    engram_staging_.reset();
+    absl::StatusOr<std::unique_ptr<gpu::HostStaging>> staging =
+        backend_.AllocateHostStaging(static_cast<int64_t>(std::bit_ceil(
+            static_cast<uint64_t>(std::max<int64_t>(1, layers * slots)))));
+    if (staging.ok()) {
+      engram_staging_ = *std::move(staging);
+    } else {
+      failed = staging.status();
     }
-    rows.push_back(*std::move(r));
+  }
+  for (int e = 0; e < layers && failed.ok(); ++e) {
+    failed = EngramLookup(
+        engram_layout_, *engram_, dims_.engram_layers[e], options_.tp_rank,
+        input, histories,
+        absl::MakeSpan(
+            reinterpret_cast<uint16_t*>(engram_staging_->data() + e * slots),
+            static_cast<size_t>(2 * slots)));
   }
   stats_.engram_time += absl::Now() - start;
   // Every rank learns whether any lookup failed, and whether the store
@@ -597,7 +615,7 @@ absl::StatusOr<std::vector<std::vector<uint16_t>>> Model::LookupEngramRows(
     RETURN_IF_ERROR(comm_->AllReduceSum(flag.data(), 2));
     backend_.CopyToHost(flag.data(), absl::MakeSpan(flags, 2));
   }
-  if (flags[0] == 0.0f) return rows;
+  if (flags[0] == 0.0f) return absl::OkStatus();
   const std::string what =
       failed.ok() ? std::string("another rank's Engram lookup failed")
                   : std::string(failed.message());
@@ -609,9 +627,9 @@ absl::StatusOr<std::vector<std::vector<uint16_t>>> Model::LookupEngramRows(
       "the step did not run, an Engram lookup failed (", what, ")"));
 }
 
-absl::Status Model::Forward(
-    const StepInput& input, const std::vector<SequenceState*>& seqs,
-    const std::vector<std::vector<uint16_t>>& engram_rows, StepOutput& out) {
+absl::Status Model::Forward(const StepInput& input,
+                            const std::vector<SequenceState*>& seqs,
+                            StepOutput& out) {
   const ModelDims& d = dims_;
   const int64_t D = d.hidden_size, hc = d.hc_mult;
   std::vector<int32_t> ids, positions;
@@ -636,8 +654,13 @@ absl::Status Model::Forward(
 
   // Every Engram layer's rows start towards the device before the first
   // layer, so the copies overlap the layers before them.
-  ASSIGN_OR_RETURN(std::vector<WorkBuffer> staged_rows,
-                   StageEngramRows(ctx, engram_layout_, T, engram_rows));
+  std::vector<const float*> staged_rows;
+  if (!d.engram_layers.empty()) {
+    ASSIGN_OR_RETURN(staged_rows,
+                     StageEngramRows(ctx, engram_layout_, T,
+                                     static_cast<int>(d.engram_layers.size()),
+                                     *engram_staging_));
+  }
   ASSIGN_OR_RETURN(WorkBuffer stream, ws.Take(T * hc * D));
   const MatrixView X = stream.view(T, hc * D);
   RETURN_IF_ERROR(Embed(ctx, weights_->embedding_head, vocab_, ids, X));

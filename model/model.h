@@ -195,14 +195,13 @@ class Model {
   // Pool rows of layer `layer`'s compressor state (and its indexer's, V4).
   int64_t StateRows(int layer) const;
   int64_t IndexStateRows(int layer) const;
-  // This rank's Engram rows of the step, by Engram layer (empty without
-  // Engram layers), after the ranks agreed that every lookup succeeded;
-  // StepNotRunError (or InvalidArgument) on every rank otherwise.
-  absl::StatusOr<std::vector<std::vector<uint16_t>>> LookupEngramRows(
-      const StepInput& input);
+  // This rank's Engram rows of the step into engram_staging_, layer after
+  // layer (EngramRowSlots floats each; nothing without Engram layers),
+  // after the ranks agreed that every lookup succeeded; StepNotRunError (or
+  // InvalidArgument) on every rank otherwise.
+  absl::Status LookupEngramRows(const StepInput& input);
   absl::Status Forward(const StepInput& input,
                        const std::vector<SequenceState*>& seqs,
-                       const std::vector<std::vector<uint16_t>>& engram_rows,
                        StepOutput& out);
   void PrefetchLoop();
   // Fills out.taps of the chunks that ask for them when `layer` is a DSpark
@@ -225,6 +224,11 @@ class Model {
   // Engram hash columns of every rank; empty without Engram layers.
   EngramLayout engram_layout_;
   int64_t engram_vocab_size_ = 0;
+  // The host memory a step's Engram rows land in from the store and go to
+  // the device from (Backend::AllocateHostStaging): pinned on a GPU, read in
+  // place where the device shares the host's memory. Grown to the largest
+  // step's rows; null until a step has Engram rows.
+  std::unique_ptr<gpu::HostStaging> engram_staging_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<SequenceState>> sequences_;
   ModelStats stats_;
   // Prefetch hints waiting for the prefetch thread (the newest batch only).

@@ -141,6 +141,12 @@ void CpuBackend::CopyFromHost(absl::Span<const float> src, float* dst) {
   if (!src.empty()) std::memcpy(dst, src.data(), src.size() * sizeof(float));
 }
 
+const float* CpuBackend::StageFromHost(HostStaging& staging, int64_t offset,
+                                       int64_t floats, float* /*dst*/) {
+  CheckStagingRange(staging, offset, floats);
+  return staging.data() + offset;
+}
+
 void CpuBackend::CopyToHost(const float* src, absl::Span<float> dst) {
   if (!dst.empty()) std::memcpy(dst.data(), src, dst.size() * sizeof(float));
 }

@@ -101,6 +101,10 @@ class CpuBackend : public Backend {
   void CopyFromHost(absl::Span<const float> src, float* dst) override;
   void CopyToHost(const float* src, absl::Span<float> dst) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
+  // Backend memory is host memory: the ops read the staging in place.
+  bool ReadsStagingInPlace() const override { return true; }
+  const float* StageFromHost(HostStaging& staging, int64_t offset,
+                             int64_t floats, float* dst) override;
 
   void DequantizeWeight(const Weight& weight, absl::Span<float> out) override;
   absl::StatusOr<std::unique_ptr<Weight>> UploadWeight(

@@ -33,20 +33,21 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
              : absl::InternalError(message);
 }
 
-// Pinned host memory host-to-device copies are staged through: the compute
-// stream's (indices, small tensors) and the copy stream's (Engram rows),
-// apart so that neither waits for the other's copies to reuse bytes.
+// Pinned host memory the compute stream's host-to-device copies (indices,
+// small tensors) are staged through. The copy stream's (the Engram rows)
+// come from pinned memory already (AllocatePinned).
 constexpr int64_t kComputeStagingBytes = int64_t{8} << 20;
-constexpr int64_t kCopyStagingBytes = int64_t{32} << 20;
 // At most this many staged copies in flight (each holds an event).
 constexpr int64_t kMaxStagedInFlight = 1024;
 
 // One device, one non-blocking stream; every copy and kernel is queued on
 // it in call order, but for StageToDevice's copies, which go on a second
-// stream ordered against the first by events. Host-to-device copies that
-// fit go through a pinned staging ring per stream (a copy from pageable
-// memory would first wait for the stream's queued work). Every call first
-// makes the device current on the calling thread (steps run on the
+// stream ordered against the first by events, straight from the caller's
+// pinned memory. ToDevice's copies that fit go through a pinned staging
+// ring (a copy from pageable memory would first wait for the stream's
+// queued work). On a device that shares the host's memory (integrated:
+// GB10) the ops read pinned memory in place instead of a staged copy. Every
+// call first makes the device current on the calling thread (steps run on the
 // worker's step thread, not the one that created the backend). The first
 // failed launch or copy is kept for good: Synchronize reports it from then
 // on (the device's context is then usually unusable; the process
@@ -67,6 +68,15 @@ class CudaExecutor final : public Executor {
       return CudaStatus(e, absl::StrCat("cudaSetDevice(", device, ")"));
     }
     std::unique_ptr<CudaExecutor> executor(new CudaExecutor(device));
+    int integrated = 0, maps_host = 0;
+    if (cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, device) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&maps_host, cudaDevAttrCanMapHostMemory,
+                               device) != cudaSuccess) {
+      cudaGetLastError();
+      integrated = 0;
+    }
+    executor->in_place_ = integrated != 0 && maps_host != 0;
     for (cudaStream_t* s : {&executor->stream_, &executor->copy_stream_}) {
       if (cudaError_t e = cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
           e != cudaSuccess) {
@@ -80,14 +90,13 @@ class CudaExecutor final : public Executor {
       }
     }
     // Without pinned memory every copy is direct (slower, still correct).
-    for (Pinned* p : {&executor->compute_pinned_, &executor->copy_pinned_}) {
-      void* memory = nullptr;
-      if (cudaHostAlloc(&memory, static_cast<size_t>(p->ring.capacity()),
-                        cudaHostAllocDefault) == cudaSuccess) {
-        p->memory = static_cast<uint8_t*>(memory);
-      } else {
-        cudaGetLastError();
-      }
+    Pinned& p = executor->compute_pinned_;
+    void* memory = nullptr;
+    if (cudaHostAlloc(&memory, static_cast<size_t>(p.ring.capacity()),
+                      cudaHostAllocDefault) == cudaSuccess) {
+      p.memory = static_cast<uint8_t*>(memory);
+    } else {
+      cudaGetLastError();
     }
     return executor;
   }
@@ -104,9 +113,7 @@ class CudaExecutor final : public Executor {
     for (cudaEvent_t e : {ordered_, staged_}) {
       if (e != nullptr) cudaEventDestroy(e);
     }
-    for (uint8_t* p : {compute_pinned_.memory, copy_pinned_.memory}) {
-      if (p != nullptr) cudaFreeHost(p);
-    }
+    if (compute_pinned_.memory != nullptr) cudaFreeHost(compute_pinned_.memory);
   }
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
@@ -141,13 +148,47 @@ class CudaExecutor final : public Executor {
     Use();
     Upload(dst, src, bytes, stream_, compute_pinned_);
   }
+  absl::StatusOr<void*> AllocatePinned(int64_t bytes) override {
+    if (bytes < 0) return absl::InvalidArgumentError("negative allocation");
+    Use();
+    void* p = nullptr;
+    const int64_t rounded = bytes > 0 ? bytes : 256;
+    // Mapped: the device may read it in place (ReadsPinnedInPlace).
+    if (cudaError_t e = cudaHostAlloc(&p, static_cast<size_t>(rounded),
+                                      cudaHostAllocMapped);
+        e != cudaSuccess) {
+      cudaGetLastError();
+      return CudaStatus(e, absl::StrCat("cudaHostAlloc of ", bytes,
+                                        " pinned bytes for ", name()));
+    }
+    std::memset(p, 0, static_cast<size_t>(rounded));
+    return p;
+  }
+  void FreePinned(void* p) override {
+    Use();
+    Keep(cudaStreamSynchronize(copy_stream_), "cudaStreamSynchronize");
+    Keep(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    Keep(cudaFreeHost(p), "cudaFreeHost");
+  }
+  bool ReadsPinnedInPlace() const override { return in_place_; }
+  const void* PinnedForDevice(const void* src, int64_t bytes) override {
+    (void)bytes;
+    Use();
+    void* device = nullptr;
+    Keep(cudaHostGetDevicePointer(&device, const_cast<void*>(src), 0),
+         "cudaHostGetDevicePointer");
+    return device;
+  }
   void StageToDevice(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
     Use();
     // After the work queued so far (which may still use dst).
     Keep(cudaEventRecord(ordered_, stream_), "cudaEventRecord");
     Keep(cudaStreamWaitEvent(copy_stream_, ordered_, 0), "cudaStreamWaitEvent");
-    Upload(dst, src, bytes, copy_stream_, copy_pinned_);
+    // The source is pinned and stays unchanged until the copy is done.
+    Keep(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                         cudaMemcpyHostToDevice, copy_stream_),
+         "cudaMemcpyAsync of staged bytes");
     staged_pending_ = true;
   }
   void AwaitStaged() override {
@@ -200,9 +241,7 @@ class CudaExecutor final : public Executor {
   };
 
   explicit CudaExecutor(int device)
-      : device_(device),
-        compute_pinned_(kComputeStagingBytes),
-        copy_pinned_(kCopyStagingBytes) {}
+      : device_(device), compute_pinned_(kComputeStagingBytes) {}
 
   // A host-to-device copy queued on `stream`: through its staging ring when
   // it fits (the source copied into pinned memory now, so it is free on
@@ -275,8 +314,9 @@ class CudaExecutor final : public Executor {
   cudaEvent_t ordered_ = nullptr;
   cudaEvent_t staged_ = nullptr;
   bool staged_pending_ = false;
+  // Whether the ops read pinned memory in place (ReadsPinnedInPlace).
+  bool in_place_ = false;
   Pinned compute_pinned_;
-  Pinned copy_pinned_;
   // Per fence (an index), the event that marks its copy done; free ones.
   std::vector<cudaEvent_t> events_;
   std::vector<uint64_t> free_events_;

@@ -34,9 +34,25 @@ class Executor {
   virtual void DeviceCopy(void* dst, const void* src, int64_t bytes) = 0;
   // Waits for the queued work, then copies.
   virtual void ToHost(void* dst, const void* src, int64_t bytes) = 0;
-  // A copy beside the queued work (Backend::StageFromHost): ordered after
-  // the work queued so far, and before the work queued after AwaitStaged().
-  // The source may be reused as soon as the call returns.
+  // Page-locked host memory of `bytes` >= 0, zero-filled
+  // (Backend::HostStaging): the source of StageToDevice's copies and, where
+  // ReadsPinnedInPlace(), memory the ops read in place. ResourceExhausted
+  // when none can be had. Never null on success.
+  virtual absl::StatusOr<void*> AllocatePinned(int64_t bytes) = 0;
+  // Frees what AllocatePinned returned, after the queued work and staged
+  // copies that may use it.
+  virtual void FreePinned(void* p) = 0;
+  // Whether the device reads pinned host memory in place at the speed of
+  // its own (it shares the host's memory: an integrated GPU such as GB10).
+  virtual bool ReadsPinnedInPlace() const = 0;
+  // The device's address of pinned bytes [src, src + bytes) for the ops
+  // queued from now on, which read them in place: the host leaves them
+  // unchanged until Synchronize() returns.
+  virtual const void* PinnedForDevice(const void* src, int64_t bytes) = 0;
+  // A copy from pinned memory beside the queued work
+  // (Backend::StageFromHost): ordered after the work queued so far, and
+  // before the work queued after AwaitStaged(). The host leaves the source
+  // unchanged until Synchronize() returns after AwaitStaged().
   virtual void StageToDevice(void* dst, const void* src, int64_t bytes) = 0;
   virtual void AwaitStaged() = 0;
   // Waits for the queued work (not for staged copies no AwaitStaged has

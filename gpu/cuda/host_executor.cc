@@ -24,6 +24,8 @@ constexpr int64_t kAlignment = 256;
 
 class HostExecutor final : public Executor {
  public:
+  explicit HostExecutor(HostExecutorOptions options) : options_(options) {}
+
   std::string name() const override { return "host"; }
 
   absl::StatusOr<void*> Allocate(int64_t bytes) override {
@@ -56,29 +58,54 @@ class HostExecutor final : public Executor {
   void ToHost(void* dst, const void* src, int64_t bytes) override {
     if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
   }
-  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::StatusOr<void*> AllocatePinned(int64_t bytes) override {
+    return Allocate(bytes);
+  }
+  void FreePinned(void* p) override {
+    AwaitStaged();
+    CheckInPlace();
+    std::free(p);
+  }
+  bool ReadsPinnedInPlace() const override {
+    return options_.reads_pinned_in_place;
+  }
+  // Pinned memory read in place must not change until Synchronize: it is
+  // compared there with what it held here, and a change (a race with the
+  // device's reads) stops the process.
+  const void* PinnedForDevice(const void* src, int64_t bytes) override {
+    CHECK(options_.reads_pinned_in_place)
+        << "pinned memory read in place by a device that copies it";
+    if (bytes > 0) in_place_.push_back(Snapshot(src, bytes));
+    return src;
+  }
+  absl::Status Synchronize() override {
+    CheckInPlace();
+    return absl::OkStatus();
+  }
   absl::Status status() const override { return absl::OkStatus(); }
   // Staged copies land only at AwaitStaged, the latest a device's copy
-  // queue may land them; until then their blocks hold NaN bytes, so a read
-  // that is not ordered after AwaitStaged fails loudly, and a write to one
-  // (a race with the copy on a device) stops the process there.
+  // queue may land them, from the source as it is then; until then their
+  // blocks hold NaN bytes, so a read that is not ordered after AwaitStaged
+  // fails loudly, and a write to one (a race with the copy on a device) or
+  // to its source (which the copy may still be reading) stops the process
+  // there.
   void StageToDevice(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
-    const auto* from = static_cast<const uint8_t*>(src);
-    staged_.push_back(
-        Staged{.dst = dst, .bytes = std::vector<uint8_t>(from, from + bytes)});
+    staged_.push_back(Staged{.dst = dst, .src = Snapshot(src, bytes)});
     std::memset(dst, kPoison, static_cast<size_t>(bytes));
   }
   void AwaitStaged() override {
     for (const Staged& s : staged_) {
       const auto* p = static_cast<const uint8_t*>(s.dst);
-      CHECK(std::all_of(p, p + s.bytes.size(),
+      CHECK(std::all_of(p, p + s.src.bytes.size(),
                         [](uint8_t b) { return b == kPoison; }))
           << "a block with a staged copy in flight was written before "
              "AwaitStaged";
+      CHECK(s.src.Unchanged())
+          << "the source of a staged copy was written before AwaitStaged";
     }
     for (const Staged& s : staged_) {
-      std::memcpy(s.dst, s.bytes.data(), s.bytes.size());
+      std::memcpy(s.dst, s.src.at, s.src.bytes.size());
     }
     staged_.clear();
   }
@@ -93,17 +120,39 @@ class HostExecutor final : public Executor {
  private:
   // All ones: a NaN in every float.
   static constexpr uint8_t kPoison = 0xff;
+  // Host bytes and what they held when the device was given them.
+  struct Held {
+    const void* at;
+    std::vector<uint8_t> bytes;
+    bool Unchanged() const {
+      return std::memcmp(at, bytes.data(), bytes.size()) == 0;
+    }
+  };
+  static Held Snapshot(const void* src, int64_t bytes) {
+    const auto* from = static_cast<const uint8_t*>(src);
+    return Held{.at = src, .bytes = std::vector<uint8_t>(from, from + bytes)};
+  }
   struct Staged {
     void* dst;
-    std::vector<uint8_t> bytes;
+    Held src;
   };
+  void CheckInPlace() {
+    for (const Held& h : in_place_) {
+      CHECK(h.Unchanged()) << "pinned memory the device reads in place was "
+                              "written before Synchronize";
+    }
+    in_place_.clear();
+  }
+
+  HostExecutorOptions options_;
   std::vector<Staged> staged_;
+  std::vector<Held> in_place_;
 };
 
 }  // namespace
 
-std::unique_ptr<Executor> MakeHostExecutor() {
-  return std::make_unique<HostExecutor>();
+std::unique_ptr<Executor> MakeHostExecutor(HostExecutorOptions options) {
+  return std::make_unique<HostExecutor>(options);
 }
 
 }  // namespace mneme::gpu

@@ -11,7 +11,14 @@
 
 namespace mneme::gpu {
 
-std::unique_ptr<Executor> MakeHostExecutor();
+struct HostExecutorOptions {
+  // Whether it plays a device that reads pinned memory in place
+  // (Executor::ReadsPinnedInPlace: a GPU sharing the host's memory) rather
+  // than one whose staged copies land at AwaitStaged.
+  bool reads_pinned_in_place = false;
+};
+
+std::unique_ptr<Executor> MakeHostExecutor(HostExecutorOptions options = {});
 
 }  // namespace mneme::gpu
 

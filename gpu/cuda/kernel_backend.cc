@@ -56,6 +56,23 @@ class KernelBuffer final : public Buffer {
   int64_t size_;
 };
 
+// Backend::HostStaging in the executor's pinned memory.
+class PinnedStaging final : public HostStaging {
+ public:
+  PinnedStaging(Executor* executor, void* data, int64_t size)
+      : executor_(executor), data_(static_cast<float*>(data)), size_(size) {}
+  ~PinnedStaging() override { executor_->FreePinned(data_); }
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
+  int64_t size() const override { return size_; }
+  float* data() override { return data_; }
+
+ private:
+  Executor* executor_;
+  float* data_;
+  int64_t size_;
+};
+
 class KernelWeight final : public Weight {
  public:
   KernelWeight(Executor* executor, WeightFormat format, void* device,
@@ -214,9 +231,32 @@ absl::StatusOr<std::unique_ptr<Buffer>> KernelBackend::Allocate(
   return std::make_unique<KernelBuffer>(executor_.get(), p, elements);
 }
 
-void KernelBackend::StageFromHost(absl::Span<const float> src, float* dst) {
-  executor_->StageToDevice(dst, src.data(),
-                           static_cast<int64_t>(src.size() * sizeof(float)));
+absl::StatusOr<std::unique_ptr<HostStaging>> KernelBackend::AllocateHostStaging(
+    int64_t floats) {
+  if (floats < 0) {
+    return absl::InvalidArgumentError("negative host staging size");
+  }
+  ASSIGN_OR_RETURN(void* p, executor_->AllocatePinned(floats * 4));
+  return std::make_unique<PinnedStaging>(executor_.get(), p, floats);
+}
+
+bool KernelBackend::ReadsStagingInPlace() const {
+  return executor_->ReadsPinnedInPlace();
+}
+
+const float* KernelBackend::StageFromHost(HostStaging& staging, int64_t offset,
+                                          int64_t floats, float* dst) {
+  CheckStagingRange(staging, offset, floats);
+  CHECK(dynamic_cast<PinnedStaging*>(&staging) != nullptr)
+      << "staging memory from another backend";
+  const float* src = staging.data() + offset;
+  if (executor_->ReadsPinnedInPlace()) {
+    return static_cast<const float*>(
+        executor_->PinnedForDevice(src, floats * 4));
+  }
+  CHECK(dst != nullptr || floats == 0);
+  executor_->StageToDevice(dst, src, floats * 4);
+  return dst;
 }
 
 void KernelBackend::AwaitStaged() { executor_->AwaitStaged(); }

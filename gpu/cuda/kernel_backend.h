@@ -61,7 +61,11 @@ class KernelBackend final : public Backend {
   void CopyFromHost(absl::Span<const float> src, float* dst) override;
   void CopyToHost(const float* src, absl::Span<float> dst) override;
   absl::Status Synchronize() override;
-  void StageFromHost(absl::Span<const float> src, float* dst) override;
+  absl::StatusOr<std::unique_ptr<HostStaging>> AllocateHostStaging(
+      int64_t floats) override;
+  bool ReadsStagingInPlace() const override;
+  const float* StageFromHost(HostStaging& staging, int64_t offset,
+                             int64_t floats, float* dst) override;
   void AwaitStaged() override;
   absl::StatusOr<std::unique_ptr<Weight>> UploadWeight(
       const HostWeight& weight) override;

@@ -74,10 +74,17 @@ absl::StatusOr<EngramWeights> LoadEngramWeights(WeightLoader& load,
   return w;
 }
 
-absl::StatusOr<std::vector<uint16_t>> EngramLookup(
+int64_t EngramRowSlots(const EngramLayout& layout, int tp_rank,
+                       int64_t tokens) {
+  const auto ncols = static_cast<int64_t>(layout.columns[tp_rank].size());
+  return (tokens * ncols * layout.row_dim + 1) / 2;
+}
+
+absl::Status EngramLookup(
     const EngramLayout& layout, engram::EngramClient& client, int layer,
     int tp_rank, const StepInput& input,
-    const std::vector<const std::vector<int64_t>*>& histories) {
+    const std::vector<const std::vector<int64_t>*>& histories,
+    absl::Span<uint16_t> rows) {
   if (histories.size() != input.chunks.size()) {
     return absl::InternalError("one history per chunk is required");
   }
@@ -91,8 +98,12 @@ absl::StatusOr<std::vector<uint16_t>> EngramLookup(
   // The rows stay bf16 (as the store sends them) until they are placed:
   // the all-gather moves half the bytes of fp32. Two bf16 values travel in
   // one float slot; a gather only copies bits.
-  const int64_t per_rank = tokens * ncols * rd;  // bf16 values.
-  std::vector<uint16_t> rows(static_cast<size_t>(per_rank + (per_rank & 1)));
+  if (static_cast<int64_t>(rows.size()) !=
+      2 * EngramRowSlots(layout, tp_rank, tokens)) {
+    return absl::InternalError(absl::StrCat("Engram rows: room for ",
+                                            rows.size(), " values for ", tokens,
+                                            " tokens of ", ncols, " columns"));
+  }
   int64_t t0 = 0;
   for (size_t i = 0; i < input.chunks.size(); ++i) {
     const SequenceChunk& c = input.chunks[i];
@@ -128,63 +139,51 @@ absl::StatusOr<std::vector<uint16_t>> EngramLookup(
     }
     t0 += n_tokens;
   }
-  return rows;
+  return absl::OkStatus();
 }
 
-namespace {
-
-// Floats that hold a rank's bf16 rows of a step (two values a float).
-int64_t RowSlots(const EngramLayout& layout, int tp_rank, int64_t tokens) {
-  const auto ncols = static_cast<int64_t>(layout.columns[tp_rank].size());
-  return (tokens * ncols * layout.row_dim + 1) / 2;
-}
-
-}  // namespace
-
-absl::StatusOr<std::vector<WorkBuffer>> StageEngramRows(
+absl::StatusOr<std::vector<const float*>> StageEngramRows(
     const LayerContext& ctx, const EngramLayout& layout, int64_t tokens,
-    const std::vector<std::vector<uint16_t>>& rows) {
-  if (rows.empty()) return std::vector<WorkBuffer>();
-  const int64_t slots = RowSlots(layout, ctx.tp_rank, tokens);
-  std::vector<WorkBuffer> staged;
-  staged.reserve(rows.size());
-  for (const std::vector<uint16_t>& r : rows) {
-    // EngramLookup pads a rank's rows to whole floats.
-    if (r.size() != static_cast<size_t>(2 * slots)) {
-      return absl::InternalError(absl::StrCat(
-          "Engram rows: ", r.size(), " values for ", tokens, " tokens"));
+    int layers, gpu::HostStaging& staging) {
+  if (layers == 0) return std::vector<const float*>();
+  const int64_t slots = EngramRowSlots(layout, ctx.tp_rank, tokens);
+  if (staging.size() < layers * slots) {
+    return absl::InternalError(absl::StrCat("Engram rows: ", staging.size(),
+                                            " staged floats for ", layers,
+                                            " layers of ", tokens, " tokens"));
+  }
+  const bool in_place = ctx.backend.ReadsStagingInPlace();
+  std::vector<const float*> staged;
+  staged.reserve(static_cast<size_t>(layers));
+  for (int e = 0; e < layers; ++e) {
+    float* dst = nullptr;
+    if (!in_place) {
+      ASSIGN_OR_RETURN(WorkBuffer buffer, ctx.workspace.Take(slots));
+      dst = buffer.data();
     }
-    ASSIGN_OR_RETURN(WorkBuffer buffer, ctx.workspace.Take(slots));
-    ctx.backend.StageFromHost(
-        absl::MakeConstSpan(reinterpret_cast<const float*>(r.data()),
-                            static_cast<size_t>(slots)),
-        buffer.data());
-    staged.push_back(buffer);
+    staged.push_back(
+        ctx.backend.StageFromHost(staging, int64_t{e} * slots, slots, dst));
   }
   return staged;
 }
 
 absl::Status EngramForward(const LayerContext& ctx, const EngramLayout& layout,
-                           const EngramWeights& w, const WorkBuffer& staged,
+                           const EngramWeights& w, const float* staged,
                            gpu::MatrixView stream, absl::Duration& rows_time) {
   const absl::Time start = absl::Now();
   const int n = ctx.tp_size;
   const int64_t tokens = stream.rows;
   const int64_t rd = layout.row_dim;
   const auto ncols = static_cast<int64_t>(layout.columns[ctx.tp_rank].size());
-  const int64_t slots = RowSlots(layout, ctx.tp_rank, tokens);
+  const int64_t slots = EngramRowSlots(layout, ctx.tp_rank, tokens);
   ctx.backend.AwaitStaged();
-  if (staged.size() < slots) {
-    return absl::InternalError(absl::StrCat("Engram rows: ", staged.size(),
-                                            " floats for ", tokens, " tokens"));
-  }
   Workspace::Scope scope(ctx.workspace);
   // Every rank's block of rows (equal sizes: MakeEngramLayout), then each
   // row placed by its column, on the device.
-  const float* packed = staged.data();
+  const float* packed = staged;
   if (n > 1) {
     ASSIGN_OR_RETURN(WorkBuffer recv, ctx.workspace.Take(n * slots));
-    RETURN_IF_ERROR(ctx.comm->AllGather(staged.data(), slots, recv.data()));
+    RETURN_IF_ERROR(ctx.comm->AllGather(staged, slots, recv.data()));
     packed = recv.data();
   }
   const int64_t width = int64_t{layout.num_columns} * rd;

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "checkpoint/model_config.h"
 #include "engram_store/client/engram_client.h"
 #include "gpu/backend.h"
@@ -49,35 +50,45 @@ absl::StatusOr<EngramWeights> LoadEngramWeights(WeightLoader& load,
                                                 const ModelDims& dims,
                                                 const EngramLayout& layout);
 
-// This rank's rows of Engram layer `layer` for the step's tokens: bf16
-// values, token-major (chunk order), this rank's columns in order.
-// `histories[i]` holds the tokens chunk i's sequence already has (empty for
-// a new one). No collectives, so a rank whose lookup fails can still agree
-// with its peers before any of them enters a collective. Errors: the
-// lookup's (code kept, message naming the layer), DataLoss for a response
-// of the wrong size.
-absl::StatusOr<std::vector<uint16_t>> EngramLookup(
+// Floats that hold a rank's bf16 rows of one Engram layer for a step of
+// `tokens` tokens (two values a float, the last padded).
+int64_t EngramRowSlots(const EngramLayout& layout, int tp_rank, int64_t tokens);
+
+// This rank's rows of Engram layer `layer` for the step's tokens, written
+// into `rows` (2 * EngramRowSlots values: the host staging memory they go
+// to the device from): bf16 values, token-major (chunk order), this rank's
+// columns in order. `histories[i]` holds the tokens chunk i's sequence
+// already has (empty for a new one). No collectives, so a rank whose lookup
+// fails can still agree with its peers before any of them enters a
+// collective. Errors: the lookup's (code kept, message naming the layer),
+// DataLoss for a response of the wrong size, Internal for `rows` of the
+// wrong size.
+absl::Status EngramLookup(
     const EngramLayout& layout, engram::EngramClient& client, int layer,
     int tp_rank, const StepInput& input,
-    const std::vector<const std::vector<int64_t>*>& histories);
+    const std::vector<const std::vector<int64_t>*>& histories,
+    absl::Span<uint16_t> rows);
 
-// Starts moving this rank's rows of every Engram layer of a step of
-// `tokens` tokens (`rows[e]`, from EngramLookup) to the device
-// (Backend::StageFromHost), so that they are copied while the layers before
-// the Engram layers compute. One buffer per layer, taken from
-// ctx.workspace (held until the caller's Workspace::Scope ends). Internal
-// for rows of the wrong size.
-absl::StatusOr<std::vector<WorkBuffer>> StageEngramRows(
+// Hands this rank's rows of the step's `layers` Engram layers (in
+// `staging`, EngramRowSlots floats a layer, from EngramLookup) to the
+// device (Backend::StageFromHost) and returns where the ops read each
+// layer's: a copy into a buffer taken from ctx.workspace (held until the
+// caller's Workspace::Scope ends), started now so that it moves while the
+// layers before the Engram layers compute, or, on a backend that reads
+// staging memory in place (the CPU; a GPU sharing the host's memory), the
+// staging itself. The staging stays unchanged until the backend
+// synchronizes after the step. Internal for staging too small.
+absl::StatusOr<std::vector<const float*>> StageEngramRows(
     const LayerContext& ctx, const EngramLayout& layout, int64_t tokens,
-    const std::vector<std::vector<uint16_t>>& rows);
+    int layers, gpu::HostStaging& staging);
 
-// Gathers every rank's staged rows of the step (`staged`, from
+// Gathers every rank's staged rows of the step (`staged`, this layer's from
 // StageEngramRows), places them by column and widens them to fp32 on the
 // device, projects them and gates them into the stream [T, hc * D] in
 // place. Adds the time spent on rows (gather, unpacking) to `rows_time`.
 // Errors: the communicator's.
 absl::Status EngramForward(const LayerContext& ctx, const EngramLayout& layout,
-                           const EngramWeights& w, const WorkBuffer& staged,
+                           const EngramWeights& w, const float* staged,
                            gpu::MatrixView stream, absl::Duration& rows_time);
 
 // Asks the store to stage this rank's rows of the hinted tokens for every

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,6 +41,8 @@ constexpr float kTolerance = 2e-3f;
 std::string MakeTiny(synthetic::ReleaseArch arch) {
   std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/tiny-",
                                  synthetic::ReleaseArchName(arch));
+  // Made by an earlier case of this architecture.
+  if (std::filesystem::exists(dir)) return dir;
   synthetic::ReleaseCheckpointOptions o;
   o.out_dir = dir;
   o.arch = arch;
@@ -147,6 +150,14 @@ std::vector<Case> Cases() {
     cases.push_back({absl::StrCat("V41Flash_", name),
                      synthetic::ReleaseArch::kV41Flash, make});
   }
+  // A device that reads the Engram rows' pinned staging in place (GB10)
+  // instead of copying them: V4.1's Engram layers.
+  cases.push_back(
+      {"V41Flash_kernels_host_in_place", synthetic::ReleaseArch::kV41Flash,
+       []() -> absl::StatusOr<std::unique_ptr<gpu::Backend>> {
+         return std::make_unique<gpu::KernelBackend>(
+             gpu::MakeHostExecutor({.reads_pinned_in_place = true}));
+       }});
   return cases;
 }
 

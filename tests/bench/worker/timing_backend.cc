@@ -256,8 +256,13 @@ void TimingBackend::UnpackBf16Rows(const float* packed, int64_t block_floats,
   });
 }
 
-void TimingBackend::StageFromHost(absl::Span<const float> src, float* dst) {
-  Timed(Kind::kOther, [&] { inner_.StageFromHost(src, dst); });
+const float* TimingBackend::StageFromHost(gpu::HostStaging& staging,
+                                          int64_t offset, int64_t floats,
+                                          float* dst) {
+  const float* at = nullptr;
+  Timed(Kind::kOther,
+        [&] { at = inner_.StageFromHost(staging, offset, floats, dst); });
+  return at;
 }
 
 void TimingBackend::AwaitStaged() {

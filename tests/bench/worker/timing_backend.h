@@ -149,7 +149,15 @@ class TimingBackend : public gpu::Backend {
   void UnpackBf16Rows(const float* packed, int64_t block_floats,
                       absl::Span<const int32_t> columns, int64_t cols_per_block,
                       int row_dim, gpu::MatrixView y) override;
-  void StageFromHost(absl::Span<const float> src, float* dst) override;
+  absl::StatusOr<std::unique_ptr<gpu::HostStaging>> AllocateHostStaging(
+      int64_t floats) override {
+    return inner_.AllocateHostStaging(floats);
+  }
+  bool ReadsStagingInPlace() const override {
+    return inner_.ReadsStagingInPlace();
+  }
+  const float* StageFromHost(gpu::HostStaging& staging, int64_t offset,
+                             int64_t floats, float* dst) override;
   void AwaitStaged() override;
   void MoeRoute(gpu::ConstMatrixView logits, const float* bias, int top_k,
                 float routed_scaling, absl::Span<int32_t> expert_ids,

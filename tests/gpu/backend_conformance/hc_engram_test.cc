@@ -351,20 +351,41 @@ TEST_P(HcEngramTest, UnpackBf16RowsPlacesEveryRowByItsColumn) {
   }
 }
 
-TEST_P(HcEngramTest, StagedCopiesArriveOnceAwaited) {
-  const std::vector<float> a = Random(300), b = Random(300);
-  Mat am = Upload(std::vector<float>(300, 0.0f), 1, 300);
-  Mat bm = Upload(std::vector<float>(300, 0.0f), 1, 300);
-  Mat sum = Upload(std::vector<float>(300, 0.0f), 1, 300);
-  backend_->StageFromHost(a, am.data());
-  std::vector<float> reused = b;
-  backend_->StageFromHost(reused, bm.data());
-  std::fill(reused.begin(), reused.end(), -1.0f);  // The source is free.
-  backend_->AwaitStaged();
-  backend_->Add(am.view, bm.view, sum.view);
-  const std::vector<float> got = Download(sum);
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i], a[i] + b[i]) << i;
+// Host staging handed to the ops (StageFromHost): at an offset, into a
+// buffer or read in place, then written again for a second round once
+// synchronized.
+TEST_P(HcEngramTest, StagedRowsArriveOnceAwaited) {
+  const int64_t n = 300;
+  absl::StatusOr<std::unique_ptr<HostStaging>> staging =
+      backend_->AllocateHostStaging(3 * n);
+  ASSERT_TRUE(staging.ok()) << staging.status();
+  ASSERT_EQ((*staging)->size(), 3 * n);
+  EXPECT_FALSE(backend_->AllocateHostStaging(-1).ok());
+  Mat am = Upload(std::vector<float>(n, 0.0f), 1, n);
+  Mat bm = Upload(std::vector<float>(n, 0.0f), 1, n);
+  Mat sum = Upload(std::vector<float>(n, 0.0f), 1, n);
+  const bool in_place = backend_->ReadsStagingInPlace();
+  for (int round = 0; round < 2; ++round) {
+    const std::vector<float> a = Random(n), b = Random(n);
+    float* host = (*staging)->data();
+    std::fill(host, host + 3 * n, -7.0f);
+    std::copy(a.begin(), a.end(), host + n);
+    std::copy(b.begin(), b.end(), host + 2 * n);
+    const float* at_a = backend_->StageFromHost(**staging, n, n,
+                                                in_place ? nullptr : am.data());
+    const float* at_b = backend_->StageFromHost(**staging, 2 * n, n, bm.data());
+    if (!in_place) {
+      EXPECT_EQ(at_a, am.data());
+      EXPECT_EQ(at_b, bm.data());
+    }
+    backend_->AwaitStaged();
+    backend_->Add(ConstMatrixView(at_a, 1, n), ConstMatrixView(at_b, 1, n),
+                  sum.view);
+    const std::vector<float> got = Download(sum);
+    ASSERT_TRUE(backend_->Synchronize().ok());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], a[i] + b[i]) << "round " << round << " value " << i;
+    }
   }
 }
 
