@@ -195,45 +195,36 @@ __global__ void Hadamard128WarpKernel(kernels::Hadamard128Op op,
   });
 }
 
-// The sampler's digit pick with one warp per row (SamplePickOp's phases):
-// each lane's bin sums, added by an xor butterfly (as ButterflySum), then
-// lane 0 picks.
-__global__ void SamplePickWarpKernel(kernels::SamplePickOp op, int64_t items) {
-  ForEachWarpItem(items, [&](int64_t r, int lane) {
-    if (!op.Selects(r)) return;  // the whole warp alike
-    kernels::SamplePickOp::Bins b;
-    op.Partial(r, lane, b);
-#pragma unroll
-    for (int d = 0; d < kernels::kSampleBins; ++d) {
-      for (int offset = 16; offset > 0; offset >>= 1) {
-        b.tokens[d] += __shfl_xor_sync(0xffffffffu, b.tokens[d], offset);
-        b.weight[d] += __shfl_xor_sync(0xffffffffu, b.weight[d], offset);
-      }
-    }
-    if (lane == 0) op.Pick(r, b);
-  });
-}
-
 // A row warp op (kernels::RowWarpRun's phases) with one warp per row: each
-// lane's Partial, their xor-butterfly sum (as ButterflySum), each lane's
-// Finish.
-__device__ float ShflXor(float v, int offset) {
-  return __shfl_xor_sync(0xffffffffu, v, offset);
+// lane's Partial, their xor-butterfly sum (as ButterflySum: v + the partner
+// lane's v, member by member), each lane's Finish.
+__device__ void AddPartner(float& v, int offset) {
+  v += __shfl_xor_sync(0xffffffffu, v, offset);
 }
-__device__ kernels::EngramGateOp::Sums ShflXor(
-    const kernels::EngramGateOp::Sums& v, int offset) {
-  return {.dot = ShflXor(v.dot, offset),
-          .xx = ShflXor(v.xx, offset),
-          .kk = ShflXor(v.kk, offset)};
+__device__ void AddPartner(kernels::EngramGateOp::Sums& v, int offset) {
+  AddPartner(v.dot, offset);
+  AddPartner(v.xx, offset);
+  AddPartner(v.kk, offset);
+}
+__device__ void AddPartner(kernels::SamplePickOp::Bins& v, int offset) {
+#pragma unroll
+  for (int d = 0; d < kernels::kSampleBins; ++d) {
+    v.tokens[d] += __shfl_xor_sync(0xffffffffu, v.tokens[d], offset);
+    v.weight[d] += __shfl_xor_sync(0xffffffffu, v.weight[d], offset);
+  }
+}
+__device__ void AddPartner(kernels::TopKPickOp::Bins& v, int offset) {
+#pragma unroll
+  for (int d = 0; d < kernels::kTopKBins; ++d) {
+    v.n[d] += __shfl_xor_sync(0xffffffffu, v.n[d], offset);
+  }
 }
 
 template <typename Op>
 __global__ void RowWarpKernel(Op op, int64_t items) {
   ForEachWarpItem(items, [&](int64_t item, int lane) {
     auto sum = op.Partial(item, lane);
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      sum = sum + ShflXor(sum, offset);
-    }
+    for (int offset = 16; offset > 0; offset >>= 1) AddPartner(sum, offset);
     op.Finish(item, lane, sum);
   });
 }
@@ -258,22 +249,6 @@ __global__ void MoeRouteWarpKernel(kernels::MoeRouteOp op, int64_t items) {
       sum += op.score[t * op.experts + best.id];
     }
     op.Finish(t, lane, sum);
-  });
-}
-
-// The indexer top-k's digit pick with one warp per row (TopKPickOp's
-// phases), as SamplePickWarpKernel.
-__global__ void TopKPickWarpKernel(kernels::TopKPickOp op, int64_t items) {
-  ForEachWarpItem(items, [&](int64_t t, int lane) {
-    kernels::TopKPickOp::Bins b;
-    op.Partial(t, lane, b);
-#pragma unroll
-    for (int d = 0; d < kernels::kTopKBins; ++d) {
-      for (int offset = 16; offset > 0; offset >>= 1) {
-        b.n[d] += __shfl_xor_sync(0xffffffffu, b.n[d], offset);
-      }
-    }
-    if (lane == 0) op.Pick(t, b);
   });
 }
 
@@ -358,21 +333,9 @@ int LaunchImpl(const kernels::SparseAttentionWarpOp& op, int64_t items,
   return static_cast<int>(cudaGetLastError());
 }
 
-int LaunchImpl(const kernels::SamplePickOp& op, int64_t items,
-               cudaStream_t stream) {
-  SamplePickWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
-  return static_cast<int>(cudaGetLastError());
-}
-
 int LaunchImpl(const kernels::MoeRouteOp& op, int64_t items,
                cudaStream_t stream) {
   MoeRouteWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
-  return static_cast<int>(cudaGetLastError());
-}
-
-int LaunchImpl(const kernels::TopKPickOp& op, int64_t items,
-               cudaStream_t stream) {
-  TopKPickWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -944,8 +944,9 @@ MNEME_HD inline float LaneSquares(const float* row, int64_t width, int lane) {
 // runs the same phases on a warp, the sum by shuffles, for every op tagged
 // kRowWarp). A row's sums are
 // then spread over 32 lanes instead of one thread reading the whole row.
-// Partial returns a float, or a struct of them with an operator+ adding
-// them member by member (RowWarpKernel shuffles each member).
+// Partial returns a float, or a struct of sums with an operator+ adding
+// them member by member (RowWarpKernel adds each member's shuffle: an
+// AddPartner overload per struct).
 template <typename Op>
 MNEME_HD inline void RowWarpRun(const Op& op, int64_t item) {
   using Sum = decltype(op.Partial(item, 0));
@@ -2006,11 +2007,11 @@ struct SampleHistOp {
 // Top-p: the first (non-empty) digit where the weight ranked above and at
 // it reaches top_p times the top-k survivors' weight (the last non-empty
 // digit when rounding leaves it short). The first digit starts the select.
-// One warp per row: lane l sums every bin over the histogram lanes c = l, l
-// + kWarpLanes, ... (Partial), the lanes' sums are added by the xor
-// butterfly (ButterflySum; shuffles on the device) and one lane picks
-// (Pick). operator() runs the lanes one after another here.
+// A row warp op (RowWarpRun): lane l sums every bin over the histogram
+// lanes c = l, l + kWarpLanes, ... (Partial), the lanes' sums are added by
+// the xor butterfly and one lane picks (Finish).
 struct SamplePickOp {
+  static constexpr bool kRowWarp = true;
   const int32_t* count = nullptr;
   const double* mass = nullptr;
   int64_t lanes = 0;
@@ -2020,24 +2021,32 @@ struct SamplePickOp {
 
   // One lane's (then, summed, the row's) tokens and weight per bin.
   struct Bins {
-    int64_t tokens[kSampleBins];
-    double weight[kSampleBins];
+    int64_t tokens[kSampleBins] = {};
+    double weight[kSampleBins] = {};
+    MNEME_HD Bins operator+(const Bins& o) const {
+      Bins sum;
+      for (int d = 0; d < kSampleBins; ++d) {
+        sum.tokens[d] = tokens[d] + o.tokens[d];
+        sum.weight[d] = weight[d] + o.weight[d];
+      }
+      return sum;
+    }
   };
 
   MNEME_HD bool Selects(int64_t r) const { return rows[r].Selects(stage); }
-  MNEME_HD void Partial(int64_t r, int lane, Bins& b) const {
+  // Lane `lane`'s sums (none for a row this stage does not select).
+  MNEME_HD Bins Partial(int64_t r, int lane) const {
+    Bins b;
+    if (!Selects(r)) return b;
     const int32_t* n = count + r * lanes * kSampleBins;
     const double* m = mass + r * lanes * kSampleBins;
-    for (int d = 0; d < kSampleBins; ++d) {
-      b.tokens[d] = 0;
-      b.weight[d] = 0.0;
-    }
     for (int64_t c = lane; c < lanes; c += kWarpLanes) {
       for (int d = 0; d < kSampleBins; ++d) {
         b.tokens[d] += n[c * kSampleBins + d];
         b.weight[d] += m[c * kSampleBins + d];
       }
     }
+    return b;
   }
   // The digit from the row's bins (every lane's sums added).
   MNEME_HD void Pick(int64_t r, const Bins& b) const {
@@ -2079,25 +2088,10 @@ struct SamplePickOp {
     }
     s.prefix |= static_cast<uint64_t>(chosen) << shift;
   }
-  MNEME_HD void operator()(int64_t r) const {
-    if (!Selects(r)) return;
-    Bins lane_bins[kWarpLanes];
-    for (int l = 0; l < kWarpLanes; ++l) Partial(r, l, lane_bins[l]);
-    Bins row;
-    for (int d = 0; d < kSampleBins; ++d) {
-      int64_t tokens[kWarpLanes];
-      double weight[kWarpLanes];
-      for (int l = 0; l < kWarpLanes; ++l) {
-        tokens[l] = lane_bins[l].tokens[d];
-        weight[l] = lane_bins[l].weight[d];
-      }
-      ButterflySum(tokens);
-      ButterflySum(weight);
-      row.tokens[d] = tokens[0];
-      row.weight[d] = weight[0];
-    }
-    Pick(r, row);
+  MNEME_HD void Finish(int64_t r, int lane, const Bins& b) const {
+    if (lane == 0 && Selects(r)) Pick(r, b);
   }
+  MNEME_HD void operator()(int64_t r) const { RowWarpRun(*this, r); }
 };
 
 // Per contiguous segment of kRowLane tokens: how many ranked tokens have
@@ -2705,10 +2699,11 @@ struct TopKHistOp {
 // The next digit of row t's k-th largest key from TopKHistOp's lanes
 // (largest digit first); item = t. The first pass (shift 28) also sets
 // want[t] = min(k, eligible entries), counts[t] = want[t] and the -1
-// padding of ids after it. One warp per row, as SamplePickOp: lane l sums
+// padding of ids after it. A row warp op, as SamplePickOp: lane l sums
 // every bin over the histogram lanes l, l + kWarpLanes, ... (Partial), the
-// lanes' sums are added by the xor butterfly, and one lane picks (Pick).
+// lanes' sums are added by the xor butterfly, and one lane picks (Finish).
 struct TopKPickOp {
+  static constexpr bool kRowWarp = true;
   const int32_t* hist = nullptr;
   int64_t lanes = 0;
   int32_t shift = 0;
@@ -2721,15 +2716,21 @@ struct TopKPickOp {
 
   // One lane's (then, summed, the row's) entries per bin.
   struct Bins {
-    int32_t n[kTopKBins];
+    int32_t n[kTopKBins] = {};
+    MNEME_HD Bins operator+(const Bins& o) const {
+      Bins sum;
+      for (int d = 0; d < kTopKBins; ++d) sum.n[d] = n[d] + o.n[d];
+      return sum;
+    }
   };
 
-  MNEME_HD void Partial(int64_t t, int lane, Bins& b) const {
+  MNEME_HD Bins Partial(int64_t t, int lane) const {
     const int32_t* h = hist + t * lanes * kTopKBins;
-    for (int d = 0; d < kTopKBins; ++d) b.n[d] = 0;
+    Bins b;
     for (int64_t c = lane; c < lanes; c += kWarpLanes) {
       for (int d = 0; d < kTopKBins; ++d) b.n[d] += h[c * kTopKBins + d];
     }
+    return b;
   }
   // The digit from the row's bins (every lane's sums added).
   MNEME_HD void Pick(int64_t t, const Bins& b) const {
@@ -2754,18 +2755,10 @@ struct TopKPickOp {
     }
     rank[t] = left;
   }
-  MNEME_HD void operator()(int64_t t) const {
-    Bins lane_bins[kWarpLanes];
-    for (int l = 0; l < kWarpLanes; ++l) Partial(t, l, lane_bins[l]);
-    Bins row;
-    for (int d = 0; d < kTopKBins; ++d) {
-      int32_t n[kWarpLanes];
-      for (int l = 0; l < kWarpLanes; ++l) n[l] = lane_bins[l].n[d];
-      ButterflySum(n);
-      row.n[d] = n[0];
-    }
-    Pick(t, row);
+  MNEME_HD void Finish(int64_t t, int lane, const Bins& b) const {
+    if (lane == 0) Pick(t, b);
   }
+  MNEME_HD void operator()(int64_t t) const { RowWarpRun(*this, t); }
 };
 
 // Per contiguous segment of kRowLane entries: how many keys are above the
