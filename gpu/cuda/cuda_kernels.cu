@@ -154,25 +154,40 @@ __global__ void __launch_bounds__(kernels::kTileThreads)
   }
 }
 
-// Sparse attention with one warp per (query, head): the phases of
-// SparseAttentionWarpOp, the dot product summed by an xor butterfly (every
-// lane gets the same sum, as ButterflySum).
-__global__ void SparseAttentionWarpKernel(kernels::SparseAttentionWarpOp op,
-                                          int64_t items) {
-  ForEachWarpItem(items, [&](int64_t item, int lane) {
+// Sparse attention by blocks of op.block_heads warps, a warp per (query,
+// head) of one query (SparseAttentionBlockOp): each tile of listed keys is
+// read into shared memory by the whole block between two barriers (every
+// thread reaches them: a warp without a head loads too), then each warp
+// runs SparseAttentionWarpOp's phases over the tile, the dot product
+// summed by an xor butterfly (every lane gets the same sum, as
+// ButterflySum).
+__global__ void __launch_bounds__(kernels::kAttentionBlockThreads)
+    SparseAttentionBlockKernel(kernels::SparseAttentionBlockOp op,
+                               int64_t items) {
+  __shared__ kernels::AttentionKeyTile tile;
+  const int thread = static_cast<int>(threadIdx.x);
+  const int lane = thread & 31;
+  for (int64_t g = blockIdx.x; g < items; g += gridDim.x) {
+    const int64_t item = op.Item(g, thread / 32);
     kernels::AttentionLane s;
-    op.Begin(item, lane, s);
-    for (int64_t j = 0; j < op.args.width; ++j) {
-      const int32_t row = op.Key(item, j);
-      if (row < 0) continue;
-      float dot = op.PartialDot(row, lane, s);
-      for (int offset = 16; offset > 0; offset >>= 1) {
-        dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    if (item >= 0) op.warp.Begin(item, lane, s);
+    for (int64_t j0 = 0; j0 < op.warp.args.width;
+         j0 += kernels::kAttentionTileKeys) {
+      __syncthreads();  // the last tile is read by every warp
+      op.LoadTile(g, j0, thread, tile);
+      __syncthreads();
+      if (item < 0) continue;
+      for (int k = 0; k < kernels::kAttentionTileKeys; ++k) {
+        if (tile.rows[k] < 0) continue;
+        float dot = op.warp.PartialDotOf(tile.keys[k], lane, s);
+        for (int offset = 16; offset > 0; offset >>= 1) {
+          dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        }
+        op.warp.Step(dot, s);
       }
-      op.Step(dot, s);
     }
-    op.Finish(item, lane, s);
-  });
+    if (item >= 0) op.warp.Finish(item, lane, s);
+  }
 }
 
 // Hadamard transforms of blocks of 128: one warp per block (Hadamard128Op's
@@ -326,13 +341,6 @@ int LaunchImpl(const kernels::Hadamard128Op& op, int64_t items,
   return static_cast<int>(cudaGetLastError());
 }
 
-int LaunchImpl(const kernels::SparseAttentionWarpOp& op, int64_t items,
-               cudaStream_t stream) {
-  SparseAttentionWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op,
-                                                                         items);
-  return static_cast<int>(cudaGetLastError());
-}
-
 int LaunchImpl(const kernels::MoeRouteOp& op, int64_t items,
                cudaStream_t stream) {
   MoeRouteWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
@@ -342,6 +350,13 @@ int LaunchImpl(const kernels::MoeRouteOp& op, int64_t items,
 // Kernels of one block per item (tile).
 int TileBlocks(int64_t tiles) {
   return static_cast<int>(tiles < kMaxBlocks ? tiles : kMaxBlocks);
+}
+
+int LaunchImpl(const kernels::SparseAttentionBlockOp& op, int64_t items,
+               cudaStream_t stream) {
+  SparseAttentionBlockKernel<<<TileBlocks(items), op.block_heads * 32, 0,
+                               stream>>>(op, items);
+  return static_cast<int>(cudaGetLastError());
 }
 
 int LaunchImpl(const kernels::IndexScoresTiledOp& op, int64_t items,

@@ -661,10 +661,15 @@ void KernelBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
                                 .sink = sink,
                                 .out = out.data,
                                 .lse = lse.data};
-  // Heads that fit a warp's registers go by warps; larger ones one thread
-  // per (query, head).
+  // Heads that fit a warp's registers go by warps, up to
+  // kAttentionBlockHeads of a query in a block that reads each key once for
+  // all of them; larger ones one thread per (query, head).
   if (hd <= k::kAttentionWarpMaxDim) {
-    executor_->Run(k::SparseAttentionWarpOp{.args = op}, tokens * heads);
+    const k::SparseAttentionBlockOp block{
+        .warp = {.args = op},
+        .block_heads = static_cast<int32_t>(
+            std::min<int64_t>(heads, k::kAttentionBlockHeads))};
+    executor_->Run(block, tokens * block.Groups());
   } else {
     executor_->Run(op, tokens * heads);
   }

@@ -1229,9 +1229,10 @@ struct AttentionLane {
 // once, coalesced, and the output stays in registers until the end. Per
 // listed key: each lane's part of the dot product (PartialDot), their
 // butterfly sum, then the online-softmax step on each lane's dimensions
-// (Step); Finish normalises and writes. The CUDA kernel runs the phases on
-// a warp (shuffles); operator() runs them lane after lane here. The same
-// rules as SparseAttentionOp (which keeps larger heads).
+// (Step); Finish normalises and writes. operator() runs the phases lane
+// after lane here; SparseAttentionBlockOp runs them by the warps of a
+// block, with the keys read once for several heads. The same rules as
+// SparseAttentionOp (which keeps larger heads).
 struct SparseAttentionWarpOp {
   SparseAttentionOp args;  // what the one-item op would take
 
@@ -1254,7 +1255,11 @@ struct SparseAttentionWarpOp {
   // Reads the lane's dimensions of key `row` (kept for Step) and returns
   // the lane's part of the dot product.
   MNEME_HD float PartialDot(int32_t row, int lane, AttentionLane& s) const {
-    const float* key = args.kv + static_cast<int64_t>(row) * args.hd;
+    return PartialDotOf(args.kv + static_cast<int64_t>(row) * args.hd, lane, s);
+  }
+  // The same for a key whose values are at `key` (its first hd read).
+  MNEME_HD float PartialDotOf(const float* key, int lane,
+                              AttentionLane& s) const {
     float dot = 0.0f;
     for (int i = 0; i < kAttentionLaneDims; ++i) {
       const int64_t e = lane + int64_t{kWarpLanes} * i;
@@ -1320,6 +1325,98 @@ struct SparseAttentionWarpOp {
       for (int l = 0; l < kWarpLanes; ++l) Step(dot[l], lanes[l]);
     }
     for (int l = 0; l < kWarpLanes; ++l) Finish(item, l, lanes[l]);
+  }
+};
+
+// The most heads a block of SparseAttentionBlockOp attends with (a warp
+// each), and the listed keys it reads into shared memory at a time.
+inline constexpr int kAttentionBlockHeads = 8;
+inline constexpr int kAttentionTileKeys = 8;
+inline constexpr int kAttentionBlockThreads = kAttentionBlockHeads * kWarpLanes;
+
+// A tile of listed keys in a block's shared memory (16 KiB): row k's first
+// hd values, and its row in kv (-1: none, or past the list).
+struct AttentionKeyTile {
+  float keys[kAttentionTileKeys][kAttentionWarpMaxDim];
+  int32_t rows[kAttentionTileKeys];
+};
+
+// Backend::SparseAttention (heads of up to kAttentionWarpMaxDim
+// dimensions) by blocks of `block_heads` warps, each warp one head of the
+// same query as SparseAttentionWarpOp: every tile of kAttentionTileKeys
+// listed keys is read into shared memory once by all the block's threads
+// (LoadTile: neighbouring threads read neighbouring values of a row) and
+// serves every head of the block. The query's keys are the same for all
+// its heads (one key / value head), so a step of H heads reads each key
+// ceil(H / block_heads) times instead of H times. item = t * Groups() + g:
+// the block of query t's heads g * block_heads + w (warp w; none past
+// heads). The same arithmetic as SparseAttentionWarpOp, bit for bit.
+struct SparseAttentionBlockOp {
+  SparseAttentionWarpOp warp;
+  int32_t block_heads = kAttentionBlockHeads;  // 1..kAttentionBlockHeads
+
+  MNEME_HD int64_t Groups() const {
+    return (warp.args.heads + block_heads - 1) / block_heads;
+  }
+  // Warp w's (query, head) item of SparseAttentionWarpOp (-1: none).
+  MNEME_HD int64_t Item(int64_t group_item, int w) const {
+    const int64_t t = group_item / Groups();
+    const int64_t h = group_item % Groups() * block_heads + w;
+    return h < warp.args.heads ? t * warp.args.heads + h : -1;
+  }
+  // Thread `thread`'s share of reading the listed keys [j0, j0 +
+  // kAttentionTileKeys) of the item's query into `tile`.
+  MNEME_HD void LoadTile(int64_t group_item, int64_t j0, int thread,
+                         AttentionKeyTile& tile) const {
+    const SparseAttentionOp& a = warp.args;
+    const int32_t* list = a.idx + group_item / Groups() * a.width;
+    if (thread < kAttentionTileKeys) {
+      const int64_t j = j0 + thread;
+      tile.rows[thread] = j < a.width ? list[j] : -1;
+    }
+    const int64_t threads = int64_t{block_heads} * kWarpLanes;
+    for (int64_t i = thread; i < kAttentionTileKeys * a.hd; i += threads) {
+      const int64_t k = i / a.hd;
+      const int64_t e = i % a.hd;
+      const int32_t row = j0 + k < a.width ? list[j0 + k] : -1;
+      if (row >= 0)
+        tile.keys[k][e] = a.kv[static_cast<int64_t>(row) * a.hd + e];
+    }
+  }
+
+  // The block of `group_item` on the host: each phase for every thread (or
+  // every warp's lanes) in turn; on a device, cuda_kernels.cu's kernel runs
+  // them with a barrier around each tile's load.
+  void operator()(int64_t group_item) const {
+    AttentionKeyTile tile{};
+    AttentionLane lanes[kAttentionBlockHeads][kWarpLanes];
+    for (int w = 0; w < block_heads; ++w) {
+      const int64_t item = Item(group_item, w);
+      if (item < 0) continue;
+      for (int l = 0; l < kWarpLanes; ++l) warp.Begin(item, l, lanes[w][l]);
+    }
+    for (int64_t j0 = 0; j0 < warp.args.width; j0 += kAttentionTileKeys) {
+      for (int t = 0; t < block_heads * kWarpLanes; ++t) {
+        LoadTile(group_item, j0, t, tile);
+      }
+      for (int w = 0; w < block_heads; ++w) {
+        if (Item(group_item, w) < 0) continue;
+        for (int k = 0; k < kAttentionTileKeys; ++k) {
+          if (tile.rows[k] < 0) continue;
+          float dot[kWarpLanes];
+          for (int l = 0; l < kWarpLanes; ++l) {
+            dot[l] = warp.PartialDotOf(tile.keys[k], l, lanes[w][l]);
+          }
+          ButterflySum(dot);
+          for (int l = 0; l < kWarpLanes; ++l) warp.Step(dot[l], lanes[w][l]);
+        }
+      }
+    }
+    for (int w = 0; w < block_heads; ++w) {
+      const int64_t item = Item(group_item, w);
+      if (item < 0) continue;
+      for (int l = 0; l < kWarpLanes; ++l) warp.Finish(item, l, lanes[w][l]);
+    }
   }
 };
 
@@ -2849,7 +2946,7 @@ struct TopKEmitOp {
   X(DcpGlobalLseOp)         \
   X(DcpWeighOp)             \
   X(SparseAttentionOp)      \
-  X(SparseAttentionWarpOp)  \
+  X(SparseAttentionBlockOp) \
   X(IndexScoresOp)          \
   X(IndexScoresTiledOp)     \
   X(SoftmaxPoolOp)          \

@@ -297,6 +297,82 @@ TEST(LinearTiledOpTest, WritesEveryOutputOnceAsLinearOp) {
   }
 }
 
+// Sparse attention by blocks (the block's phases run thread after thread,
+// then warp after warp) equals SparseAttentionWarpOp bit for bit, the
+// output and the log-sum-exp of every (query, head), and writes nothing
+// past them: heads fewer than a block's, more and not a multiple of it,
+// key lists shorter than a tile, ragged tiles, missing (-1) and repeated
+// keys, a query without keys, head dimensions of 1 to 512, with and
+// without the sink.
+TEST(SparseAttentionBlockOpTest, EqualsTheWarpOpBitForBit) {
+  struct Shape {
+    int64_t heads, hd, tokens, width;
+  };
+  const std::vector<Shape> shapes = {
+      {1, 1, 1, 1},     {3, 33, 2, 7},   {8, 128, 2, 8}, {13, 64, 3, 17},
+      {64, 512, 1, 40}, {16, 512, 2, 0}, {9, 100, 2, 9}};
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (int trial = 0; trial < 2 * static_cast<int>(shapes.size()); ++trial) {
+    const Shape shape = shapes[trial % shapes.size()];
+    const bool with_sink = trial >= static_cast<int>(shapes.size());
+    SCOPED_TRACE(testing::Message()
+                 << shape.heads << " heads of " << shape.hd << ", "
+                 << shape.tokens << " queries of " << shape.width << " keys"
+                 << (with_sink ? ", sink" : ""));
+    const int64_t keys = 23;
+    std::vector<float> q(shape.tokens * shape.heads * shape.hd);
+    std::vector<float> kv(keys * shape.hd);
+    std::vector<float> sink(shape.heads);
+    for (float& v : q) v = 4.0f * value(rng);
+    for (float& v : kv) v = value(rng);
+    for (float& v : sink) v = value(rng);
+    std::vector<int32_t> idx(shape.tokens * shape.width);
+    std::uniform_int_distribution<int32_t> row(-1, keys - 1);
+    for (int32_t& r : idx) r = row(rng);
+    if (!idx.empty()) idx[idx.size() / 2] = idx[0];  // a repeated key
+    // The last query has no keys.
+    if (shape.tokens > 1) {
+      std::fill(idx.end() - shape.width, idx.end(), -1);
+    }
+    const int64_t outputs = shape.tokens * shape.heads * shape.hd;
+    const int64_t lses = shape.tokens * shape.heads;
+    constexpr int64_t kGuard = 64;
+    std::vector<float> want_out(outputs), want_lse(lses);
+    SparseAttentionWarpOp warp{
+        .args = {.q = q.data(),
+                 .kv = kv.data(),
+                 .idx = idx.data(),
+                 .width = shape.width,
+                 .heads = shape.heads,
+                 .hd = shape.hd,
+                 .scale = 0.3f,
+                 .sink = with_sink ? sink.data() : nullptr,
+                 .out = want_out.data(),
+                 .lse = want_lse.data()}};
+    for (int64_t i = 0; i < lses; ++i) warp(i);
+    std::vector<float> got_out(outputs + kGuard, std::nanf(""));
+    std::vector<float> got_lse(lses + kGuard, std::nanf(""));
+    std::fill(got_out.begin() + outputs, got_out.end(), 7.0f);
+    std::fill(got_lse.begin() + lses, got_lse.end(), 7.0f);
+    SparseAttentionBlockOp block{
+        .warp = warp,
+        .block_heads = static_cast<int32_t>(
+            std::min<int64_t>(shape.heads, kAttentionBlockHeads))};
+    block.warp.args.out = got_out.data();
+    block.warp.args.lse = got_lse.data();
+    for (int64_t g = shape.tokens * block.Groups() - 1; g >= 0; --g) block(g);
+    for (int64_t i = 0; i < outputs + kGuard; ++i) {
+      const float want = i < outputs ? want_out[i] : 7.0f;
+      ASSERT_EQ(Bits(got_out[i]), Bits(want)) << "output " << i;
+    }
+    for (int64_t i = 0; i < lses + kGuard; ++i) {
+      const float want = i < lses ? want_lse[i] : 7.0f;
+      ASSERT_EQ(Bits(got_lse[i]), Bits(want)) << "log-sum-exp " << i;
+    }
+  }
+}
+
 // The tiled indexer scores (the block's phases run thread after thread)
 // write every score once and nothing past it, equal to IndexScoresOp up to
 // the order of the sum over the heads: NaN where it has NaN, the same
