@@ -235,18 +235,15 @@ class Backend {
     }
     return std::make_unique<HostMemoryStaging>(floats);
   }
-  // Whether StageFromHost hands the ops the staging memory itself (the CPU
-  // backend; a GPU that shares the host's memory) rather than a copy.
-  virtual bool ReadsStagingInPlace() const { return false; }
   // Makes staging floats [offset, offset + floats) readable by the ops
   // queued after AwaitStaged() and returns where those ops read them: `dst`
   // (backend memory of `floats`), which a copy beside the queued work fills
   // (a device with copy engines moves the bytes while earlier layers
-  // compute; no op queued before AwaitStaged may write dst), or, where
-  // ReadsStagingInPlace(), the staging memory's own address for the
-  // device, with no copy (dst may then be null). Either way the caller
-  // leaves those floats unchanged until Synchronize() returns after the ops
-  // that read them.
+  // compute; no op queued before AwaitStaged may write dst), or the staging
+  // memory's own address for the device, with no copy, where the device
+  // reads it in place (the CPU backend; a GPU that shares the host's
+  // memory). Either way the caller leaves those floats unchanged until
+  // Synchronize() returns after the ops that read them.
   virtual const float* StageFromHost(HostStaging& staging, int64_t offset,
                                      int64_t floats, float* dst) = 0;
   // Orders every op queued from now on after the copies StageFromHost

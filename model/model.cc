@@ -579,9 +579,9 @@ absl::Status Model::LookupEngramRows(const StepInput& input) {
   // once the device is done with the last step's.
   const int64_t slots =
       EngramRowSlots(engram_layout_, options_.tp_rank, tokens);
-  absl::Status failed = backend_.Synchronize();
-  if (failed.ok() && (engram_staging_ == nullptr ||
-                      engram_staging_->size() < layers * slots)) {
+  RETURN_IF_ERROR(backend_.Synchronize());
+  absl::Status failed;
+  if (engram_staging_ == nullptr || engram_staging_->size() < layers * slots) {
     // Whole powers of two: a few sizes however the steps' tokens vary
     // (pinned memory is slow to allocate), at most twice the largest step's.
     engram_staging_.reset();

@@ -102,7 +102,6 @@ class CpuBackend : public Backend {
   void CopyToHost(const float* src, absl::Span<float> dst) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
   // Backend memory is host memory: the ops read the staging in place.
-  bool ReadsStagingInPlace() const override { return true; }
   const float* StageFromHost(HostStaging& staging, int64_t offset,
                              int64_t floats, float* dst) override;
 

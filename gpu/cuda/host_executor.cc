@@ -63,7 +63,7 @@ class HostExecutor final : public Executor {
   }
   void FreePinned(void* p) override {
     AwaitStaged();
-    CheckInPlace();
+    CheckHeld();
     std::free(p);
   }
   bool ReadsPinnedInPlace() const override {
@@ -75,11 +75,11 @@ class HostExecutor final : public Executor {
   const void* PinnedForDevice(const void* src, int64_t bytes) override {
     CHECK(options_.reads_pinned_in_place)
         << "pinned memory read in place by a device that copies it";
-    if (bytes > 0) in_place_.push_back(Snapshot(src, bytes));
+    if (bytes > 0) held_.push_back(Snapshot(src, bytes));
     return src;
   }
   absl::Status Synchronize() override {
-    CheckInPlace();
+    CheckHeld();
     return absl::OkStatus();
   }
   absl::Status status() const override { return absl::OkStatus(); }
@@ -87,8 +87,8 @@ class HostExecutor final : public Executor {
   // queue may land them, from the source as it is then; until then their
   // blocks hold NaN bytes, so a read that is not ordered after AwaitStaged
   // fails loudly, and a write to one (a race with the copy on a device) or
-  // to its source (which the copy may still be reading) stops the process
-  // there.
+  // to its source (which the copy may still be reading, until
+  // Synchronize) stops the process.
   void StageToDevice(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
     staged_.push_back(Staged{.dst = dst, .src = Snapshot(src, bytes)});
@@ -104,8 +104,10 @@ class HostExecutor final : public Executor {
       CHECK(s.src.Unchanged())
           << "the source of a staged copy was written before AwaitStaged";
     }
-    for (const Staged& s : staged_) {
+    for (Staged& s : staged_) {
       std::memcpy(s.dst, s.src.at, s.src.bytes.size());
+      // A device's copy may still be reading it until Synchronize.
+      held_.push_back(std::move(s.src));
     }
     staged_.clear();
   }
@@ -136,17 +138,19 @@ class HostExecutor final : public Executor {
     void* dst;
     Held src;
   };
-  void CheckInPlace() {
-    for (const Held& h : in_place_) {
-      CHECK(h.Unchanged()) << "pinned memory the device reads in place was "
+  // Pinned memory the device may still read (in place, or the source of a
+  // landed copy) must be unchanged.
+  void CheckHeld() {
+    for (const Held& h : held_) {
+      CHECK(h.Unchanged()) << "pinned memory the device may still read was "
                               "written before Synchronize";
     }
-    in_place_.clear();
+    held_.clear();
   }
 
   HostExecutorOptions options_;
   std::vector<Staged> staged_;
-  std::vector<Held> in_place_;
+  std::vector<Held> held_;
 };
 
 }  // namespace

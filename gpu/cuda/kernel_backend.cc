@@ -192,7 +192,13 @@ class KernelBackend::Carver {
 
 KernelBackend::KernelBackend(std::unique_ptr<Executor> executor,
                              Options options)
-    : executor_(std::move(executor)), options_(options) {}
+    : executor_(std::move(executor)), options_(options) {
+  if (executor_->ReadsPinnedInPlace()) {
+    LOG(INFO) << name()
+              << ": the device reads pinned host staging in place (the "
+                 "Engram rows are not copied)";
+  }
+}
 
 KernelBackend::~KernelBackend() {
   (void)executor_->Synchronize();
@@ -236,25 +242,30 @@ absl::StatusOr<std::unique_ptr<HostStaging>> KernelBackend::AllocateHostStaging(
   if (floats < 0) {
     return absl::InvalidArgumentError("negative host staging size");
   }
-  ASSIGN_OR_RETURN(void* p, executor_->AllocatePinned(floats * 4));
-  return std::make_unique<PinnedStaging>(executor_.get(), p, floats);
-}
-
-bool KernelBackend::ReadsStagingInPlace() const {
-  return executor_->ReadsPinnedInPlace();
+  absl::StatusOr<void*> p = executor_->AllocatePinned(floats * 4);
+  if (!p.ok()) {
+    // Ordinary memory, copied in order with the ops (slower, still right).
+    LOG(WARNING) << name() << ": no pinned memory for " << floats * 4
+                 << " bytes of host staging (" << p.status()
+                 << "); staging from ordinary memory";
+    return std::make_unique<HostMemoryStaging>(floats);
+  }
+  return std::make_unique<PinnedStaging>(executor_.get(), *p, floats);
 }
 
 const float* KernelBackend::StageFromHost(HostStaging& staging, int64_t offset,
                                           int64_t floats, float* dst) {
   CheckStagingRange(staging, offset, floats);
-  CHECK(dynamic_cast<PinnedStaging*>(&staging) != nullptr)
-      << "staging memory from another backend";
+  CHECK(dst != nullptr || floats == 0);
   const float* src = staging.data() + offset;
+  if (dynamic_cast<PinnedStaging*>(&staging) == nullptr) {
+    CopyFromHost(absl::MakeConstSpan(src, static_cast<size_t>(floats)), dst);
+    return dst;
+  }
   if (executor_->ReadsPinnedInPlace()) {
     return static_cast<const float*>(
         executor_->PinnedForDevice(src, floats * 4));
   }
-  CHECK(dst != nullptr || floats == 0);
   executor_->StageToDevice(dst, src, floats * 4);
   return dst;
 }

@@ -63,7 +63,6 @@ class KernelBackend final : public Backend {
   absl::Status Synchronize() override;
   absl::StatusOr<std::unique_ptr<HostStaging>> AllocateHostStaging(
       int64_t floats) override;
-  bool ReadsStagingInPlace() const override;
   const float* StageFromHost(HostStaging& staging, int64_t offset,
                              int64_t floats, float* dst) override;
   void AwaitStaged() override;

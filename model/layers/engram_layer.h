@@ -72,12 +72,12 @@ absl::Status EngramLookup(
 // Hands this rank's rows of the step's `layers` Engram layers (in
 // `staging`, EngramRowSlots floats a layer, from EngramLookup) to the
 // device (Backend::StageFromHost) and returns where the ops read each
-// layer's: a copy into a buffer taken from ctx.workspace (held until the
-// caller's Workspace::Scope ends), started now so that it moves while the
-// layers before the Engram layers compute, or, on a backend that reads
-// staging memory in place (the CPU; a GPU sharing the host's memory), the
-// staging itself. The staging stays unchanged until the backend
-// synchronizes after the step. Internal for staging too small.
+// layer's: a buffer taken from ctx.workspace (held until the caller's
+// Workspace::Scope ends) that a copy started now fills while the layers
+// before the Engram layers compute, or, on a backend that reads staging
+// memory in place (the CPU; a GPU sharing the host's memory), the staging
+// itself (the buffer then unused). The staging stays unchanged until the
+// backend synchronizes after the step. Internal for staging too small.
 absl::StatusOr<std::vector<const float*>> StageEngramRows(
     const LayerContext& ctx, const EngramLayout& layout, int64_t tokens,
     int layers, gpu::HostStaging& staging);

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -38,11 +37,8 @@ using worker::LocalModelOptions;
 // backends sum in different orders (fp32), nothing else differs.
 constexpr float kTolerance = 2e-3f;
 
-std::string MakeTiny(synthetic::ReleaseArch arch) {
-  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/tiny-",
-                                 synthetic::ReleaseArchName(arch));
-  // Made by an earlier case of this architecture.
-  if (std::filesystem::exists(dir)) return dir;
+std::string MakeTiny(synthetic::ReleaseArch arch, const std::string& name) {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/tiny-", name);
   synthetic::ReleaseCheckpointOptions o;
   o.out_dir = dir;
   o.arch = arch;
@@ -168,7 +164,7 @@ TEST_P(BackendsModelTest, LogitsAndGreedyTokensMatchTheCpuBackend) {
       absl::IsUnavailable(probe.status())) {
     GTEST_SKIP() << probe.status();
   }
-  const std::string dir = MakeTiny(GetParam().arch);
+  const std::string dir = MakeTiny(GetParam().arch, GetParam().name);
   absl::StatusOr<std::unique_ptr<LocalModel>> cpu = Open(dir, nullptr);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   absl::StatusOr<std::unique_ptr<LocalModel>> other =

@@ -153,9 +153,6 @@ class TimingBackend : public gpu::Backend {
       int64_t floats) override {
     return inner_.AllocateHostStaging(floats);
   }
-  bool ReadsStagingInPlace() const override {
-    return inner_.ReadsStagingInPlace();
-  }
   const float* StageFromHost(gpu::HostStaging& staging, int64_t offset,
                              int64_t floats, float* dst) override;
   void AwaitStaged() override;
