@@ -267,6 +267,43 @@ __global__ void MoeRouteWarpKernel(kernels::MoeRouteOp op, int64_t items) {
   });
 }
 
+// The grouped layout of a MoE layer's experts with one warp per table
+// (ExpertPlanOp's phases): per round of 32 experts each lane's counts, a
+// shuffle-up scan (as WarpInclusiveScan), each lane's groups, and the
+// round's total carried on; lane 0 writes the sentinels.
+__device__ kernels::ExpertPlanOp::Counts ShflUp(
+    const kernels::ExpertPlanOp::Counts& v, int offset) {
+  return {.tokens = __shfl_up_sync(0xffffffffu, v.tokens, offset),
+          .row_items = __shfl_up_sync(0xffffffffu, v.row_items, offset),
+          .tile_items = __shfl_up_sync(0xffffffffu, v.tile_items, offset)};
+}
+__device__ kernels::ExpertPlanOp::Counts ShflIdx(
+    const kernels::ExpertPlanOp::Counts& v, int lane) {
+  return {.tokens = __shfl_sync(0xffffffffu, v.tokens, lane),
+          .row_items = __shfl_sync(0xffffffffu, v.row_items, lane),
+          .tile_items = __shfl_sync(0xffffffffu, v.tile_items, lane)};
+}
+
+__global__ void ExpertPlanWarpKernel(kernels::ExpertPlanOp op, int64_t items) {
+  using Counts = kernels::ExpertPlanOp::Counts;
+  ForEachWarpItem(items, [&](int64_t j, int lane) {
+    Counts carry;
+    for (int64_t e0 = 0; e0 < op.experts; e0 += 32) {
+      const Counts mine = op.Of(j, e0 + lane);
+      Counts inclusive = mine;
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const Counts other = ShflUp(inclusive, offset);
+        if (lane >= offset) inclusive = inclusive + other;
+      }
+      if (e0 + lane < op.experts) {
+        op.Place(j, e0 + lane, carry + (inclusive - mine), mine);
+      }
+      carry = carry + ShflIdx(inclusive, 31);
+    }
+    if (lane == 0) op.Place(j, op.experts, carry, Counts{});
+  });
+}
+
 // The indexer's scores by tiles: one block per tile (IndexScoresTiledOp),
 // the phases of the op with a barrier between them.
 __global__ void __launch_bounds__(kernels::kScoreThreads)
@@ -344,6 +381,12 @@ int LaunchImpl(const kernels::Hadamard128Op& op, int64_t items,
 int LaunchImpl(const kernels::MoeRouteOp& op, int64_t items,
                cudaStream_t stream) {
   MoeRouteWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchImpl(const kernels::ExpertPlanOp& op, int64_t items,
+               cudaStream_t stream) {
+  ExpertPlanWarpKernel<<<Blocks(items * 32), kThreads, 0, stream>>>(op, items);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -931,6 +931,20 @@ MNEME_HD inline void ButterflySum(T (&v)[kWarpLanes]) {
   }
 }
 
+// v[l] for every lane l becomes the sum of v[0..l], as the device's
+// shuffle-up scan takes it (v[l] + v[l - offset] for l >= offset, offsets
+// 1 to 16).
+template <typename T>
+MNEME_HD inline void WarpInclusiveScan(T (&v)[kWarpLanes]) {
+  for (int offset = 1; offset < kWarpLanes; offset <<= 1) {
+    T next[kWarpLanes];
+    for (int l = 0; l < kWarpLanes; ++l) {
+      next[l] = l >= offset ? v[l] + v[l - offset] : v[l];
+    }
+    for (int l = 0; l < kWarpLanes; ++l) v[l] = next[l];
+  }
+}
+
 // Lane `lane`'s share of the sum of squares of row[0, width): columns
 // lane, lane + kWarpLanes, ... in ascending order.
 MNEME_HD inline float LaneSquares(const float* row, int64_t width, int lane) {
@@ -2550,45 +2564,86 @@ MNEME_HD inline int64_t ExpertTableGroups(int64_t experts) {
 // groups before (LinearOp::Items, LinearTiledOp::Tiles); its sentinel (no
 // tokens) starts at the half's item count, where a launch's surplus goes. item
 // = table j (j == 0 also writes offsets).
+//
+// One warp per table: the experts go kWarpLanes at a time, lane l taking
+// expert e0 + l (Of: its tokens and items), the counts of the experts
+// before each found by a warp scan (WarpInclusiveScan; shuffles on the
+// device) plus the carry of the rounds before, and each lane writes its
+// expert's groups (Place). A decode step's MoE layer used to wait for one
+// thread's serial walk over all the rank's experts (a memory round trip an
+// expert) in each of its layers. operator() runs the lanes one after
+// another here.
 inline constexpr int kExpertTables = 3;
 struct ExpertPlanOp {
   const int32_t* totals = nullptr;
   int64_t experts = 0;
   int64_t* offsets = nullptr;
   LinearGroup* tables[kExpertTables] = {};
-  MNEME_HD void operator()(int64_t j) const {
-    LinearGroup* rows_half = tables[j];
-    LinearGroup* tiles_half = tables[j] + experts + 1;
-    int64_t first_token = 0;
+
+  // An expert's (or, summed, a run of experts') tokens and the items it
+  // takes in the row op's half and in the tiles' half.
+  struct Counts {
+    int64_t tokens = 0;
     int64_t row_items = 0;
     int64_t tile_items = 0;
-    for (int64_t e = 0; e < experts; ++e) {
-      if (j == 0) offsets[e] = first_token;
-      const int64_t tokens = totals[e];
-      LinearGroup& by_rows = rows_half[e];
-      LinearGroup& by_tiles = tiles_half[e];
-      by_rows.first_token = by_tiles.first_token = first_token;
-      by_rows.first_item = row_items;
-      by_tiles.first_item = tile_items;
-      const LinearOp op{.w = by_rows.w, .tokens = tokens};
-      if (tokens > 0 && by_rows.w.rows > 0 &&
-          TakesTiles(tokens, by_rows.w.rows)) {
-        by_rows.tokens = 0;
-        by_tiles.tokens = tokens;
-        tile_items += LinearTiledOp{.args = op}.Tiles();
-      } else {
-        by_rows.tokens = tokens;
-        by_tiles.tokens = 0;
-        row_items += tokens > 0 ? op.Items() : 0;
-      }
-      first_token += tokens;
+    MNEME_HD Counts operator+(const Counts& o) const {
+      return Counts{.tokens = tokens + o.tokens,
+                    .row_items = row_items + o.row_items,
+                    .tile_items = tile_items + o.tile_items};
     }
-    if (j == 0) offsets[experts] = first_token;
-    rows_half[experts].first_token = tiles_half[experts].first_token =
-        first_token;
-    rows_half[experts].tokens = tiles_half[experts].tokens = 0;
-    rows_half[experts].first_item = row_items;
-    tiles_half[experts].first_item = tile_items;
+    MNEME_HD Counts operator-(const Counts& o) const {
+      return Counts{.tokens = tokens - o.tokens,
+                    .row_items = row_items - o.row_items,
+                    .tile_items = tile_items - o.tile_items};
+    }
+  };
+  // Expert e's counts in table j (none for e >= experts).
+  MNEME_HD Counts Of(int64_t j, int64_t e) const {
+    Counts c;
+    if (e >= experts) return c;
+    c.tokens = totals[e];
+    const LinearOp op{.w = tables[j][e].w, .tokens = c.tokens};
+    if (c.tokens > 0 && op.w.rows > 0 && TakesTiles(c.tokens, op.w.rows)) {
+      c.tile_items = LinearTiledOp{.args = op}.Tiles();
+    } else if (c.tokens > 0) {
+      c.row_items = op.Items();
+    }
+    return c;
+  }
+  // Writes expert e's groups in table j (e == experts: the sentinels) from
+  // the counts of the experts before it and its own.
+  MNEME_HD void Place(int64_t j, int64_t e, const Counts& before,
+                      const Counts& mine) const {
+    LinearGroup& by_rows = tables[j][e];
+    LinearGroup& by_tiles = tables[j][experts + 1 + e];
+    if (j == 0) offsets[e] = before.tokens;
+    by_rows.first_token = by_tiles.first_token = before.tokens;
+    by_rows.first_item = before.row_items;
+    by_tiles.first_item = before.tile_items;
+    const bool tiles = mine.tile_items > 0;
+    by_rows.tokens = tiles ? 0 : mine.tokens;
+    by_tiles.tokens = tiles ? mine.tokens : 0;
+  }
+
+  // The warp of table j on the host: each round's lanes in turn, the scan
+  // as the device's shuffles take it.
+  void operator()(int64_t j) const {
+    Counts carry;
+    for (int64_t e0 = 0; e0 < experts; e0 += kWarpLanes) {
+      Counts mine[kWarpLanes];
+      Counts inclusive[kWarpLanes];
+      for (int l = 0; l < kWarpLanes; ++l) {
+        mine[l] = inclusive[l] = Of(j, e0 + l);
+      }
+      WarpInclusiveScan(inclusive);
+      for (int l = 0; l < kWarpLanes; ++l) {
+        if (e0 + l < experts) {
+          Place(j, e0 + l, carry + (inclusive[l] - mine[l]), mine[l]);
+        }
+      }
+      carry = carry + inclusive[kWarpLanes - 1];
+    }
+    Place(j, experts, carry, Counts{});
   }
 };
 

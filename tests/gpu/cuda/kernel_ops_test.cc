@@ -297,6 +297,71 @@ TEST(LinearTiledOpTest, WritesEveryOutputOnceAsLinearOp) {
   }
 }
 
+// The grouped layout of a MoE layer's experts (the warp's rounds of 32
+// experts and their scans run lane after lane) equals its definition, an
+// expert at a time: offsets and first tokens the tokens of the experts
+// before, each expert in its tiles' group when TakesTiles (else its row
+// op's), first items the items of the groups before in that half, then the
+// sentinels; for 0 to 256 experts (rounds of one expert, whole rounds and a
+// partial last one), weights of 0 to 4096 rows, and 0 to 600 tokens.
+TEST(ExpertPlanOpTest, LaysOutTheGroupsAsAnExpertAtATime) {
+  std::mt19937 rng(3);
+  for (const int64_t experts : {0, 1, 5, 31, 32, 33, 64, 100, 256}) {
+    SCOPED_TRACE(testing::Message() << experts << " experts");
+    for (int trial = 0; trial < 10; ++trial) {
+      std::vector<int32_t> totals(experts);
+      for (int32_t& t : totals) {
+        const int kind = static_cast<int>(rng() % 4);
+        t = kind == 0   ? 0
+            : kind == 1 ? static_cast<int32_t>(rng() % 8)
+            : kind == 2 ? static_cast<int32_t>(60 + rng() % 10)
+                        : static_cast<int32_t>(rng() % 600);
+      }
+      const int64_t groups = ExpertTableGroups(experts);
+      std::vector<LinearGroup> got(kExpertTables * groups);
+      const int64_t rows[] = {0, 64, 127, 128, 2048, 4096};
+      for (int64_t j = 0; j < kExpertTables; ++j) {
+        for (int64_t e = 0; e < experts; ++e) {
+          got[j * groups + e].w.rows = rows[rng() % 6];
+          got[j * groups + e].w.cols = 64;
+        }
+      }
+      std::vector<int64_t> offsets(experts + 1, -5);
+      const ExpertPlanOp op{
+          .totals = totals.data(),
+          .experts = experts,
+          .offsets = offsets.data(),
+          .tables = {got.data(), got.data() + groups, got.data() + 2 * groups}};
+      for (int64_t j = kExpertTables - 1; j >= 0; --j) op(j);
+      for (int64_t j = 0; j < kExpertTables; ++j) {
+        const LinearGroup* by_rows = got.data() + j * groups;
+        const LinearGroup* by_tiles = by_rows + experts + 1;
+        int64_t tokens = 0, row_items = 0, tile_items = 0;
+        for (int64_t e = 0; e <= experts; ++e) {
+          SCOPED_TRACE(testing::Message() << "table " << j << ", expert " << e);
+          if (j == 0) ASSERT_EQ(offsets[e], tokens);
+          ASSERT_EQ(by_rows[e].first_token, tokens);
+          ASSERT_EQ(by_tiles[e].first_token, tokens);
+          ASSERT_EQ(by_rows[e].first_item, row_items);
+          ASSERT_EQ(by_tiles[e].first_item, tile_items);
+          const int64_t n = e < experts ? totals[e] : 0;
+          const LinearOp linear{.w = by_rows[e].w, .tokens = n};
+          const bool tiles =
+              n > 0 && linear.w.rows > 0 && TakesTiles(n, linear.w.rows);
+          ASSERT_EQ(by_rows[e].tokens, tiles ? 0 : n);
+          ASSERT_EQ(by_tiles[e].tokens, tiles ? n : 0);
+          if (tiles) {
+            tile_items += LinearTiledOp{.args = linear}.Tiles();
+          } else if (n > 0) {
+            row_items += linear.Items();
+          }
+          tokens += n;
+        }
+      }
+    }
+  }
+}
+
 // Sparse attention by blocks (the block's phases run thread after thread,
 // then warp after warp) equals SparseAttentionWarpOp bit for bit, the
 // output and the log-sum-exp of every (query, head), and writes nothing
