@@ -1388,13 +1388,12 @@ struct SparseAttentionBlockOp {
       const int64_t j = j0 + thread;
       tile.rows[thread] = j < a.width ? list[j] : -1;
     }
-    const int64_t threads = int64_t{block_heads} * kWarpLanes;
-    for (int64_t i = thread; i < kAttentionTileKeys * a.hd; i += threads) {
-      const int64_t k = i / a.hd;
-      const int64_t e = i % a.hd;
+    const int threads = block_heads * kWarpLanes;
+    for (int k = 0; k < kAttentionTileKeys; ++k) {
       const int32_t row = j0 + k < a.width ? list[j0 + k] : -1;
-      if (row >= 0)
-        tile.keys[k][e] = a.kv[static_cast<int64_t>(row) * a.hd + e];
+      if (row < 0) continue;
+      const float* key = a.kv + static_cast<int64_t>(row) * a.hd;
+      for (int e = thread; e < a.hd; e += threads) tile.keys[k][e] = key[e];
     }
   }
 
@@ -1402,7 +1401,12 @@ struct SparseAttentionBlockOp {
   // every warp's lanes) in turn; on a device, cuda_kernels.cu's kernel runs
   // them with a barrier around each tile's load.
   void operator()(int64_t group_item) const {
-    AttentionKeyTile tile{};
+    // NaN where nothing is loaded: a read of a missing key or of a value
+    // past hd shows in the output.
+    AttentionKeyTile tile;
+    for (auto& key : tile.keys) {
+      for (float& v : key) v = NAN;
+    }
     AttentionLane lanes[kAttentionBlockHeads][kWarpLanes];
     for (int w = 0; w < block_heads; ++w) {
       const int64_t item = Item(group_item, w);
