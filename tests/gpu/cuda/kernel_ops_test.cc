@@ -336,10 +336,14 @@ TEST(ExpertPlanOpTest, LaysOutTheGroupsAsAnExpertAtATime) {
       for (int64_t j = 0; j < kExpertTables; ++j) {
         const LinearGroup* by_rows = got.data() + j * groups;
         const LinearGroup* by_tiles = by_rows + experts + 1;
-        int64_t tokens = 0, row_items = 0, tile_items = 0;
+        int64_t tokens = 0;
+        int64_t row_items = 0;
+        int64_t tile_items = 0;
         for (int64_t e = 0; e <= experts; ++e) {
           SCOPED_TRACE(testing::Message() << "table " << j << ", expert " << e);
-          if (j == 0) ASSERT_EQ(offsets[e], tokens);
+          if (j == 0) {
+            ASSERT_EQ(offsets[e], tokens);
+          }
           ASSERT_EQ(by_rows[e].first_token, tokens);
           ASSERT_EQ(by_tiles[e].first_token, tokens);
           ASSERT_EQ(by_rows[e].first_item, row_items);
