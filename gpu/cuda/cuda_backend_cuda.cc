@@ -146,7 +146,7 @@ class CudaExecutor final : public Executor {
   void ToDevice(void* dst, const void* src, int64_t bytes) override {
     if (bytes <= 0) return;
     Use();
-    Upload(dst, src, bytes, stream_, compute_pinned_);
+    Upload(dst, src, bytes);
   }
   absl::StatusOr<void*> AllocatePinned(int64_t bytes) override {
     if (bytes < 0) return absl::InvalidArgumentError("negative allocation");
@@ -243,11 +243,12 @@ class CudaExecutor final : public Executor {
   explicit CudaExecutor(int device)
       : device_(device), compute_pinned_(kComputeStagingBytes) {}
 
-  // A host-to-device copy queued on `stream`: through its staging ring when
-  // it fits (the source copied into pinned memory now, so it is free on
-  // return and the device copy is asynchronous), else directly.
-  void Upload(void* dst, const void* src, int64_t bytes, cudaStream_t stream,
-              Pinned& pinned) {
+  // A host-to-device copy queued on the compute stream: through its staging
+  // ring when it fits (the source copied into pinned memory now, so it is
+  // free on return and the device copy is asynchronous), else directly.
+  void Upload(void* dst, const void* src, int64_t bytes) {
+    Pinned& pinned = compute_pinned_;
+    const cudaStream_t stream = stream_;
     const auto wait = [this](uint64_t fence) {
       Keep(cudaEventSynchronize(events_[fence]), "cudaEventSynchronize");
       free_events_.push_back(fence);
