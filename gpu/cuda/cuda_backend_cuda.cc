@@ -248,7 +248,6 @@ class CudaExecutor final : public Executor {
   // free on return and the device copy is asynchronous), else directly.
   void Upload(void* dst, const void* src, int64_t bytes) {
     Pinned& pinned = compute_pinned_;
-    const cudaStream_t stream = stream_;
     const auto wait = [this](uint64_t fence) {
       Keep(cudaEventSynchronize(events_[fence]), "cudaEventSynchronize");
       free_events_.push_back(fence);
@@ -257,7 +256,7 @@ class CudaExecutor final : public Executor {
     if (pinned.memory == nullptr || !pinned.ring.Fits(bytes) ||
         !TakeEvent(fence)) {
       Keep(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
-                           cudaMemcpyHostToDevice, stream),
+                           cudaMemcpyHostToDevice, stream_),
            "cudaMemcpyAsync to the device");
       return;
     }
@@ -267,9 +266,9 @@ class CudaExecutor final : public Executor {
     const int64_t at = pinned.ring.Reserve(bytes, fence, wait);
     std::memcpy(pinned.memory + at, src, static_cast<size_t>(bytes));
     Keep(cudaMemcpyAsync(dst, pinned.memory + at, static_cast<size_t>(bytes),
-                         cudaMemcpyHostToDevice, stream),
+                         cudaMemcpyHostToDevice, stream_),
          "cudaMemcpyAsync to the device");
-    Keep(cudaEventRecord(events_[fence], stream), "cudaEventRecord");
+    Keep(cudaEventRecord(events_[fence], stream_), "cudaEventRecord");
   }
 
   // An event for a staged copy: a free one, else a new one. False when none

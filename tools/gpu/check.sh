@@ -22,17 +22,21 @@ log="$results/check.log"
 : > "$log"
 loader="$here/lib/$(awk '/^loader / { print $2 }' "$here/BUILD_INFO")"
 
-# The machine's NCCL (not in the bundle): the CUDA toolkit's, the system's,
-# or the one PyTorch's wheels carry.
+# The machine's NCCL (not in the bundle): the first of the CUDA toolkit's,
+# the system's or the one PyTorch's wheels carry that loads with the
+# bundle's C library (a system NCCL built for a newer glibc does not).
 nccl_dirs=""
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
            /usr/lib/x86_64-linux-gnu \
            $(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2/ { print $NF }' | xargs -r -n1 dirname) \
            $(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null); do
-  if [ -e "$dir/libnccl.so.2" ]; then
+  [ -e "$dir/libnccl.so.2" ] || continue
+  if "$loader" --library-path "$here/lib:$dir" "$here/bin/nccl_communicator_test" \
+       --gtest_list_tests > /dev/null 2>&1; then
     nccl_dirs="$dir"
     break
   fi
+  echo "nccl: $dir/libnccl.so.2 does not load with the bundle's libraries" >> "$log"
 done
 library_path="$here/lib${nccl_dirs:+:$nccl_dirs}"
 
@@ -61,16 +65,36 @@ tests=(device_info_test nccl_communicator_test memory_weights_test
 entries=()
 failed=0
 start=$(date +%s)
+# The test binaries run side by side (CHECK_JOBS at a time, all by default):
+# each has its own CUDA context, and one H200 holds them all. The benchmark
+# runs alone afterwards.
+jobs=${CHECK_JOBS:-${#tests[@]}}
+limit=${CHECK_TEST_SECONDS:-150}
+running=0
 for t in "${tests[@]}"; do
-  t0=$(date +%s)
-  run 150 "$t" --gtest_output="json:$results/$t.json"
-  rc=$?
-  secs=$(( $(date +%s) - t0 ))
+  (
+    t0=$(date +%s)
+    run "$limit" "$t" --gtest_output="json:$results/$t.json"
+    echo "$? $(( $(date +%s) - t0 ))" > "$results/$t.rc"
+  ) &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n
+    running=$((running - 1))
+  fi
+done
+wait
+for t in "${tests[@]}"; do
+  read -r rc secs < "$results/$t.rc" || { rc=125; secs=0; }
+  rm -f "$results/$t.rc"
   passed=$(grep -c '^\[       OK \].*(' "$results/$t.log")
   skipped=$(grep -c '^\[  SKIPPED \].*(' "$results/$t.log")
   failures=$(grep -c '^\[  FAILED  \].*(' "$results/$t.log")
   echo "$t: rc=$rc passed=$passed skipped=$skipped failed=$failures ${secs}s" >> "$log"
-  [ "$rc" -eq 0 ] || failed=$((failed + 1))
+  if [ "$rc" -ne 0 ]; then
+    failed=$((failed + 1))
+    grep -E '^\[  FAILED  \].*\(' "$results/$t.log" | head -n 20 >> "$log"
+  fi
   entries+=("\"$t\": {\"rc\": $rc, \"passed\": $passed, \"skipped\": $skipped, \"failed\": $failures, \"seconds\": $secs}")
 done
 
