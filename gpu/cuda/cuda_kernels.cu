@@ -38,15 +38,68 @@ __global__ void ForEachKernel(Op op, int64_t items) {
 // one token keeps one sum, not 16). Same decode as LinearOp
 // (WeightView::At); the sums are taken in another order, the same for
 // every kTokens.
+//
+// A weight that kernels::LinearSlices fits is read a slice (16 or 8 bytes)
+// a lane at a time instead: its format is looked at once per item, and
+// each slice is decoded by DecodeSlice into the same values At gives.
+
+// The warp's sums of the lanes' sum[t] into outputs t < m of the item's
+// tokens from t0 (shuffle-down tree; lane 0 writes).
+template <int kTokens>
+__device__ void StoreWarpSums(const kernels::LinearOp& op, int64_t item, int t0,
+                              int m, int lane, float (&sum)[kTokens]) {
+  float* y = op.y + (op.FirstToken(item) + t0) * op.w.rows + op.Row(item);
+#pragma unroll
+  for (int t = 0; t < kTokens; ++t) {
+    if (t >= m) break;
+    float s = sum[t];
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      s += __shfl_down_sync(0xffffffffu, s, offset);
+    }
+    if (lane == 0) {
+      float* out = y + t * op.w.rows;
+      *out = op.accumulate ? *out + s : s;
+    }
+  }
+}
+
+template <kernels::Format F, int kTokens>
+__device__ void LinearSliceItem(const kernels::LinearOp& op, int64_t item,
+                                int lane) {
+  const int n = op.ChunkTokens(item);
+  for (int t0 = 0; t0 < n; t0 += kTokens) {
+    const int m = n - t0 < kTokens ? n - t0 : kTokens;
+    float sum[kTokens] = {};
+    kernels::LinearSlices{op}.Partial<F, kTokens>(item, t0, m, lane, sum);
+    StoreWarpSums<kTokens>(op, item, t0, m, lane, sum);
+    if constexpr (kTokens >= kernels::kLinearRowTokens) break;
+  }
+}
+
 template <int kTokens>
 __device__ void LinearWarpItem(const kernels::LinearOp& op, int64_t item,
                                int lane) {
+  if (kernels::LinearSlices::Fit(op)) {
+    using kernels::Format;
+    switch (op.w.format) {
+      case Format::kF32:
+        return LinearSliceItem<Format::kF32, kTokens>(op, item, lane);
+      case Format::kBf16:
+        return LinearSliceItem<Format::kBf16, kTokens>(op, item, lane);
+      case Format::kFp8Block:
+        return LinearSliceItem<Format::kFp8Block, kTokens>(op, item, lane);
+      case Format::kMxfp4:
+        return LinearSliceItem<Format::kMxfp4, kTokens>(op, item, lane);
+      case Format::kNvfp4:
+        return LinearSliceItem<Format::kNvfp4, kTokens>(op, item, lane);
+      default:
+        break;
+    }
+  }
   const int64_t r = op.Row(item);
-  const int64_t first = op.FirstToken(item);
   const int n = op.ChunkTokens(item);
   for (int t0 = 0; t0 < n; t0 += kTokens) {
-    const float* x = op.x + (first + t0) * op.w.cols;
-    float* y = op.y + (first + t0) * op.w.rows;
+    const float* x = op.x + (op.FirstToken(item) + t0) * op.w.cols;
     const int m = n - t0 < kTokens ? n - t0 : kTokens;
     float sum[kTokens] = {};
     for (int64_t c = lane; c < op.w.cols; c += 32) {
@@ -56,18 +109,7 @@ __device__ void LinearWarpItem(const kernels::LinearOp& op, int64_t item,
         if (t < m) sum[t] += x[t * op.w.cols + c] * wv;
       }
     }
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      if (t >= m) break;
-      float s = sum[t];
-      for (int offset = 16; offset > 0; offset >>= 1) {
-        s += __shfl_down_sync(0xffffffffu, s, offset);
-      }
-      if (lane == 0) {
-        float* out = y + t * op.w.rows + r;
-        *out = op.accumulate ? *out + s : s;
-      }
-    }
+    StoreWarpSums<kTokens>(op, item, t0, m, lane, sum);
     // An item has at most kLinearRowTokens tokens: one pass.
     if constexpr (kTokens >= kernels::kLinearRowTokens) break;
   }

@@ -380,7 +380,59 @@ MNEME_HD inline int32_t Pick4(const int32_t (&a)[4], int i) {
   return i == 0 ? a[0] : (i == 1 ? a[1] : (i == 2 ? a[2] : a[3]));
 }
 
-// A weight's bytes on the device, decoded an element at a time.
+inline constexpr int kWarpLanes = 32;
+
+// ---- wide loads -----------------------------------------------------------
+
+// 16 and 8 bytes a lane loads at once (aligned, so that nvcc issues one
+// vector load), and 4 floats.
+struct alignas(16) Load16 {
+  uint32_t w[4];
+};
+struct alignas(8) Load8 {
+  uint32_t w[2];
+};
+struct alignas(16) Floats4 {
+  float v[4];
+};
+
+// *p as T; p is aligned to alignof(T).
+template <typename T>
+MNEME_HD inline T LoadAligned(const void* p) {
+#if defined(__CUDA_ARCH__)
+  return *static_cast<const T*>(p);
+#else
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+#endif
+}
+
+// Byte k of words loaded from little-endian memory.
+MNEME_HD inline uint8_t ByteOf(const uint32_t* w, int k) {
+  return static_cast<uint8_t>(w[k / 4] >> (8 * (k % 4)));
+}
+
+// The columns of a weight row one wide load holds in `format`, a slice
+// (WeightView::DecodeSlice): 16 bytes of f32, bf16 or fp8, 8 of fp4; 0 for
+// the formats decoded an element at a time (EXL3, GridBook).
+MNEME_HD constexpr int SliceColumns(Format format) {
+  switch (format) {
+    case Format::kF32:
+      return 4;
+    case Format::kBf16:
+      return 8;
+    case Format::kFp8Block:
+    case Format::kMxfp4:
+    case Format::kNvfp4:
+      return 16;
+    default:
+      return 0;
+  }
+}
+
+// A weight's bytes on the device, decoded an element at a time (At) or a
+// slice at a time (DecodeSlice).
 struct WeightView {
   Format format = Format::kF32;
   int64_t rows = 0;
@@ -437,6 +489,55 @@ struct WeightView {
       }
     }
     return 0.0f;
+  }
+
+  // Whether DecodeSlice serves this weight: a format with slices, rows of
+  // whole slices, the bytes 16-byte aligned (so every slice's load is
+  // aligned), and for FP8 scale blocks of whole slices (one scale a slice).
+  MNEME_HD bool Sliceable() const {
+    const int n = SliceColumns(format);
+    if (n == 0 || cols % n != 0) return false;
+    if (reinterpret_cast<uintptr_t>(data) % 16 != 0) return false;
+    return format != Format::kFp8Block ||
+           (block_cols > 0 && block_cols % n == 0);
+  }
+
+  // Columns [c, c + SliceColumns(F)) of row r from one wide load and one
+  // scale: bit for bit At(r, c + k). F == format, Sliceable(), and c a
+  // multiple of SliceColumns(F).
+  template <Format F>
+  MNEME_HD void DecodeSlice(int64_t r, int64_t c,
+                            float (&v)[SliceColumns(F)]) const {
+    const int64_t i = r * cols + c;
+    if constexpr (F == Format::kF32) {
+      const Load16 l = LoadAligned<Load16>(data + 4 * i);
+      for (int k = 0; k < 4; ++k) v[k] = BitsToFloat(l.w[k]);
+    } else if constexpr (F == Format::kBf16) {
+      const Load16 l = LoadAligned<Load16>(data + 2 * i);
+      for (int k = 0; k < 8; ++k) {
+        v[k] = Bf16Value(static_cast<uint16_t>(l.w[k / 2] >> (16 * (k % 2))));
+      }
+    } else if constexpr (F == Format::kFp8Block) {
+      const Load16 l = LoadAligned<Load16>(data + i);
+      const int64_t per_row = (cols + block_cols - 1) / block_cols;
+      const float s =
+          Ue8m0Value(scale[(r / block_rows) * per_row + c / block_cols]);
+      for (int k = 0; k < 16; ++k) v[k] = E4m3Value(ByteOf(l.w, k)) * s;
+    } else if constexpr (F == Format::kMxfp4) {
+      const Load8 l = LoadAligned<Load8>(data + i / 2);
+      const float s = Ue8m0Value(scale[r * (cols / 32) + c / 32]);
+      for (int k = 0; k < 16; ++k) {
+        const uint8_t pair = ByteOf(l.w, k / 2);
+        v[k] = E2m1Value((k & 1) != 0 ? pair >> 4 : pair) * s;
+      }
+    } else if constexpr (F == Format::kNvfp4) {
+      const Load8 l = LoadAligned<Load8>(data + i / 2);
+      const float s = E4m3Value(scale[r * (cols / 16) + c / 16]);
+      for (int k = 0; k < 16; ++k) {
+        const uint8_t pair = ByteOf(l.w, k / 2);
+        v[k] = (E2m1Value((k & 1) != 0 ? pair >> 4 : pair) * s) * global_scale;
+      }
+    }
   }
 
   // A GridBook element: codeword (c % 256) / 8 of the row's superblock c /
@@ -531,6 +632,43 @@ struct LinearOp {
     for (int t = 0; t < n; ++t) {
       float* out = y + (t0 + t) * w.rows + r;
       *out = accumulate ? *out + sum[t] : sum[t];
+    }
+  }
+};
+
+// What the device's warp Linear does for a LinearOp item whose weight is
+// Sliceable (cuda_kernels.cu): lane `lane` takes slices lane, lane + 32, ...
+// of the item's weight row, decodes each once (DecodeSlice, one wide load)
+// and adds it to sum[t] for the chunk's tokens [t0, t0 + m), m <= kTokens,
+// columns ascending inside a slice; the warp then adds its lanes' sums by
+// a shuffle-down tree. x must be 16-byte aligned too (Fit).
+struct LinearSlices {
+  const LinearOp& op;
+
+  MNEME_HD static bool Fit(const LinearOp& op) {
+    return op.w.Sliceable() && reinterpret_cast<uintptr_t>(op.x) % 16 == 0;
+  }
+
+  template <Format F, int kTokens>
+  MNEME_HD void Partial(int64_t item, int t0, int m, int lane,
+                        float (&sum)[kTokens]) const {
+    constexpr int kColumns = SliceColumns(F);
+    static_assert(kColumns % 4 == 0);
+    const int64_t cols = op.w.cols;
+    const int64_t r = op.Row(item);
+    const float* xs = op.x + (op.FirstToken(item) + t0) * cols;
+    for (int64_t c = int64_t{lane} * kColumns; c < cols;
+         c += int64_t{kWarpLanes} * kColumns) {
+      float wv[kColumns];
+      op.w.DecodeSlice<F>(r, c, wv);
+      for (int t = 0; t < kTokens; ++t) {
+        if (t >= m) break;
+        const float* xt = xs + t * cols + c;
+        for (int q = 0; q < kColumns; q += 4) {
+          const Floats4 xv = LoadAligned<Floats4>(xt + q);
+          for (int k = 0; k < 4; ++k) sum[t] += xv.v[k] * wv[q + k];
+        }
+      }
     }
   }
 };
@@ -916,8 +1054,6 @@ struct GroupedQuantizeW4A4Op {
 };
 
 // ---- row reductions by the lanes of a warp ------------------------------
-
-inline constexpr int kWarpLanes = 32;
 
 // v[l] for every lane l becomes the sum over the lanes, added as the
 // device's xor butterfly adds it (v[l] + v[l ^ offset], offsets 16 to 1),

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -295,6 +296,279 @@ TEST(LinearTiledOpTest, WritesEveryOutputOnceAsLinearOp) {
       }
     }
   }
+}
+
+// ---- sliced decode (the warp Linear's wide loads) -------------------------
+
+// A weight's bytes in `format` from random codes (every code, NaN included,
+// when `exact` is false; else codes whose values, times x's small integers,
+// add up in fp32 without rounding), 16-byte aligned, and its scales.
+struct SlicedWeight {
+  std::vector<Load16> data;  // aligned storage
+  std::vector<uint8_t> scale;
+  WeightView view;
+};
+
+SlicedWeight MakeSlicedWeight(Format format, int64_t rows, int64_t cols,
+                              bool exact, std::mt19937& rng) {
+  SlicedWeight s;
+  int64_t bytes = 0;
+  switch (format) {
+    case Format::kF32:
+      bytes = rows * cols * 4;
+      break;
+    case Format::kBf16:
+      bytes = rows * cols * 2;
+      break;
+    case Format::kFp8Block:
+      bytes = rows * cols;
+      break;
+    default:
+      bytes = rows * cols / 2;
+  }
+  s.data.resize((bytes + 15) / 16);
+  auto* out = reinterpret_cast<uint8_t*>(s.data.data());
+  std::uniform_int_distribution<int> byte(0, 255);
+  // Exact values: multiples of 1/4 up to 4 in magnitude.
+  const auto exact_value = [&] {
+    return static_cast<float>(
+               std::uniform_int_distribution<int>(-16, 16)(rng)) /
+           4.0f;
+  };
+  if (format == Format::kF32 || format == Format::kBf16) {
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float v = exact
+                          ? exact_value()
+                          : std::bit_cast<float>(static_cast<uint32_t>(rng()));
+      if (format == Format::kF32) {
+        std::memcpy(out + 4 * i, &v, 4);
+      } else {
+        const uint16_t b =
+            exact ? formats::FloatToBf16(v) : static_cast<uint16_t>(rng());
+        std::memcpy(out + 2 * i, &b, 2);
+      }
+    }
+  } else if (format == Format::kFp8Block) {
+    for (int64_t i = 0; i < bytes; ++i) {
+      out[i] =
+          exact ? E4m3Code(exact_value()) : static_cast<uint8_t>(byte(rng));
+    }
+  } else {
+    for (int64_t i = 0; i < bytes; ++i)
+      out[i] = static_cast<uint8_t>(byte(rng));
+  }
+  s.view = WeightView{.format = format,
+                      .rows = rows,
+                      .cols = cols,
+                      .data = reinterpret_cast<const uint8_t*>(s.data.data())};
+  // Exact scales: 0.5, 1 or 2.
+  const auto scale_code = [&](uint8_t one) {
+    const int k = std::uniform_int_distribution<int>(0, 2)(rng);
+    return exact ? static_cast<uint8_t>(one - 8 + 8 * k)  // e4m3: 8 per binade
+                 : static_cast<uint8_t>(byte(rng));
+  };
+  switch (format) {
+    case Format::kFp8Block: {
+      s.view.block_rows = 128;
+      s.view.block_cols = 128;
+      const int64_t n = ((rows + 127) / 128) * ((cols + 127) / 128);
+      for (int64_t i = 0; i < n; ++i) {
+        const int k = std::uniform_int_distribution<int>(126, 128)(rng);
+        s.scale.push_back(exact ? static_cast<uint8_t>(k)
+                                : static_cast<uint8_t>(byte(rng)));
+      }
+      break;
+    }
+    case Format::kMxfp4:
+      for (int64_t i = 0; i < rows * cols / 32; ++i) {
+        const int k = std::uniform_int_distribution<int>(126, 128)(rng);
+        s.scale.push_back(exact ? static_cast<uint8_t>(k)
+                                : static_cast<uint8_t>(byte(rng)));
+      }
+      break;
+    case Format::kNvfp4:
+      for (int64_t i = 0; i < rows * cols / 16; ++i) {
+        s.scale.push_back(scale_code(0x38));  // e4m3 1.0
+      }
+      s.view.global_scale = exact ? 0.5f : 0.3f;
+      break;
+    default:
+      break;
+  }
+  s.view.scale = s.scale.data();
+  return s;
+}
+
+template <Format F>
+void ExpectSlicesDecodeAsAt(const WeightView& w) {
+  constexpr int kColumns = SliceColumns(F);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t c = 0; c < w.cols; c += kColumns) {
+      float v[kColumns];
+      w.DecodeSlice<F>(r, c, v);
+      for (int k = 0; k < kColumns; ++k) {
+        const float want = w.At(r, c + k);
+        // NaN codes decode to a NaN either way.
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(v[k])) << r << "," << c + k;
+        } else {
+          ASSERT_EQ(Bits(v[k]), Bits(want)) << r << "," << c + k;
+        }
+      }
+    }
+  }
+}
+
+// Every slice decodes bit for bit as At decodes its elements, from any
+// codes and scales, in each sliced format; rows span several FP8 scale
+// blocks both ways.
+TEST(LinearSlicesTest, SlicesDecodeAsAtBitForBit) {
+  std::mt19937 rng(21);
+  for (const bool exact : {false, true}) {
+    const int64_t rows = 130;
+    const int64_t cols = 512;
+    SlicedWeight f32 = MakeSlicedWeight(Format::kF32, rows, cols, exact, rng);
+    ASSERT_TRUE(f32.view.Sliceable());
+    ExpectSlicesDecodeAsAt<Format::kF32>(f32.view);
+    SlicedWeight bf16 = MakeSlicedWeight(Format::kBf16, rows, cols, exact, rng);
+    ExpectSlicesDecodeAsAt<Format::kBf16>(bf16.view);
+    SlicedWeight fp8 =
+        MakeSlicedWeight(Format::kFp8Block, rows, cols, exact, rng);
+    ASSERT_TRUE(fp8.view.Sliceable());
+    ExpectSlicesDecodeAsAt<Format::kFp8Block>(fp8.view);
+    SlicedWeight mx = MakeSlicedWeight(Format::kMxfp4, rows, cols, exact, rng);
+    ExpectSlicesDecodeAsAt<Format::kMxfp4>(mx.view);
+    SlicedWeight nv = MakeSlicedWeight(Format::kNvfp4, rows, cols, exact, rng);
+    ExpectSlicesDecodeAsAt<Format::kNvfp4>(nv.view);
+  }
+}
+
+// Only rows of whole slices, aligned bytes and (FP8) scale blocks of whole
+// slices are sliced; EXL3 and GridBook never are; x must be aligned too.
+TEST(LinearSlicesTest, FitsOnlyWholeAlignedSlices) {
+  std::mt19937 rng(22);
+  SlicedWeight fp8 = MakeSlicedWeight(Format::kFp8Block, 4, 256, false, rng);
+  WeightView w = fp8.view;
+  EXPECT_TRUE(w.Sliceable());
+  w.block_cols = 8;
+  EXPECT_FALSE(w.Sliceable());
+  w.block_cols = 128;
+  w.cols = 250;
+  EXPECT_FALSE(w.Sliceable());
+  w.cols = 256;
+  w.data += 8;
+  EXPECT_FALSE(w.Sliceable());
+  SlicedWeight bf16 = MakeSlicedWeight(Format::kBf16, 4, 24, false, rng);
+  EXPECT_TRUE(bf16.view.Sliceable());
+  bf16.view.cols = 20;  // not whole 8-column slices
+  EXPECT_FALSE(bf16.view.Sliceable());
+  SlicedWeight f32 = MakeSlicedWeight(Format::kF32, 4, 36, false, rng);
+  EXPECT_TRUE(f32.view.Sliceable());
+  for (const Format f : {Format::kExl3, Format::kGridbook}) {
+    WeightView other = f32.view;
+    other.format = f;
+    EXPECT_FALSE(other.Sliceable());
+  }
+  alignas(16) float x[64] = {};
+  LinearOp op{.w = f32.view, .x = x, .tokens = 1};
+  EXPECT_TRUE(LinearSlices::Fit(op));
+  op.x = x + 1;
+  EXPECT_FALSE(LinearSlices::Fit(op));
+}
+
+// Lane 0's value after the device's shuffle-down tree (offsets 16 to 1;
+// a lane reading past the warp keeps its own value).
+float ShuffleDownSum(std::vector<float> v) {
+  for (int offset = kWarpLanes / 2; offset > 0; offset >>= 1) {
+    for (int l = 0; l + offset < kWarpLanes; ++l) v[l] += v[l + offset];
+  }
+  return v[0];
+}
+
+// The warp Linear's sliced sums for every item (the lanes' Partial and the
+// shuffle tree, kTokens at a time) into y.
+template <Format F, int kTokens>
+void RunSlicedLinear(const LinearOp& op) {
+  const LinearSlices slices{op};
+  for (int64_t item = 0; item < op.Items(); ++item) {
+    const int n = op.ChunkTokens(item);
+    for (int t0 = 0; t0 < n; t0 += kTokens) {
+      const int m = std::min(n - t0, kTokens);
+      std::vector<std::vector<float>> lanes(kTokens,
+                                            std::vector<float>(kWarpLanes));
+      for (int lane = 0; lane < kWarpLanes; ++lane) {
+        float sum[kTokens] = {};
+        slices.Partial<F, kTokens>(item, t0, m, lane, sum);
+        for (int t = 0; t < kTokens; ++t) lanes[t][lane] = sum[t];
+      }
+      for (int t = 0; t < m; ++t) {
+        float* out =
+            op.y + (op.FirstToken(item) + t0 + t) * op.w.rows + op.Row(item);
+        const float s = ShuffleDownSum(lanes[t]);
+        *out = op.accumulate ? *out + s : s;
+      }
+    }
+  }
+}
+
+template <Format F>
+void ExpectSlicedLinearIsTheRowOp(std::mt19937& rng) {
+  std::uniform_int_distribution<int> small(-2, 2);
+  // Columns: fewer than a warp's slices, exactly one round, several rounds
+  // and a partial one.
+  for (const int64_t cols : {int64_t{32}, int64_t{512}, int64_t{1024 + 64}}) {
+    for (const int64_t tokens : {1, 3, 4, 16, 21}) {
+      SCOPED_TRACE(testing::Message()
+                   << cols << " columns, " << tokens << " tokens");
+      const int64_t rows = 5;
+      SlicedWeight w = MakeSlicedWeight(F, rows, cols, true, rng);
+      ASSERT_TRUE(w.view.Sliceable());
+      std::vector<Floats4> x_storage((tokens * cols + 3) / 4);
+      float* x = reinterpret_cast<float*>(x_storage.data());
+      for (int64_t i = 0; i < tokens * cols; ++i) {
+        x[i] = static_cast<float>(small(rng));
+      }
+      for (const bool accumulate : {false, true}) {
+        std::vector<float> start(tokens * rows);
+        for (float& v : start) v = static_cast<float>(small(rng));
+        std::vector<float> want = start;
+        const LinearOp rows_op{.w = w.view,
+                               .x = x,
+                               .y = want.data(),
+                               .accumulate = accumulate,
+                               .tokens = tokens};
+        ASSERT_TRUE(LinearSlices::Fit(rows_op));
+        for (int64_t i = 0; i < rows_op.Items(); ++i) rows_op(i);
+        for (const int sums : {1, 4, 16}) {
+          std::vector<float> got = start;
+          LinearOp op = rows_op;
+          op.y = got.data();
+          if (sums == 1) RunSlicedLinear<F, 1>(op);
+          if (sums == 4) RunSlicedLinear<F, 4>(op);
+          if (sums == 16) RunSlicedLinear<F, 16>(op);
+          // Exact values: every order of additions gives the same bits.
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_EQ(Bits(got[i]), Bits(want[i]))
+                << "output " << i << ", " << sums << " sums a lane";
+          }
+        }
+      }
+    }
+  }
+}
+
+// The sliced warp Linear computes what the row op computes, for every
+// sliced format, 1 to 21 tokens (several passes of 1 and 4 sums, chunks of
+// 16), rows of one slice up to several rounds of the warp, with and without
+// accumulation: the values are exact, so a slice read twice, skipped, from
+// the wrong row or with the wrong scale changes the bits.
+TEST(LinearSlicesTest, WarpSumsAreTheRowOpsOnExactValues) {
+  std::mt19937 rng(23);
+  ExpectSlicedLinearIsTheRowOp<Format::kF32>(rng);
+  ExpectSlicedLinearIsTheRowOp<Format::kBf16>(rng);
+  ExpectSlicedLinearIsTheRowOp<Format::kFp8Block>(rng);
+  ExpectSlicedLinearIsTheRowOp<Format::kMxfp4>(rng);
+  ExpectSlicedLinearIsTheRowOp<Format::kNvfp4>(rng);
 }
 
 // The grouped layout of a MoE layer's experts (the warp's rounds of 32
