@@ -209,11 +209,13 @@ __global__ void __launch_bounds__(kernels::kAttentionBlockThreads)
   __shared__ kernels::AttentionKeyTile tile;
   const int thread = static_cast<int>(threadIdx.x);
   const int lane = thread & 31;
-  for (int64_t g = blockIdx.x; g < items; g += gridDim.x) {
+  for (int64_t b = blockIdx.x; b < items; b += gridDim.x) {
+    const int64_t g = op.GroupItem(b);
     const int64_t item = op.Item(g, thread / 32);
     kernels::AttentionLane s;
     if (item >= 0) op.warp.Begin(item, lane, s);
-    for (int64_t j0 = 0; j0 < op.warp.args.width;
+    const int64_t end = op.EndKey(b);
+    for (int64_t j0 = op.FirstKey(b); j0 < end;
          j0 += kernels::kAttentionTileKeys) {
       __syncthreads();  // the last tile is read by every warp
       op.LoadTile(g, j0, thread, tile);
@@ -228,7 +230,7 @@ __global__ void __launch_bounds__(kernels::kAttentionBlockThreads)
         op.warp.Step(dot, s);
       }
     }
-    if (item >= 0) op.warp.Finish(item, lane, s);
+    if (item >= 0) op.Finish(b, thread / 32, lane, s);
   }
 }
 

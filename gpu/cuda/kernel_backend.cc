@@ -660,11 +660,9 @@ void KernelBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
   const int64_t hd = kv.cols;
   const int64_t tokens = q.rows;
   if (tokens == 0) return;
-  Carver carve(*this, Carver::Bytes<int32_t>(tokens * width));
-  const int32_t* staged = carve.Stage(idx);
   const k::SparseAttentionOp op{.q = q.data,
                                 .kv = kv.data,
-                                .idx = staged,
+                                .idx = nullptr,
                                 .width = width,
                                 .heads = heads,
                                 .hd = hd,
@@ -672,18 +670,47 @@ void KernelBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
                                 .sink = sink,
                                 .out = out.data,
                                 .lse = lse.data};
-  // Heads that fit a warp's registers go by warps, up to
-  // kAttentionBlockHeads of a query in a block that reads each key once for
-  // all of them; larger ones one thread per (query, head).
-  if (hd <= k::kAttentionWarpMaxDim) {
-    const k::SparseAttentionBlockOp block{
-        .warp = {.args = op},
-        .block_heads = static_cast<int32_t>(
-            std::min<int64_t>(heads, k::kAttentionBlockHeads))};
-    executor_->Run(block, tokens * block.Groups());
-  } else {
-    executor_->Run(op, tokens * heads);
+  // Heads larger than a warp's registers: one thread per (query, head).
+  if (hd > k::kAttentionWarpMaxDim) {
+    Carver carve(*this, Carver::Bytes<int32_t>(tokens * width));
+    k::SparseAttentionOp large = op;
+    large.idx = carve.Stage(idx);
+    executor_->Run(large, tokens * heads);
+    return;
   }
+  // The others by warps, up to kAttentionBlockHeads of a query in a block
+  // that reads each key once for all of them; a decode step's few blocks
+  // split each list over more blocks, merged afterwards.
+  k::SparseAttentionBlockOp block{
+      .warp = {.args = op},
+      .block_heads = static_cast<int32_t>(
+          std::min<int64_t>(heads, k::kAttentionBlockHeads))};
+  const k::AttentionSplit split =
+      k::ChooseAttentionSplit(tokens * block.Groups(), width);
+  const int64_t parts = tokens * heads * split.splits;
+  Carver carve(*this, Carver::Bytes<int32_t>(tokens * width) +
+                          (split.splits > 1 ? Carver::Bytes<float>(parts * hd) +
+                                                  Carver::Bytes<float>(parts)
+                                            : 0));
+  block.warp.args.idx = carve.Stage(idx);
+  if (split.splits == 1) {
+    executor_->Run(block, block.Blocks(tokens));
+    return;
+  }
+  block.splits = split.splits;
+  block.split_keys = split.split_keys;
+  block.part_out = carve.Take<float>(parts * hd);
+  block.part_lse = carve.Take<float>(parts);
+  executor_->Run(block, block.Blocks(tokens));
+  executor_->Run(k::SparseAttentionMergeOp{.part_out = block.part_out,
+                                           .part_lse = block.part_lse,
+                                           .splits = split.splits,
+                                           .heads = heads,
+                                           .hd = hd,
+                                           .sink = sink,
+                                           .out = out.data,
+                                           .lse = lse.data},
+                 tokens * heads * hd);
 }
 
 void KernelBackend::IndexScores(ConstMatrixView q, ConstMatrixView w,

@@ -1498,15 +1498,55 @@ struct AttentionKeyTile {
 // (LoadTile: neighbouring threads read neighbouring values of a row) and
 // serves every head of the block. The query's keys are the same for all
 // its heads (one key / value head), so a step of H heads reads each key
-// ceil(H / block_heads) times instead of H times. item = t * Groups() + g:
-// the block of query t's heads g * block_heads + w (warp w; none past
-// heads). The same arithmetic as SparseAttentionWarpOp, bit for bit.
+// ceil(H / block_heads) times instead of H times. A group item t *
+// Groups() + g is query t's heads g * block_heads + w (warp w; none past
+// heads).
+//
+// With splits == 1 a block (item) is a group item and attends over the
+// whole list, the same arithmetic as SparseAttentionWarpOp, bit for bit.
+// With splits > 1 (decode: few queries, long lists; ChooseAttentionSplit)
+// block b is group item b / splits over listed keys [FirstKey(b),
+// EndKey(b)), a range of split_keys, so that more blocks share a query's
+// keys; each warp writes its range's normalised output and log-sum-exp,
+// without the sink, into part_out / part_lse at (t * heads + h) * splits +
+// b % splits, and SparseAttentionMergeOp combines the ranges.
 struct SparseAttentionBlockOp {
   SparseAttentionWarpOp warp;
   int32_t block_heads = kAttentionBlockHeads;  // 1..kAttentionBlockHeads
+  int32_t splits = 1;
+  int64_t split_keys = 0;     // a multiple of kAttentionTileKeys
+  float* part_out = nullptr;  // [T * heads * splits, hd]
+  float* part_lse = nullptr;  // [T * heads * splits]
 
   MNEME_HD int64_t Groups() const {
     return (warp.args.heads + block_heads - 1) / block_heads;
+  }
+  MNEME_HD int64_t Blocks(int64_t tokens) const {
+    return tokens * Groups() * splits;
+  }
+  MNEME_HD int64_t GroupItem(int64_t block) const { return block / splits; }
+  // The block's listed keys: [FirstKey, EndKey).
+  MNEME_HD int64_t FirstKey(int64_t block) const {
+    return splits > 1 ? block % splits * split_keys : 0;
+  }
+  MNEME_HD int64_t EndKey(int64_t block) const {
+    if (splits <= 1) return warp.args.width;
+    const int64_t end = FirstKey(block) + split_keys;
+    return end < warp.args.width ? end : warp.args.width;
+  }
+  // Warp w's result: the output (one range) or its range's part.
+  MNEME_HD void Finish(int64_t block, int w, int lane,
+                       const AttentionLane& s) const {
+    const int64_t item = Item(GroupItem(block), w);
+    if (splits <= 1) {
+      warp.Finish(item, lane, s);
+      return;
+    }
+    SparseAttentionWarpOp part = warp;
+    part.args.out = part_out;
+    part.args.lse = part_lse;
+    part.args.sink = nullptr;
+    part.Finish(item * splits + block % splits, lane, s);
   }
   // Warp w's (query, head) item of SparseAttentionWarpOp (-1: none).
   MNEME_HD int64_t Item(int64_t group_item, int w) const {
@@ -1533,10 +1573,11 @@ struct SparseAttentionBlockOp {
     }
   }
 
-  // The block of `group_item` on the host: each phase for every thread (or
-  // every warp's lanes) in turn; on a device, cuda_kernels.cu's kernel runs
-  // them with a barrier around each tile's load.
-  void operator()(int64_t group_item) const {
+  // Block `block` on the host: each phase for every thread (or every
+  // warp's lanes) in turn; on a device, cuda_kernels.cu's kernel runs them
+  // with a barrier around each tile's load.
+  void operator()(int64_t block) const {
+    const int64_t group_item = GroupItem(block);
     // NaN where nothing is loaded: a read of a missing key or of a value
     // past hd shows in the output.
     AttentionKeyTile tile;
@@ -1549,7 +1590,8 @@ struct SparseAttentionBlockOp {
       if (item < 0) continue;
       for (int l = 0; l < kWarpLanes; ++l) warp.Begin(item, l, lanes[w][l]);
     }
-    for (int64_t j0 = 0; j0 < warp.args.width; j0 += kAttentionTileKeys) {
+    for (int64_t j0 = FirstKey(block); j0 < EndKey(block);
+         j0 += kAttentionTileKeys) {
       for (int t = 0; t < block_heads * kWarpLanes; ++t) {
         LoadTile(group_item, j0, t, tile);
       }
@@ -1567,10 +1609,80 @@ struct SparseAttentionBlockOp {
       }
     }
     for (int w = 0; w < block_heads; ++w) {
-      const int64_t item = Item(group_item, w);
-      if (item < 0) continue;
-      for (int l = 0; l < kWarpLanes; ++l) warp.Finish(item, l, lanes[w][l]);
+      if (Item(group_item, w) < 0) continue;
+      for (int l = 0; l < kWarpLanes; ++l) Finish(block, w, l, lanes[w][l]);
     }
+  }
+};
+
+// The split of SparseAttentionBlockOp's lists over the keys: below
+// kAttentionSplitBlocks blocks (a GPU's multiprocessors each want one or
+// two), lists of at least 2 * kAttentionSplitMinKeys keys go in ranges of
+// at least kAttentionSplitMinKeys (whole tiles), as many as bring the
+// blocks up to kAttentionSplitBlocks. splits == 1: no split.
+inline constexpr int64_t kAttentionSplitBlocks = 128;
+inline constexpr int64_t kAttentionSplitMinKeys = 64;
+struct AttentionSplit {
+  int32_t splits = 1;
+  int64_t split_keys = 0;
+};
+MNEME_HD inline AttentionSplit ChooseAttentionSplit(int64_t blocks,
+                                                    int64_t width) {
+  AttentionSplit split;
+  if (blocks <= 0 || blocks >= kAttentionSplitBlocks ||
+      width < 2 * kAttentionSplitMinKeys) {
+    return split;
+  }
+  int64_t n = (kAttentionSplitBlocks + blocks - 1) / blocks;
+  if (n > width / kAttentionSplitMinKeys) n = width / kAttentionSplitMinKeys;
+  int64_t keys = (width + n - 1) / n;
+  keys =
+      (keys + kAttentionTileKeys - 1) / kAttentionTileKeys * kAttentionTileKeys;
+  n = (width + keys - 1) / keys;
+  if (n < 2) return split;
+  split.splits = static_cast<int32_t>(n);
+  split.split_keys = keys;
+  return split;
+}
+
+// The ranges of a split SparseAttentionBlockOp into the output: per (query,
+// head) the log-sum-exp of its ranges' (lse[t, h]; -inf when no range has
+// a key, the output then 0), and out = sum over ranges of exp(lse_range -
+// lse) * the range's output, times the sink's gate as SparseAttentionOp
+// applies it. item = (t * heads + h) * hd + e.
+struct SparseAttentionMergeOp {
+  const float* part_out = nullptr;  // [T * heads * splits, hd]
+  const float* part_lse = nullptr;  // [T * heads * splits]
+  int32_t splits = 1;
+  int64_t heads = 0;
+  int64_t hd = 0;
+  const float* sink = nullptr;  // null: none
+  float* out = nullptr;         // [T, heads * hd]
+  float* lse = nullptr;         // [T, heads]
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t th = item / hd;
+    const int64_t e = item % hd;
+    const float* l = part_lse + th * splits;
+    float m = -INFINITY;
+    for (int s = 0; s < splits; ++s) m = Maxf(m, l[s]);
+    if (!(m > -INFINITY)) {
+      out[item] = 0.0f;
+      if (e == 0) lse[th] = -INFINITY;
+      return;
+    }
+    float sum = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      if (l[s] > -INFINITY) sum += Expf(l[s] - m);
+    }
+    const float total = m + Logf(sum);
+    float v = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      if (l[s] > -INFINITY) {
+        v += Expf(l[s] - total) * part_out[(th * splits + s) * hd + e];
+      }
+    }
+    if (e == 0) lse[th] = total;
+    out[item] = sink != nullptr ? v * Sigmoidf(total - sink[th % heads]) : v;
   }
 };
 
@@ -3142,6 +3254,7 @@ struct TopKEmitOp {
   X(DcpWeighOp)             \
   X(SparseAttentionOp)      \
   X(SparseAttentionBlockOp) \
+  X(SparseAttentionMergeOp) \
   X(IndexScoresOp)          \
   X(IndexScoresTiledOp)     \
   X(SoftmaxPoolOp)          \

@@ -716,6 +716,148 @@ TEST(SparseAttentionBlockOpTest, EqualsTheWarpOpBitForBit) {
   }
 }
 
+// A split goes in ranges of whole tiles, at least kAttentionSplitMinKeys
+// keys each, that cover the list with none empty, and only while the blocks
+// are fewer than kAttentionSplitBlocks, bringing them up to about that.
+TEST(SparseAttentionSplitTest, RangesOfWholeTilesCoverTheList) {
+  for (int64_t blocks = 0; blocks <= 2 * kAttentionSplitBlocks; ++blocks) {
+    for (int64_t width = 0; width <= 3000; width += 7) {
+      const AttentionSplit split = ChooseAttentionSplit(blocks, width);
+      const bool splits = blocks > 0 && blocks < kAttentionSplitBlocks &&
+                          width >= 2 * kAttentionSplitMinKeys;
+      ASSERT_EQ(split.splits > 1, splits) << blocks << " " << width;
+      if (!splits) {
+        ASSERT_EQ(split.splits, 1);
+        continue;
+      }
+      ASSERT_EQ(split.split_keys % kAttentionTileKeys, 0);
+      ASSERT_GE(split.split_keys, kAttentionSplitMinKeys);
+      ASSERT_LT((split.splits - 1) * split.split_keys, width);
+      ASSERT_GE(split.splits * split.split_keys, width);
+      ASSERT_LT(blocks * split.splits, kAttentionSplitBlocks + blocks);
+    }
+  }
+  // V4-Flash decode: 64 heads (8 blocks of 8) over 128 + 512 keys.
+  const AttentionSplit v4 = ChooseAttentionSplit(8, 640);
+  EXPECT_EQ(v4.splits, 10);
+  EXPECT_EQ(v4.split_keys, 64);
+}
+
+// Split attention (the blocks over ranges of each list, then the merge)
+// gives the whole list's output and log-sum-exp (the unsplit block op's)
+// within float rounding, with and without the sink; a query without keys
+// gives zeros and -inf, and so does a range without keys inside a query
+// that has some (it weighs nothing); nothing past the outputs is written.
+TEST(SparseAttentionSplitTest, MergedRangesAreTheWholeList) {
+  struct Shape {
+    int64_t heads, hd, tokens, width, split_keys;
+  };
+  const std::vector<Shape> shapes = {{64, 512, 1, 640, 64},
+                                     {16, 512, 2, 300, 64},
+                                     {3, 33, 3, 70, 8},
+                                     {9, 100, 2, 129, 16},
+                                     {1, 1, 1, 9, 8}};
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (int trial = 0; trial < 2 * static_cast<int>(shapes.size()); ++trial) {
+    const Shape shape = shapes[trial % shapes.size()];
+    const bool with_sink = trial >= static_cast<int>(shapes.size());
+    const auto splits = static_cast<int32_t>(
+        (shape.width + shape.split_keys - 1) / shape.split_keys);
+    SCOPED_TRACE(testing::Message()
+                 << shape.heads << " heads of " << shape.hd << ", "
+                 << shape.tokens << " queries of " << shape.width << " keys, "
+                 << splits << " ranges" << (with_sink ? ", sink" : ""));
+    const int64_t keys = 700;
+    std::vector<float> q(shape.tokens * shape.heads * shape.hd);
+    std::vector<float> kv(keys * shape.hd);
+    std::vector<float> sink(shape.heads);
+    for (float& v : q) v = 4.0f * value(rng);
+    for (float& v : kv) v = value(rng);
+    for (float& v : sink) v = value(rng);
+    std::vector<int32_t> idx(shape.tokens * shape.width);
+    std::uniform_int_distribution<int32_t> row(-1, keys - 1);
+    for (int32_t& r : idx) r = row(rng);
+    // Query 0's first range has no keys; the last query (of several) none.
+    std::fill_n(idx.begin(), std::min(shape.split_keys, shape.width), -1);
+    if (shape.tokens > 1) {
+      std::fill(idx.end() - shape.width, idx.end(), -1);
+    }
+    const int64_t outputs = shape.tokens * shape.heads * shape.hd;
+    const int64_t lses = shape.tokens * shape.heads;
+    std::vector<float> want_out(outputs), want_lse(lses);
+    SparseAttentionBlockOp whole{
+        .warp = {.args = {.q = q.data(),
+                          .kv = kv.data(),
+                          .idx = idx.data(),
+                          .width = shape.width,
+                          .heads = shape.heads,
+                          .hd = shape.hd,
+                          .scale = 0.3f,
+                          .sink = with_sink ? sink.data() : nullptr,
+                          .out = want_out.data(),
+                          .lse = want_lse.data()}},
+        .block_heads = static_cast<int32_t>(
+            std::min<int64_t>(shape.heads, kAttentionBlockHeads))};
+    for (int64_t b = 0; b < whole.Blocks(shape.tokens); ++b) whole(b);
+
+    constexpr int64_t kGuard = 64;
+    const int64_t parts = lses * splits;
+    std::vector<float> part_out(parts * shape.hd + kGuard, std::nanf(""));
+    std::vector<float> part_lse(parts + kGuard, std::nanf(""));
+    std::vector<float> got_out(outputs + kGuard, std::nanf(""));
+    std::vector<float> got_lse(lses + kGuard, std::nanf(""));
+    for (std::vector<float>* v : {&part_out, &part_lse, &got_out, &got_lse}) {
+      std::fill(v->end() - kGuard, v->end(), 7.0f);
+    }
+    SparseAttentionBlockOp split = whole;
+    split.splits = splits;
+    split.split_keys = shape.split_keys;
+    split.part_out = part_out.data();
+    split.part_lse = part_lse.data();
+    split.warp.args.out = nullptr;  // the ranges write only their parts
+    split.warp.args.lse = nullptr;
+    ASSERT_EQ(split.Blocks(shape.tokens), whole.Blocks(shape.tokens) * splits);
+    for (int64_t b = split.Blocks(shape.tokens) - 1; b >= 0; --b) split(b);
+    const SparseAttentionMergeOp merge{
+        .part_out = part_out.data(),
+        .part_lse = part_lse.data(),
+        .splits = splits,
+        .heads = shape.heads,
+        .hd = shape.hd,
+        .sink = with_sink ? sink.data() : nullptr,
+        .out = got_out.data(),
+        .lse = got_lse.data()};
+    for (int64_t i = outputs - 1; i >= 0; --i) merge(i);
+
+    for (int64_t i = 0; i < kGuard; ++i) {
+      ASSERT_EQ(part_out[parts * shape.hd + i], 7.0f);
+      ASSERT_EQ(part_lse[parts + i], 7.0f);
+      ASSERT_EQ(got_out[outputs + i], 7.0f);
+      ASSERT_EQ(got_lse[lses + i], 7.0f);
+    }
+    // Query 0's first range: no keys, zeros and -inf.
+    ASSERT_EQ(part_lse[0], -std::numeric_limits<float>::infinity());
+    ASSERT_EQ(part_out[0], 0.0f);
+    for (int64_t i = 0; i < lses; ++i) {
+      if (std::isinf(want_lse[i])) {
+        ASSERT_EQ(got_lse[i], want_lse[i]) << "log-sum-exp " << i;
+      } else {
+        ASSERT_NEAR(got_lse[i], want_lse[i], 1e-5f * std::abs(want_lse[i]))
+            << "log-sum-exp " << i;
+      }
+    }
+    for (int64_t i = 0; i < outputs; ++i) {
+      ASSERT_NEAR(got_out[i], want_out[i], 1e-5f) << "output " << i;
+    }
+    if (shape.tokens > 1) {
+      for (int64_t i = outputs - shape.heads * shape.hd; i < outputs; ++i) {
+        ASSERT_EQ(got_out[i], 0.0f);
+      }
+    }
+  }
+}
+
 // The tiled indexer scores (the block's phases run thread after thread)
 // write every score once and nothing past it, equal to IndexScoresOp up to
 // the order of the sum over the heads: NaN where it has NaN, the same
