@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -52,6 +53,72 @@ constexpr int64_t kMaxStagedInFlight = 1024;
 // failed launch or copy is kept for good: Synchronize reports it from then
 // on (the device's context is then usually unusable; the process
 // restarts).
+// KernelTimer by pairs of timing events around each launch on a stream.
+class CudaKernelTimer final : public KernelTimer {
+ public:
+  CudaKernelTimer(int device, cudaStream_t stream)
+      : device_(device), stream_(stream) {}
+  ~CudaKernelTimer() override {
+    cudaSetDevice(device_);
+    for (const auto& [start, end] : marks_) {
+      cudaEventDestroy(start);
+      cudaEventDestroy(end);
+    }
+  }
+  CudaKernelTimer(const CudaKernelTimer&) = delete;
+  CudaKernelTimer& operator=(const CudaKernelTimer&) = delete;
+
+  void Enable(bool on) override { on_ = on; }
+  void Reset() override { used_ = 0; }
+  int64_t Launches() const override { return used_; }
+  absl::StatusOr<double> Seconds() override {
+    cudaSetDevice(device_);
+    if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) {
+      return CudaStatus(e, "cudaStreamSynchronize");
+    }
+    double seconds = 0.0;
+    for (int64_t i = 0; i < used_; ++i) {
+      float ms = 0.0f;
+      if (cudaError_t e =
+              cudaEventElapsedTime(&ms, marks_[i].first, marks_[i].second);
+          e != cudaSuccess) {
+        return CudaStatus(e, "cudaEventElapsedTime");
+      }
+      seconds += ms / 1e3;
+    }
+    return seconds;
+  }
+
+  // Before a launch on the stream: whether it is timed (After must follow).
+  bool Before() {
+    if (!on_ || used_ >= kMaxLaunches) return false;
+    if (used_ == static_cast<int64_t>(marks_.size())) {
+      cudaEvent_t start = nullptr;
+      cudaEvent_t end = nullptr;
+      if (cudaEventCreate(&start) != cudaSuccess ||
+          cudaEventCreate(&end) != cudaSuccess) {
+        cudaGetLastError();
+        if (start != nullptr) cudaEventDestroy(start);
+        return false;
+      }
+      marks_.emplace_back(start, end);
+    }
+    return cudaEventRecord(marks_[used_].first, stream_) == cudaSuccess;
+  }
+  void After() {
+    if (cudaEventRecord(marks_[used_].second, stream_) == cudaSuccess) {
+      ++used_;
+    }
+  }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+  bool on_ = false;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> marks_;
+  int64_t used_ = 0;
+};
+
 class CudaExecutor final : public Executor {
  public:
   static absl::StatusOr<std::unique_ptr<CudaExecutor>> Create(int device) {
@@ -117,6 +184,14 @@ class CudaExecutor final : public Executor {
   }
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  // The timer of this executor's launches (made on the first call).
+  std::shared_ptr<CudaKernelTimer> Timer() {
+    if (timer_ == nullptr) {
+      timer_ = std::make_shared<CudaKernelTimer>(device_, stream_);
+    }
+    return timer_;
+  }
 
   std::string name() const override { return absl::StrCat("cuda:", device_); }
 
@@ -226,8 +301,10 @@ class CudaExecutor final : public Executor {
 #define MNEME_CUDA_RUN(Op)                                             \
   void Run(const kernels::Op& op, int64_t items) override {            \
     Use();                                                             \
+    const bool timed = timer_ != nullptr && timer_->Before();          \
     Keep(static_cast<cudaError_t>(cuda::LaunchOp(op, items, stream_)), \
          "launch of " #Op);                                            \
+    if (timed) timer_->After();                                        \
   }
   MNEME_KERNEL_OPS(MNEME_CUDA_RUN)
 #undef MNEME_CUDA_RUN
@@ -321,6 +398,7 @@ class CudaExecutor final : public Executor {
   std::vector<cudaEvent_t> events_;
   std::vector<uint64_t> free_events_;
   absl::Status status_;
+  std::shared_ptr<CudaKernelTimer> timer_;
 };
 
 }  // namespace
@@ -333,6 +411,22 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
   absl::StatusOr<std::unique_ptr<CudaExecutor>> executor =
       CudaExecutor::Create(device);
   if (!executor.ok()) return executor.status();
+  return std::make_unique<KernelBackend>(*std::move(executor));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
+    int device, std::shared_ptr<KernelTimer>* timer) {
+  if (timer == nullptr) {
+    return absl::InvalidArgumentError("CreateCudaBackend: no timer to set");
+  }
+  if (device < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device index must be >= 0, got ", device));
+  }
+  absl::StatusOr<std::unique_ptr<CudaExecutor>> executor =
+      CudaExecutor::Create(device);
+  if (!executor.ok()) return executor.status();
+  *timer = (*executor)->Timer();
   return std::make_unique<KernelBackend>(*std::move(executor));
 }
 

@@ -19,4 +19,12 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
       "this build has no CUDA backend: build with --config=cuda");
 }
 
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
+    int device, std::shared_ptr<KernelTimer>* timer) {
+  if (timer == nullptr) {
+    return absl::InvalidArgumentError("CreateCudaBackend: no timer to set");
+  }
+  return CreateCudaBackend(device);
+}
+
 }  // namespace mneme::gpu

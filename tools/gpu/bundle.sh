@@ -21,6 +21,7 @@ cd "$root"
 # label -> binary name in the bundle
 targets=(
   //tests/gpu:device_info_test
+  //tests/gpu/cuda:kernel_timer_test
   //tests/gpu/comm:nccl_communicator_test
   //tests/gpu/backend_conformance:attention_test
   //tests/gpu/backend_conformance:codebook_weights_test

@@ -59,7 +59,7 @@ run() {  # run SECONDS NAME ARGS... (stdout and stderr to RESULTS/NAME.log)
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
 } >> "$log"
 
-tests=(device_info_test nccl_communicator_test memory_weights_test
+tests=(device_info_test kernel_timer_test nccl_communicator_test memory_weights_test
        norms_rope_test attention_test hc_engram_test moe_test sampling_test
        codebook_weights_test backends_model_test)
 entries=()

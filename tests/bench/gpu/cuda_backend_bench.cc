@@ -5,7 +5,9 @@
 // scores at decode against a device memcpy of the key bytes, and Linear of
 // 16 and 512 tokens (the tiled kernel) against 1 token: how many times
 // cheaper a token is when the weight is decoded once for many (1.0 = no
-// gain), with prefill tokens per second. Prints one JSON object.
+// gain), with prefill tokens per second; and a decode step of the tiny
+// V4-Flash and V4.1-Flash checkpoints over the sum of its kernels' device
+// times (launch overhead). Prints one JSON object.
 //
 //   cuda_backend_bench [--device=N] [--iters=N]
 //
@@ -16,9 +18,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -28,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -37,6 +43,10 @@
 #include "gpu/backend.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/sampling.h"
+#include "model/model.h"
+#include "model/step_io.h"
+#include "services/worker/local_model.h"
+#include "tools/synthetic/release_checkpoint.h"
 
 ABSL_FLAG(int, device, 0, "CUDA device index.");
 ABSL_FLAG(int, iters, 50, "Timed repetitions of each measurement.");
@@ -318,7 +328,113 @@ std::string SampleFields(Backend& backend, int iters, std::mt19937& rng,
   return "";
 }
 
-std::string Run(Backend& backend, int iters) {
+// A decode step of the tiny V4-Flash and V4.1-Flash checkpoints (made here,
+// in a temporary folder) on the device: its time on the host (the step as
+// served: the token drawn on the device, only it comes back) over the sum
+// of its kernels' device times (the same number of steps timed kernel by
+// kernel right after), and its launches. The tiny models do next to no
+// arithmetic, so the ratio is the launch and host overhead a step pays
+// beyond its kernels, which CUDA graphs remove. Returns an error or "".
+std::string StepFields(int device, int steps,
+                       std::vector<std::string>& fields) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string base =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/mneme-step-bench-XXXXXX");
+  if (mkdtemp(base.data()) == nullptr) return "no temporary folder";
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  } cleanup{base};
+  for (const auto& [arch, name] :
+       std::vector<std::pair<synthetic::ReleaseArch, const char*>>{
+           {synthetic::ReleaseArch::kV4Flash, "v4flash"},
+           {synthetic::ReleaseArch::kV41Flash, "v41flash"}}) {
+    synthetic::ReleaseCheckpointOptions c;
+    c.out_dir = absl::StrCat(base, "/", name);
+    c.arch = arch;
+    c.seed = 5;
+    c.threads = 1;
+    if (const absl::Status st = synthetic::MakeReleaseCheckpoint(c); !st.ok()) {
+      return absl::StrCat(name, " checkpoint: ", st.message());
+    }
+    std::shared_ptr<KernelTimer> timer;
+    worker::LocalModelOptions o;
+    o.checkpoint_dir = c.out_dir;
+    o.threads = 1;
+    o.make_backend = [&]() { return CreateCudaBackend(device, &timer); };
+    o.model.kv_cache.budget_bytes = 64 << 20;
+    absl::StatusOr<std::unique_ptr<worker::LocalModel>> local =
+        worker::LocalModel::Create(o);
+    if (!local.ok()) return absl::StrCat(name, ": ", local.status().message());
+    model::Model& m = (*local)->model();
+    // A 96-token prompt, then one greedy token a step.
+    model::StepInput prefill;
+    model::SequenceChunk& chunk = prefill.chunks.emplace_back();
+    chunk.sequence_id = 1;
+    for (int i = 0; i < 96; ++i)
+      chunk.tokens.push_back(3 + (i * 37 + 11) % 500);
+    chunk.logits = model::SequenceChunk::Logits::kNone;
+    chunk.sample = true;
+    int64_t position = 0;
+    int64_t next = 0;
+    const auto step = [&](model::StepInput& in) -> absl::Status {
+      absl::StatusOr<model::StepOutput> out = m.Step(in);
+      if (!out.ok()) return out.status();
+      if (out->sampled.size() != 1) {
+        return absl::InternalError("no token drawn");
+      }
+      position += static_cast<int64_t>(in.chunks[0].tokens.size());
+      next = out->sampled[0].id;
+      return absl::OkStatus();
+    };
+    const auto decode = [&](int n) -> absl::Status {
+      for (int i = 0; i < n; ++i) {
+        model::StepInput in;
+        model::SequenceChunk& c = in.chunks.emplace_back();
+        c.sequence_id = 1;
+        c.tokens = {next};
+        c.start_position = position;
+        c.logits = model::SequenceChunk::Logits::kNone;
+        c.sample = true;
+        if (absl::Status st = step(in); !st.ok()) return st;
+      }
+      return absl::OkStatus();
+    };
+    if (absl::Status st = step(prefill); !st.ok()) {
+      return absl::StrCat(name, ": ", st.message());
+    }
+    if (absl::Status st = decode(3); !st.ok()) {  // warm-up
+      return absl::StrCat(name, ": ", st.message());
+    }
+    const absl::Time start = absl::Now();
+    if (absl::Status st = decode(steps); !st.ok()) {
+      return absl::StrCat(name, ": ", st.message());
+    }
+    const double step_s = absl::ToDoubleSeconds(absl::Now() - start) / steps;
+    timer->Reset();
+    timer->Enable(true);
+    const absl::Status timed = decode(steps);
+    timer->Enable(false);
+    const absl::StatusOr<double> kernel_s = timer->Seconds();
+    if (!timed.ok() || !kernel_s.ok()) {
+      return absl::StrCat(name, ": ",
+                          (timed.ok() ? kernel_s.status() : timed).message());
+    }
+    const double per_step = *kernel_s / steps;
+    fields.push_back(absl::StrCat("\"step_", name, "_over_kernels\": ",
+                                  per_step > 0.0 ? step_s / per_step : -1.0));
+    fields.push_back(absl::StrCat(
+        "\"step_", name,
+        "_launches\": ", static_cast<double>(timer->Launches()) / steps));
+    fields.push_back(absl::StrCat("\"step_", name, "_ms\": ", step_s * 1e3));
+  }
+  return "";
+}
+
+std::string Run(Backend& backend, int device, int iters) {
   std::mt19937 rng(1);
   std::vector<std::string> fields;
   constexpr int64_t kRows = 4096;
@@ -458,6 +574,11 @@ std::string Run(Backend& backend, int iters) {
       !error.empty()) {
     return absl::StrCat("{\"error\": \"", error, "\"}");
   }
+  // A failed step measurement keeps the other fields.
+  if (std::string error = StepFields(device, iters, fields); !error.empty()) {
+    absl::StrReplaceAll({{"\\", "\\\\"}, {"\"", "\\\""}}, &error);
+    fields.push_back(absl::StrCat("\"step_error\": \"", error, "\""));
+  }
   return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
 }
 
@@ -473,7 +594,8 @@ int main(int argc, char** argv) {
                 std::string(backend.status().message()).c_str());
     return 0;
   }
-  std::printf("%s\n",
-              mneme::gpu::Run(**backend, absl::GetFlag(FLAGS_iters)).c_str());
+  std::printf("%s\n", mneme::gpu::Run(**backend, absl::GetFlag(FLAGS_device),
+                                      absl::GetFlag(FLAGS_iters))
+                          .c_str());
   return 0;
 }
