@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "gpu/backend.h"
@@ -35,6 +37,14 @@ class KernelTimer {
   // Waits for them and returns their device seconds, summed; an error when
   // the device failed.
   virtual absl::StatusOr<double> Seconds() = 0;
+  // The same per kind of kernel (its op, e.g. "LinearOp"), the most device
+  // time first.
+  struct OpTime {
+    std::string op;
+    int64_t launches = 0;
+    double seconds = 0.0;
+  };
+  virtual absl::StatusOr<std::vector<OpTime>> ByOp() = 0;
 };
 
 // CreateCudaBackend, with *timer (not null) set to the backend's kernel

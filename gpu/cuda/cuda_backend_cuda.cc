@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -10,10 +11,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 #include "gpu/backend.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/cuda/cuda_kernels.h"
@@ -72,11 +75,17 @@ class CudaKernelTimer final : public KernelTimer {
   void Reset() override { used_ = 0; }
   int64_t Launches() const override { return used_; }
   absl::StatusOr<double> Seconds() override {
+    ASSIGN_OR_RETURN(std::vector<OpTime> ops, ByOp());
+    double seconds = 0.0;
+    for (const OpTime& op : ops) seconds += op.seconds;
+    return seconds;
+  }
+  absl::StatusOr<std::vector<OpTime>> ByOp() override {
     cudaSetDevice(device_);
     if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) {
       return CudaStatus(e, "cudaStreamSynchronize");
     }
-    double seconds = 0.0;
+    absl::flat_hash_map<const char*, OpTime> by_op;
     for (int64_t i = 0; i < used_; ++i) {
       float ms = 0.0f;
       if (cudaError_t e =
@@ -84,13 +93,23 @@ class CudaKernelTimer final : public KernelTimer {
           e != cudaSuccess) {
         return CudaStatus(e, "cudaEventElapsedTime");
       }
-      seconds += ms / 1e3;
+      OpTime& op = by_op[ops_[i]];
+      op.op = ops_[i];
+      ++op.launches;
+      op.seconds += ms / 1e3;
     }
-    return seconds;
+    std::vector<OpTime> out;
+    out.reserve(by_op.size());
+    for (auto& [name, op] : by_op) out.push_back(std::move(op));
+    std::sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) {
+      return a.seconds != b.seconds ? a.seconds > b.seconds : a.op < b.op;
+    });
+    return out;
   }
 
-  // Before a launch on the stream: whether it is timed (After must follow).
-  bool Before() {
+  // Before a launch of `op` (a name that outlives the timer) on the stream:
+  // whether it is timed (After must follow).
+  bool Before(const char* op) {
     if (!on_ || used_ >= kMaxLaunches) return false;
     if (used_ == static_cast<int64_t>(marks_.size())) {
       cudaEvent_t start = nullptr;
@@ -102,7 +121,9 @@ class CudaKernelTimer final : public KernelTimer {
         return false;
       }
       marks_.emplace_back(start, end);
+      ops_.push_back(nullptr);
     }
+    ops_[used_] = op;
     return cudaEventRecord(marks_[used_].first, stream_) == cudaSuccess;
   }
   void After() {
@@ -116,6 +137,7 @@ class CudaKernelTimer final : public KernelTimer {
   cudaStream_t stream_;
   bool on_ = false;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> marks_;
+  std::vector<const char*> ops_;  // the op of each mark
   int64_t used_ = 0;
 };
 
@@ -301,7 +323,7 @@ class CudaExecutor final : public Executor {
 #define MNEME_CUDA_RUN(Op)                                             \
   void Run(const kernels::Op& op, int64_t items) override {            \
     Use();                                                             \
-    const bool timed = timer_ != nullptr && timer_->Before();          \
+    const bool timed = timer_ != nullptr && timer_->Before(#Op);       \
     Keep(static_cast<cudaError_t>(cuda::LaunchOp(op, items, stream_)), \
          "launch of " #Op);                                            \
     if (timed) timer_->After();                                        \

@@ -419,9 +419,14 @@ std::string StepFields(int device, int steps,
     const absl::Status timed = decode(steps);
     timer->Enable(false);
     const absl::StatusOr<double> kernel_s = timer->Seconds();
-    if (!timed.ok() || !kernel_s.ok()) {
-      return absl::StrCat(name, ": ",
-                          (timed.ok() ? kernel_s.status() : timed).message());
+    const absl::StatusOr<std::vector<KernelTimer::OpTime>> ops = timer->ByOp();
+    if (!timed.ok()) return absl::StrCat(name, ": ", timed.message());
+    if (!kernel_s.ok()) {
+      return absl::StrCat(name, ": ", kernel_s.status().message());
+    }
+    if (!ops.ok()) return absl::StrCat(name, ": ", ops.status().message());
+    if (timer->Launches() >= KernelTimer::kMaxLaunches) {
+      return absl::StrCat(name, ": more launches than the timer keeps");
     }
     const double per_step = *kernel_s / steps;
     fields.push_back(absl::StrCat("\"step_", name, "_over_kernels\": ",
@@ -430,6 +435,18 @@ std::string StepFields(int device, int steps,
         "\"step_", name,
         "_launches\": ", static_cast<double>(timer->Launches()) / steps));
     fields.push_back(absl::StrCat("\"step_", name, "_ms\": ", step_s * 1e3));
+    // Where the kernels' time goes: the 8 kinds of kernel that take the
+    // most, each as its share of the kernels' time and launches a step.
+    std::vector<std::string> top;
+    for (size_t i = 0; i < ops->size() && i < 8; ++i) {
+      const KernelTimer::OpTime& op = (*ops)[i];
+      top.push_back(absl::StrCat(
+          op.op, " ",
+          absl::SixDigits(*kernel_s > 0.0 ? op.seconds / *kernel_s : 0.0), " x",
+          absl::SixDigits(static_cast<double>(op.launches) / steps)));
+    }
+    fields.push_back(absl::StrCat("\"step_", name, "_ops\": \"",
+                                  absl::StrJoin(top, ", "), "\""));
   }
   return "";
 }

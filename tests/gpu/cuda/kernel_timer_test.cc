@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -89,6 +90,27 @@ TEST(KernelTimerTest, TimesTheLaunchesMadeWhileEnabled) {
   const absl::StatusOr<double> seconds = timer->Seconds();
   ASSERT_TRUE(seconds.ok()) << seconds.status();
   EXPECT_GT(*seconds, 0.0);
+  // Per kind of kernel: every timed launch once, the most time first, and
+  // a one-token Linear's kernel among them.
+  const absl::StatusOr<std::vector<KernelTimer::OpTime>> ops = timer->ByOp();
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  int64_t op_launches = 0;
+  double op_seconds = 0.0;
+  bool has_linear = false;
+  for (size_t i = 0; i < ops->size(); ++i) {
+    const KernelTimer::OpTime& op = (*ops)[i];
+    EXPECT_FALSE(op.op.empty());
+    EXPECT_GT(op.launches, 0);
+    if (i > 0) {
+      EXPECT_LE(op.seconds, (*ops)[i - 1].seconds);
+    }
+    op_launches += op.launches;
+    op_seconds += op.seconds;
+    has_linear = has_linear || op.op == "LinearOp";
+  }
+  EXPECT_EQ(op_launches, launches);
+  EXPECT_NEAR(op_seconds, *seconds, 1e-9 + 1e-6 * *seconds);
+  EXPECT_TRUE(has_linear);
   EXPECT_EQ(result(), untimed);
   timer->Reset();
   EXPECT_EQ(timer->Launches(), 0);
