@@ -21,9 +21,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
 
 // The device time of the kernels a CUDA backend launches, for benchmarks (a
 // decode step against the sum of its kernels). While enabled, each launch
-// is bracketed by two events on the backend's stream, which costs the host
-// a little; at most kMaxLaunches launches are timed between Resets. Used
-// on the backend's thread, while the backend lives.
+// is bracketed by two events on the backend's stream, behind a short gate
+// kernel that holds the stream until the launch is queued (so the time the
+// host takes to queue it is not counted); timed work runs slower. At most
+// kMaxLaunches launches are timed between Resets. Used on the backend's
+// thread; once the backend is gone, Seconds and ByOp fail.
 class KernelTimer {
  public:
   static constexpr int64_t kMaxLaunches = int64_t{1} << 16;

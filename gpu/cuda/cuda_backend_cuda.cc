@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -57,16 +58,42 @@ constexpr int64_t kMaxStagedInFlight = 1024;
 // on (the device's context is then usually unusable; the process
 // restarts).
 // KernelTimer by pairs of timing events around each launch on a stream.
+// A start event recorded while the device waits for the host would
+// complete at once and count the time the host takes to queue the launch as
+// the kernel's; so, where mapped pinned memory can be had, each timed
+// launch is preceded by a gate kernel that holds the stream until the host
+// raises a flag after queueing the launch (at most kGateNs a launch).
 class CudaKernelTimer final : public KernelTimer {
  public:
+  static constexpr int64_t kGateNs = 20'000'000;
+
   CudaKernelTimer(int device, cudaStream_t stream)
-      : device_(device), stream_(stream) {}
+      : device_(device), stream_(stream) {
+    void* flag = nullptr;
+    void* device_flag = nullptr;
+    if (cudaHostAlloc(&flag, sizeof(uint64_t), cudaHostAllocMapped) ==
+            cudaSuccess &&
+        cudaHostGetDevicePointer(&device_flag, flag, 0) == cudaSuccess) {
+      flag_ = static_cast<volatile uint64_t*>(flag);
+      *flag_ = 0;
+      device_flag_ = static_cast<const volatile uint64_t*>(device_flag);
+    } else {
+      cudaGetLastError();
+      if (flag != nullptr) cudaFreeHost(flag);
+    }
+  }
   ~CudaKernelTimer() override {
     cudaSetDevice(device_);
     for (const auto& [start, end] : marks_) {
       cudaEventDestroy(start);
       cudaEventDestroy(end);
     }
+    if (flag_ != nullptr) cudaFreeHost(const_cast<uint64_t*>(flag_));
+  }
+  // The executor's stream is going away: nothing more to time or wait for.
+  void Detach() {
+    stream_ = nullptr;
+    on_ = false;
   }
   CudaKernelTimer(const CudaKernelTimer&) = delete;
   CudaKernelTimer& operator=(const CudaKernelTimer&) = delete;
@@ -81,6 +108,9 @@ class CudaKernelTimer final : public KernelTimer {
     return seconds;
   }
   absl::StatusOr<std::vector<OpTime>> ByOp() override {
+    if (stream_ == nullptr) {
+      return absl::FailedPreconditionError("kernel timer: its backend is gone");
+    }
     cudaSetDevice(device_);
     if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) {
       return CudaStatus(e, "cudaStreamSynchronize");
@@ -124,11 +154,19 @@ class CudaKernelTimer final : public KernelTimer {
       ops_.push_back(nullptr);
     }
     ops_[used_] = op;
+    gated_ = device_flag_ != nullptr &&
+             cuda::LaunchGate(device_flag_, gates_ + 1, kGateNs, stream_) == 0;
+    if (gated_) ++gates_;
     return cudaEventRecord(marks_[used_].first, stream_) == cudaSuccess;
   }
+  // After the launch Before timed is queued (even when it failed).
   void After() {
     if (cudaEventRecord(marks_[used_].second, stream_) == cudaSuccess) {
       ++used_;
+    }
+    if (gated_) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      *flag_ = gates_;
     }
   }
 
@@ -139,6 +177,12 @@ class CudaKernelTimer final : public KernelTimer {
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> marks_;
   std::vector<const char*> ops_;  // the op of each mark
   int64_t used_ = 0;
+  // The gate's flag (host and device addresses; null: no gates), the gates
+  // queued so far, and whether the launch being timed has one.
+  volatile uint64_t* flag_ = nullptr;
+  const volatile uint64_t* device_flag_ = nullptr;
+  uint64_t gates_ = 0;
+  bool gated_ = false;
 };
 
 class CudaExecutor final : public Executor {
@@ -191,6 +235,7 @@ class CudaExecutor final : public Executor {
   }
 
   ~CudaExecutor() override {
+    if (timer_ != nullptr) timer_->Detach();
     cudaSetDevice(device_);
     for (cudaStream_t s : {stream_, copy_stream_}) {
       if (s != nullptr) {
@@ -320,13 +365,13 @@ class CudaExecutor final : public Executor {
   }
   absl::Status status() const override { return status_; }
 
-#define MNEME_CUDA_RUN(Op)                                             \
-  void Run(const kernels::Op& op, int64_t items) override {            \
-    Use();                                                             \
-    const bool timed = timer_ != nullptr && timer_->Before(#Op);       \
-    Keep(static_cast<cudaError_t>(cuda::LaunchOp(op, items, stream_)), \
-         "launch of " #Op);                                            \
-    if (timed) timer_->After();                                        \
+#define MNEME_CUDA_RUN(Op)                                                    \
+  void Run(const kernels::Op& op, int64_t items) override {                   \
+    Use();                                                                    \
+    const bool timed = items > 0 && timer_ != nullptr && timer_->Before(#Op); \
+    Keep(static_cast<cudaError_t>(cuda::LaunchOp(op, items, stream_)),        \
+         "launch of " #Op);                                                   \
+    if (timed) timer_->After();                                               \
   }
   MNEME_KERNEL_OPS(MNEME_CUDA_RUN)
 #undef MNEME_CUDA_RUN

@@ -479,4 +479,30 @@ int LaunchImpl(const kernels::GroupedLinearTiledOp& op, int64_t items,
 MNEME_KERNEL_OPS(MNEME_CUDA_LAUNCH_DEFINITION)
 #undef MNEME_CUDA_LAUNCH_DEFINITION
 
+namespace {
+
+__device__ int64_t GlobalNanoseconds() {
+  uint64_t ns = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return static_cast<int64_t>(ns);
+}
+
+__global__ void GateKernel(const volatile uint64_t* flag, uint64_t target,
+                           int64_t max_ns) {
+  const int64_t start = GlobalNanoseconds();
+  while (*flag < target && GlobalNanoseconds() - start < max_ns) {
+    __nanosleep(100);
+  }
+}
+
+}  // namespace
+
+int LaunchGate(const volatile uint64_t* flag, uint64_t target, int64_t max_ns,
+               void* stream) {
+  (void)cudaGetLastError();
+  GateKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(flag, target,
+                                                             max_ns);
+  return static_cast<int>(cudaGetLastError());
+}
+
 }  // namespace mneme::gpu::cuda

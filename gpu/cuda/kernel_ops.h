@@ -1645,11 +1645,12 @@ MNEME_HD inline AttentionSplit ChooseAttentionSplit(int64_t blocks,
   return split;
 }
 
-// The ranges of a split SparseAttentionBlockOp into the output: per (query,
-// head) the log-sum-exp of its ranges' (lse[t, h]; -inf when no range has
-// a key, the output then 0), and out = sum over ranges of exp(lse_range -
-// lse) * the range's output, times the sink's gate as SparseAttentionOp
-// applies it. item = (t * heads + h) * hd + e.
+// The ranges of a split SparseAttentionBlockOp into the output, per
+// (query, head): lse[t, h] the log-sum-exp of its ranges' (-inf when no
+// range has a key, the output then 0; NaN when a range's is NaN, the
+// output then NaN) and out = sum over ranges of exp(lse_range - lse) * the
+// range's output, times the sink's gate as SparseAttentionOp applies it.
+// item = (t * heads + h) * hd + e.
 struct SparseAttentionMergeOp {
   const float* part_out = nullptr;  // [T * heads * splits, hd]
   const float* part_lse = nullptr;  // [T * heads * splits]
@@ -1663,21 +1664,32 @@ struct SparseAttentionMergeOp {
     const int64_t th = item / hd;
     const int64_t e = item % hd;
     const float* l = part_lse + th * splits;
+    // A NaN range (a NaN score) makes the whole (query, head) NaN, as the
+    // unsplit op's online softmax does.
     float m = -INFINITY;
-    for (int s = 0; s < splits; ++s) m = Maxf(m, l[s]);
-    if (!(m > -INFINITY)) {
+    bool nan = false;
+    for (int s = 0; s < splits; ++s) {
+      nan = nan || IsNanf(l[s]);
+      m = Maxf(m, l[s]);
+    }
+    if (nan) {
+      out[item] = NAN;
+      if (e == 0) lse[th] = NAN;
+      return;
+    }
+    if (m == -INFINITY) {
       out[item] = 0.0f;
       if (e == 0) lse[th] = -INFINITY;
       return;
     }
     float sum = 0.0f;
     for (int s = 0; s < splits; ++s) {
-      if (l[s] > -INFINITY) sum += Expf(l[s] - m);
+      if (l[s] != -INFINITY) sum += Expf(l[s] - m);
     }
     const float total = m + Logf(sum);
     float v = 0.0f;
     for (int s = 0; s < splits; ++s) {
-      if (l[s] > -INFINITY) {
+      if (l[s] != -INFINITY) {
         v += Expf(l[s] - total) * part_out[(th * splits + s) * hd + e];
       }
     }

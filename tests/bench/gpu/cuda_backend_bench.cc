@@ -33,7 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -328,6 +328,21 @@ std::string SampleFields(Backend& backend, int iters, std::mt19937& rng,
   return "";
 }
 
+// `text` as the inside of a JSON string: quotes and backslashes escaped,
+// control characters as spaces.
+std::string JsonText(absl::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else {
+      out.push_back(static_cast<unsigned char>(c) < 0x20 ? ' ' : c);
+    }
+  }
+  return out;
+}
+
 // A decode step of the tiny V4-Flash and V4.1-Flash checkpoints (made here,
 // in a temporary folder) on the device: its time on the host (the step as
 // served: the token drawn on the device, only it comes back) over the sum
@@ -337,6 +352,7 @@ std::string SampleFields(Backend& backend, int iters, std::mt19937& rng,
 // beyond its kernels, which CUDA graphs remove. Returns an error or "".
 std::string StepFields(int device, int steps,
                        std::vector<std::string>& fields) {
+  if (steps < 1) return "fewer than one step to time";
   const char* tmp = std::getenv("TEST_TMPDIR");
   std::string base =
       absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/mneme-step-bench-XXXXXX");
@@ -592,9 +608,9 @@ std::string Run(Backend& backend, int device, int iters) {
     return absl::StrCat("{\"error\": \"", error, "\"}");
   }
   // A failed step measurement keeps the other fields.
-  if (std::string error = StepFields(device, iters, fields); !error.empty()) {
-    absl::StrReplaceAll({{"\\", "\\\\"}, {"\"", "\\\""}}, &error);
-    fields.push_back(absl::StrCat("\"step_error\": \"", error, "\""));
+  if (const std::string error = StepFields(device, iters, fields);
+      !error.empty()) {
+    fields.push_back(absl::StrCat("\"step_error\": \"", JsonText(error), "\""));
   }
   return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
 }

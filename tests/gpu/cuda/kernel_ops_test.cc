@@ -743,6 +743,52 @@ TEST(SparseAttentionSplitTest, RangesOfWholeTilesCoverTheList) {
   EXPECT_EQ(v4.split_keys, 64);
 }
 
+// The merge on hand-made ranges: empty ranges weigh nothing, a (query,
+// head) with no key gives zeros and -inf, and a NaN range makes it NaN (as
+// a NaN score does in the unsplit op), whatever the other ranges hold.
+TEST(SparseAttentionSplitTest, MergeSkipsEmptyRangesAndPassesNaNOn) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::nanf("");
+  struct Case {
+    std::vector<float> lse;  // per range
+    float want_lse;
+    float want_out0;
+  };
+  // Range s's output holds s + 1 in every dimension.
+  const std::vector<Case> cases = {
+      {{-inf, -inf, -inf}, -inf, 0.0f},
+      {{-inf, 0.5f, -inf}, 0.5f, 2.0f},
+      {{0.0f, 0.0f, -inf}, std::log(2.0f), 1.5f},
+      {{nan, 0.5f, 1.0f}, nan, nan},
+      {{-inf, -inf, nan}, nan, nan},
+  };
+  constexpr int kSplits = 3;
+  constexpr int64_t kHd = 4;
+  for (const Case& c : cases) {
+    std::vector<float> part_out(kSplits * kHd);
+    for (int s = 0; s < kSplits; ++s) {
+      std::fill_n(part_out.begin() + s * kHd, kHd, static_cast<float>(s + 1));
+    }
+    std::vector<float> out(kHd, 7.0f);
+    float lse = 7.0f;
+    const SparseAttentionMergeOp merge{.part_out = part_out.data(),
+                                       .part_lse = c.lse.data(),
+                                       .splits = kSplits,
+                                       .heads = 1,
+                                       .hd = kHd,
+                                       .out = out.data(),
+                                       .lse = &lse};
+    for (int64_t i = 0; i < kHd; ++i) merge(i);
+    if (std::isnan(c.want_lse)) {
+      EXPECT_TRUE(std::isnan(lse));
+      for (const float v : out) EXPECT_TRUE(std::isnan(v));
+    } else {
+      EXPECT_FLOAT_EQ(lse, c.want_lse);
+      for (const float v : out) EXPECT_FLOAT_EQ(v, c.want_out0);
+    }
+  }
+}
+
 // Split attention (the blocks over ranges of each list, then the merge)
 // gives the whole list's output and log-sum-exp (the unsplit block op's)
 // within float rounding, with and without the sink; a query without keys
