@@ -157,20 +157,29 @@ class CudaKernelTimer final : public KernelTimer {
     gated_ = device_flag_ != nullptr &&
              cuda::LaunchGate(device_flag_, gates_ + 1, kGateNs, stream_) == 0;
     if (gated_) ++gates_;
-    return cudaEventRecord(marks_[used_].first, stream_) == cudaSuccess;
+    if (cudaEventRecord(marks_[used_].first, stream_) != cudaSuccess) {
+      Release();  // untimed: the gate must not hold the launch
+      return false;
+    }
+    return true;
   }
   // After the launch Before timed is queued (even when it failed).
   void After() {
     if (cudaEventRecord(marks_[used_].second, stream_) == cudaSuccess) {
       ++used_;
     }
-    if (gated_) {
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      *flag_ = gates_;
-    }
+    Release();
   }
 
  private:
+  // Lets the last gate's kernel go.
+  void Release() {
+    if (!gated_) return;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    *flag_ = gates_;
+    gated_ = false;
+  }
+
   int device_;
   cudaStream_t stream_;
   bool on_ = false;
