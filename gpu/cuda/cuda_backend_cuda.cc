@@ -477,9 +477,10 @@ class CudaExecutor final : public Executor {
   std::shared_ptr<CudaKernelTimer> timer_;
 };
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+// CreateCudaBackend, with *timer set to the executor's timer when timer is
+// not null.
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(
+    int device, std::shared_ptr<KernelTimer>* timer) {
   if (device < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("CUDA device index must be >= 0, got ", device));
@@ -487,7 +488,14 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
   absl::StatusOr<std::unique_ptr<CudaExecutor>> executor =
       CudaExecutor::Create(device);
   if (!executor.ok()) return executor.status();
+  if (timer != nullptr) *timer = (*executor)->Timer();
   return std::make_unique<KernelBackend>(*std::move(executor));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+  return MakeCudaBackend(device, nullptr);
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
@@ -495,15 +503,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
   if (timer == nullptr) {
     return absl::InvalidArgumentError("CreateCudaBackend: no timer to set");
   }
-  if (device < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CUDA device index must be >= 0, got ", device));
-  }
-  absl::StatusOr<std::unique_ptr<CudaExecutor>> executor =
-      CudaExecutor::Create(device);
-  if (!executor.ok()) return executor.status();
-  *timer = (*executor)->Timer();
-  return std::make_unique<KernelBackend>(*std::move(executor));
+  return MakeCudaBackend(device, timer);
 }
 
 }  // namespace mneme::gpu
