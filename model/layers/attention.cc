@@ -419,18 +419,98 @@ absl::Status ChunkAttention(const LayerContext& ctx, const AttentionWeights& w,
                           idx, width, 1.0f / std::sqrt(static_cast<float>(hd)),
                           dcp ? nullptr : w.attn_sink->data(),
                           Rows(o_att, t0, n), Rows(lse, t0, n));
-  // Remember the last `ring` tokens of the chunk in the window ring.
-  std::vector<int32_t> src_rows, dst_rows;
-  for (int64_t p = std::max(p0, p0 + n - ring); p < p0 + n; ++p) {
-    src_rows.push_back(static_cast<int32_t>(t0 + p - p0));
+  // Remember the last `ring` tokens of the chunk (contiguous rows of kv) in
+  // the window ring.
+  const int64_t first_kept = std::max(p0, p0 + n - ring);
+  std::vector<int32_t> dst_rows;
+  for (int64_t p = first_kept; p < p0 + n; ++p) {
     dst_rows.push_back(cache.Row(ls.window, p % ring));
   }
-  const int64_t tail_rows = static_cast<int64_t>(src_rows.size());
-  ASSIGN_OR_RETURN(WorkBuffer tail, ctx.workspace.Take(tail_rows * hd));
-  backend.GatherRows(kv, src_rows, tail.view(tail_rows, hd));
-  backend.ScatterRows(tail.view(tail_rows, hd), dst_rows, pool);
+  backend.ScatterRows(
+      Rows(kv, t0 + first_kept - p0, static_cast<int64_t>(dst_rows.size())),
+      dst_rows, pool);
   return absl::OkStatus();
 }
+
+// Whether a chunk of n tokens attends its keys where they are in the pool
+// (PoolAttention) instead of a gathered copy (ChunkAttention). Its keys go
+// into the window ring first, so they must not overwrite a position one of
+// its own queries attends: the chunk's last token takes the slot of
+// position p0 + n - 1 - ring, and its first query attends from p0 - W + 1.
+// The ring keeps rollback_tokens positions more than the window, so decode
+// steps (n = 1) and speculative verify steps (n <= rollback_tokens + 1)
+// qualify; prefill chunks do not.
+bool AttendsInPlace(const LayerContext& ctx, int64_t n) {
+  return n >= 1 && n - 1 + ctx.dims.sliding_window <= ctx.WindowRing();
+}
+
+// Consecutive chunks (query rows [t0, t0 + lists.size())) that attend in
+// place, attended in one backend call.
+struct PoolAttention {
+  int64_t t0 = 0;
+  // The window ring slots of the run's tokens, in row order.
+  std::vector<int32_t> ring_rows;
+  // Per query row: the pool rows it attends, in the order ChunkAttention
+  // lists them (window positions oldest first, then the selected entries).
+  std::vector<std::vector<int32_t>> lists;
+
+  // Adds the chunk of rows [t0, t0 + n) at positions [p0, p0 + n): the same
+  // keys ChunkAttention gathers (those this rank owns under DCP), as pool
+  // rows.
+  void Add(const LayerContext& ctx, const KvCache& cache,
+           const SequenceState::LayerState& ls,
+           const std::vector<int32_t>* entry_blocks,
+           const std::vector<std::vector<int32_t>>& selected, int64_t t0_chunk,
+           int64_t p0, int64_t n) {
+    if (lists.empty()) t0 = t0_chunk;
+    const int W = ctx.dims.sliding_window;
+    const int64_t ring = ctx.WindowRing();
+    const bool dcp = ctx.dcp.enabled();
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t p = p0 + j;
+      ring_rows.push_back(cache.Row(ls.window, p % ring));
+      std::vector<int32_t>& keys = lists.emplace_back();
+      for (int64_t q = std::max<int64_t>(0, p - W + 1); q <= p; ++q) {
+        if (dcp && !ctx.dcp.OwnsEntry(q)) continue;
+        keys.push_back(cache.Row(ls.window, q % ring));
+      }
+      if (j < static_cast<int64_t>(selected.size())) {
+        for (const int32_t e : selected[j]) {
+          if (dcp && !ctx.dcp.OwnsEntry(e)) continue;
+          keys.push_back(
+              cache.Row(*entry_blocks, ctx.dcp.OwnedEntriesBefore(e)));
+        }
+      }
+    }
+  }
+
+  // Writes the run's keys into their ring slots, then attends every query
+  // of the run over the pool in one call; empties the run.
+  void Run(const LayerContext& ctx, const AttentionWeights& w, KvCache& cache,
+           MatrixView q, int64_t heads, MatrixView kv, MatrixView o_att,
+           MatrixView lse) {
+    if (lists.empty()) return;
+    const int64_t rows = static_cast<int64_t>(lists.size());
+    const int64_t hd = ctx.dims.head_dim;
+    const MatrixView pool = cache.pool();
+    ctx.backend.ScatterRows(Rows(kv, t0, rows), ring_rows, pool);
+    size_t width = 0;
+    for (const std::vector<int32_t>& keys : lists) {
+      width = std::max(width, keys.size());
+    }
+    std::vector<int32_t> idx(rows * width, -1);
+    for (int64_t j = 0; j < rows; ++j) {
+      std::copy(lists[j].begin(), lists[j].end(), idx.begin() + j * width);
+    }
+    ctx.backend.SparseAttention(
+        Rows(q, t0, rows), pool, static_cast<int>(heads), idx,
+        static_cast<int>(width), 1.0f / std::sqrt(static_cast<float>(hd)),
+        ctx.dcp.enabled() ? nullptr : w.attn_sink->data(),
+        Rows(o_att, t0, rows), Rows(lse, t0, rows));
+    ring_rows.clear();
+    lists.clear();
+  }
+};
 
 }  // namespace
 
@@ -521,6 +601,9 @@ absl::Status AttentionForward(const LayerContext& ctx,
   ASSIGN_OR_RETURN(WorkBuffer lse, ws.Take(T * heads));
 
   const int src = d.CacheSource(layer);
+  // Decode-size chunks attend where their keys are, together (see
+  // AttendsInPlace); a chunk that does not flushes the run before it.
+  PoolAttention in_place;
   int64_t t0 = 0;
   for (size_t ci = 0; ci < batch.input.chunks.size(); ++ci) {
     const SequenceChunk& c = batch.input.chunks[ci];
@@ -620,11 +703,19 @@ absl::Status AttentionForward(const LayerContext& ctx,
     }
     const std::vector<int32_t>* entry_blocks =
         r > 0 ? &seq.layers[src].entries : nullptr;
-    RETURN_IF_ERROR(ChunkAttention(
-        ctx, w, cache, ls, entry_blocks, selected, t0, p0, n, qv, heads,
-        kv.view(T, hd), o_att.view(T, heads * hd), lse.view(T, heads)));
+    if (AttendsInPlace(ctx, n)) {
+      in_place.Add(ctx, cache, ls, entry_blocks, selected, t0, p0, n);
+    } else {
+      in_place.Run(ctx, w, cache, qv, heads, kv.view(T, hd),
+                   o_att.view(T, heads * hd), lse.view(T, heads));
+      RETURN_IF_ERROR(ChunkAttention(
+          ctx, w, cache, ls, entry_blocks, selected, t0, p0, n, qv, heads,
+          kv.view(T, hd), o_att.view(T, heads * hd), lse.view(T, heads)));
+    }
     t0 += n;
   }
+  in_place.Run(ctx, w, cache, qv, heads, kv.view(T, hd),
+               o_att.view(T, heads * hd), lse.view(T, heads));
   MatrixView o = o_att.view(T, hl * hd);
   WorkBuffer mine;
   if (dcp) {

@@ -641,6 +641,77 @@ TEST_P(ModelChunkingTest, PrefillEqualsChunkedPrefillEqualsDecode) {
   EXPECT_LE(MaxDiff(got, want->logits[0]), 2e-4);
 }
 
+// Decode-size chunks (at most max_speculative_tokens + 1 tokens) attend their
+// keys where they are in the pool, every such chunk of a step in one call;
+// longer chunks gather theirs. A step mixing both, at positions before and
+// past the window, the compression blocks and the indexer's selection, and
+// the steps after it (which read the ring slots it wrote), give each
+// sequence the logits of its whole prompt in one prefill.
+TEST_P(ModelChunkingTest, DecodeChunksOfAStepAttendInPlaceTogether) {
+  LocalModelOptions o;
+  o.checkpoint_dir = GetParam() ? TinyV4Checkpoint() : TinyCheckpoint();
+  o.threads = 1;
+  o.model.kv_cache.budget_bytes = 64 << 20;
+  o.model.max_speculative_tokens = 3;
+  absl::StatusOr<std::unique_ptr<LocalModel>> m = LocalModel::Create(o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  Model& model = (*m)->model();
+  const int64_t v = model.dims().vocab_size;
+  // Sequence ids 1-4, their tokens, their prefills (0 = none).
+  const std::vector<std::vector<int64_t>> seqs = {Tokens(48, 1), Tokens(84, 2),
+                                                  Tokens(24, 3), Tokens(12, 4)};
+  const std::vector<int> prefill = {40, 70, 20, 0};
+  // Per step, per sequence: tokens to take (0 = not in the step).
+  const std::vector<std::vector<int>> steps = {
+      {1, 4, 1, 9}, {1, 1, 1, 1}, {3, 1, 1, 2}, {1, 5, 1, 0}};
+  std::vector<std::vector<float>> want(seqs.size());
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    StepInput whole;
+    whole.chunks.push_back(
+        Chunk(100 + s, seqs[s], 0, SequenceChunk::Logits::kAll));
+    absl::StatusOr<StepOutput> out = model.Step(whole);
+    ASSERT_TRUE(out.ok()) << out.status();
+    want[s] = out->logits[0];
+    model.Release(100 + s);
+  }
+  std::vector<int64_t> at(seqs.size(), 0);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    if (prefill[s] == 0) continue;
+    StepInput in;
+    in.chunks.push_back(Chunk(
+        1 + s,
+        std::vector<int64_t>(seqs[s].begin(), seqs[s].begin() + prefill[s]),
+        0));
+    ASSERT_TRUE(model.Step(in).ok());
+    at[s] = prefill[s];
+  }
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "step " << i);
+    StepInput in;
+    std::vector<size_t> which;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      if (steps[i][s] == 0) continue;
+      ASSERT_LE(at[s] + steps[i][s], static_cast<int64_t>(seqs[s].size()));
+      const auto begin = seqs[s].begin() + at[s];
+      in.chunks.push_back(
+          Chunk(1 + s, std::vector<int64_t>(begin, begin + steps[i][s]), at[s],
+                SequenceChunk::Logits::kAll));
+      which.push_back(s);
+    }
+    absl::StatusOr<StepOutput> out = model.Step(in);
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (size_t c = 0; c < which.size(); ++c) {
+      const size_t s = which[c];
+      const auto first = want[s].begin() + at[s] * v;
+      EXPECT_LE(MaxDiff(out->logits[c],
+                        std::vector<float>(first, first + steps[i][s] * v)),
+                2e-4)
+          << "sequence " << s + 1;
+      at[s] += steps[i][s];
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(BothArchitectures, ModelChunkingTest,
                          ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& i) {

@@ -9,6 +9,12 @@
 // memcpy and against fp32 copies of the weights.
 // Attention: one query token, 8 heads of 64 over 1024 keys (decode with a
 // long context), and 256 query tokens over the same keys.
+// DecodeAttention: a decode step's attention at V4-Flash's sizes for 1 and
+// 16 sequences, keys gathered per sequence (in_place 0) against read in
+// place in one call (in_place 1), on 1 and 2 backend threads (the CPU
+// backend spreads a call's queries over its threads, so one call of 16
+// queries can use both where 16 calls of one query use one); see
+// decode_attention_case.h.
 
 #include <cstdint>
 #include <cstdlib>
@@ -23,6 +29,7 @@
 #include "formats/bf16.h"
 #include "gpu/backend.h"
 #include "gpu/cpu/cpu_backend.h"
+#include "tests/bench/gpu/decode_attention_case.h"
 
 namespace mneme::gpu {
 namespace {
@@ -36,8 +43,9 @@ T ValueOrDie(absl::StatusOr<T> value) {
   return std::move(*value);
 }
 
-std::unique_ptr<CpuBackend> MakeBackend() {
-  return ValueOrDie(CpuBackend::Create(CpuBackendOptions{}));
+// threads 0: every core.
+std::unique_ptr<CpuBackend> MakeBackend(int threads = 0) {
+  return ValueOrDie(CpuBackend::Create(CpuBackendOptions{.threads = threads}));
 }
 
 std::unique_ptr<Buffer> RandomBuffer(Backend& backend, int64_t n,
@@ -149,6 +157,33 @@ void BM_Attention(benchmark::State& state) {
 }
 
 BENCHMARK(BM_Attention)->Arg(1)->Arg(256)->UseRealTime();
+
+// Items: the sequences' decode tokens.
+void BM_DecodeAttention(benchmark::State& state) {
+  const bool in_place = state.range(0) != 0;
+  const int sequences = static_cast<int>(state.range(1));
+  std::unique_ptr<CpuBackend> backend =
+      MakeBackend(static_cast<int>(state.range(2)));
+  std::unique_ptr<bench::DecodeAttentionCase> c =
+      ValueOrDie(bench::DecodeAttentionCase::Create(*backend, sequences, 5));
+  if (!c->Matches(1e-5f).ok()) std::abort();
+  for (auto _ : state) {
+    if (in_place) {
+      c->InPlace();
+    } else {
+      c->Gathered();
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * sequences);
+  state.SetBytesProcessed(state.iterations() * c->key_bytes());
+  state.SetLabel(in_place ? "in_place" : "gathered");
+}
+
+BENCHMARK(BM_DecodeAttention)
+    ->ArgsProduct({{0, 1}, {1, 16}, {1, 2}})
+    ->ArgNames({"in_place", "sequences", "threads"})
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace mneme::gpu

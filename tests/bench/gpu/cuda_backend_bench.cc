@@ -1,10 +1,12 @@
 // The CUDA backend on one device, each figure side by side with its limit
 // measured in the same run: decode GEMV (1 token) on checkpoint-format
 // weights against a device memcpy of the same weight bytes, decode
-// attention against a device memcpy of the KV bytes it reads, the indexer's
-// scores at decode against a device memcpy of the key bytes, and Linear of
-// 16 and 512 tokens (the tiled kernel) against 1 token: how many times
-// cheaper a token is when the weight is decoded once for many (1.0 = no
+// attention against a device memcpy of the KV bytes it reads, a decode
+// step's attention for 1 and 16 sequences read in place from the pool in
+// one call against gathered per sequence (decode_attention_case.h), the
+// indexer's scores at decode against a device memcpy of the key bytes, and
+// Linear of 16 and 512 tokens (the tiled kernel) against 1 token: how many
+// times cheaper a token is when the weight is decoded once for many (1.0 = no
 // gain), with prefill tokens per second; and a decode step of the tiny
 // V4-Flash and V4.1-Flash checkpoints over the sum of its kernels' device
 // times (launch overhead). Prints one JSON object.
@@ -46,6 +48,7 @@
 #include "model/model.h"
 #include "model/step_io.h"
 #include "services/worker/local_model.h"
+#include "tests/bench/gpu/decode_attention_case.h"
 #include "tools/synthetic/release_checkpoint.h"
 
 ABSL_FLAG(int, device, 0, "CUDA device index.");
@@ -563,6 +566,36 @@ std::string Run(Backend& backend, int device, int iters) {
   const double s = absl::ToDoubleSeconds(absl::Now() - start) / iters;
   fields.push_back(absl::StrCat("\"attention_vs_memcpy\": ",
                                 VsMemcpy(int64_t{kKeys} * kDim * 4, s, iters)));
+  // A decode step's attention for 1 and 16 sequences: keys read in place
+  // from the pool in one call over keys gathered per sequence (time ratio,
+  // below 1 = in place is faster), and in place against a memcpy of the key
+  // bytes.
+  for (const int sequences : {1, 16}) {
+    absl::StatusOr<std::unique_ptr<bench::DecodeAttentionCase>> step =
+        bench::DecodeAttentionCase::Create(backend, sequences, 5);
+    if (!step.ok()) {
+      return absl::StrCat("{\"error\": \"", JsonText(step.status().ToString()),
+                          "\"}");
+    }
+    const std::string name = absl::StrCat("decode_attention_b", sequences);
+    if (const absl::Status st = (*step)->Matches(1e-4f); !st.ok()) {
+      fields.push_back(absl::StrCat("\"", name, "_error\": \"",
+                                    JsonText(st.ToString()), "\""));
+      continue;
+    }
+    const double gathered =
+        SecondsPerCall(backend, iters, [&] { (*step)->Gathered(); });
+    const double in_place =
+        SecondsPerCall(backend, iters, [&] { (*step)->InPlace(); });
+    if (gathered <= 0 || in_place <= 0) {
+      return "{\"error\": \"decode attention: device error\"}";
+    }
+    fields.push_back(absl::StrCat(
+        "\"", name, "_in_place_over_gathered\": ", in_place / gathered));
+    fields.push_back(
+        absl::StrCat("\"", name, "_in_place_vs_memcpy\": ",
+                     VsMemcpy((*step)->key_bytes(), in_place, iters)));
+  }
   // The indexer's scores at decode: one query, 64 index heads of 128,
   // against 16384 compressed entries (64K tokens at ratio 4), keys read in
   // place from a pool: the same ratio for the key bytes it reads.
