@@ -286,44 +286,50 @@ absl::Status DsparkDrafter::StageAttention(
   Workspace::Scope scope(ws);
   ASSIGN_OR_RETURN(WorkBuffer qa, ws.Take(R * ql));
   ASSIGN_OR_RETURN(WorkBuffer q, ws.Take(R * hl * hd));
-  ASSIGN_OR_RETURN(WorkBuffer kv, ws.Take(R * hd));
+  // One key matrix for every request: each one's filled ring slots (the
+  // last min(W, length) committed positions), gathered, then every block's
+  // own keys, which the projection writes in place. A block's queries see
+  // their request's ring keys, then all of their block's keys, in one
+  // attention call for every request.
+  const int64_t B = static_cast<int64_t>(requests.size());
+  std::vector<int32_t> ring_rows;
+  std::vector<int64_t> first_ring(B), filled(B);
+  int64_t most_filled = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const SequenceRings& seq = sequences_.at(requests[b].sequence_id);
+    filled[b] = std::min(W, seq.length);
+    first_ring[b] = static_cast<int64_t>(ring_rows.size());
+    most_filled = std::max(most_filled, filled[b]);
+    for (int64_t i = 0; i < filled[b]; ++i) {
+      ring_rows.push_back(rings_->Row(seq.rings[s], i));
+    }
+  }
+  const int64_t F = static_cast<int64_t>(ring_rows.size());
+  ASSIGN_OR_RETURN(WorkBuffer keys, ws.Take((F + R) * hd));
+  const MatrixView keys_view = keys.view(F + R, hd);
   ProjectQueryKv(ctx, w, xn, positions, qa.view(R, ql), q.view(R, hl * hd),
-                 kv.view(R, hd));
+                 Rows(keys_view, F, R));
+  if (F > 0)
+    backend_.GatherRows(rings_->pool(), ring_rows, Rows(keys_view, 0, F));
   ASSIGN_OR_RETURN(WorkBuffer o, ws.Take(R * hl * hd));
   ASSIGN_OR_RETURN(WorkBuffer lse, ws.Take(R * hl));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (size_t b = 0; b < requests.size(); ++b) {
-    const SequenceRings& seq = sequences_.at(requests[b].sequence_id);
-    // Every filled slot of the ring (the last min(W, length) committed
-    // positions), then the block's own keys; every block query sees all.
-    const int64_t filled = std::min(W, seq.length);
-    const int64_t K = filled + bs;
-    Workspace::Scope keys_scope(ws);
-    ASSIGN_OR_RETURN(WorkBuffer keys, ws.Take(K * hd));
-    std::vector<int32_t> ring_rows(filled), block_rows(bs);
-    for (int64_t i = 0; i < filled; ++i) {
-      ring_rows[i] = rings_->Row(seq.rings[s], i);
-    }
+  const int64_t width = most_filled + bs;
+  std::vector<int32_t> idx(R * width, -1);
+  for (int64_t b = 0; b < B; ++b) {
     for (int64_t j = 0; j < bs; ++j) {
-      block_rows[j] = static_cast<int32_t>(b * bs + j);
+      int32_t* row = idx.data() + (b * bs + j) * width;
+      for (int64_t i = 0; i < filled[b]; ++i) {
+        *row++ = static_cast<int32_t>(first_ring[b] + i);
+      }
+      for (int64_t k = 0; k < bs; ++k) {
+        *row++ = static_cast<int32_t>(F + b * bs + k);
+      }
     }
-    if (filled > 0) {
-      backend_.GatherRows(rings_->pool(), ring_rows,
-                          Rows(keys.view(K, hd), 0, filled));
-    }
-    backend_.GatherRows(kv.view(R, hd), block_rows,
-                        Rows(keys.view(K, hd), filled, bs));
-    std::vector<int32_t> idx(bs * K);
-    for (int64_t j = 0; j < bs; ++j) {
-      for (int64_t k = 0; k < K; ++k) idx[j * K + k] = static_cast<int32_t>(k);
-    }
-    const int64_t t0 = static_cast<int64_t>(b) * bs;
-    backend_.SparseAttention(Rows(q.view(R, hl * hd), t0, bs), keys.view(K, hd),
-                             static_cast<int>(hl), idx, static_cast<int>(K),
-                             scale, w.attn_sink->data(),
-                             Rows(o.view(R, hl * hd), t0, bs),
-                             Rows(lse.view(R, hl), t0, bs));
   }
+  backend_.SparseAttention(
+      q.view(R, hl * hd), keys_view, static_cast<int>(hl), idx,
+      static_cast<int>(width), 1.0f / std::sqrt(static_cast<float>(hd)),
+      w.attn_sink->data(), o.view(R, hl * hd), lse.view(R, hl));
   backend_.Rope(o.view(R, hl * hd), static_cast<int>(hd), d.rope_dim, w.rope,
                 positions, gpu::Backend::RopeDirection::kInverse);
   RETURN_IF_ERROR(OutputProjection(ctx, w, o.view(R, hl * hd), out));
