@@ -246,6 +246,18 @@ class Backend {
   // Synchronize() returns after the ops that read them.
   virtual const float* StageFromHost(HostStaging& staging, int64_t offset,
                                      int64_t floats, float* dst) = 0;
+  // Whether StageFromHost reads `staging` where it is (returning the
+  // staging's own address) rather than copying it into `dst`; then dst may
+  // be null. Default: false.
+  virtual bool ReadsStagingInPlace(const HostStaging& staging) const {
+    (void)staging;
+    return false;
+  }
+  // Whether StageFromHost reads in place the staging AllocateHostStaging
+  // gives when that gets the memory it asks for (pinned, on a GPU): a model
+  // sizes its workspace by it at load, before any staging exists. Default:
+  // false.
+  virtual bool ReadsAllocatedStagingInPlace() const { return false; }
   // Orders every op queued from now on after the copies StageFromHost
   // started.
   virtual void AwaitStaged() {}

@@ -36,9 +36,12 @@ constexpr int64_t kHeadRowsAtLoad = 1024;
 // An upper bound of the workspace floats a step of `T` tokens takes, but for
 // what grows with the context rather than the step (a chunk's compressed
 // entries among its attention keys) and logits past kHeadRowsAtLoad rows.
+// `staging_in_place`: the backend reads the Engram rows' staging where it is
+// (Backend::ReadsAllocatedStagingInPlace), so no room is set aside for
+// their copies.
 int64_t StepWorkspaceFloats(const ModelDims& d, const ModelOptions& o,
                             const VocabShard& vocab, const EngramLayout& engram,
-                            int64_t T) {
+                            bool staging_in_place, int64_t T) {
   auto f = [](int64_t floats) { return WorkspaceFloats(floats); };
   const int64_t D = d.hidden_size, hc = d.hc_mult, hd = d.head_dim;
   const int64_t H = d.num_heads, n = o.tp_size, hl = H / n;
@@ -80,7 +83,9 @@ int64_t StepWorkspaceFloats(const ModelDims& d, const ModelOptions& o,
         static_cast<int64_t>(engram.columns[o.tp_rank].size());
     const int64_t slots = (T * ncols * engram.row_dim + 1) / 2;
     const int64_t width = int64_t{engram.num_columns} * engram.row_dim;
-    engram_staged = static_cast<int64_t>(d.engram_layers.size()) * f(slots);
+    if (!staging_in_place) {
+      engram_staged = static_cast<int64_t>(d.engram_layers.size()) * f(slots);
+    }
     engram_floats =
         (n > 1 ? f(n * slots) : 0) + f(T * width) + f(T * (hc + 1) * D);
   }
@@ -219,6 +224,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
           backend,
           StepWorkspaceFloats(model->dims_, options, model->vocab_,
                               model->engram_layout_,
+                              backend.ReadsAllocatedStagingInPlace(),
                               std::max<int64_t>(options.max_step_tokens, 1))));
   return model;
 }

@@ -104,6 +104,10 @@ class CpuBackend : public Backend {
   // Backend memory is host memory: the ops read the staging in place.
   const float* StageFromHost(HostStaging& staging, int64_t offset,
                              int64_t floats, float* dst) override;
+  bool ReadsStagingInPlace(const HostStaging& /*staging*/) const override {
+    return true;
+  }
+  bool ReadsAllocatedStagingInPlace() const override { return true; }
 
   void DequantizeWeight(const Weight& weight, absl::Span<float> out) override;
   absl::StatusOr<std::unique_ptr<Weight>> UploadWeight(

@@ -253,18 +253,27 @@ absl::StatusOr<std::unique_ptr<HostStaging>> KernelBackend::AllocateHostStaging(
   return std::make_unique<PinnedStaging>(executor_.get(), *p, floats);
 }
 
+bool KernelBackend::ReadsStagingInPlace(const HostStaging& staging) const {
+  return executor_->ReadsPinnedInPlace() &&
+         dynamic_cast<const PinnedStaging*>(&staging) != nullptr;
+}
+
+bool KernelBackend::ReadsAllocatedStagingInPlace() const {
+  return executor_->ReadsPinnedInPlace();
+}
+
 const float* KernelBackend::StageFromHost(HostStaging& staging, int64_t offset,
                                           int64_t floats, float* dst) {
   CheckStagingRange(staging, offset, floats);
-  CHECK(dst != nullptr || floats == 0);
   const float* src = staging.data() + offset;
+  if (ReadsStagingInPlace(staging)) {
+    return static_cast<const float*>(
+        executor_->PinnedForDevice(src, floats * 4));
+  }
+  CHECK(dst != nullptr || floats == 0);
   if (dynamic_cast<PinnedStaging*>(&staging) == nullptr) {
     CopyFromHost(absl::MakeConstSpan(src, static_cast<size_t>(floats)), dst);
     return dst;
-  }
-  if (executor_->ReadsPinnedInPlace()) {
-    return static_cast<const float*>(
-        executor_->PinnedForDevice(src, floats * 4));
   }
   executor_->StageToDevice(dst, src, floats * 4);
   return dst;

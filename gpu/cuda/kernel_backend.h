@@ -65,6 +65,9 @@ class KernelBackend final : public Backend {
       int64_t floats) override;
   const float* StageFromHost(HostStaging& staging, int64_t offset,
                              int64_t floats, float* dst) override;
+  // Pinned staging where the device reads pinned memory in place (GB10).
+  bool ReadsStagingInPlace(const HostStaging& staging) const override;
+  bool ReadsAllocatedStagingInPlace() const override;
   void AwaitStaged() override;
   absl::StatusOr<std::unique_ptr<Weight>> UploadWeight(
       const HostWeight& weight) override;

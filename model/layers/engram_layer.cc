@@ -152,12 +152,17 @@ absl::StatusOr<std::vector<const float*>> StageEngramRows(
                                             " staged floats for ", layers,
                                             " layers of ", tokens, " tokens"));
   }
+  const bool in_place = ctx.backend.ReadsStagingInPlace(staging);
   std::vector<const float*> staged;
   staged.reserve(static_cast<size_t>(layers));
   for (int e = 0; e < layers; ++e) {
-    ASSIGN_OR_RETURN(WorkBuffer buffer, ctx.workspace.Take(slots));
-    staged.push_back(ctx.backend.StageFromHost(staging, int64_t{e} * slots,
-                                               slots, buffer.data()));
+    float* dst = nullptr;
+    if (!in_place) {
+      ASSIGN_OR_RETURN(WorkBuffer buffer, ctx.workspace.Take(slots));
+      dst = buffer.data();
+    }
+    staged.push_back(
+        ctx.backend.StageFromHost(staging, int64_t{e} * slots, slots, dst));
   }
   return staged;
 }

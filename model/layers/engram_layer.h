@@ -74,9 +74,10 @@ absl::Status EngramLookup(
 // device (Backend::StageFromHost) and returns where the ops read each
 // layer's: a buffer taken from ctx.workspace (held until the caller's
 // Workspace::Scope ends) that a copy started now fills while the layers
-// before the Engram layers compute, or, on a backend that reads staging
-// memory in place (the CPU; a GPU sharing the host's memory), the staging
-// itself (the buffer then unused). The staging stays unchanged until the
+// before the Engram layers compute, or, on a backend that reads the
+// staging in place (Backend::ReadsStagingInPlace: the CPU; a GPU sharing
+// the host's memory), the staging itself, with nothing taken from the
+// workspace. The staging stays unchanged until the
 // backend synchronizes after the step. Internal for staging too small.
 absl::StatusOr<std::vector<const float*>> StageEngramRows(
     const LayerContext& ctx, const EngramLayout& layout, int64_t tokens,

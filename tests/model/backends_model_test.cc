@@ -186,6 +186,45 @@ TEST_P(BackendsModelTest, LogitsAndGreedyTokensMatchTheCpuBackend) {
   EXPECT_EQ(got.greedy, want.greedy);
 }
 
+// Where the device reads the Engram rows' staging in place (GB10; the CPU
+// backend), the model sets no workspace aside for copies of them: the
+// arena at load is smaller than on a device that copies them, and the
+// same as the CPU backend's. The backends' claims: pinned staging on such
+// a device is read in place, ordinary memory is copied, and a device that
+// copies reads no staging in place.
+TEST(BackendsModelWorkspaceTest,
+     NoRoomForEngramCopiesWhereStagingIsReadInPlace) {
+  auto in_place = []() -> absl::StatusOr<std::unique_ptr<gpu::Backend>> {
+    return std::make_unique<gpu::KernelBackend>(
+        gpu::MakeHostExecutor({.reads_pinned_in_place = true}));
+  };
+  auto copying = []() -> absl::StatusOr<std::unique_ptr<gpu::Backend>> {
+    return std::make_unique<gpu::KernelBackend>(gpu::MakeHostExecutor());
+  };
+  for (const bool reads_in_place : {true, false}) {
+    // The staging is freed before its backend.
+    std::unique_ptr<gpu::Backend> b =
+        *(reads_in_place ? in_place() : copying());
+    EXPECT_EQ(b->ReadsAllocatedStagingInPlace(), reads_in_place);
+    absl::StatusOr<std::unique_ptr<gpu::HostStaging>> pinned =
+        b->AllocateHostStaging(16);
+    ASSERT_TRUE(pinned.ok()) << pinned.status();
+    EXPECT_EQ(b->ReadsStagingInPlace(**pinned), reads_in_place);
+    EXPECT_FALSE(b->ReadsStagingInPlace(gpu::HostMemoryStaging(16)));
+  }
+  const std::string dir =
+      MakeTiny(synthetic::ReleaseArch::kV41Flash, "engram_workspace");
+  absl::StatusOr<std::unique_ptr<LocalModel>> cpu = Open(dir, nullptr);
+  absl::StatusOr<std::unique_ptr<LocalModel>> gb10 = Open(dir, in_place);
+  absl::StatusOr<std::unique_ptr<LocalModel>> discrete = Open(dir, copying);
+  ASSERT_TRUE(cpu.ok() && gb10.ok() && discrete.ok());
+  ASSERT_FALSE((*gb10)->model().dims().engram_layers.empty());
+  EXPECT_LT((*gb10)->model().workspace_floats(),
+            (*discrete)->model().workspace_floats());
+  EXPECT_EQ((*gb10)->model().workspace_floats(),
+            (*cpu)->model().workspace_floats());
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, BackendsModelTest,
                          ::testing::ValuesIn(Cases()),
                          [](const ::testing::TestParamInfo<Case>& i) {

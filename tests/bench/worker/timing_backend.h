@@ -153,6 +153,12 @@ class TimingBackend : public gpu::Backend {
       int64_t floats) override {
     return inner_.AllocateHostStaging(floats);
   }
+  bool ReadsStagingInPlace(const gpu::HostStaging& staging) const override {
+    return inner_.ReadsStagingInPlace(staging);
+  }
+  bool ReadsAllocatedStagingInPlace() const override {
+    return inner_.ReadsAllocatedStagingInPlace();
+  }
   const float* StageFromHost(gpu::HostStaging& staging, int64_t offset,
                              int64_t floats, float* dst) override;
   void AwaitStaged() override;
