@@ -195,18 +195,20 @@ float IndexScale(const ModelDims& d) {
 // [n, own]: the keys are scored where they sit in the pool. Without DCP the
 // ranks' sums over their heads are added up (a collective), so `out` is the
 // whole score; with DCP each rank scored its entries with every head.
+// reduce = false leaves the all-reduce to the caller (one for several
+// chunks' scores).
 absl::Status ScoreOwnedEntries(const LayerContext& ctx, KvCache& cache,
                                const std::vector<int32_t>& index_keys,
                                ConstMatrixView qi, ConstMatrixView wi,
                                int64_t t0, int64_t n, int64_t own,
-                               MatrixView out) {
+                               MatrixView out, bool reduce = true) {
   if (own == 0) return absl::OkStatus();
   std::vector<int32_t> rows(own);
   for (int64_t e = 0; e < own; ++e) rows[e] = cache.Row(index_keys, e);
   ctx.backend.IndexScores(ConstMatrixView(qi.data + t0 * qi.cols, n, qi.cols),
                           ConstMatrixView(wi.data + t0 * wi.cols, n, wi.cols),
                           cache.pool(), rows, out);
-  if (!ctx.dcp.enabled() && ctx.tp_size > 1) {
+  if (reduce && !ctx.dcp.enabled() && ctx.tp_size > 1) {
     RETURN_IF_ERROR(ctx.comm->AllReduceSum(out.data, n * own));
   }
   return absl::OkStatus();
@@ -262,38 +264,21 @@ absl::Status ScoreDcpEntries(const LayerContext& ctx, KvCache& cache,
   return absl::OkStatus();
 }
 
-// The indexer's choice for queries rows [t0, t0 + n) of qi / wi, query j
-// seeing entries below visible[j] of `total`: scored and chosen where the
-// scores are (Backend::SelectTopK), only the chosen ids come back.
-// candidates: per query its V4.1 candidate blocks (empty span: none).
-// chosen_blocks (not null: the V4.1 candidate source): per query the
-// candidate blocks its scores choose (Backend::SelectCandidateBlocks).
-absl::Status SelectOnBackend(const LayerContext& ctx, KvCache& cache,
-                             const std::vector<int32_t>& index_keys,
-                             ConstMatrixView qi, ConstMatrixView wi, int64_t t0,
-                             int64_t total, absl::Span<const int64_t> visible,
-                             absl::Span<const std::vector<int32_t>> candidates,
-                             std::vector<int32_t>* selected,
-                             std::vector<int32_t>* chosen_blocks) {
+// The indexer's choice from scores [n, N] of n queries, query j seeing
+// entries below visible[j] <= N: chosen where the scores are
+// (Backend::SelectTopK), only the chosen ids come back. candidates: per
+// query its V4.1 candidate blocks (empty span: none). chosen_blocks (not
+// null: the V4.1 candidate source): per query the candidate blocks its
+// scores choose (Backend::SelectCandidateBlocks). A query's choice does not
+// depend on N (the count it may choose is capped by what it sees), so
+// queries seeing fewer entries may share a wider matrix.
+void ChooseOnBackend(const LayerContext& ctx, ConstMatrixView scores,
+                     absl::Span<const int64_t> visible,
+                     absl::Span<const std::vector<int32_t>> candidates,
+                     std::vector<int32_t>* selected,
+                     std::vector<int32_t>* chosen_blocks) {
   const ModelDims& d = ctx.dims;
-  const auto n = static_cast<int64_t>(visible.size());
-  if (total == 0) {
-    for (int64_t j = 0; j < n; ++j) {
-      selected[j].clear();
-      if (chosen_blocks != nullptr) chosen_blocks[j].clear();
-    }
-    return absl::OkStatus();
-  }
-  Workspace& ws = ctx.workspace;
-  Workspace::Scope scope(ws);
-  ASSIGN_OR_RETURN(WorkBuffer scores, ws.Take(n * total));
-  if (ctx.dcp.enabled()) {
-    RETURN_IF_ERROR(ScoreDcpEntries(ctx, cache, index_keys, qi, wi, t0, n,
-                                    total, scores.view(n, total)));
-  } else {
-    RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, index_keys, qi, wi, t0, n,
-                                      total, scores.view(n, total)));
-  }
+  const int64_t n = scores.rows, total = scores.cols;
   // No row chooses more than there is (however large the configured k).
   if (chosen_blocks != nullptr) {
     const int bs = d.candidate_block_size;
@@ -302,8 +287,8 @@ absl::Status SelectOnBackend(const LayerContext& ctx, KvCache& cache,
     std::vector<int32_t> ids(n * kb);
     std::vector<int32_t> counts(n);
     ctx.backend.SelectCandidateBlocks(
-        scores.view(n, total), IndexScale(d), visible, kb,
-        d.candidate_block_size, absl::MakeSpan(ids), absl::MakeSpan(counts));
+        scores, IndexScale(d), visible, kb, d.candidate_block_size,
+        absl::MakeSpan(ids), absl::MakeSpan(counts));
     for (int64_t j = 0; j < n; ++j) {
       chosen_blocks[j].assign(ids.begin() + j * kb,
                               ids.begin() + j * kb + counts[j]);
@@ -326,11 +311,119 @@ absl::Status SelectOnBackend(const LayerContext& ctx, KvCache& cache,
   const int k = static_cast<int>(std::min<int64_t>(d.index_topk, total));
   std::vector<int32_t> ids(n * k);
   std::vector<int32_t> counts(n);
-  ctx.backend.SelectTopK(scores.view(n, total), IndexScale(d), visible, k,
-                         blocks, blocks_per_row, d.candidate_block_size,
+  ctx.backend.SelectTopK(scores, IndexScale(d), visible, k, blocks,
+                         blocks_per_row, d.candidate_block_size,
                          absl::MakeSpan(ids), absl::MakeSpan(counts));
   for (int64_t j = 0; j < n; ++j) {
     selected[j].assign(ids.begin() + j * k, ids.begin() + j * k + counts[j]);
+  }
+}
+
+// The indexer's choice for queries rows [t0, t0 + n) of qi / wi, query j
+// seeing entries below visible[j] of `total`: scored, then chosen where the
+// scores are (ChooseOnBackend).
+absl::Status SelectOnBackend(const LayerContext& ctx, KvCache& cache,
+                             const std::vector<int32_t>& index_keys,
+                             ConstMatrixView qi, ConstMatrixView wi, int64_t t0,
+                             int64_t total, absl::Span<const int64_t> visible,
+                             absl::Span<const std::vector<int32_t>> candidates,
+                             std::vector<int32_t>* selected,
+                             std::vector<int32_t>* chosen_blocks) {
+  const auto n = static_cast<int64_t>(visible.size());
+  if (total == 0) {
+    for (int64_t j = 0; j < n; ++j) {
+      selected[j].clear();
+      if (chosen_blocks != nullptr) chosen_blocks[j].clear();
+    }
+    return absl::OkStatus();
+  }
+  Workspace& ws = ctx.workspace;
+  Workspace::Scope scope(ws);
+  ASSIGN_OR_RETURN(WorkBuffer scores, ws.Take(n * total));
+  if (ctx.dcp.enabled()) {
+    RETURN_IF_ERROR(ScoreDcpEntries(ctx, cache, index_keys, qi, wi, t0, n,
+                                    total, scores.view(n, total)));
+  } else {
+    RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, index_keys, qi, wi, t0, n,
+                                      total, scores.view(n, total)));
+  }
+  ChooseOnBackend(ctx, scores.view(n, total), visible, candidates, selected,
+                  chosen_blocks);
+  return absl::OkStatus();
+}
+
+// A one-token chunk whose indexer chooses its entries (ChooseTogether).
+struct PendingChoice {
+  const std::vector<int32_t>* index_keys = nullptr;
+  int64_t row = 0;    // the query's row of qi / wi
+  int64_t total = 0;  // its entries (>= 1), every one visible to it
+  // Its V4.1 candidate blocks (null: none).
+  const std::vector<int32_t>* candidates = nullptr;
+  std::vector<int32_t>* selected = nullptr;
+  // Not null at the V4.1 candidate source.
+  std::vector<int32_t>* chosen_blocks = nullptr;
+};
+
+// The choices of several one-token chunks (a decode step's sequences) made
+// together: each chunk's scores are a row of one matrix as wide as the most
+// entries any of them has (a row's columns past its own entries are never
+// eligible), and one SelectTopK (one wait for the ids) chooses for every row
+// instead of one per chunk; without DCP the ranks add up the whole matrix in
+// one all-reduce. Rows go in groups of at most kMaxScoreFloats scores, and
+// chunks with and without candidate blocks in separate groups. Every rank
+// calls it with the same chunks, so the collectives stay in step.
+absl::Status ChooseTogether(const LayerContext& ctx, KvCache& cache,
+                            ConstMatrixView qi, ConstMatrixView wi,
+                            absl::Span<const PendingChoice> all) {
+  Workspace& ws = ctx.workspace;
+  for (const bool with_candidates : {false, true}) {
+    std::vector<const PendingChoice*> these;
+    for (const PendingChoice& c : all) {
+      if ((c.candidates != nullptr) == with_candidates) these.push_back(&c);
+    }
+    for (size_t begin = 0; begin < these.size();) {
+      size_t end = begin;
+      int64_t width = 0;
+      while (end < these.size()) {
+        const int64_t wider = std::max(width, these[end]->total);
+        const auto rows = static_cast<int64_t>(end - begin + 1);
+        if (end > begin && rows * wider > kMaxScoreFloats) break;
+        width = wider;
+        ++end;
+      }
+      const auto rows = static_cast<int64_t>(end - begin);
+      Workspace::Scope scope(ws);
+      ASSIGN_OR_RETURN(WorkBuffer scores, ws.Take(rows * width));
+      std::vector<int64_t> visible(rows);
+      std::vector<std::vector<int32_t>> candidates;
+      for (int64_t i = 0; i < rows; ++i) {
+        const PendingChoice& c = *these[begin + i];
+        const MatrixView row{scores.data() + i * width, 1, c.total};
+        if (ctx.dcp.enabled()) {
+          RETURN_IF_ERROR(ScoreDcpEntries(ctx, cache, *c.index_keys, qi, wi,
+                                          c.row, 1, c.total, row));
+        } else {
+          RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, *c.index_keys, qi, wi,
+                                            c.row, 1, c.total, row,
+                                            /*reduce=*/false));
+        }
+        visible[i] = c.total;
+        if (with_candidates) candidates.push_back(*c.candidates);
+      }
+      if (!ctx.dcp.enabled() && ctx.tp_size > 1) {
+        RETURN_IF_ERROR(ctx.comm->AllReduceSum(scores.data(), rows * width));
+      }
+      const bool source = these[begin]->chosen_blocks != nullptr;
+      std::vector<std::vector<int32_t>> selected(rows), chosen(rows);
+      ChooseOnBackend(ctx, scores.view(rows, width), visible, candidates,
+                      selected.data(), source ? chosen.data() : nullptr);
+      for (int64_t i = 0; i < rows; ++i) {
+        const PendingChoice& c = *these[begin + i];
+        *c.selected = std::move(selected[i]);
+        if (c.chosen_blocks != nullptr) *c.chosen_blocks = std::move(chosen[i]);
+      }
+      begin = end;
+    }
   }
   return absl::OkStatus();
 }
@@ -601,8 +694,14 @@ absl::Status AttentionForward(const LayerContext& ctx,
   ASSIGN_OR_RETURN(WorkBuffer lse, ws.Take(T * heads));
 
   const int src = d.CacheSource(layer);
-  // Decode-size chunks attend where their keys are, together (see
-  // AttendsInPlace); a chunk that does not flushes the run before it.
+  // First every chunk's compressors and which entries its queries attend
+  // (one-token chunks' indexer choices made together after the others);
+  // then the attention, where decode-size chunks attend where their keys
+  // are, together (see AttendsInPlace), a chunk that does not ending the run
+  // before it.
+  std::vector<std::vector<std::vector<int32_t>>> selections(
+      batch.input.chunks.size());
+  std::vector<PendingChoice> pending;
   PoolAttention in_place;
   int64_t t0 = 0;
   for (size_t ci = 0; ci < batch.input.chunks.size(); ++ci) {
@@ -646,7 +745,7 @@ absl::Status AttentionForward(const LayerContext& ctx,
           }));
     }
     // Which entries each query attends.
-    std::vector<std::vector<int32_t>> selected;
+    std::vector<std::vector<int32_t>>& selected = selections[ci];
     StepSelections::Chunk& sc = shared.chunks[ci];
     if (r > 0) {
       const int64_t total = (p0 + n) / r;
@@ -659,31 +758,45 @@ absl::Status AttentionForward(const LayerContext& ctx,
                                      d.candidate_source_layer < layer;
         if (is_candidate_source) sc.candidate_blocks.assign(n, {});
         selected.resize(n);
-        // The scores of a block of queries at a time: bounded workspace
-        // however long the context (every rank blocks the same way, so the
-        // collectives inside stay in step).
-        const int64_t block = std::max<int64_t>(
-            1, std::min<int64_t>(
-                   n, kMaxScoreFloats / std::max<int64_t>(total, 1)));
         // The scores stay on the backend (under DCP too, gathered there):
         // only the choice comes back.
         const bool with_candidates = uses_candidates && sc.has_candidates;
-        std::vector<int64_t> visible;
-        for (int64_t j0 = 0; j0 < n; j0 += block) {
-          const int64_t nb = std::min(block, n - j0);
-          visible.resize(nb);
-          for (int64_t j = 0; j < nb; ++j) visible[j] = (p0 + j0 + j + 1) / r;
-          RETURN_IF_ERROR(SelectOnBackend(
-              ctx, cache, key_blocks, qi.view(T, hI * dI), wi.view(T, hI),
-              t0 + j0, total, visible,
-              with_candidates
-                  ? absl::MakeConstSpan(sc.candidate_blocks).subspan(j0, nb)
-                  : absl::Span<const std::vector<int32_t>>(),
-              selected.data() + j0,
-              is_candidate_source ? sc.candidate_blocks.data() + j0 : nullptr));
+        if (n == 1 && total > 0) {
+          pending.push_back(PendingChoice{
+              .index_keys = &key_blocks,
+              .row = t0,
+              .total = total,
+              .candidates =
+                  with_candidates ? sc.candidate_blocks.data() : nullptr,
+              .selected = selected.data(),
+              .chosen_blocks =
+                  is_candidate_source ? sc.candidate_blocks.data() : nullptr});
+        } else {
+          // The scores of a block of queries at a time: bounded workspace
+          // however long the context (every rank blocks the same way, so
+          // the collectives inside stay in step).
+          const int64_t block = std::max<int64_t>(
+              1, std::min<int64_t>(
+                     n, kMaxScoreFloats / std::max<int64_t>(total, 1)));
+          std::vector<int64_t> visible;
+          for (int64_t j0 = 0; j0 < n; j0 += block) {
+            const int64_t nb = std::min(block, n - j0);
+            visible.resize(nb);
+            for (int64_t j = 0; j < nb; ++j) {
+              visible[j] = (p0 + j0 + j + 1) / r;
+            }
+            RETURN_IF_ERROR(SelectOnBackend(
+                ctx, cache, key_blocks, qi.view(T, hI * dI), wi.view(T, hI),
+                t0 + j0, total, visible,
+                with_candidates
+                    ? absl::MakeConstSpan(sc.candidate_blocks).subspan(j0, nb)
+                    : absl::Span<const std::vector<int32_t>>(),
+                selected.data() + j0,
+                is_candidate_source ? sc.candidate_blocks.data() + j0
+                                    : nullptr));
+          }
         }
         if (is_candidate_source) sc.has_candidates = true;
-        sc.selected = selected;
         sc.has_selection = true;
       } else if (v41) {
         if (!sc.has_selection) {
@@ -701,18 +814,37 @@ absl::Status AttentionForward(const LayerContext& ctx,
         }
       }
     }
+    t0 += n;
+  }
+  // The one-token chunks' choices, made together; then what every chunk's
+  // indexer chose is what the layers reusing it attend.
+  RETURN_IF_ERROR(
+      ChooseTogether(ctx, cache, qi.view(T, hI * dI), wi.view(T, hI), pending));
+  if (r > 0 && w.indexer != nullptr) {
+    for (size_t ci = 0; ci < batch.input.chunks.size(); ++ci) {
+      shared.chunks[ci].selected = selections[ci];
+    }
+  }
+  // Attention, chunk by chunk (rows [row, row + n) of the step).
+  int64_t row = 0;
+  for (size_t ci = 0; ci < batch.input.chunks.size(); ++ci) {
+    std::vector<SequenceState::LayerState>& layers = batch.seqs[ci]->layers;
+    const auto n = static_cast<int64_t>(batch.input.chunks[ci].tokens.size());
+    const int64_t p0 = batch.input.chunks[ci].start_position;
     const std::vector<int32_t>* entry_blocks =
-        r > 0 ? &seq.layers[src].entries : nullptr;
+        r > 0 ? &layers[src].entries : nullptr;
     if (AttendsInPlace(ctx, n)) {
-      in_place.Add(ctx, cache, ls, entry_blocks, selected, t0, p0, n);
+      in_place.Add(ctx, cache, layers[layer], entry_blocks, selections[ci], row,
+                   p0, n);
     } else {
       in_place.Run(ctx, w, cache, qv, heads, kv.view(T, hd),
                    o_att.view(T, heads * hd), lse.view(T, heads));
-      RETURN_IF_ERROR(ChunkAttention(
-          ctx, w, cache, ls, entry_blocks, selected, t0, p0, n, qv, heads,
-          kv.view(T, hd), o_att.view(T, heads * hd), lse.view(T, heads)));
+      RETURN_IF_ERROR(ChunkAttention(ctx, w, cache, layers[layer], entry_blocks,
+                                     selections[ci], row, p0, n, qv, heads,
+                                     kv.view(T, hd), o_att.view(T, heads * hd),
+                                     lse.view(T, heads)));
     }
-    t0 += n;
+    row += n;
   }
   in_place.Run(ctx, w, cache, qv, heads, kv.view(T, hd),
                o_att.view(T, heads * hd), lse.view(T, heads));
