@@ -366,11 +366,15 @@ struct PendingChoice {
 
 // The choices of several one-token chunks (a decode step's sequences) made
 // together: each chunk's scores are a row of one matrix as wide as the most
-// entries any of them has (a row's columns past its own entries are never
-// eligible), and one SelectTopK (one wait for the ids) chooses for every row
-// instead of one per chunk; without DCP the ranks add up the whole matrix in
-// one all-reduce. Rows go in groups of at most kMaxScoreFloats scores, and
-// chunks with and without candidate blocks in separate groups. Every rank
+// entries any of them has, and one SelectTopK (one wait for the ids) chooses
+// for every row instead of one per chunk; without DCP the ranks add up the
+// whole matrix in one all-reduce. A row's columns past its own entries are
+// left as the workspace holds them (never read by the choice, which looks
+// only below each row's visible count; added up by the all-reduce unused).
+// Chunks with and without candidate blocks go in separate groups, in order
+// of their entries, a group ending at kMaxScoreFloats scores or where the
+// next row would make the padding outweigh the scores (one long context
+// among short ones is chosen alone, not padded into every row). Every rank
 // calls it with the same chunks, so the collectives stay in step.
 absl::Status ChooseTogether(const LayerContext& ctx, KvCache& cache,
                             ConstMatrixView qi, ConstMatrixView wi,
@@ -381,14 +385,23 @@ absl::Status ChooseTogether(const LayerContext& ctx, KvCache& cache,
     for (const PendingChoice& c : all) {
       if ((c.candidates != nullptr) == with_candidates) these.push_back(&c);
     }
+    std::stable_sort(these.begin(), these.end(),
+                     [](const PendingChoice* a, const PendingChoice* b) {
+                       return a->total < b->total;
+                     });
     for (size_t begin = 0; begin < these.size();) {
       size_t end = begin;
-      int64_t width = 0;
+      int64_t width = 0, scored = 0;
       while (end < these.size()) {
         const int64_t wider = std::max(width, these[end]->total);
         const auto rows = static_cast<int64_t>(end - begin + 1);
-        if (end > begin && rows * wider > kMaxScoreFloats) break;
+        const int64_t want = scored + these[end]->total;
+        if (end > begin &&
+            (rows * wider > kMaxScoreFloats || rows * wider > 2 * want)) {
+          break;
+        }
         width = wider;
+        scored = want;
         ++end;
       }
       const auto rows = static_cast<int64_t>(end - begin);
@@ -587,7 +600,8 @@ struct PoolAttention {
     const int64_t hd = ctx.dims.head_dim;
     const MatrixView pool = cache.pool();
     ctx.backend.ScatterRows(Rows(kv, t0, rows), ring_rows, pool);
-    size_t width = 0;
+    // At least 1: under DCP a rank may own none of the run's keys.
+    size_t width = 1;
     for (const std::vector<int32_t>& keys : lists) {
       width = std::max(width, keys.size());
     }
