@@ -5,12 +5,12 @@
 #include <numeric>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "gpu/sampling.h"
 #include "model/dcp_merge.h"
+#include "model/layers/attention_keys.h"
 
 namespace mneme::model {
 
@@ -372,9 +372,9 @@ struct PendingChoice {
 // left as the workspace holds them (never read by the choice, which looks
 // only below each row's visible count; added up by the all-reduce unused).
 // Chunks with and without candidate blocks go in separate groups, in order
-// of their entries, a group ending at kMaxScoreFloats scores or where the
-// next row would make the padding outweigh the scores (one long context
-// among short ones is chosen alone, not padded into every row). Every rank
+// of their entries, grouped by ChoiceGroupEnds (at most kMaxScoreFloats
+// scores a group, one long context among short ones chosen alone, not
+// padded into every row). Every rank
 // calls it with the same chunks, so the collectives stay in step.
 absl::Status ChooseTogether(const LayerContext& ctx, KvCache& cache,
                             ConstMatrixView qi, ConstMatrixView wi,
@@ -389,20 +389,14 @@ absl::Status ChooseTogether(const LayerContext& ctx, KvCache& cache,
                      [](const PendingChoice* a, const PendingChoice* b) {
                        return a->total < b->total;
                      });
-    for (size_t begin = 0; begin < these.size();) {
-      size_t end = begin;
-      int64_t width = 0, scored = 0;
-      while (end < these.size()) {
-        const int64_t wider = std::max(width, these[end]->total);
-        const auto rows = static_cast<int64_t>(end - begin + 1);
-        const int64_t want = scored + these[end]->total;
-        if (end > begin &&
-            (rows * wider > kMaxScoreFloats || rows * wider > 2 * want)) {
-          break;
-        }
-        width = wider;
-        scored = want;
-        ++end;
+    std::vector<int64_t> totals;
+    totals.reserve(these.size());
+    for (const PendingChoice* c : these) totals.push_back(c->total);
+    size_t begin = 0;
+    for (const size_t end : ChoiceGroupEnds(totals, kMaxScoreFloats)) {
+      int64_t width = 0;
+      for (size_t i = begin; i < end; ++i) {
+        width = std::max(width, these[i]->total);
       }
       const auto rows = static_cast<int64_t>(end - begin);
       Workspace::Scope scope(ws);
@@ -461,66 +455,38 @@ absl::Status ChunkAttention(const LayerContext& ctx, const AttentionWeights& w,
   Workspace::Scope scope(ctx.workspace);
   // Key rows: earlier window positions (ring), this chunk's tokens, then
   // the selected entries this rank owns.
-  const int64_t first_prev = p0 - std::min<int64_t>(p0, W - 1);
-  std::vector<int32_t> pool_rows, chunk_rows;
-  absl::flat_hash_map<int64_t, int32_t> key_of_pos;
-  for (int64_t p = first_prev; p < p0; ++p) {
-    if (dcp && !ctx.dcp.OwnsEntry(p)) continue;
-    key_of_pos[p] = static_cast<int32_t>(pool_rows.size());
-    pool_rows.push_back(cache.Row(ls.window, p % ring));
-  }
-  const int64_t n_prev = static_cast<int64_t>(pool_rows.size());
-  for (int64_t p = p0; p < p0 + n; ++p) {
-    if (dcp && !ctx.dcp.OwnsEntry(p)) continue;
-    key_of_pos[p] = static_cast<int32_t>(n_prev + chunk_rows.size());
-    chunk_rows.push_back(static_cast<int32_t>(t0 + p - p0));
-  }
-  const int64_t n_window = n_prev + static_cast<int64_t>(chunk_rows.size());
-  absl::flat_hash_map<int32_t, int32_t> key_of_entry;
-  std::vector<int32_t> entry_rows;
-  size_t width_sel = 0;
-  for (const std::vector<int32_t>& s : selected) {
-    width_sel = std::max(width_sel, s.size());
-    for (const int32_t e : s) {
-      if (dcp && !ctx.dcp.OwnsEntry(e)) continue;
-      if (key_of_entry.contains(e)) continue;
-      key_of_entry[e] = static_cast<int32_t>(n_window + entry_rows.size());
-      entry_rows.push_back(
-          cache.Row(*entry_blocks, ctx.dcp.OwnedEntriesBefore(e)));
-    }
-  }
-  const int64_t K = n_window + static_cast<int64_t>(entry_rows.size());
+  const ChunkKeys keys_of = ListChunkKeys(ctx.dcp, W, p0, n, selected);
+  std::vector<int32_t> rows;
+  rows.reserve(std::max(keys_of.earlier.size(), keys_of.entries.size()));
+  const auto n_prev = static_cast<int64_t>(keys_of.earlier.size());
+  const auto n_own = static_cast<int64_t>(keys_of.own.size());
+  const auto n_entries = static_cast<int64_t>(keys_of.entries.size());
+  const int64_t K = keys_of.keys();
   ASSIGN_OR_RETURN(WorkBuffer keys,
                    ctx.workspace.Take(std::max<int64_t>(K, 1) * hd));
   const MatrixView keys_view = keys.view(K, hd);
   if (n_prev > 0) {
-    backend.GatherRows(pool, pool_rows, Rows(keys_view, 0, n_prev));
-  }
-  if (!chunk_rows.empty()) {
-    backend.GatherRows(kv, chunk_rows,
-                       Rows(keys_view, n_prev, n_window - n_prev));
-  }
-  if (!entry_rows.empty()) {
-    backend.GatherRows(pool, entry_rows,
-                       Rows(keys_view, n_window, K - n_window));
-  }
-  const int width = W + static_cast<int>(width_sel);
-  std::vector<int32_t> idx(n * width, -1);
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t p = p0 + j;
-    int32_t* row = idx.data() + j * width;
-    int c = 0;
-    for (int64_t q = std::max<int64_t>(0, p - W + 1); q <= p; ++q) {
-      auto it = key_of_pos.find(q);
-      if (it != key_of_pos.end()) row[c++] = it->second;
+    for (const int64_t p : keys_of.earlier) {
+      rows.push_back(cache.Row(ls.window, p % ring));
     }
-    if (j < static_cast<int64_t>(selected.size())) {
-      for (const int32_t e : selected[j]) {
-        auto it = key_of_entry.find(e);
-        if (it != key_of_entry.end()) row[c++] = it->second;
-      }
-    }
+    backend.GatherRows(pool, rows, Rows(keys_view, 0, n_prev));
   }
+  if (n_own > 0) {
+    rows.clear();
+    for (const int32_t j : keys_of.own) {
+      rows.push_back(static_cast<int32_t>(t0 + j));
+    }
+    backend.GatherRows(kv, rows, Rows(keys_view, n_prev, n_own));
+  }
+  if (n_entries > 0) {
+    rows.clear();
+    for (const int32_t e : keys_of.entries) {
+      rows.push_back(cache.Row(*entry_blocks, ctx.dcp.OwnedEntriesBefore(e)));
+    }
+    backend.GatherRows(pool, rows, Rows(keys_view, n_prev + n_own, n_entries));
+  }
+  const std::vector<int32_t>& idx = keys_of.idx;
+  const int width = keys_of.width;
   backend.SparseAttention(Rows(q, t0, n), keys_view, static_cast<int>(heads),
                           idx, width, 1.0f / std::sqrt(static_cast<float>(hd)),
                           dcp ? nullptr : w.attn_sink->data(),
@@ -569,24 +535,22 @@ struct PoolAttention {
            const std::vector<std::vector<int32_t>>& selected, int64_t t0_chunk,
            int64_t p0, int64_t n) {
     if (lists.empty()) t0 = t0_chunk;
-    const int W = ctx.dims.sliding_window;
     const int64_t ring = ctx.WindowRing();
-    const bool dcp = ctx.dcp.enabled();
     for (int64_t j = 0; j < n; ++j) {
       const int64_t p = p0 + j;
       ring_rows.push_back(cache.Row(ls.window, p % ring));
       std::vector<int32_t>& keys = lists.emplace_back();
-      for (int64_t q = std::max<int64_t>(0, p - W + 1); q <= p; ++q) {
-        if (dcp && !ctx.dcp.OwnsEntry(q)) continue;
-        keys.push_back(cache.Row(ls.window, q % ring));
-      }
-      if (j < static_cast<int64_t>(selected.size())) {
-        for (const int32_t e : selected[j]) {
-          if (dcp && !ctx.dcp.OwnsEntry(e)) continue;
-          keys.push_back(
-              cache.Row(*entry_blocks, ctx.dcp.OwnedEntriesBefore(e)));
-        }
-      }
+      const absl::Span<const int32_t> sel =
+          j < static_cast<int64_t>(selected.size())
+              ? absl::MakeConstSpan(selected[j])
+              : absl::Span<const int32_t>();
+      ForEachKeyOfQuery(
+          ctx.dcp, ctx.dims.sliding_window, p, sel,
+          [&](int64_t q) { keys.push_back(cache.Row(ls.window, q % ring)); },
+          [&](int32_t e) {
+            keys.push_back(
+                cache.Row(*entry_blocks, ctx.dcp.OwnedEntriesBefore(e)));
+          });
     }
   }
 
