@@ -131,10 +131,12 @@ double Quantile(std::vector<double> v, double p) {
 }
 
 ContextResult Summarize(int64_t context, double prefill_s,
+                        double prefill_calls_per_chunk,
                         const std::vector<StepSample>& samples) {
   ContextResult r;
   r.context = context;
   r.prefill_s = prefill_s;
+  r.prefill_calls_per_chunk = prefill_calls_per_chunk;
   r.steps = static_cast<int>(samples.size());
   std::vector<double> wall;
   BackendTimes sum;
@@ -151,6 +153,7 @@ ContextResult Summarize(int64_t context, double prefill_s,
     sum.other_s += b.other_s;
     sum.attended_keys += b.attended_keys;
     sum.index_pairs += b.index_pairs;
+    sum.calls += b.calls;
     engram += s.engram_s;
     host += std::max(0.0, s.wall_s - b.backend_total_s() - s.engram_s);
   }
@@ -168,6 +171,7 @@ ContextResult Summarize(int64_t context, double prefill_s,
                    r.engram_ms + r.host_ms;
   r.attended_keys = static_cast<double>(sum.attended_keys) / n;
   r.index_pairs = static_cast<double>(sum.index_pairs) / n;
+  r.calls_per_step = static_cast<double>(sum.calls) / n;
   if (sum.index_pairs > 0) {
     const double pairs = static_cast<double>(sum.index_pairs);
     r.index_kernel_ns_per_pair = sum.index_scores_s * 1e9 / pairs;
@@ -231,10 +235,13 @@ absl::StatusOr<ModelResult> RunModel(const DecodeContextOptions& o,
 
   // Prefill one sequence per context (ids 1, 2, ...).
   std::vector<double> prefill_s(o.contexts.size());
+  std::vector<double> prefill_calls(o.contexts.size());
   for (size_t i = 0; i < o.contexts.size(); ++i) {
     const int64_t context = o.contexts[i];
+    timing.Reset();
+    int64_t chunks = 0;
     t0 = Clock::now();
-    for (int64_t p = 0; p < context; p += o.chunk_tokens) {
+    for (int64_t p = 0; p < context; p += o.chunk_tokens, ++chunks) {
       model::SequenceChunk c;
       c.sequence_id = i + 1;
       c.start_position = p;
@@ -254,6 +261,8 @@ absl::StatusOr<ModelResult> RunModel(const DecodeContextOptions& o,
       }
     }
     prefill_s[i] = Seconds(t0);
+    prefill_calls[i] = static_cast<double>(timing.times().calls) /
+                       static_cast<double>(std::max<int64_t>(chunks, 1));
     std::fprintf(stderr, "%s: prefilled %lld tokens in %.1f s\n",
                  result.arch.c_str(), static_cast<long long>(context),
                  prefill_s[i]);
@@ -287,7 +296,7 @@ absl::StatusOr<ModelResult> RunModel(const DecodeContextOptions& o,
   }
   for (size_t i = 0; i < o.contexts.size(); ++i) {
     result.contexts.push_back(
-        Summarize(o.contexts[i], prefill_s[i], samples[i]));
+        Summarize(o.contexts[i], prefill_s[i], prefill_calls[i], samples[i]));
   }
   const double first = result.contexts[0].step_ms_median;
   for (ContextResult& r : result.contexts) {
@@ -315,19 +324,23 @@ absl::StatusOr<std::vector<ModelResult>> RunDecodeContextBench(
 
 std::string FormatTables(const std::vector<ModelResult>& results) {
   std::string s =
-      "| model | context | prefill s | step ms p50 | p90 | vs first | "
+      "| model | context | prefill s | calls/chunk | step ms p50 | p90 | "
+      "vs first | calls/step | "
       "attention ms (share) | indexer ms (share) | other backend ms | "
       "engram ms | host ms | keys attended/step | indexer pairs/step | "
       "IndexScores ns/pair | indexer ns/pair |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+      "\n";
   for (const ModelResult& m : results) {
     for (const ContextResult& r : m.contexts) {
       absl::StrAppendFormat(
           &s,
-          "| %s | %lld | %.1f | %.2f | %.2f | %.2f | %.2f (%s) | %.2f (%s) | "
+          "| %s | %lld | %.1f | %.0f | %.2f | %.2f | %.2f | %.0f | %.2f (%s) | "
+          "%.2f (%s) | "
           "%.2f | %.2f | %.2f | %.0f | %.0f | %.2f | %.2f |\n",
           m.arch, static_cast<long long>(r.context), r.prefill_s,
-          r.step_ms_median, r.step_ms_p90, r.vs_first, r.attention_ms,
+          r.prefill_calls_per_chunk, r.step_ms_median, r.step_ms_p90,
+          r.vs_first, r.calls_per_step, r.attention_ms,
           Share(r.attention_ms, r.mean_step_ms), r.index_ms,
           Share(r.index_ms, r.mean_step_ms), r.other_backend_ms, r.engram_ms,
           r.host_ms, r.attended_keys, r.index_pairs, r.index_kernel_ns_per_pair,
@@ -346,6 +359,8 @@ nlohmann::json ToJson(const DecodeContextOptions& options,
       contexts.push_back(
           {{"context", r.context},
            {"prefill_s", r.prefill_s},
+           {"prefill_calls_per_chunk", r.prefill_calls_per_chunk},
+           {"calls_per_step", r.calls_per_step},
            {"steps", r.steps},
            {"step_ms_median", r.step_ms_median},
            {"step_ms_p90", r.step_ms_p90},

@@ -48,6 +48,10 @@ struct DecodeContextOptions {
 struct ContextResult {
   int64_t context = 0;
   double prefill_s = 0;
+  // Backend calls (each a launch or a copy on a GPU) per prefill chunk,
+  // and per decode step.
+  double prefill_calls_per_chunk = 0;
+  double calls_per_step = 0;
   int steps = 0;
   double step_ms_median = 0;
   double step_ms_p90 = 0;

@@ -47,6 +47,8 @@ TEST(DecodeContextBenchTest, RunsBothModelsAndReportsSaneFields) {
       EXPECT_EQ(r.context, o.contexts[i]);
       EXPECT_EQ(r.steps, o.decode_steps);
       EXPECT_GT(r.prefill_s, 0);
+      EXPECT_GT(r.prefill_calls_per_chunk, 0);
+      EXPECT_GT(r.calls_per_step, 0);
       EXPECT_GT(r.step_ms_median, 0);
       EXPECT_GE(r.step_ms_p90, r.step_ms_median);
       EXPECT_GT(r.vs_first, 0);

@@ -10,6 +10,7 @@ namespace mneme::bench {
 
 template <typename Fn>
 void TimingBackend::Timed(Kind kind, Fn&& fn) {
+  ++times_.calls;
   const Clock::time_point t0 = Clock::now();
   std::forward<Fn>(fn)();
   Book(kind, std::chrono::duration<double>(Clock::now() - t0).count());

@@ -53,6 +53,9 @@ struct BackendTimes {
   // pairs they scored.
   int64_t attention_calls = 0;
   int64_t attended_keys = 0;
+  // Every call made through the backend (what a GPU pays a launch or a
+  // copy for).
+  int64_t calls = 0;
   int64_t index_calls = 0;
   int64_t index_pairs = 0;
 
