@@ -388,9 +388,11 @@ class Backend {
                                      absl::Span<int32_t> counts) = 0;
 
   // ---- compressor ----------------------------------------------------------
-  // One compressed entry from a block of r tokens: out[d] = sum_i
-  // softmax_i(score[i, d] + ape[i, d]) * kv[i, d] (softmax over the r rows,
-  // independently per column). kv, score, ape: [r, d]; out: [1, d].
+  // Compressed entries, each from a block of r tokens: out [E, d], kv and
+  // score [E * r, d] (entry e's rows [e * r, (e + 1) * r)), ape [r, d]
+  // shared by every entry; out[e, c] = sum_i softmax_i(score[e * r + i, c] +
+  // ape[i, c]) * kv[e * r + i, c] (softmax over the r rows, independently
+  // per column). E >= 1, r >= 1.
   virtual void SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
                            ConstMatrixView ape, MatrixView out) = 0;
 

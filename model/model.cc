@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "engram_store/hashing/tokenizer_vocab.h"
 #include "model/layers/attention.h"
+#include "model/layers/compressor.h"
 #include "model/layers/hyper_connections.h"
 #include "model/layers/moe.h"
 #include "model/weight_loader.h"
@@ -69,10 +70,22 @@ int64_t StepWorkspaceFloats(const ModelDims& d, const ModelOptions& o,
   const int64_t nI = dcp ? d.index_heads : d.index_heads / n;
   const int64_t compress =
       4 * f(T * 2 * hd) + 2 * f(T * nI * d.index_head_dim) + 2 * f(T * nI);
+  // A compressor's pass over a chunk (before the chunk's attention): the
+  // widest at any ratio, taken with overlap and entries as wide as the
+  // cache (a bound for both compressors), its state as large as a rollback
+  // of max_speculative_tokens makes it.
+  int64_t compressor_pass = 0;
+  for (int r : d.compress_ratios) {
+    if (r <= 0) continue;
+    const int64_t state_slots = o.max_speculative_tokens + 3 * int64_t{r};
+    compressor_pass = std::max(
+        compressor_pass, CompressChunkWorkspaceFloats(r, /*overlap=*/true, hd,
+                                                      state_slots, hd, T));
+  }
   const int64_t attention =
       f(T * d.q_lora_rank) + f(T * hl * hd) + f(T * hd) + compress +
       (dcp ? f(T * H * hd) + f(T * H * hd) : 0) + f(T * heads * hd) +
-      f(T * heads) + std::max({chunk, merge, out_proj});
+      f(T * heads) + std::max({chunk, merge, out_proj, compressor_pass});
   const int64_t moe = f(T * d.num_experts);
   // Engram: every layer's staged rows through the pass, then a layer's
   // gathered rows, their fp32 form and projection.

@@ -230,30 +230,40 @@ void CpuBackend::WeighDcpParts(ConstMatrixView lses, ConstMatrixView part,
 
 void CpuBackend::SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
                              ConstMatrixView ape, MatrixView out) {
-  const int64_t r = kv.rows;
+  const int64_t entries = out.rows;
   const int64_t d = kv.cols;
+  CHECK_GT(entries, 0);
+  CHECK_EQ(kv.rows % entries, 0);
+  const int64_t r = kv.rows / entries;
   CHECK_GT(r, 0);
-  CHECK_EQ(score.rows, r);
+  CHECK_EQ(score.rows, kv.rows);
   CHECK_EQ(score.cols, d);
   CHECK_EQ(ape.rows, r);
   CHECK_EQ(ape.cols, d);
-  CHECK_EQ(out.rows, 1);
   CHECK_EQ(out.cols, d);
-  std::vector<float> max(d, -kInf), denominator(d, 0.0f), numerator(d, 0.0f);
-  for (int64_t i = 0; i < r; ++i) {
+  std::vector<float> max(d), denominator(d), numerator(d);
+  for (int64_t e = 0; e < entries; ++e) {
+    const float* s = score.data + e * r * d;
+    const float* v = kv.data + e * r * d;
+    std::fill(max.begin(), max.end(), -kInf);
+    std::fill(denominator.begin(), denominator.end(), 0.0f);
+    std::fill(numerator.begin(), numerator.end(), 0.0f);
+    for (int64_t i = 0; i < r; ++i) {
+      for (int64_t c = 0; c < d; ++c) {
+        max[c] = std::max(max[c], s[i * d + c] + ape.data[i * d + c]);
+      }
+    }
+    for (int64_t i = 0; i < r; ++i) {
+      for (int64_t c = 0; c < d; ++c) {
+        const float x = std::exp(s[i * d + c] + ape.data[i * d + c] - max[c]);
+        denominator[c] += x;
+        numerator[c] += x * v[i * d + c];
+      }
+    }
     for (int64_t c = 0; c < d; ++c) {
-      max[c] = std::max(max[c], score.data[i * d + c] + ape.data[i * d + c]);
+      out.data[e * d + c] = numerator[c] / denominator[c];
     }
   }
-  for (int64_t i = 0; i < r; ++i) {
-    for (int64_t c = 0; c < d; ++c) {
-      const float e =
-          std::exp(score.data[i * d + c] + ape.data[i * d + c] - max[c]);
-      denominator[c] += e;
-      numerator[c] += e * kv.data[i * d + c];
-    }
-  }
-  for (int64_t c = 0; c < d; ++c) out.data[c] = numerator[c] / denominator[c];
 }
 
 }  // namespace mneme::gpu

@@ -890,14 +890,16 @@ void KernelBackend::SelectCandidateBlocks(ConstMatrixView scores, float scale,
 
 void KernelBackend::SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
                                 ConstMatrixView ape, MatrixView out) {
-  const int64_t r = kv.rows;
+  const int64_t entries = out.rows;
   const int64_t d = kv.cols;
+  CHECK_GT(entries, 0);
+  CHECK_EQ(kv.rows % entries, 0);
+  const int64_t r = kv.rows / entries;
   CHECK_GT(r, 0);
-  CHECK_EQ(score.rows, r);
+  CHECK_EQ(score.rows, kv.rows);
   CHECK_EQ(score.cols, d);
   CHECK_EQ(ape.rows, r);
   CHECK_EQ(ape.cols, d);
-  CHECK_EQ(out.rows, 1);
   CHECK_EQ(out.cols, d);
   executor_->Run(k::SoftmaxPoolOp{.kv = kv.data,
                                   .score = score.data,
@@ -905,7 +907,7 @@ void KernelBackend::SoftmaxPool(ConstMatrixView kv, ConstMatrixView score,
                                   .r = r,
                                   .d = d,
                                   .out = out.data},
-                 d);
+                 entries * d);
 }
 
 void KernelBackend::HcMix(ConstMatrixView x_stream, const Weight& fn,

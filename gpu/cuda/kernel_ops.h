@@ -1837,27 +1837,32 @@ struct IndexScoresTiledOp {
   }
 };
 
-// out[c] = sum_i softmax_i(score[i, c] + ape[i, c]) * kv[i, c]; item = c.
+// out[e, c] = sum_i softmax_i(score[e r + i, c] + ape[i, c]) * kv[e r + i,
+// c] (Backend::SoftmaxPool).
 struct SoftmaxPoolOp {
   const float* kv = nullptr;
   const float* score = nullptr;
-  const float* ape = nullptr;
+  const float* ape = nullptr;  // [r, d], shared by every entry
   int64_t r = 0;
   int64_t d = 0;
   float* out = nullptr;
-  MNEME_HD void operator()(int64_t c) const {
+  // item = e * d + c: column c of entry e (rows [e * r, (e + 1) * r)).
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t c = item % d;
+    const float* s = score + (item - c) * r;
+    const float* v = kv + (item - c) * r;
     float max = -INFINITY;
     for (int64_t i = 0; i < r; ++i) {
-      max = Maxf(max, score[i * d + c] + ape[i * d + c]);
+      max = Maxf(max, s[i * d + c] + ape[i * d + c]);
     }
     float denominator = 0.0f;
     float numerator = 0.0f;
     for (int64_t i = 0; i < r; ++i) {
-      const float e = Expf(score[i * d + c] + ape[i * d + c] - max);
+      const float e = Expf(s[i * d + c] + ape[i * d + c] - max);
       denominator += e;
-      numerator += e * kv[i * d + c];
+      numerator += e * v[i * d + c];
     }
-    out[c] = numerator / denominator;
+    out[item] = numerator / denominator;
   }
 };
 

@@ -151,34 +151,24 @@ std::vector<int32_t> SelectCandidateBlocks(absl::Span<const float> scores,
 
 namespace {
 
-// Writes entries [count, d] (d <= the pool width) to the pool rows of
-// entries [first, first + count) of `blocks` that this rank owns.
+// Writes rows [k, d] (d <= the pool width), the entries `entries` (k of
+// them, each owned by this rank), to their pool rows of `blocks`.
 absl::Status StoreEntries(const LayerContext& ctx, KvCache& cache,
-                          const std::vector<int32_t>& blocks, int64_t first,
-                          ConstMatrixView entries) {
-  const MatrixView pool = cache.pool();
-  const int64_t count = entries.rows;
-  std::vector<int32_t> rows(count);
-  for (int64_t i = 0; i < count; ++i) {
-    rows[i] = cache.Row(blocks, ctx.dcp.OwnedEntriesBefore(first + i));
+                          const std::vector<int32_t>& blocks,
+                          absl::Span<const int64_t> entries,
+                          ConstMatrixView rows) {
+  std::vector<int32_t> dst(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    dst[i] = cache.Row(blocks, ctx.dcp.OwnedEntriesBefore(entries[i]));
   }
-  if (entries.cols == pool.cols) {
-    ctx.backend.ScatterRows(entries, rows, pool);
-    return absl::OkStatus();
-  }
-  Workspace::Scope scope(ctx.workspace);
-  ASSIGN_OR_RETURN(WorkBuffer wide,
-                   ctx.workspace.TakeZeroed(count * pool.cols));
-  ctx.backend.PlaceColumns(entries, wide.view(count, pool.cols), 0);
-  ctx.backend.ScatterRows(wide.view(count, pool.cols), rows, pool);
-  return absl::OkStatus();
+  return WritePoolRows(ctx, cache.pool(), rows, dst);
 }
 
-// Positions of `count` entries from `first` at ratio `r`: e * r.
-std::vector<int32_t> EntryPositions(int64_t first, int64_t count, int r) {
-  std::vector<int32_t> pos(count);
-  for (int64_t i = 0; i < count; ++i) {
-    pos[i] = static_cast<int32_t>((first + i) * r);
+// Positions of `entries` at ratio `r`: e * r.
+std::vector<int32_t> EntryPositions(absl::Span<const int64_t> entries, int r) {
+  std::vector<int32_t> pos(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    pos[i] = static_cast<int32_t>(entries[i] * r);
   }
   return pos;
 }
@@ -694,7 +684,9 @@ absl::Status AttentionForward(const LayerContext& ctx,
       RETURN_IF_ERROR(CompressChunk(
           ctx, *comp, cache, ls.state, ckv.view(T, comp->width()),
           cscore.view(T, comp->width()), t0, p0, n, owned,
-          [&](int64_t first, int64_t count, MatrixView e) -> absl::Status {
+          [&](absl::Span<const int64_t> entries, MatrixView e) -> absl::Status {
+            const int64_t count = e.rows;
+            const std::vector<int32_t> at = EntryPositions(entries, r);
             if (keys_here) {
               // V4.1 index keys: k_norm(wk(entry before RoPE)), rotated.
               Workspace::Scope keys_scope(ws);
@@ -703,23 +695,22 @@ absl::Status AttentionForward(const LayerContext& ctx,
               backend.RmsNorm(k.view(count, dI), w.index_k_norm->data(),
                               d.rms_norm_eps, k.view(count, dI));
               backend.Rope(k.view(count, dI), static_cast<int>(dI), d.rope_dim,
-                           w.rope, EntryPositions(first, count, r), fwd);
-              RETURN_IF_ERROR(StoreEntries(ctx, cache, ls.index_keys, first,
+                           w.rope, at, fwd);
+              RETURN_IF_ERROR(StoreEntries(ctx, cache, ls.index_keys, entries,
                                            k.view(count, dI)));
             }
-            backend.Rope(e, static_cast<int>(hd), d.rope_dim, w.rope,
-                         EntryPositions(first, count, r), fwd);
-            return StoreEntries(ctx, cache, ls.entries, first, e);
+            backend.Rope(e, static_cast<int>(hd), d.rope_dim, w.rope, at, fwd);
+            return StoreEntries(ctx, cache, ls.entries, entries, e);
           }));
     }
     if (icomp != nullptr) {
       RETURN_IF_ERROR(CompressChunk(
           ctx, *icomp, cache, ls.index_state, ikv.view(T, icomp->width()),
           iscore.view(T, icomp->width()), t0, p0, n, owned,
-          [&](int64_t first, int64_t count, MatrixView e) -> absl::Status {
+          [&](absl::Span<const int64_t> entries, MatrixView e) -> absl::Status {
             backend.Rope(e, static_cast<int>(dI), d.rope_dim, w.rope,
-                         EntryPositions(first, count, r), fwd);
-            return StoreEntries(ctx, cache, ls.index_keys, first, e);
+                         EntryPositions(entries, r), fwd);
+            return StoreEntries(ctx, cache, ls.index_keys, entries, e);
           }));
     }
     // Which entries each query attends.

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "gpu/backend.h"
 #include "model/kv_cache.h"
 #include "model/layers/layer_context.h"
@@ -79,21 +80,40 @@ absl::Status CompressorProject(const LayerContext& ctx,
                                absl::Span<const int32_t> positions,
                                gpu::MatrixView kv, gpu::MatrixView score);
 
-// Receives completed entries: `count` consecutive entries starting at entry
-// index `first`, normalised, [count, dim] (before RoPE).
-using EntrySink = std::function<absl::Status(int64_t first, int64_t count,
-                                             gpu::MatrixView entries)>;
+// Receives completed entries: the entry indices `entries` (ascending) and
+// their rows, normalised, [entries.size(), dim] (before RoPE).
+using EntrySink = std::function<absl::Status(absl::Span<const int64_t> entries,
+                                             gpu::MatrixView rows)>;
 
 // Feeds one chunk to the compressor: rows [t0, t0 + n) of kv and score,
 // positions [p0, p0 + n). The incomplete block is kept in the pool rows
-// `state` (StateRows() of them, reserved by the caller); entries that
-// `want(e)` are pooled and handed to `sink` in order.
+// `state` (StateRows() of them, reserved by the caller); the entries
+// completed in the chunk that `want(e)` are pooled together and handed to
+// `sink` in one call (none when there are none). A fixed number of backend
+// calls whatever n: the entries' tokens are gathered from the chunk's rows
+// (and the state, for the tokens before p0), and only the chunk's last
+// tokens that the state keeps are written to it.
 absl::Status CompressChunk(const LayerContext& ctx, const CompressorWeights& w,
                            KvCache& cache, const std::vector<int32_t>& state,
                            gpu::ConstMatrixView kv, gpu::ConstMatrixView score,
                            int64_t t0, int64_t p0, int64_t n,
                            const std::function<bool(int64_t)>& want,
                            const EntrySink& sink);
+
+// An upper bound of the workspace floats CompressChunk takes, its sink
+// included when the sink takes at most 2 k pool rows' floats for k entries
+// (the attention's: a copy for the index keys and one widened to the pool),
+// for a chunk of n tokens at `ratio` with entries of `dim` <= pool_cols
+// floats and a state of `state_slots` tokens (StateBlocks() * ratio).
+int64_t CompressChunkWorkspaceFloats(int ratio, bool overlap, int64_t dim,
+                                     int64_t state_slots, int64_t pool_cols,
+                                     int64_t n);
+
+// Writes rows [k, d] (d <= pool.cols) to the pool rows `dst` (k of them),
+// the columns past d zero.
+absl::Status WritePoolRows(const LayerContext& ctx, gpu::MatrixView pool,
+                           gpu::ConstMatrixView rows,
+                           absl::Span<const int32_t> dst);
 
 }  // namespace mneme::model
 

@@ -48,6 +48,10 @@ struct LayerContext {
 inline gpu::MatrixView Rows(gpu::MatrixView m, int64_t begin, int64_t count) {
   return gpu::MatrixView{m.data + begin * m.cols, count, m.cols};
 }
+inline gpu::ConstMatrixView Rows(gpu::ConstMatrixView m, int64_t begin,
+                                 int64_t count) {
+  return gpu::ConstMatrixView{m.data + begin * m.cols, count, m.cols};
+}
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

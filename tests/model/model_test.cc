@@ -641,6 +641,37 @@ TEST_P(ModelChunkingTest, PrefillEqualsChunkedPrefillEqualsDecode) {
   EXPECT_LE(MaxDiff(got, want->logits[0]), 2e-4);
 }
 
+// A chunk long enough that its compressors pool their entries in several
+// passes (a pass pools at most 4096 rows: 512 entries at ratio 4 with
+// overlap, 2048 at ratio 2) computes what short chunks, each one pass,
+// compute.
+TEST_P(ModelChunkingTest, LongChunkPoolsItsEntriesInPasses) {
+  const std::string& dir = GetParam() ? TinyV4Checkpoint() : TinyCheckpoint();
+  absl::StatusOr<std::unique_ptr<LocalModel>> m = Open(dir, 256 << 20);
+  ASSERT_TRUE(m.ok()) << m.status();
+  Model& model = (*m)->model();
+  const int64_t v = model.dims().vocab_size;
+  const std::vector<int64_t> a = Tokens(4300, 5);
+  StepInput whole;
+  whole.chunks.push_back(Chunk(1, a, 0, SequenceChunk::Logits::kAll));
+  absl::StatusOr<StepOutput> want = model.Step(whole);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_EQ(want->logits[0].size(), a.size() * v);
+  std::vector<float> got;
+  for (size_t begin = 0; begin < a.size(); begin += 700) {
+    const size_t end = std::min(a.size(), begin + 700);
+    StepInput in;
+    in.chunks.push_back(
+        Chunk(2, std::vector<int64_t>(a.begin() + begin, a.begin() + end),
+              static_cast<int64_t>(begin), SequenceChunk::Logits::kAll));
+    absl::StatusOr<StepOutput> o = model.Step(in);
+    ASSERT_TRUE(o.ok()) << o.status();
+    got.insert(got.end(), o->logits[0].begin(), o->logits[0].end());
+  }
+  ASSERT_EQ(got.size(), want->logits[0].size());
+  EXPECT_LE(MaxDiff(got, want->logits[0]), 2e-4);
+}
+
 // Decode-size chunks (at most max_speculative_tokens + 1 tokens) attend their
 // keys where they are in the pool, every such chunk of a step in one call;
 // longer chunks gather theirs. A step mixing both, at positions before and

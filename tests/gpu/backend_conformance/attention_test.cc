@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -197,27 +198,40 @@ TEST_P(AttentionTest, SparseAttentionWithNoKeyGivesZerosAndMinusInf) {
 }
 
 TEST_P(AttentionTest, SoftmaxPoolMatchesReference) {
-  for (auto [r, d] : {std::pair<int64_t, int64_t>{1, 1}, {4, 9}, {7, 64}}) {
-    const std::vector<float> kv = Random(r * d), score = Random(r * d, -4, 4),
+  // (entries, r, d): one entry and several, each pooling its own rows with
+  // the one ape.
+  for (const std::tuple<int64_t, int64_t, int64_t>& shape :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {1, 1, 1}, {1, 4, 9}, {1, 7, 64}, {3, 4, 9}, {5, 8, 33}}) {
+    const int64_t entries = std::get<0>(shape), r = std::get<1>(shape),
+                  d = std::get<2>(shape);
+    SCOPED_TRACE(testing::Message()
+                 << entries << " entries of " << r << " x " << d);
+    const std::vector<float> kv = Random(entries * r * d),
+                             score = Random(entries * r * d, -4, 4),
                              ape = Random(r * d);
-    std::vector<double> ref(d);
-    for (int64_t c = 0; c < d; ++c) {
-      double max = -kInf;
-      for (int64_t i = 0; i < r; ++i) {
-        max = std::max(max, double{score[i * d + c]} + ape[i * d + c]);
+    std::vector<double> ref(entries * d);
+    for (int64_t e = 0; e < entries; ++e) {
+      for (int64_t c = 0; c < d; ++c) {
+        const auto at = [&](const std::vector<float>& m, int64_t i) {
+          return double{m[(e * r + i) * d + c]};
+        };
+        double max = -kInf;
+        for (int64_t i = 0; i < r; ++i) {
+          max = std::max(max, at(score, i) + ape[i * d + c]);
+        }
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < r; ++i) {
+          const double x = std::exp(at(score, i) + ape[i * d + c] - max);
+          den += x;
+          num += x * at(kv, i);
+        }
+        ref[e * d + c] = num / den;
       }
-      double num = 0, den = 0;
-      for (int64_t i = 0; i < r; ++i) {
-        const double e =
-            std::exp(double{score[i * d + c]} + ape[i * d + c] - max);
-        den += e;
-        num += e * kv[i * d + c];
-      }
-      ref[c] = num / den;
     }
-    Mat kvm = Upload(kv, r, d), sm = Upload(score, r, d),
+    Mat kvm = Upload(kv, entries * r, d), sm = Upload(score, entries * r, d),
         am = Upload(ape, r, d);
-    Mat out = Zeros(1, d);
+    Mat out = Zeros(entries, d);
     backend_->SoftmaxPool(kvm.view, sm.view, am.view, out.view);
     ExpectAllNear(Download(out), ref, 1e-6);
   }
