@@ -70,17 +70,15 @@ int64_t StepWorkspaceFloats(const ModelDims& d, const ModelOptions& o,
   const int64_t nI = dcp ? d.index_heads : d.index_heads / n;
   const int64_t compress =
       4 * f(T * 2 * hd) + 2 * f(T * nI * d.index_head_dim) + 2 * f(T * nI);
-  // A compressor's pass over a chunk (before the chunk's attention): the
-  // widest at any ratio, taken with overlap and entries as wide as the
-  // cache (a bound for both compressors), its state as large as a rollback
-  // of max_speculative_tokens makes it.
+  // A compressor's pass over a chunk (before the chunk's attention) and
+  // its state writes: the widest at any ratio, taken with overlap and
+  // entries as wide as the cache (a bound for both compressors).
   int64_t compressor_pass = 0;
   for (int r : d.compress_ratios) {
     if (r <= 0) continue;
-    const int64_t state_slots = o.max_speculative_tokens + 3 * int64_t{r};
-    compressor_pass = std::max(
-        compressor_pass, CompressChunkWorkspaceFloats(r, /*overlap=*/true, hd,
-                                                      state_slots, hd, T));
+    compressor_pass =
+        std::max(compressor_pass,
+                 CompressChunkWorkspaceFloats(r, /*overlap=*/true, hd, hd, T));
   }
   const int64_t attention =
       f(T * d.q_lora_rank) + f(T * hl * hd) + f(T * hd) + compress +

@@ -671,6 +671,8 @@ absl::Status AttentionForward(const LayerContext& ctx,
       batch.input.chunks.size());
   std::vector<PendingChoice> pending;
   PoolAttention in_place;
+  // The compressors' state writes of every chunk, made together after them.
+  StateWrites comp_writes, icomp_writes;
   int64_t t0 = 0;
   for (size_t ci = 0; ci < batch.input.chunks.size(); ++ci) {
     const SequenceChunk& c = batch.input.chunks[ci];
@@ -701,7 +703,8 @@ absl::Status AttentionForward(const LayerContext& ctx,
             }
             backend.Rope(e, static_cast<int>(hd), d.rope_dim, w.rope, at, fwd);
             return StoreEntries(ctx, cache, ls.entries, entries, e);
-          }));
+          },
+          &comp_writes));
     }
     if (icomp != nullptr) {
       RETURN_IF_ERROR(CompressChunk(
@@ -711,7 +714,8 @@ absl::Status AttentionForward(const LayerContext& ctx,
             backend.Rope(e, static_cast<int>(dI), d.rope_dim, w.rope,
                          EntryPositions(entries, r), fwd);
             return StoreEntries(ctx, cache, ls.index_keys, entries, e);
-          }));
+          },
+          &icomp_writes));
     }
     // Which entries each query attends.
     std::vector<std::vector<int32_t>>& selected = selections[ci];
@@ -784,6 +788,14 @@ absl::Status AttentionForward(const LayerContext& ctx,
       }
     }
     t0 += n;
+  }
+  if (comp != nullptr) {
+    RETURN_IF_ERROR(WriteStates(ctx, *comp, cache, ckv.view(T, comp->width()),
+                                cscore.view(T, comp->width()), comp_writes));
+  }
+  if (icomp != nullptr) {
+    RETURN_IF_ERROR(WriteStates(ctx, *icomp, cache, ikv.view(T, icomp->width()),
+                                iscore.view(T, icomp->width()), icomp_writes));
   }
   // The one-token chunks' choices, made together; then what every chunk's
   // indexer chose is what the layers reusing it attend.

@@ -71,8 +71,7 @@ absl::Status CompressorProject(const LayerContext& ctx,
 }
 
 int64_t CompressChunkWorkspaceFloats(int ratio, bool overlap, int64_t dim,
-                                     int64_t state_slots, int64_t pool_cols,
-                                     int64_t n) {
+                                     int64_t pool_cols, int64_t n) {
   const auto f = [](int64_t floats) { return WorkspaceFloats(floats); };
   const int64_t m = std::max(ratio, 1);
   // The sink's entries, their copy and their widened rows.
@@ -89,8 +88,11 @@ int64_t CompressChunkWorkspaceFloats(int ratio, bool overlap, int64_t dim,
   const int64_t pre = 2 * m * c;
   const int64_t halves =
       f(pre * pool_cols) + f((pre + pooled + 2 * c * m) * dim);
+  // WriteStates: a piece of the rows and their widened copy.
+  const int64_t piece = std::min(kMaxPooledRows, c * n);
+  const int64_t states = f(piece * dim) + f(piece * pool_cols);
   return f(c * m * dim) + 2 * f(pooled * dim) + std::max(halves, sink(count)) +
-         f(std::min(n, state_slots) * c * pool_cols);
+         states;
 }
 
 absl::Status WritePoolRows(const LayerContext& ctx, MatrixView pool,
@@ -114,7 +116,7 @@ absl::Status CompressChunk(const LayerContext& ctx, const CompressorWeights& w,
                            ConstMatrixView kv, ConstMatrixView score,
                            int64_t t0, int64_t p0, int64_t n,
                            const std::function<bool(int64_t)>& want,
-                           const EntrySink& sink) {
+                           const EntrySink& sink, StateWrites* deferred) {
   gpu::Backend& backend = ctx.backend;
   Workspace& ws = ctx.workspace;
   const int64_t m = w.ratio, d = w.dim, cw = w.width();
@@ -256,15 +258,52 @@ absl::Status CompressChunk(const LayerContext& ctx, const CompressorWeights& w,
   // The state keeps the chunk's last `slots` tokens (earlier ones would be
   // overwritten by later ones of the chunk).
   const int64_t kept = std::min(n, slots);
+  StateWrites own;
+  StateWrites& writes = deferred != nullptr ? *deferred : own;
   for (int kind = 0; kind < 2; ++kind) {
-    std::vector<int32_t> dst;
     for (int64_t i = n - kept; i < n; ++i) {
       for (int64_t h = 0; h < c; ++h) {
-        dst.push_back(state_row(kind, (p0 + i) % slots, h));
+        writes.src[kind].push_back(static_cast<int32_t>((t0 + i) * c + h));
+        writes.dst[kind].push_back(state_row(kind, (p0 + i) % slots, h));
       }
     }
-    RETURN_IF_ERROR(WritePoolRows(
-        ctx, pool, Rows(chunk_halves(kind), (n - kept) * c, kept * c), dst));
+  }
+  if (deferred != nullptr) return absl::OkStatus();
+  return WriteStates(ctx, w, cache, kv, score, own);
+}
+
+absl::Status WriteStates(const LayerContext& ctx, const CompressorWeights& w,
+                         KvCache& cache, ConstMatrixView kv,
+                         ConstMatrixView score, const StateWrites& writes) {
+  if (w.ratio <= 1) return absl::OkStatus();
+  const int64_t c = w.overlap ? 2 : 1, d = w.dim;
+  const ConstMatrixView src[2] = {kv, score};
+  for (int kind = 0; kind < 2; ++kind) {
+    const std::vector<int32_t>& from = writes.src[kind];
+    const std::vector<int32_t>& to = writes.dst[kind];
+    // The step's token halves: row t * c + h is half h of token t.
+    const ConstMatrixView halves(src[kind].data, src[kind].rows * c, d);
+    // At most kMaxPooledRows rows a piece (a bounded workspace).
+    for (size_t b = 0; b < from.size(); b += kMaxPooledRows) {
+      const auto k = static_cast<int64_t>(
+          std::min<size_t>(kMaxPooledRows, from.size() - b));
+      const absl::Span<const int32_t> piece =
+          absl::MakeConstSpan(from).subspan(b, k);
+      Workspace::Scope scope(ctx.workspace);
+      ConstMatrixView rows = Rows(halves, piece.front(), k);
+      bool in_a_row = true;
+      for (int64_t i = 1; i < k && in_a_row; ++i) {
+        in_a_row = piece[i] == piece.front() + i;
+      }
+      if (!in_a_row) {
+        // Rows of several chunks, gathered first.
+        ASSIGN_OR_RETURN(WorkBuffer picked, ctx.workspace.Take(k * d));
+        ctx.backend.GatherRows(halves, piece, picked.view(k, d));
+        rows = picked.view(k, d);
+      }
+      RETURN_IF_ERROR(WritePoolRows(ctx, cache.pool(), rows,
+                                    absl::MakeConstSpan(to).subspan(b, k)));
+    }
   }
   return absl::OkStatus();
 }

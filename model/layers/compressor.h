@@ -85,6 +85,15 @@ absl::Status CompressorProject(const LayerContext& ctx,
 using EntrySink = std::function<absl::Status(absl::Span<const int64_t> entries,
                                              gpu::MatrixView rows)>;
 
+// The state writes of a step's chunks, made together by WriteStates: per
+// kind (0 the projections, 1 the scores) rows of the step's token halves
+// (kv and score [T, width()] seen as [T * c, dim], c = 2 with overlap:
+// row t * c + h is half h of token t) and the pool rows they go to.
+struct StateWrites {
+  std::vector<int32_t> src[2];
+  std::vector<int32_t> dst[2];
+};
+
 // Feeds one chunk to the compressor: rows [t0, t0 + n) of kv and score,
 // positions [p0, p0 + n). The incomplete block is kept in the pool rows
 // `state` (StateRows() of them, reserved by the caller); the entries
@@ -92,22 +101,28 @@ using EntrySink = std::function<absl::Status(absl::Span<const int64_t> entries,
 // `sink` in one call (none when there are none). A fixed number of backend
 // calls whatever n: the entries' tokens are gathered from the chunk's rows
 // (and the state, for the tokens before p0), and only the chunk's last
-// tokens that the state keeps are written to it.
+// tokens that the state keeps are written to it - at once, or, with
+// `deferred` not null, added to it for a WriteStates of the step's chunks
+// together (its other chunks being of other sequences).
 absl::Status CompressChunk(const LayerContext& ctx, const CompressorWeights& w,
                            KvCache& cache, const std::vector<int32_t>& state,
                            gpu::ConstMatrixView kv, gpu::ConstMatrixView score,
                            int64_t t0, int64_t p0, int64_t n,
                            const std::function<bool(int64_t)>& want,
-                           const EntrySink& sink);
+                           const EntrySink& sink, StateWrites* deferred);
+
+// Makes `writes` (of chunks of kv and score [T, width()], the step's).
+absl::Status WriteStates(const LayerContext& ctx, const CompressorWeights& w,
+                         KvCache& cache, gpu::ConstMatrixView kv,
+                         gpu::ConstMatrixView score, const StateWrites& writes);
 
 // An upper bound of the workspace floats CompressChunk takes, its sink
 // included when the sink takes at most 2 k pool rows' floats for k entries
 // (the attention's: a copy for the index keys and one widened to the pool),
-// for a chunk of n tokens at `ratio` with entries of `dim` <= pool_cols
-// floats and a state of `state_slots` tokens (StateBlocks() * ratio).
+// and WriteStates, for a step of n tokens at `ratio` with entries of `dim`
+// <= pool_cols floats.
 int64_t CompressChunkWorkspaceFloats(int ratio, bool overlap, int64_t dim,
-                                     int64_t state_slots, int64_t pool_cols,
-                                     int64_t n);
+                                     int64_t pool_cols, int64_t n);
 
 // Writes rows [k, d] (d <= pool.cols) to the pool rows `dst` (k of them),
 // the columns past d zero.

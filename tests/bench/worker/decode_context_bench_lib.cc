@@ -294,6 +294,20 @@ absl::StatusOr<ModelResult> RunModel(const DecodeContextOptions& o,
       if (round >= o.warmup_steps) samples[i].push_back(s);
     }
   }
+  // Every sequence's next token in one step: the calls a batch makes.
+  {
+    model::StepInput in;
+    for (size_t i = 0; i < o.contexts.size(); ++i) {
+      model::SequenceChunk c;
+      c.sequence_id = i + 1;
+      c.start_position = model.SequenceLength(c.sequence_id);
+      c.tokens = {token(rng)};
+      in.chunks.push_back(std::move(c));
+    }
+    timing.Reset();
+    ASSIGN_OR_RETURN(model::StepOutput out, model.Step(in));
+    result.batched_step_calls = timing.times().calls;
+  }
   for (size_t i = 0; i < o.contexts.size(); ++i) {
     result.contexts.push_back(
         Summarize(o.contexts[i], prefill_s[i], prefill_calls[i], samples[i]));
@@ -347,6 +361,12 @@ std::string FormatTables(const std::vector<ModelResult>& results) {
           r.index_ns_per_pair);
     }
   }
+  for (const ModelResult& m : results) {
+    absl::StrAppendFormat(
+        &s, "\n%s: one decode step of all %d sequences together: %d calls",
+        m.arch, static_cast<int>(m.contexts.size()),
+        static_cast<int>(m.batched_step_calls));
+  }
   return s;
 }
 
@@ -382,6 +402,7 @@ nlohmann::json ToJson(const DecodeContextOptions& options,
                       {"load_s", m.load_s},
                       {"weight_bytes", m.weight_bytes},
                       {"kv_budget_bytes", m.kv_budget_bytes},
+                      {"batched_step_calls", m.batched_step_calls},
                       {"contexts", contexts}});
   }
   return {{"benchmark", "decode_context_cpu"},

@@ -85,6 +85,9 @@ struct ModelResult {
   int64_t weight_bytes = 0;
   int64_t kv_budget_bytes = 0;
   std::vector<ContextResult> contexts;
+  // One decode step of every context's sequence together (a token each),
+  // after the timed rounds: its backend calls.
+  int64_t batched_step_calls = 0;
 };
 
 // Runs the benchmark. InvalidArgument naming the field for bad options;

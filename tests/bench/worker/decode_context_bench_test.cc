@@ -41,6 +41,11 @@ TEST(DecodeContextBenchTest, RunsBothModelsAndReportsSaneFields) {
     EXPECT_GT(m.weight_bytes, 0);
     EXPECT_GT(m.kv_budget_bytes, 0);
     ASSERT_EQ(m.contexts.size(), 2u);
+    // A step of both sequences shares its projections: fewer calls than
+    // two steps of one.
+    EXPECT_GT(m.batched_step_calls, 0);
+    EXPECT_LT(static_cast<double>(m.batched_step_calls),
+              m.contexts[0].calls_per_step + m.contexts[1].calls_per_step);
     for (size_t i = 0; i < m.contexts.size(); ++i) {
       const ContextResult& r = m.contexts[i];
       SCOPED_TRACE(r.context);
