@@ -173,7 +173,11 @@ absl::Status CompressChunk(const LayerContext& ctx, const CompressorWeights& w,
   const auto entry_rows = [&](int64_t b) {
     return (w.overlap && b > 0 ? 2 : 1) * m;
   };
-  ASSIGN_OR_RETURN(WorkBuffer zeros, ws.TakeZeroed(c * m * d));
+  // The ape argument of the pooling: the scores already hold ape.
+  WorkBuffer zeros;
+  if (!blocks.empty()) {
+    ASSIGN_OR_RETURN(zeros, ws.TakeZeroed(c * m * d));
+  }
   // The entries of blocks [g0, g1) in one pass, g1 where the pooled rows
   // would pass kMaxPooledRows (a bounded workspace whatever the chunk).
   for (size_t g0 = 0; g0 < blocks.size();) {
