@@ -88,11 +88,12 @@ int64_t CompressChunkWorkspaceFloats(int ratio, bool overlap, int64_t dim,
   const int64_t pre = 2 * m * c;
   const int64_t halves =
       f(pre * pool_cols) + f((pre + pooled + 2 * c * m) * dim);
-  // WriteStates: a piece of the rows and their widened copy.
+  // WriteStates: a piece of the rows and their widened copy (after the
+  // passes; only the pooling's zero ape may still be held).
   const int64_t piece = std::min(kMaxPooledRows, c * n);
   const int64_t states = f(piece * dim) + f(piece * pool_cols);
-  return f(c * m * dim) + 2 * f(pooled * dim) + std::max(halves, sink(count)) +
-         states;
+  return f(c * m * dim) +
+         std::max(2 * f(pooled * dim) + std::max(halves, sink(count)), states);
 }
 
 absl::Status WritePoolRows(const LayerContext& ctx, MatrixView pool,
@@ -179,13 +180,22 @@ absl::Status CompressChunk(const LayerContext& ctx, const CompressorWeights& w,
     ASSIGN_OR_RETURN(zeros, ws.TakeZeroed(c * m * d));
   }
   // The entries of blocks [g0, g1) in one pass, g1 where the pooled rows
-  // would pass kMaxPooledRows (a bounded workspace whatever the chunk).
+  // would pass kMaxPooledRows or the halves the pass reads (its positions
+  // from the first one its first entry needs, c halves each) would pass
+  // kMaxPooledRows + 2 c m (sparse under DCP): a bounded workspace whatever
+  // the chunk.
+  const auto first_needed = [&](int64_t b) {
+    return std::max<int64_t>(0, (b - (w.overlap ? 1 : 0)) * m);
+  };
   for (size_t g0 = 0; g0 < blocks.size();) {
     size_t g1 = g0;
     int64_t pooled_rows = 0;
+    const int64_t start = first_needed(blocks[g0]);
     while (
         g1 < blocks.size() &&
-        (g1 == g0 || pooled_rows + entry_rows(blocks[g1]) <= kMaxPooledRows)) {
+        (g1 == g0 ||
+         (pooled_rows + entry_rows(blocks[g1]) <= kMaxPooledRows &&
+          ((blocks[g1] + 1) * m - start) * c <= kMaxPooledRows + 2 * c * m))) {
       pooled_rows += entry_rows(blocks[g1]);
       ++g1;
     }
@@ -195,9 +205,7 @@ absl::Status CompressChunk(const LayerContext& ctx, const CompressorWeights& w,
     Workspace::Scope group_scope(ws);
     // The rows are the positions' halves from `base` to the group's end,
     // those before p0 from the state.
-    const int64_t first_needed =
-        std::max<int64_t>(0, (group.front() - (w.overlap ? 1 : 0)) * m);
-    const int64_t base = std::min(first_needed, p0);
+    const int64_t base = std::min(start, p0);
     const int64_t before = p0 - base;
     const int64_t end = (group.back() + 1) * m;
     std::vector<int32_t> idx;
@@ -294,12 +302,14 @@ absl::Status WriteStates(const LayerContext& ctx, const CompressorWeights& w,
       const absl::Span<const int32_t> piece =
           absl::MakeConstSpan(from).subspan(b, k);
       Workspace::Scope scope(ctx.workspace);
-      ConstMatrixView rows = Rows(halves, piece.front(), k);
       bool in_a_row = true;
       for (int64_t i = 1; i < k && in_a_row; ++i) {
         in_a_row = piece[i] == piece.front() + i;
       }
-      if (!in_a_row) {
+      ConstMatrixView rows;
+      if (in_a_row) {
+        rows = Rows(halves, piece.front(), k);
+      } else {
         // Rows of several chunks, gathered first.
         ASSIGN_OR_RETURN(WorkBuffer picked, ctx.workspace.Take(k * d));
         ctx.backend.GatherRows(halves, piece, picked.view(k, d));

@@ -312,6 +312,39 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
     }
   }
 
+  // DCP: a long chunk after a short one, so that the compressors pool the
+  // rank's (sparse) entries in several passes, the first reading positions
+  // before the chunk from the state.
+  if (dcp > 1) {
+    const std::vector<int64_t> prompt = Prompt(2400, 11);
+    model::StepInput ref_long;
+    model::SequenceChunk lc;
+    lc.sequence_id = 98;
+    lc.tokens = prompt;
+    ref_long.chunks.push_back(lc);
+    absl::StatusOr<model::StepOutput> want_long = model.Step(ref_long);
+    ASSERT_TRUE(want_long.ok()) << want_long.status();
+    for (const auto& [begin, end] :
+         std::vector<std::pair<size_t, size_t>>{{0, 100}, {100, 2400}}) {
+      v1::StepRequest chunk;
+      v1::SequenceChunk* c = chunk.add_chunks();
+      c->set_sequence_id(5);
+      c->mutable_token_ids()->Add(prompt.begin() + begin, prompt.begin() + end);
+      c->set_start_position(static_cast<int64_t>(begin));
+      c->set_output(end == prompt.size() ? v1::OUTPUT_LOGITS_LAST
+                                         : v1::OUTPUT_NONE);
+      auto got = cluster->Step(chunk);
+      for (int r = 0; r < tp; ++r) {
+        ASSERT_TRUE(got[r].first.ok()) << got[r].first.error_message();
+      }
+      if (end == prompt.size()) {
+        const auto& l = got[0].second.results(0).logits();
+        ExpectClose(std::vector<float>(l.begin(), l.end()),
+                    want_long->logits[0], "a long chunk under DCP");
+      }
+    }
+  }
+
   // A bad plan changes nothing: a wrong start position is refused on every
   // rank, and the group keeps working.
   v1::StepRequest bad;
@@ -364,6 +397,7 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
   // Releasing every sequence returns every cache block.
   v1::ReleaseRequest release;
   for (uint64_t id : {1, 2, 3, 4}) release.add_sequence_ids(id);
+  if (dcp > 1) release.add_sequence_ids(5);
   for (int r = 0; r < tp; ++r) {
     grpc::ClientContext ctx;
     v1::ReleaseResponse resp;
