@@ -350,10 +350,13 @@ class Backend {
                                float scale, const float* sink, MatrixView out,
                                MatrixView lse) = 0;
   // The indexer's scores for queries q [T, heads * d] with per-head weights
-  // w [T, heads] against the keys in rows `rows` (host values) of `keys`,
-  // each read from its first d = q.cols / heads columns (keys.cols >= d):
-  // out[t, j] = sum_h w[t, h] * max(0, q[t, h] . keys[rows[j], :d]),
-  // out [T, rows.size()]. The keys stay where they are (the cache pool).
+  // w [T, heads] against the keys in rows of `keys` (host values), each read
+  // from its first d = q.cols / heads columns (keys.cols >= d), out [T, N]:
+  // out[t, j] = sum_h w[t, h] * max(0, q[t, h] . keys[row(t, j), :d]), where
+  // row(t, j) = rows[j] when rows.size() == N (every query the same keys),
+  // else rows[t * N + j] (rows.size() == T * N: each query its own, as for
+  // several sequences' decode queries together); a row -1 scores 0. The
+  // keys stay where they are (the cache pool).
   virtual void IndexScores(ConstMatrixView q, ConstMatrixView w,
                            ConstMatrixView keys, absl::Span<const int32_t> rows,
                            MatrixView out) = 0;

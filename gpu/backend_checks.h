@@ -52,7 +52,8 @@ inline void CheckSparseAttentionShapes(ConstMatrixView q, ConstMatrixView kv,
   }
 }
 
-// IndexScores: shapes, and every row in [0, keys.rows).
+// IndexScores: shapes (rows: out.cols of them, or out.rows * out.cols), and
+// every row -1 or in [0, keys.rows).
 inline void CheckIndexScoresShapes(ConstMatrixView q, ConstMatrixView w,
                                    ConstMatrixView keys,
                                    absl::Span<const int32_t> rows,
@@ -62,9 +63,12 @@ inline void CheckIndexScoresShapes(ConstMatrixView q, ConstMatrixView w,
   CHECK_EQ(q.cols % w.cols, 0);
   CHECK_LE(q.cols / w.cols, keys.cols);
   CHECK_EQ(out.rows, q.rows);
-  CHECK_EQ(out.cols, static_cast<int64_t>(rows.size()));
+  const auto n = static_cast<int64_t>(rows.size());
+  CHECK(n == out.cols || n == out.rows * out.cols)
+      << "IndexScores: " << n << " rows for scores [" << out.rows << ", "
+      << out.cols << "]";
   for (const int32_t r : rows) {
-    CHECK_GE(r, 0);
+    CHECK_GE(r, -1);
     CHECK_LT(r, keys.rows);
   }
 }

@@ -70,20 +70,25 @@ int64_t StepWorkspaceFloats(const ModelDims& d, const ModelOptions& o,
   const int64_t nI = dcp ? d.index_heads : d.index_heads / n;
   const int64_t compress =
       4 * f(T * 2 * hd) + 2 * f(T * nI * d.index_head_dim) + 2 * f(T * nI);
-  // A compressor's pass over a chunk (before the chunk's attention) and
-  // its state writes: the widest at any ratio, taken with overlap and
-  // entries as wide as the cache (a bound for both compressors).
+  // A compressor's work in the step (before the attention): its passes
+  // over the step's entries and its state writes, the widest at any ratio,
+  // taken with overlap and entries as wide as the cache (a bound for both
+  // compressors).
   int64_t compressor_pass = 0;
   for (int r : d.compress_ratios) {
     if (r <= 0) continue;
     compressor_pass =
         std::max(compressor_pass,
-                 CompressChunkWorkspaceFloats(r, /*overlap=*/true, hd, hd, T));
+                 CompressorStepWorkspaceFloats(r, /*overlap=*/true, hd, hd, T));
   }
+  // The decode queries' indexer choice: their queries and weights gathered
+  // (the scores grow with the context).
+  const int64_t choose = f(T * nI * d.index_head_dim) + f(T * nI);
   const int64_t attention =
       f(T * d.q_lora_rank) + f(T * hl * hd) + f(T * hd) + compress +
       (dcp ? f(T * H * hd) + f(T * H * hd) : 0) + f(T * heads * hd) +
-      f(T * heads) + std::max({chunk, merge, out_proj, compressor_pass});
+      f(T * heads) +
+      std::max({chunk, merge, out_proj, compressor_pass, choose});
   const int64_t moe = f(T * d.num_experts);
   // Engram: every layer's staged rows through the pass, then a layer's
   // gathered rows, their fp32 form and projection.

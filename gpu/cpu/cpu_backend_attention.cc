@@ -119,20 +119,24 @@ void CpuBackend::IndexScores(ConstMatrixView q, ConstMatrixView w,
   const int64_t tokens = q.rows;
   const int64_t heads = w.cols;
   const int64_t d = q.cols / heads;
-  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t n = out.cols;
   if (tokens == 0 || n == 0) return;
-  // Over the keys (each read once per token block), then the tokens and
-  // heads.
+  // Each query its own rows, or all the same.
+  const int64_t stride = static_cast<int64_t>(rows.size()) == n ? 0 : n;
+  // Over the keys (each shared one read once per token block), then the
+  // tokens and heads.
   pool_.ParallelFor(
       n, Grain(2 * heads * d * tokens), [&](int64_t begin, int64_t end) {
         for (int64_t j = begin; j < end; ++j) {
-          const float* key =
-              keys.data + static_cast<int64_t>(rows[j]) * keys.cols;
           for (int64_t t = 0; t < tokens; ++t) {
+            const int32_t row = rows[t * stride + j];
             float score = 0.0f;
-            for (int64_t h = 0; h < heads; ++h) {
-              const float dot = k::Dot(q.data + t * q.cols + h * d, key, d);
-              score += w.data[t * heads + h] * std::max(dot, 0.0f);
+            if (row >= 0) {
+              const float* key = keys.data + int64_t{row} * keys.cols;
+              for (int64_t h = 0; h < heads; ++h) {
+                const float dot = k::Dot(q.data + t * q.cols + h * d, key, d);
+                score += w.data[t * heads + h] * std::max(dot, 0.0f);
+              }
             }
             out.data[t * n + j] = score;
           }

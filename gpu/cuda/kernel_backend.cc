@@ -730,15 +730,17 @@ void KernelBackend::IndexScores(ConstMatrixView q, ConstMatrixView w,
   const int64_t tokens = q.rows;
   const int64_t heads = w.cols;
   const int64_t d = q.cols / heads;
-  const auto n = static_cast<int64_t>(rows.size());
+  const int64_t n = out.cols;
   if (tokens == 0 || n == 0) return;
-  Carver carve(*this, Carver::Bytes<int32_t>(n));
+  const auto count = static_cast<int64_t>(rows.size());
+  Carver carve(*this, Carver::Bytes<int32_t>(count));
   const int32_t* staged = carve.Stage(rows);
   const k::IndexScoresOp op{.q = q.data,
                             .w = w.data,
                             .keys = keys.data,
                             .key_cols = keys.cols,
                             .rows = staged,
+                            .rows_stride = count == n ? 0 : n,
                             .n = n,
                             .heads = heads,
                             .d = d,

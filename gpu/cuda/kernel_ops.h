@@ -1698,23 +1698,34 @@ struct SparseAttentionMergeOp {
   }
 };
 
-// out[t, j] = sum_h w[t, h] * max(0, q[t, h] . keys[rows[j], :d]); item = t
-// * n + j. One thread per item: the kernel backend runs it only for index
-// heads above kScoreMaxDim dimensions (IndexScoresTiledOp takes the others).
+// out[t, j] = sum_h w[t, h] * max(0, q[t, h] . keys[Row(t, j), :d]), 0
+// where Row(t, j) is -1; item = t * n + j. One thread per item: the kernel
+// backend runs it only for index heads above kScoreMaxDim dimensions
+// (IndexScoresTiledOp takes the others).
 struct IndexScoresOp {
   const float* q = nullptr;
   const float* w = nullptr;
   const float* keys = nullptr;
   int64_t key_cols = 0;
   const int32_t* rows = nullptr;
+  // 0: every query the rows [0, n); n: query t its own, [t n, (t + 1) n).
+  int64_t rows_stride = 0;
   int64_t n = 0;
   int64_t heads = 0;
   int64_t d = 0;
   float* out = nullptr;
+  MNEME_HD int32_t Row(int64_t t, int64_t j) const {
+    return rows[t * rows_stride + j];
+  }
   MNEME_HD void operator()(int64_t item) const {
     const int64_t t = item / n;
     const int64_t j = item % n;
-    const float* key = keys + static_cast<int64_t>(rows[j]) * key_cols;
+    const int32_t row = Row(t, j);
+    if (row < 0) {
+      out[item] = 0.0f;
+      return;
+    }
+    const float* key = keys + static_cast<int64_t>(row) * key_cols;
     float score = 0.0f;
     for (int64_t h = 0; h < heads; ++h) {
       const float* qh = q + t * heads * d + h * d;
@@ -1767,16 +1778,16 @@ struct IndexScoresTiledOp {
     return (args.n + kScoreEntries - 1) / kScoreEntries;
   }
   MNEME_HD void LoadKeys(int64_t tile, int thread, ScoreTile& s) const {
+    const int64_t t = tile / EntryTiles();
     const int64_t j0 = tile % EntryTiles() * kScoreEntries;
     for (int64_t i = thread; i < kScoreEntries * args.d; i += kScoreThreads) {
       const int64_t e = i / args.d;
       const int64_t c = i % args.d;
       const int64_t j = j0 + e;
+      const int32_t row = j < args.n ? args.Row(t, j) : -1;
       s.key[e][c] =
-          j < args.n
-              ? args.keys[static_cast<int64_t>(args.rows[j]) * args.key_cols +
-                          c]
-              : 0.0f;
+          row >= 0 ? args.keys[static_cast<int64_t>(row) * args.key_cols + c]
+                   : 0.0f;
     }
   }
   MNEME_HD void ScoreHeads(int64_t tile, int thread, ScoreTile& s) const {
@@ -1823,7 +1834,9 @@ struct IndexScoresTiledOp {
     const int64_t j = tile % EntryTiles() * kScoreEntries + thread;
     if (j >= args.n) return;
     float score = 0.0f;
-    for (int g = 0; g < kScoreHeadThreads; ++g) score += s.partial[g][thread];
+    if (args.Row(t, j) >= 0) {
+      for (int g = 0; g < kScoreHeadThreads; ++g) score += s.partial[g][thread];
+    }
     args.out[t * args.n + j] = score;
   }
 

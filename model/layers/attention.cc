@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <utility>
 
@@ -153,22 +154,24 @@ namespace {
 
 // Writes rows [k, d] (d <= the pool width), the entries `entries` (k of
 // them, each owned by this rank), to their pool rows of `blocks`.
-absl::Status StoreEntries(const LayerContext& ctx, KvCache& cache,
-                          const std::vector<int32_t>& blocks,
-                          absl::Span<const int64_t> entries,
-                          ConstMatrixView rows) {
+absl::Status StoreEntries(
+    const LayerContext& ctx, KvCache& cache,
+    const std::function<const std::vector<int32_t>&(int32_t chunk)>& blocks,
+    absl::Span<const CompletedEntry> entries, ConstMatrixView rows) {
   std::vector<int32_t> dst(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
-    dst[i] = cache.Row(blocks, ctx.dcp.OwnedEntriesBefore(entries[i]));
+    dst[i] = cache.Row(blocks(entries[i].chunk),
+                       ctx.dcp.OwnedEntriesBefore(entries[i].entry));
   }
   return WritePoolRows(ctx, cache.pool(), rows, dst);
 }
 
 // Positions of `entries` at ratio `r`: e * r.
-std::vector<int32_t> EntryPositions(absl::Span<const int64_t> entries, int r) {
+std::vector<int32_t> EntryPositions(absl::Span<const CompletedEntry> entries,
+                                    int r) {
   std::vector<int32_t> pos(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
-    pos[i] = static_cast<int32_t>(entries[i] * r);
+    pos[i] = static_cast<int32_t>(entries[i].entry * r);
   }
   return pos;
 }
@@ -354,13 +357,51 @@ struct PendingChoice {
   std::vector<int32_t>* chosen_blocks = nullptr;
 };
 
+// The indexer scores (unscaled, this rank's heads: without DCP) of several
+// one-token chunks' queries, each against its own entries, in one
+// IndexScores call (the queries gathered first unless they are consecutive
+// rows): row i of out [k, width] scores chunk i's entries [0, total), 0
+// past them.
+absl::Status ScoreEachOwnEntries(const LayerContext& ctx, KvCache& cache,
+                                 ConstMatrixView qi, ConstMatrixView wi,
+                                 absl::Span<const PendingChoice* const> chunks,
+                                 MatrixView out) {
+  const int64_t k = out.rows, width = out.cols;
+  std::vector<int32_t> rows(k * width, -1);
+  std::vector<int32_t> queries(k);
+  bool in_a_row = true;
+  for (int64_t i = 0; i < k; ++i) {
+    const PendingChoice& c = *chunks[i];
+    for (int64_t e = 0; e < c.total; ++e) {
+      rows[i * width + e] = cache.Row(*c.index_keys, e);
+    }
+    queries[i] = static_cast<int32_t>(c.row);
+    in_a_row = in_a_row && queries[i] == queries[0] + i;
+  }
+  Workspace& ws = ctx.workspace;
+  Workspace::Scope scope(ws);
+  ConstMatrixView q = Rows(qi, queries[0], k), w = Rows(wi, queries[0], k);
+  if (!in_a_row) {
+    ASSIGN_OR_RETURN(WorkBuffer q_rows, ws.Take(k * qi.cols));
+    ASSIGN_OR_RETURN(WorkBuffer w_rows, ws.Take(k * wi.cols));
+    ctx.backend.GatherRows(qi, queries, q_rows.view(k, qi.cols));
+    ctx.backend.GatherRows(wi, queries, w_rows.view(k, wi.cols));
+    q = q_rows.view(k, qi.cols);
+    w = w_rows.view(k, wi.cols);
+  }
+  ctx.backend.IndexScores(q, w, cache.pool(), rows, out);
+  return absl::OkStatus();
+}
+
 // The choices of several one-token chunks (a decode step's sequences) made
 // together: each chunk's scores are a row of one matrix as wide as the most
 // entries any of them has, and one SelectTopK (one wait for the ids) chooses
-// for every row instead of one per chunk; without DCP the ranks add up the
-// whole matrix in one all-reduce. A row's columns past its own entries are
-// left as the workspace holds them (never read by the choice, which looks
-// only below each row's visible count; added up by the all-reduce unused).
+// for every row instead of one per chunk. Without DCP one IndexScores call
+// scores every row against its own entries (0 past them) and the ranks add
+// up the whole matrix in one all-reduce; under DCP each row is scored and
+// gathered across the ranks on its own, its columns past its entries left
+// as the workspace holds them (the choice looks only below each row's
+// visible count).
 // Chunks with and without candidate blocks go in separate groups, in order
 // of their entries, grouped by ChoiceGroupEnds (at most kMaxScoreFloats
 // scores a group, one long context among short ones chosen alone, not
@@ -384,31 +425,31 @@ absl::Status ChooseTogether(const LayerContext& ctx, KvCache& cache,
     for (const PendingChoice* c : these) totals.push_back(c->total);
     size_t begin = 0;
     for (const size_t end : ChoiceGroupEnds(totals, kMaxScoreFloats)) {
-      int64_t width = 0;
-      for (size_t i = begin; i < end; ++i) {
-        width = std::max(width, these[i]->total);
-      }
+      // The group's widest row is its last (ascending totals).
+      const int64_t width = these[end - 1]->total;
       const auto rows = static_cast<int64_t>(end - begin);
       Workspace::Scope scope(ws);
       ASSIGN_OR_RETURN(WorkBuffer scores, ws.Take(rows * width));
+      const absl::Span<const PendingChoice* const> group =
+          absl::MakeConstSpan(these).subspan(begin, rows);
       std::vector<int64_t> visible(rows);
       std::vector<std::vector<int32_t>> candidates;
       for (int64_t i = 0; i < rows; ++i) {
-        const PendingChoice& c = *these[begin + i];
-        const MatrixView row{scores.data() + i * width, 1, c.total};
-        if (ctx.dcp.enabled()) {
-          RETURN_IF_ERROR(ScoreDcpEntries(ctx, cache, *c.index_keys, qi, wi,
-                                          c.row, 1, c.total, row));
-        } else {
-          RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, *c.index_keys, qi, wi,
-                                            c.row, 1, c.total, row,
-                                            /*reduce=*/false));
-        }
+        const PendingChoice& c = *group[i];
         visible[i] = c.total;
         if (with_candidates) candidates.push_back(*c.candidates);
+        if (ctx.dcp.enabled()) {
+          const MatrixView row{scores.data() + i * width, 1, c.total};
+          RETURN_IF_ERROR(ScoreDcpEntries(ctx, cache, *c.index_keys, qi, wi,
+                                          c.row, 1, c.total, row));
+        }
       }
-      if (!ctx.dcp.enabled() && ctx.tp_size > 1) {
-        RETURN_IF_ERROR(ctx.comm->AllReduceSum(scores.data(), rows * width));
+      if (!ctx.dcp.enabled()) {
+        RETURN_IF_ERROR(ScoreEachOwnEntries(ctx, cache, qi, wi, group,
+                                            scores.view(rows, width)));
+        if (ctx.tp_size > 1) {
+          RETURN_IF_ERROR(ctx.comm->AllReduceSum(scores.data(), rows * width));
+        }
       }
       const bool source = these[begin]->chosen_blocks != nullptr;
       std::vector<std::vector<int32_t>> selected(rows), chosen(rows);
@@ -671,52 +712,76 @@ absl::Status AttentionForward(const LayerContext& ctx,
       batch.input.chunks.size());
   std::vector<PendingChoice> pending;
   PoolAttention in_place;
-  // The compressors' state writes of every chunk, made together after them.
-  StateWrites comp_writes, icomp_writes;
+  // Every chunk's compressors together (their entries pooled in a few
+  // calls), before any chunk's indexer reads the entries they complete.
+  const auto owned = [&](int64_t e) { return ctx.dcp.OwnsEntry(e); };
+  const auto layer_state = [&](int32_t chunk) -> SequenceState::LayerState& {
+    return batch.seqs[chunk]->layers[layer];
+  };
+  const auto entry_blocks_of =
+      [&](int32_t chunk) -> const std::vector<int32_t>& {
+    return layer_state(chunk).entries;
+  };
+  const auto index_blocks_of =
+      [&](int32_t chunk) -> const std::vector<int32_t>& {
+    return layer_state(chunk).index_keys;
+  };
+  // Adds every chunk to `step`, each with its sequence's `state`.
+  const auto add_chunks =
+      [&](CompressorStep& step,
+          std::vector<int32_t> SequenceState::LayerState::*state) {
+        int64_t t0 = 0;
+        for (size_t ci = 0; ci < batch.input.chunks.size(); ++ci) {
+          const SequenceChunk& c = batch.input.chunks[ci];
+          const auto n = static_cast<int64_t>(c.tokens.size());
+          const auto chunk = static_cast<int32_t>(ci);
+          step.Add(chunk, layer_state(chunk).*state, t0, c.start_position, n,
+                   owned);
+          t0 += n;
+        }
+      };
+  if (comp != nullptr) {
+    CompressorStep step(ctx, *comp, cache, ckv.view(T, comp->width()),
+                        cscore.view(T, comp->width()));
+    add_chunks(step, &SequenceState::LayerState::state);
+    const bool keys_here = v41 && w.index_wk != nullptr;
+    RETURN_IF_ERROR(step.Finish([&](absl::Span<const CompletedEntry> entries,
+                                    MatrixView e) -> absl::Status {
+      const int64_t count = e.rows;
+      const std::vector<int32_t> at = EntryPositions(entries, r);
+      if (keys_here) {
+        // V4.1 index keys: k_norm(wk(entry before RoPE)), rotated.
+        Workspace::Scope keys_scope(ws);
+        ASSIGN_OR_RETURN(WorkBuffer k, ws.Take(count * dI));
+        backend.Linear(e, *w.index_wk, k.view(count, dI));
+        backend.RmsNorm(k.view(count, dI), w.index_k_norm->data(),
+                        d.rms_norm_eps, k.view(count, dI));
+        backend.Rope(k.view(count, dI), static_cast<int>(dI), d.rope_dim,
+                     w.rope, at, fwd);
+        RETURN_IF_ERROR(StoreEntries(ctx, cache, index_blocks_of, entries,
+                                     k.view(count, dI)));
+      }
+      backend.Rope(e, static_cast<int>(hd), d.rope_dim, w.rope, at, fwd);
+      return StoreEntries(ctx, cache, entry_blocks_of, entries, e);
+    }));
+  }
+  if (icomp != nullptr) {
+    CompressorStep step(ctx, *icomp, cache, ikv.view(T, icomp->width()),
+                        iscore.view(T, icomp->width()));
+    add_chunks(step, &SequenceState::LayerState::index_state);
+    RETURN_IF_ERROR(step.Finish([&](absl::Span<const CompletedEntry> entries,
+                                    MatrixView e) -> absl::Status {
+      backend.Rope(e, static_cast<int>(dI), d.rope_dim, w.rope,
+                   EntryPositions(entries, r), fwd);
+      return StoreEntries(ctx, cache, index_blocks_of, entries, e);
+    }));
+  }
   int64_t t0 = 0;
   for (size_t ci = 0; ci < batch.input.chunks.size(); ++ci) {
     const SequenceChunk& c = batch.input.chunks[ci];
     SequenceState& seq = *batch.seqs[ci];
-    SequenceState::LayerState& ls = seq.layers[layer];
     const int64_t n = static_cast<int64_t>(c.tokens.size());
     const int64_t p0 = c.start_position;
-    auto owned = [&](int64_t e) { return ctx.dcp.OwnsEntry(e); };
-    if (comp != nullptr) {
-      const bool keys_here = v41 && w.index_wk != nullptr;
-      RETURN_IF_ERROR(CompressChunk(
-          ctx, *comp, cache, ls.state, ckv.view(T, comp->width()),
-          cscore.view(T, comp->width()), t0, p0, n, owned,
-          [&](absl::Span<const int64_t> entries, MatrixView e) -> absl::Status {
-            const int64_t count = e.rows;
-            const std::vector<int32_t> at = EntryPositions(entries, r);
-            if (keys_here) {
-              // V4.1 index keys: k_norm(wk(entry before RoPE)), rotated.
-              Workspace::Scope keys_scope(ws);
-              ASSIGN_OR_RETURN(WorkBuffer k, ws.Take(count * dI));
-              backend.Linear(e, *w.index_wk, k.view(count, dI));
-              backend.RmsNorm(k.view(count, dI), w.index_k_norm->data(),
-                              d.rms_norm_eps, k.view(count, dI));
-              backend.Rope(k.view(count, dI), static_cast<int>(dI), d.rope_dim,
-                           w.rope, at, fwd);
-              RETURN_IF_ERROR(StoreEntries(ctx, cache, ls.index_keys, entries,
-                                           k.view(count, dI)));
-            }
-            backend.Rope(e, static_cast<int>(hd), d.rope_dim, w.rope, at, fwd);
-            return StoreEntries(ctx, cache, ls.entries, entries, e);
-          },
-          &comp_writes));
-    }
-    if (icomp != nullptr) {
-      RETURN_IF_ERROR(CompressChunk(
-          ctx, *icomp, cache, ls.index_state, ikv.view(T, icomp->width()),
-          iscore.view(T, icomp->width()), t0, p0, n, owned,
-          [&](absl::Span<const int64_t> entries, MatrixView e) -> absl::Status {
-            backend.Rope(e, static_cast<int>(dI), d.rope_dim, w.rope,
-                         EntryPositions(entries, r), fwd);
-            return StoreEntries(ctx, cache, ls.index_keys, entries, e);
-          },
-          &icomp_writes));
-    }
     // Which entries each query attends.
     std::vector<std::vector<int32_t>>& selected = selections[ci];
     StepSelections::Chunk& sc = shared.chunks[ci];
@@ -788,14 +853,6 @@ absl::Status AttentionForward(const LayerContext& ctx,
       }
     }
     t0 += n;
-  }
-  if (comp != nullptr) {
-    RETURN_IF_ERROR(WriteStates(ctx, *comp, cache, ckv.view(T, comp->width()),
-                                cscore.view(T, comp->width()), comp_writes));
-  }
-  if (icomp != nullptr) {
-    RETURN_IF_ERROR(WriteStates(ctx, *icomp, cache, ikv.view(T, icomp->width()),
-                                iscore.view(T, icomp->width()), icomp_writes));
   }
   // The one-token chunks' choices, made together; then what every chunk's
   // indexer chose is what the layers reusing it attend.

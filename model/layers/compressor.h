@@ -80,49 +80,82 @@ absl::Status CompressorProject(const LayerContext& ctx,
                                absl::Span<const int32_t> positions,
                                gpu::MatrixView kv, gpu::MatrixView score);
 
-// Receives completed entries: the entry indices `entries` (ascending) and
-// their rows, normalised, [entries.size(), dim] (before RoPE).
-using EntrySink = std::function<absl::Status(absl::Span<const int64_t> entries,
-                                             gpu::MatrixView rows)>;
-
-// The state writes of a step's chunks, made together by WriteStates: per
-// kind (0 the projections, 1 the scores) rows of the step's token halves
-// (kv and score [T, width()] seen as [T * c, dim], c = 2 with overlap:
-// row t * c + h is half h of token t) and the pool rows they go to.
-struct StateWrites {
-  std::vector<int32_t> src[2];
-  std::vector<int32_t> dst[2];
+// An entry a step's chunk completed: the chunk's index in the step and the
+// entry's index in its sequence.
+struct CompletedEntry {
+  int32_t chunk = 0;
+  int64_t entry = 0;
 };
 
-// Feeds one chunk to the compressor: rows [t0, t0 + n) of kv and score,
-// positions [p0, p0 + n). The incomplete block is kept in the pool rows
-// `state` (StateRows() of them, reserved by the caller); the entries
-// completed in the chunk that `want(e)` are pooled together and handed to
-// `sink` in one call (none when there are none). A fixed number of backend
-// calls whatever n: the entries' tokens are gathered from the chunk's rows
-// (and the state, for the tokens before p0), and only the chunk's last
-// tokens that the state keeps are written to it - at once, or, with
-// `deferred` not null, added to it for a WriteStates of the step's chunks
-// together (its other chunks being of other sequences).
-absl::Status CompressChunk(const LayerContext& ctx, const CompressorWeights& w,
-                           KvCache& cache, const std::vector<int32_t>& state,
-                           gpu::ConstMatrixView kv, gpu::ConstMatrixView score,
-                           int64_t t0, int64_t p0, int64_t n,
-                           const std::function<bool(int64_t)>& want,
-                           const EntrySink& sink, StateWrites* deferred);
+// Receives completed entries (each chunk's in ascending order) and their
+// rows, normalised, [entries.size(), dim] (before RoPE).
+using EntrySink = std::function<absl::Status(
+    absl::Span<const CompletedEntry> entries, gpu::MatrixView rows)>;
 
-// Makes `writes` (of chunks of kv and score [T, width()], the step's).
-absl::Status WriteStates(const LayerContext& ctx, const CompressorWeights& w,
-                         KvCache& cache, gpu::ConstMatrixView kv,
-                         gpu::ConstMatrixView score, const StateWrites& writes);
+// One compressor's work in a step: the step's chunks (of distinct
+// sequences) are added in turn, then Finish pools every wanted entry they
+// complete together - a few backend calls a pass of up to ~4,096 pooled rows,
+// whatever the number of chunks and their lengths - hands them to the sink,
+// and writes to each sequence's state the chunk's last tokens it keeps. The
+// entries' tokens come from the step's rows, and from the state for the
+// tokens before a chunk (read before any state is written).
+class CompressorStep {
+ public:
+  // kv and score: the step's projections [T, w.width()]. All borrowed until
+  // Finish returns.
+  CompressorStep(const LayerContext& ctx, const CompressorWeights& w,
+                 KvCache& cache, gpu::ConstMatrixView kv,
+                 gpu::ConstMatrixView score);
 
-// An upper bound of the workspace floats CompressChunk takes, its sink
-// included when the sink takes at most 2 k pool rows' floats for k entries
-// (the attention's: a copy for the index keys and one widened to the pool),
-// and WriteStates, for a step of n tokens at `ratio` with entries of `dim`
-// <= pool_cols floats.
-int64_t CompressChunkWorkspaceFloats(int ratio, bool overlap, int64_t dim,
-                                     int64_t pool_cols, int64_t n);
+  // Chunk `chunk` of the step: rows [t0, t0 + n) of kv and score, positions
+  // [p0, p0 + n); `state` is its sequence's state pool rows (StateRows() of
+  // them, borrowed until Finish returns). The entries it completes that
+  // want(e) are pooled.
+  void Add(int32_t chunk, const std::vector<int32_t>& state, int64_t t0,
+           int64_t p0, int64_t n, const std::function<bool(int64_t)>& want);
+
+  // Pools the added chunks' entries and hands them to `sink` (one call a
+  // pass; none when there are none), then writes the states. Call once.
+  absl::Status Finish(const EntrySink& sink);
+
+ private:
+  struct Chunk {
+    const std::vector<int32_t>* state = nullptr;
+    int64_t t0 = 0, p0 = 0;
+  };
+  // A wanted entry: block `block` of chunk `chunk` (for ratio 1, the token
+  // at that position).
+  struct Job {
+    int32_t chunk = 0;
+    int64_t block = 0;
+  };
+  absl::Status FinishRatioOne(const EntrySink& sink);
+  absl::Status Pool(const EntrySink& sink);
+  absl::Status WriteStates();
+  // The state's pool row of half h of the token in `slot` of `chunk`'s
+  // sequence, kind 0 the projections, 1 the scores.
+  int32_t StateRow(const Chunk& chunk, int kind, int64_t slot,
+                   int64_t half) const;
+
+  const LayerContext& ctx_;
+  const CompressorWeights& w_;
+  KvCache& cache_;
+  gpu::ConstMatrixView src_[2];  // kv, score.
+  std::vector<Chunk> chunks_;    // By the step's chunk index (gaps unused).
+  std::vector<Job> jobs_;
+  // Per kind: rows of the step's token halves (row t * c + h is half h of
+  // token t) and the state pool rows they go to.
+  std::vector<int32_t> state_src_[2];
+  std::vector<int32_t> state_dst_[2];
+};
+
+// An upper bound of the workspace floats a CompressorStep's Finish takes,
+// its sink included when the sink takes at most 2 k pool rows' floats for
+// k entries (the attention's: a copy for the index keys and one widened to
+// the pool), for a step of n tokens at `ratio` with entries of `dim` <=
+// pool_cols floats.
+int64_t CompressorStepWorkspaceFloats(int ratio, bool overlap, int64_t dim,
+                                      int64_t pool_cols, int64_t n);
 
 // Writes rows [k, d] (d <= pool.cols) to the pool rows `dst` (k of them),
 // the columns past d zero.

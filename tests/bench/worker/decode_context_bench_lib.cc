@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -307,6 +309,7 @@ absl::StatusOr<ModelResult> RunModel(const DecodeContextOptions& o,
     timing.Reset();
     ASSIGN_OR_RETURN(model::StepOutput out, model.Step(in));
     result.batched_step_calls = timing.times().calls;
+    result.batched_step_calls_by_op = timing.times().calls_by_op;
   }
   for (size_t i = 0; i < o.contexts.size(); ++i) {
     result.contexts.push_back(
@@ -366,6 +369,18 @@ std::string FormatTables(const std::vector<ModelResult>& results) {
         &s, "\n%s: one decode step of all %d sequences together: %d calls",
         m.arch, static_cast<int>(m.contexts.size()),
         static_cast<int>(m.batched_step_calls));
+    // The operations in order of their calls, most first.
+    std::vector<std::pair<int64_t, std::string>> ops;
+    for (const auto& [op, n] : m.batched_step_calls_by_op) {
+      ops.emplace_back(n, op);
+    }
+    std::sort(ops.begin(), ops.end(), std::greater<>());
+    std::string list;
+    for (const auto& [n, op] : ops) {
+      absl::StrAppendFormat(&list, "%s%s %lld", list.empty() ? "" : ", ", op,
+                            static_cast<long long>(n));
+    }
+    absl::StrAppend(&s, " (", list, ")");
   }
   return s;
 }
@@ -403,6 +418,7 @@ nlohmann::json ToJson(const DecodeContextOptions& options,
                       {"weight_bytes", m.weight_bytes},
                       {"kv_budget_bytes", m.kv_budget_bytes},
                       {"batched_step_calls", m.batched_step_calls},
+                      {"batched_step_calls_by_op", m.batched_step_calls_by_op},
                       {"contexts", contexts}});
   }
   return {{"benchmark", "decode_context_cpu"},

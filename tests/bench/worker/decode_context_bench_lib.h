@@ -11,6 +11,7 @@
 #define MNEME_TESTS_BENCH_WORKER_DECODE_CONTEXT_BENCH_LIB_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,8 @@ struct ModelResult {
   // One decode step of every context's sequence together (a token each),
   // after the timed rounds: its backend calls.
   int64_t batched_step_calls = 0;
+  // The same calls by Backend operation.
+  std::map<std::string, int64_t> batched_step_calls_by_op;
 };
 
 // Runs the benchmark. InvalidArgument naming the field for bad options;

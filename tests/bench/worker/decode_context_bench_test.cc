@@ -20,7 +20,9 @@ using ::testing::HasSubstr;
 
 DecodeContextOptions Small(const std::string& name) {
   DecodeContextOptions o;
-  o.contexts = {64, 256};
+  // After the warm-up and timed steps (4 tokens) both sequences complete
+  // a ratio-4 entry with the batched step's token.
+  o.contexts = {63, 255};
   o.chunk_tokens = 64;
   o.decode_steps = 3;
   o.warmup_steps = 1;
@@ -82,17 +84,50 @@ TEST(DecodeContextBenchTest, RunsBothModelsAndReportsSaneFields) {
     EXPECT_LT(b.attended_keys, 1.1 * a.attended_keys);
   }
   const std::string table = FormatTables(*results);
-  EXPECT_THAT(table, HasSubstr("| v4-flash | 256 |"));
-  EXPECT_THAT(table, HasSubstr("| v4.1-flash | 64 |"));
+  EXPECT_THAT(table, HasSubstr("| v4-flash | 255 |"));
+  EXPECT_THAT(table, HasSubstr("| v4.1-flash | 63 |"));
   const nlohmann::json json = ToJson(o, *results);
   ASSERT_EQ(json["models"].size(), 2u);
-  EXPECT_EQ(json["models"][1]["contexts"][1]["context"], 256);
+  EXPECT_EQ(json["models"][1]["contexts"][1]["context"], 255);
   EXPECT_TRUE(json["models"][0]["contexts"][0].contains("index_ns_per_pair"));
+}
+
+// The batched step of two sequences scores their indexer queries and pools
+// their completed entries in as many calls as a step of one sequence (the
+// first context alone) does; the calls by operation add up to the calls.
+TEST(DecodeContextBenchTest, BatchedStepScoresAndPoolsSequencesTogether) {
+  DecodeContextOptions one = Small("one");
+  one.contexts.resize(1);
+  absl::StatusOr<std::vector<ModelResult>> alone = RunDecodeContextBench(one);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  absl::StatusOr<std::vector<ModelResult>> both =
+      RunDecodeContextBench(Small("both"));
+  ASSERT_TRUE(both.ok()) << both.status();
+  ASSERT_EQ(alone->size(), both->size());
+  for (size_t i = 0; i < both->size(); ++i) {
+    const ModelResult& a = (*alone)[i];
+    const ModelResult& b = (*both)[i];
+    SCOPED_TRACE(b.arch);
+    for (const ModelResult* m : {&a, &b}) {
+      int64_t sum = 0;
+      for (const auto& [op, n] : m->batched_step_calls_by_op) sum += n;
+      EXPECT_EQ(sum, m->batched_step_calls);
+    }
+    const auto calls = [](const ModelResult& m, const std::string& op) {
+      const auto it = m.batched_step_calls_by_op.find(op);
+      return it == m.batched_step_calls_by_op.end() ? 0 : it->second;
+    };
+    for (const std::string op : {"IndexScores", "SoftmaxPool", "SelectTopK"}) {
+      SCOPED_TRACE(op);
+      EXPECT_GT(calls(a, op), 0);
+      EXPECT_EQ(calls(b, op), calls(a, op));
+    }
+  }
 }
 
 TEST(DecodeContextBenchTest, RejectsBadOptions) {
   DecodeContextOptions o = Small("bad");
-  o.contexts = {64, 64};
+  o.contexts = {63, 63};
   EXPECT_EQ(RunDecodeContextBench(o).status().code(),
             absl::StatusCode::kInvalidArgument);
   o = Small("bad");

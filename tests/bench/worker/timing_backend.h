@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -56,6 +57,8 @@ struct BackendTimes {
   // Every call made through the backend (what a GPU pays a launch or a
   // copy for).
   int64_t calls = 0;
+  // The same calls by Backend operation (its method's name).
+  std::map<std::string, int64_t> calls_by_op;
   int64_t index_calls = 0;
   int64_t index_pairs = 0;
 
@@ -199,9 +202,10 @@ class TimingBackend : public gpu::Backend {
     kSelectTopK
   };
 
-  // Times `fn` and books it as a call of `kind`.
+  // Times `fn` and books it as a call of `kind` to operation `op` (the
+  // Backend method's name).
   template <typename Fn>
-  void Timed(Kind kind, Fn&& fn);
+  void Timed(const char* op, Kind kind, Fn&& fn);
   void Book(Kind kind, double seconds);
 
   gpu::Backend& inner_;

@@ -305,55 +305,74 @@ TEST_P(AttentionTest, SparseAttentionOverPerQueryKeyLists) {
 }
 
 // The indexer's score: sum_h w_h relu(q_h . k), keys read in place from
-// rows of a wider matrix. Shapes for the CUDA backend's tiles (64 entries a
-// tile, 64 heads a round, index heads up to 128 dimensions): V4's 64 heads
-// of 128, entries ragged over three tiles, more heads than a round, and
-// heads above 128 dimensions (one thread per score instead).
+// rows of a wider matrix, the same rows for every query or each query its
+// own (several sequences' decode queries), a row -1 scoring 0. Shapes for
+// the CUDA backend's tiles (64 entries a tile, 64 heads a round, index heads
+// up to 128 dimensions): V4's 64 heads of 128, entries ragged over three
+// tiles, more heads than a round, and heads above 128 dimensions (one
+// thread per score instead).
 TEST_P(AttentionTest, IndexScoresOfKeyRowsInPlace) {
   struct Case {
     int64_t heads, d, tokens, n;
   };
-  for (const Case& c :
-       {Case{4, 16, 3, 5}, Case{64, 128, 2, 150}, Case{70, 33, 3, 65},
-        Case{3, 130, 2, 10}, Case{1, 1, 1, 1}}) {
-    SCOPED_TRACE(testing::Message() << c.heads << " heads of " << c.d << ", "
-                                    << c.tokens << " x " << c.n);
-    const int64_t width = c.d + 8;
-    const int64_t pool_rows = c.n + 4;
-    const std::vector<float> q = Random(c.tokens * c.heads * c.d);
-    const std::vector<float> w = Random(c.tokens * c.heads);
-    const std::vector<float> pool = Random(pool_rows * width);
-    // Rows in a shuffled order, some twice.
-    std::vector<int32_t> rows(c.n);
-    std::uniform_int_distribution<int32_t> row(
-        0, static_cast<int32_t>(pool_rows - 1));
-    for (int32_t& r : rows) r = row(rng_);
-    std::vector<double> ref(c.tokens * c.n, 0.0);
-    double tolerance = 0.0;
-    for (int64_t t = 0; t < c.tokens; ++t) {
-      for (int64_t j = 0; j < c.n; ++j) {
-        double magnitude = 0.0;
-        for (int64_t h = 0; h < c.heads; ++h) {
-          double dot = 0, dot_magnitude = 0;
-          for (int64_t i = 0; i < c.d; ++i) {
-            const double p = double{q[(t * c.heads + h) * c.d + i]} *
-                             pool[rows[j] * width + i];
-            dot += p;
-            dot_magnitude += std::fabs(p);
+  for (const bool per_query : {false, true}) {
+    for (const Case& c :
+         {Case{4, 16, 3, 5}, Case{64, 128, 2, 150}, Case{70, 33, 3, 65},
+          Case{3, 130, 2, 10}, Case{1, 1, 1, 1}}) {
+      SCOPED_TRACE(testing::Message()
+                   << c.heads << " heads of " << c.d << ", " << c.tokens
+                   << " x " << c.n << (per_query ? ", rows per query" : ""));
+      const int64_t width = c.d + 8;
+      const int64_t pool_rows = c.n + 4;
+      const std::vector<float> q = Random(c.tokens * c.heads * c.d);
+      const std::vector<float> w = Random(c.tokens * c.heads);
+      const std::vector<float> pool = Random(pool_rows * width);
+      // Rows in a shuffled order, some twice, some -1 (not the only one).
+      std::vector<int32_t> rows(per_query ? c.tokens * c.n : c.n);
+      std::uniform_int_distribution<int32_t> row(
+          -1, static_cast<int32_t>(pool_rows - 1));
+      for (int32_t& r : rows) r = row(rng_);
+      if (rows.size() > 1) rows[1] = -1;
+      const auto row_of = [&](int64_t t, int64_t j) {
+        return rows[(per_query ? t * c.n : 0) + j];
+      };
+      std::vector<double> ref(c.tokens * c.n, 0.0);
+      double tolerance = 0.0;
+      for (int64_t t = 0; t < c.tokens; ++t) {
+        for (int64_t j = 0; j < c.n; ++j) {
+          const int32_t r = row_of(t, j);
+          if (r < 0) continue;
+          double magnitude = 0.0;
+          for (int64_t h = 0; h < c.heads; ++h) {
+            double dot = 0, dot_magnitude = 0;
+            for (int64_t i = 0; i < c.d; ++i) {
+              const double p =
+                  double{q[(t * c.heads + h) * c.d + i]} * pool[r * width + i];
+              dot += p;
+              dot_magnitude += std::fabs(p);
+            }
+            ref[t * c.n + j] += w[t * c.heads + h] * std::max(dot, 0.0);
+            magnitude += std::fabs(w[t * c.heads + h]) * dot_magnitude;
           }
-          ref[t * c.n + j] += w[t * c.heads + h] * std::max(dot, 0.0);
-          magnitude += std::fabs(w[t * c.heads + h]) * dot_magnitude;
+          tolerance = std::max(tolerance, 1e-6 * magnitude);
         }
-        tolerance = std::max(tolerance, 1e-6 * magnitude);
+      }
+      Mat qm = Upload(q, c.tokens, c.heads * c.d);
+      Mat wm = Upload(w, c.tokens, c.heads);
+      Mat pm = Upload(pool, pool_rows, width);
+      Mat out = Upload(std::vector<float>(c.tokens * c.n, std::nanf("")),
+                       c.tokens, c.n);
+      backend_->IndexScores(qm.view, wm.view, pm.view, rows, out.view);
+      const std::vector<float> got = Download(out);
+      ExpectAllNear(got, ref, tolerance + 1e-6);
+      for (int64_t t = 0; t < c.tokens; ++t) {
+        for (int64_t j = 0; j < c.n; ++j) {
+          if (row_of(t, j) < 0) {
+            EXPECT_EQ(got[t * c.n + j], 0.0f) << t << ", " << j;
+          }
+        }
       }
     }
-    Mat qm = Upload(q, c.tokens, c.heads * c.d);
-    Mat wm = Upload(w, c.tokens, c.heads);
-    Mat pm = Upload(pool, pool_rows, width);
-    Mat out = Upload(std::vector<float>(c.tokens * c.n, std::nanf("")),
-                     c.tokens, c.n);
-    backend_->IndexScores(qm.view, wm.view, pm.view, rows, out.view);
-    ExpectAllNear(Download(out), ref, tolerance + 1e-6);
   }
 }
 

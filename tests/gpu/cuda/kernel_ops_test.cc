@@ -908,7 +908,9 @@ TEST(SparseAttentionSplitTest, MergedRangesAreTheWholeList) {
 // write every score once and nothing past it, equal to IndexScoresOp up to
 // the order of the sum over the heads: NaN where it has NaN, the same
 // infinities, finite values within rounding. Key columns past d hold NaN
-// (never read); some cases put NaN, infinities and 1e30 in the inputs.
+// (never read); some cases put NaN, infinities and 1e30 in the inputs, some
+// of those give each query its own rows, some of them -1 (a score of 0,
+// whatever the weights).
 TEST(IndexScoresTiledOpTest, WritesEveryScoreOnceAsIndexScoresOp) {
   struct Shape {
     int64_t heads, d, tokens, n;
@@ -919,12 +921,15 @@ TEST(IndexScoresTiledOpTest, WritesEveryScoreOnceAsIndexScoresOp) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
   const float inf = std::numeric_limits<float>::infinity();
-  for (int trial = 0; trial < 2 * static_cast<int>(shapes.size()); ++trial) {
+  const auto kinds = static_cast<int>(shapes.size());
+  for (int trial = 0; trial < 3 * kinds; ++trial) {
     const Shape shape = shapes[trial % shapes.size()];
-    const bool specials = trial >= static_cast<int>(shapes.size());
+    const bool specials = trial >= kinds;
+    const bool per_query = trial >= 2 * kinds;
     SCOPED_TRACE(testing::Message() << shape.heads << " heads of " << shape.d
                                     << ", " << shape.tokens << " x " << shape.n
-                                    << (specials ? ", with NaN / inf" : ""));
+                                    << (specials ? ", with NaN / inf" : "")
+                                    << (per_query ? ", rows per query" : ""));
     const int64_t key_cols = shape.d + 3;
     const int64_t pool_rows = shape.n + 2;
     std::vector<float> q(shape.tokens * shape.heads * shape.d);
@@ -941,9 +946,9 @@ TEST(IndexScoresTiledOpTest, WritesEveryScoreOnceAsIndexScoresOp) {
       w[w.size() - 1] = -inf;
       pool[key_cols + shape.d - 1] = 1e30f;
     }
-    std::vector<int32_t> rows(shape.n);
+    std::vector<int32_t> rows(per_query ? shape.tokens * shape.n : shape.n);
     std::uniform_int_distribution<int32_t> row(
-        0, static_cast<int32_t>(pool_rows - 1));
+        per_query ? -1 : 0, static_cast<int32_t>(pool_rows - 1));
     for (int32_t& r : rows) r = row(rng);
     const int64_t outputs = shape.tokens * shape.n;
     constexpr int64_t kGuard = 64;
@@ -953,6 +958,7 @@ TEST(IndexScoresTiledOpTest, WritesEveryScoreOnceAsIndexScoresOp) {
                             .keys = pool.data(),
                             .key_cols = key_cols,
                             .rows = rows.data(),
+                            .rows_stride = per_query ? shape.n : 0,
                             .n = shape.n,
                             .heads = shape.heads,
                             .d = shape.d,
@@ -970,12 +976,18 @@ TEST(IndexScoresTiledOpTest, WritesEveryScoreOnceAsIndexScoresOp) {
     for (int64_t i = 0; i < outputs; ++i) {
       const int64_t t = i / shape.n;
       const int64_t j = i % shape.n;
+      const int32_t r = one.Row(t, j);
+      if (r < 0) {
+        ASSERT_EQ(want[i], 0.0f) << "score " << i;
+        ASSERT_EQ(got[i], 0.0f) << "score " << i;
+        continue;
+      }
       double magnitude = 0.0;
       for (int64_t h = 0; h < shape.heads; ++h) {
         double dot = 0.0;
         for (int64_t c = 0; c < shape.d; ++c) {
           dot += std::fabs(double{q[(t * shape.heads + h) * shape.d + c]} *
-                           pool[rows[j] * key_cols + c]);
+                           pool[r * key_cols + c]);
         }
         magnitude += std::fabs(double{w[t * shape.heads + h]}) * dot;
       }
