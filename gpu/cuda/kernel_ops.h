@@ -1760,12 +1760,12 @@ struct ScoreTile {
   float partial[kScoreHeadThreads][kScoreEntries];
 };
 
-// out[t, j] = sum_h w[t, h] * max(0, q[t, h] . keys[rows[j], :d]) (as
-// IndexScoresOp, d <= kScoreMaxDim); item = a tile, t * EntryTiles() + the
-// tile of entries [kScoreEntries * tile, + kScoreEntries). The keys are
-// read once into shared memory for every head (LoadKeys); each thread
-// takes its heads' dot products with its entries from there (a query value
-// and a key value serve several products), sums w * relu(dot) over its
+// out[t, j] = sum_h w[t, h] * max(0, q[t, h] . keys[Row(t, j), :d]), 0 for
+// a -1 row (as IndexScoresOp, d <= kScoreMaxDim); item = a tile, t *
+// EntryTiles() + the tile of entries [kScoreEntries * tile, + kScoreEntries).
+// The keys are read once into shared memory for every head (LoadKeys); each
+// thread takes its heads' dot products with its entries from there (a query
+// value and a key value serve several products), sums w * relu(dot) over its
 // heads (ScoreHeads), and the block adds the head threads' sums
 // (Reduce). The CUDA kernel runs the phases with barriers between them;
 // operator() runs them thread after thread on the host. Equal to

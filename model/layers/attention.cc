@@ -188,20 +188,18 @@ float IndexScale(const ModelDims& d) {
 // [n, own]: the keys are scored where they sit in the pool. Without DCP the
 // ranks' sums over their heads are added up (a collective), so `out` is the
 // whole score; with DCP each rank scored its entries with every head.
-// reduce = false leaves the all-reduce to the caller (one for several
-// chunks' scores).
 absl::Status ScoreOwnedEntries(const LayerContext& ctx, KvCache& cache,
                                const std::vector<int32_t>& index_keys,
                                ConstMatrixView qi, ConstMatrixView wi,
                                int64_t t0, int64_t n, int64_t own,
-                               MatrixView out, bool reduce = true) {
+                               MatrixView out) {
   if (own == 0) return absl::OkStatus();
   std::vector<int32_t> rows(own);
   for (int64_t e = 0; e < own; ++e) rows[e] = cache.Row(index_keys, e);
   ctx.backend.IndexScores(ConstMatrixView(qi.data + t0 * qi.cols, n, qi.cols),
                           ConstMatrixView(wi.data + t0 * wi.cols, n, wi.cols),
                           cache.pool(), rows, out);
-  if (reduce && !ctx.dcp.enabled() && ctx.tp_size > 1) {
+  if (!ctx.dcp.enabled() && ctx.tp_size > 1) {
     RETURN_IF_ERROR(ctx.comm->AllReduceSum(out.data, n * own));
   }
   return absl::OkStatus();
@@ -357,14 +355,15 @@ struct PendingChoice {
   std::vector<int32_t>* chosen_blocks = nullptr;
 };
 
-// The indexer scores (unscaled, this rank's heads: without DCP) of several
-// one-token chunks' queries, each against its own entries, in one
-// IndexScores call (the queries gathered first unless they are consecutive
-// rows): row i of out [k, width] scores chunk i's entries [0, total), 0
-// past them.
+// The indexer scores (unscaled; this rank's heads, or every head under DCP)
+// of several one-token chunks' queries, each against its own entries, in
+// one IndexScores call (the queries gathered first unless they are
+// consecutive rows): row i of out [k, width] scores the first counts[i]
+// entries of chunk i's keys this rank holds, 0 past them.
 absl::Status ScoreEachOwnEntries(const LayerContext& ctx, KvCache& cache,
                                  ConstMatrixView qi, ConstMatrixView wi,
                                  absl::Span<const PendingChoice* const> chunks,
+                                 absl::Span<const int64_t> counts,
                                  MatrixView out) {
   const int64_t k = out.rows, width = out.cols;
   std::vector<int32_t> rows(k * width, -1);
@@ -372,7 +371,7 @@ absl::Status ScoreEachOwnEntries(const LayerContext& ctx, KvCache& cache,
   bool in_a_row = true;
   for (int64_t i = 0; i < k; ++i) {
     const PendingChoice& c = *chunks[i];
-    for (int64_t e = 0; e < c.total; ++e) {
+    for (int64_t e = 0; e < counts[i]; ++e) {
       rows[i * width + e] = cache.Row(*c.index_keys, e);
     }
     queries[i] = static_cast<int32_t>(c.row);
@@ -393,15 +392,62 @@ absl::Status ScoreEachOwnEntries(const LayerContext& ctx, KvCache& cache,
   return absl::OkStatus();
 }
 
+// Under DCP, the indexer scores (unscaled, every head) of several one-token
+// chunks' queries, each against its own entries, into out [k, width] on
+// every rank (row i's entries [0, total) in entry order; the columns past
+// them hold some score): each rank scores the entries it owns in one call,
+// one all-gather brings every rank's, and one gather of single values puts
+// them in entry order.
+absl::Status ScoreEachDcpEntries(const LayerContext& ctx, KvCache& cache,
+                                 ConstMatrixView qi, ConstMatrixView wi,
+                                 absl::Span<const PendingChoice* const> chunks,
+                                 MatrixView out) {
+  const int ranks = ctx.dcp.size;
+  const int64_t k = out.rows, width = out.cols;
+  // Row i: this rank's entries, and the most any rank has (the gathered
+  // rows' width, the same on every rank).
+  std::vector<int64_t> own(k);
+  int64_t most = 1;
+  for (int64_t i = 0; i < k; ++i) {
+    own[i] = ctx.dcp.OwnedEntriesBefore(chunks[i]->total);
+    for (int q = 0; q < ranks; ++q) {
+      const DcpLayout l{
+          .rank = q, .size = ranks, .interleave = ctx.dcp.interleave};
+      most = std::max(most, l.OwnedEntriesBefore(chunks[i]->total));
+    }
+  }
+  Workspace& ws = ctx.workspace;
+  Workspace::Scope scope(ws);
+  ASSIGN_OR_RETURN(WorkBuffer local, ws.Take(k * most));
+  RETURN_IF_ERROR(ScoreEachOwnEntries(ctx, cache, qi, wi, chunks, own,
+                                      local.view(k, most)));
+  ASSIGN_OR_RETURN(WorkBuffer all, ws.Take(ranks * k * most));
+  RETURN_IF_ERROR(ctx.comm->AllGather(local.data(), k * most, all.data()));
+  // [rank][row][j] -> [row][entry]: entry e of row i is column j of row i
+  // of its owner's scores, j counting the owner's entries.
+  std::vector<int32_t> at(k * width, 0);
+  std::vector<int64_t> next(ranks);
+  for (int64_t i = 0; i < k; ++i) {
+    std::fill(next.begin(), next.end(), 0);
+    for (int64_t e = 0; e < chunks[i]->total; ++e) {
+      const int owner = static_cast<int>((e / ctx.dcp.interleave) % ranks);
+      at[i * width + e] =
+          static_cast<int32_t>((owner * k + i) * most + next[owner]++);
+    }
+  }
+  ctx.backend.GatherRows(all.view(ranks * k * most, 1), at,
+                         MatrixView{out.data, k * width, 1});
+  return absl::OkStatus();
+}
+
 // The choices of several one-token chunks (a decode step's sequences) made
 // together: each chunk's scores are a row of one matrix as wide as the most
 // entries any of them has, and one SelectTopK (one wait for the ids) chooses
-// for every row instead of one per chunk. Without DCP one IndexScores call
-// scores every row against its own entries (0 past them) and the ranks add
-// up the whole matrix in one all-reduce; under DCP each row is scored and
-// gathered across the ranks on its own, its columns past its entries left
-// as the workspace holds them (the choice looks only below each row's
-// visible count).
+// for every row instead of one per chunk. One IndexScores call scores every
+// row against its own entries; without DCP the ranks add up the whole
+// matrix in one all-reduce, under DCP one all-gather brings every rank's
+// entries' scores (ScoreEachDcpEntries). A row's columns past its entries
+// are never read (the choice looks only below each row's visible count).
 // Chunks with and without candidate blocks go in separate groups, in order
 // of their entries, grouped by ChoiceGroupEnds (at most kMaxScoreFloats
 // scores a group, one long context among short ones chosen alone, not
@@ -438,14 +484,12 @@ absl::Status ChooseTogether(const LayerContext& ctx, KvCache& cache,
         const PendingChoice& c = *group[i];
         visible[i] = c.total;
         if (with_candidates) candidates.push_back(*c.candidates);
-        if (ctx.dcp.enabled()) {
-          const MatrixView row{scores.data() + i * width, 1, c.total};
-          RETURN_IF_ERROR(ScoreDcpEntries(ctx, cache, *c.index_keys, qi, wi,
-                                          c.row, 1, c.total, row));
-        }
       }
-      if (!ctx.dcp.enabled()) {
-        RETURN_IF_ERROR(ScoreEachOwnEntries(ctx, cache, qi, wi, group,
+      if (ctx.dcp.enabled()) {
+        RETURN_IF_ERROR(ScoreEachDcpEntries(ctx, cache, qi, wi, group,
+                                            scores.view(rows, width)));
+      } else {
+        RETURN_IF_ERROR(ScoreEachOwnEntries(ctx, cache, qi, wi, group, visible,
                                             scores.view(rows, width)));
         if (ctx.tp_size > 1) {
           RETURN_IF_ERROR(ctx.comm->AllReduceSum(scores.data(), rows * width));

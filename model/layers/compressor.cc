@@ -14,8 +14,9 @@ using gpu::MatrixView;
 
 namespace {
 
-// Rows of token halves a compressor pools in one pass (a bound on its
-// workspace whatever the chunk): 4096 rows of a 512-wide cache.
+// Rows of token halves a compressor pools in one pass, with the state rows
+// the pass reads (a bound on its workspace whatever the step's chunks):
+// 4096 rows of a 512-wide cache. Also the rows of a piece of state writes.
 constexpr int64_t kMaxPooledRows = 4096;
 
 }  // namespace

@@ -192,6 +192,36 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
       << what << ": max |diff| " << max_diff << ", max |logit| " << max_ref;
 }
 
+// Prefills `prompt` as sequence `id` on the cluster of `tp` ranks, one step
+// a chunk, the chunks ending at `ends` (ascending, the last at
+// prompt.size()); every rank answers every step, and the last chunk's last
+// logits are `want`'s.
+void PrefillInChunks(Cluster& cluster, int tp, uint64_t id,
+                     const std::vector<int64_t>& prompt,
+                     const std::vector<size_t>& ends,
+                     const std::vector<float>& want, const std::string& what) {
+  size_t begin = 0;
+  for (const size_t end : ends) {
+    v1::StepRequest chunk;
+    v1::SequenceChunk* c = chunk.add_chunks();
+    c->set_sequence_id(id);
+    c->mutable_token_ids()->Add(prompt.begin() + begin, prompt.begin() + end);
+    c->set_start_position(static_cast<int64_t>(begin));
+    c->set_output(end == prompt.size() ? v1::OUTPUT_LOGITS_LAST
+                                       : v1::OUTPUT_NONE);
+    auto got = cluster.Step(chunk);
+    for (int r = 0; r < tp; ++r) {
+      ASSERT_TRUE(got[r].first.ok())
+          << what << ", rank " << r << ": " << got[r].first.error_message();
+    }
+    if (end == prompt.size()) {
+      const auto& l = got[0].second.results(0).logits();
+      ExpectClose(std::vector<float>(l.begin(), l.end()), want, what);
+    }
+    begin = end;
+  }
+}
+
 // tp, engram format, architecture, dcp, dcp interleave.
 using Config = std::tuple<int, std::string, std::string, int, int>;
 
@@ -211,18 +241,21 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
       StartCluster(ckpt, tp, arch == "v4.1-flash", dcp, interleave);
   ASSERT_EQ(cluster->stubs.size(), static_cast<size_t>(tp));
 
-  // Sequences 1..3 prefill whole prompts in one batched step; sequence 4
-  // prefills a long prompt in chunks of 9 tokens, long enough that the
-  // indexers drop entries (index_topk 16: past 64 tokens at ratio 4, 32 at
-  // ratio 2) and the V4.1 candidate blocks leave some out.
-  const std::vector<int> lengths = {1, 7, 40};
+  // Sequences 1..3, 6 and 7 prefill whole prompts in one batched step, the
+  // last two long enough that the decode steps' indexers choose among their
+  // entries (index_topk 16: past 64 tokens at ratio 4, 32 at ratio 2);
+  // sequence 4 prefills a long prompt in chunks of 9 tokens, long enough
+  // that the indexers drop entries and the V4.1 candidate blocks leave some
+  // out.
+  const std::vector<int> lengths = {1, 7, 40, 70, 90};
+  const std::vector<uint64_t> ids = {1, 2, 3, 6, 7};
   const std::vector<int64_t> long_prompt = Prompt(150, 9);
   std::map<uint64_t, int64_t> position;
   std::map<uint64_t, int64_t> next_token;
   v1::StepRequest request;
   model::StepInput ref_input;
   for (size_t i = 0; i < lengths.size(); ++i) {
-    const uint64_t id = i + 1;
+    const uint64_t id = ids[i];
     const std::vector<int64_t> prompt = Prompt(lengths[i], static_cast<int>(i));
     v1::SequenceChunk* c = request.add_chunks();
     c->set_sequence_id(id);
@@ -291,26 +324,11 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
   whole.chunks.push_back(wc);
   absl::StatusOr<model::StepOutput> want = model.Step(whole);
   ASSERT_TRUE(want.ok()) << want.status();
-  for (size_t begin = 0; begin < long_prompt.size(); begin += 9) {
-    const size_t end = std::min(long_prompt.size(), begin + 9);
-    v1::StepRequest chunk;
-    v1::SequenceChunk* c = chunk.add_chunks();
-    c->set_sequence_id(4);
-    c->mutable_token_ids()->Add(long_prompt.begin() + begin,
-                                long_prompt.begin() + end);
-    c->set_start_position(static_cast<int64_t>(begin));
-    c->set_output(end == long_prompt.size() ? v1::OUTPUT_LOGITS_LAST
-                                            : v1::OUTPUT_NONE);
-    auto got = cluster->Step(chunk);
-    for (int r = 0; r < tp; ++r) {
-      ASSERT_TRUE(got[r].first.ok()) << got[r].first.error_message();
-    }
-    if (end == long_prompt.size()) {
-      const auto& l = got[0].second.results(0).logits();
-      ExpectClose(std::vector<float>(l.begin(), l.end()), want->logits[0],
-                  "chunked prefill");
-    }
-  }
+  std::vector<size_t> ends;
+  for (size_t end = 9; end < long_prompt.size(); end += 9) ends.push_back(end);
+  ends.push_back(long_prompt.size());
+  ASSERT_NO_FATAL_FAILURE(PrefillInChunks(*cluster, tp, 4, long_prompt, ends,
+                                          want->logits[0], "chunked prefill"));
 
   // DCP: a long chunk after a short one, so that the compressors pool the
   // rank's (sparse) entries in several passes, the first reading positions
@@ -324,25 +342,9 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
     ref_long.chunks.push_back(lc);
     absl::StatusOr<model::StepOutput> want_long = model.Step(ref_long);
     ASSERT_TRUE(want_long.ok()) << want_long.status();
-    for (const auto& [begin, end] :
-         std::vector<std::pair<size_t, size_t>>{{0, 100}, {100, 2400}}) {
-      v1::StepRequest chunk;
-      v1::SequenceChunk* c = chunk.add_chunks();
-      c->set_sequence_id(5);
-      c->mutable_token_ids()->Add(prompt.begin() + begin, prompt.begin() + end);
-      c->set_start_position(static_cast<int64_t>(begin));
-      c->set_output(end == prompt.size() ? v1::OUTPUT_LOGITS_LAST
-                                         : v1::OUTPUT_NONE);
-      auto got = cluster->Step(chunk);
-      for (int r = 0; r < tp; ++r) {
-        ASSERT_TRUE(got[r].first.ok()) << got[r].first.error_message();
-      }
-      if (end == prompt.size()) {
-        const auto& l = got[0].second.results(0).logits();
-        ExpectClose(std::vector<float>(l.begin(), l.end()),
-                    want_long->logits[0], "a long chunk under DCP");
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(PrefillInChunks(*cluster, tp, 5, prompt,
+                                            {100, 2400}, want_long->logits[0],
+                                            "a long chunk under DCP"));
   }
 
   // A bad plan changes nothing: a wrong start position is refused on every
@@ -396,7 +398,7 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
 
   // Releasing every sequence returns every cache block.
   v1::ReleaseRequest release;
-  for (uint64_t id : {1, 2, 3, 4}) release.add_sequence_ids(id);
+  for (uint64_t id : {1, 2, 3, 4, 6, 7}) release.add_sequence_ids(id);
   if (dcp > 1) release.add_sequence_ids(5);
   for (int r = 0; r < tp; ++r) {
     grpc::ClientContext ctx;

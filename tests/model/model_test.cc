@@ -128,6 +128,27 @@ float MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+// The logits (every row) of sequence `id`'s prompt fed one chunk a step,
+// the chunks ending at `ends` (ascending, the last at tokens.size()).
+absl::StatusOr<std::vector<float>> ChunkedLogits(
+    Model& model, uint64_t id, const std::vector<int64_t>& tokens,
+    const std::vector<int64_t>& ends) {
+  std::vector<float> got;
+  int64_t begin = 0;
+  for (const int64_t end : ends) {
+    if (end <= begin) continue;
+    StepInput in;
+    in.chunks.push_back(Chunk(
+        id, std::vector<int64_t>(tokens.begin() + begin, tokens.begin() + end),
+        begin, SequenceChunk::Logits::kAll));
+    absl::StatusOr<StepOutput> o = model.Step(in);
+    if (!o.ok()) return o.status();
+    got.insert(got.end(), o->logits[0].begin(), o->logits[0].end());
+    begin = end;
+  }
+  return got;
+}
+
 // ---- config ------------------------------------------------------------
 
 absl::StatusOr<ModelDims> Dims(const std::string& text_config) {
@@ -602,23 +623,12 @@ TEST_P(ModelChunkingTest, PrefillEqualsChunkedPrefillEqualsDecode) {
                                      {149}}) {
     SCOPED_TRACE(testing::Message() << "splits from " << splits[0]);
     ++id;
-    std::vector<float> got;
-    int64_t begin = 0;
-    std::vector<int> ends = splits;
-    ends.push_back(static_cast<int>(a.size()));
-    for (const int end : ends) {
-      if (end <= begin) continue;
-      StepInput in;
-      in.chunks.push_back(
-          Chunk(id, std::vector<int64_t>(a.begin() + begin, a.begin() + end),
-                begin, SequenceChunk::Logits::kAll));
-      absl::StatusOr<StepOutput> o = model.Step(in);
-      ASSERT_TRUE(o.ok()) << o.status();
-      got.insert(got.end(), o->logits[0].begin(), o->logits[0].end());
-      begin = end;
-    }
-    ASSERT_EQ(got.size(), a.size() * v);
-    EXPECT_LE(MaxDiff(got, want->logits[0]), 2e-4);
+    std::vector<int64_t> ends(splits.begin(), splits.end());
+    ends.push_back(static_cast<int64_t>(a.size()));
+    absl::StatusOr<std::vector<float>> got = ChunkedLogits(model, id, a, ends);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), a.size() * v);
+    EXPECT_LE(MaxDiff(*got, want->logits[0]), 2e-4);
     model.Release(id);
   }
   // Decode token by token after a prefill of 60.
@@ -642,9 +652,12 @@ TEST_P(ModelChunkingTest, PrefillEqualsChunkedPrefillEqualsDecode) {
 }
 
 // A chunk long enough that its compressors pool their entries in several
-// passes (a pass pools at most 4096 rows: 512 entries at ratio 4 with
-// overlap, 2048 at ratio 2) computes what short chunks, each one pass,
-// compute.
+// passes (a pass pools and reads from the state at most 4096 rows: about
+// 512 entries at ratio 4 with overlap, 2048 at ratio 2) computes what short
+// chunks, each one pass, compute; and so do two such chunks of two sequences in
+// one step, each after a prefill that ends inside a block, whose passes run
+// from one chunk's entries into the other's (which read their sequence's
+// state).
 TEST_P(ModelChunkingTest, LongChunkPoolsItsEntriesInPasses) {
   const std::string& dir = GetParam() ? TinyV4Checkpoint() : TinyCheckpoint();
   absl::StatusOr<std::unique_ptr<LocalModel>> m = Open(dir, 256 << 20);
@@ -657,19 +670,42 @@ TEST_P(ModelChunkingTest, LongChunkPoolsItsEntriesInPasses) {
   absl::StatusOr<StepOutput> want = model.Step(whole);
   ASSERT_TRUE(want.ok()) << want.status();
   ASSERT_EQ(want->logits[0].size(), a.size() * v);
-  std::vector<float> got;
-  for (size_t begin = 0; begin < a.size(); begin += 700) {
-    const size_t end = std::min(a.size(), begin + 700);
-    StepInput in;
-    in.chunks.push_back(
-        Chunk(2, std::vector<int64_t>(a.begin() + begin, a.begin() + end),
-              static_cast<int64_t>(begin), SequenceChunk::Logits::kAll));
-    absl::StatusOr<StepOutput> o = model.Step(in);
-    ASSERT_TRUE(o.ok()) << o.status();
-    got.insert(got.end(), o->logits[0].begin(), o->logits[0].end());
+  std::vector<int64_t> ends;
+  for (int64_t end = 700; end < static_cast<int64_t>(a.size()); end += 700) {
+    ends.push_back(end);
   }
-  ASSERT_EQ(got.size(), want->logits[0].size());
-  EXPECT_LE(MaxDiff(got, want->logits[0]), 2e-4);
+  ends.push_back(static_cast<int64_t>(a.size()));
+  absl::StatusOr<std::vector<float>> got = ChunkedLogits(model, 2, a, ends);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_LE(MaxDiff(*got, want->logits[0]), 2e-4);
+  model.Release(2);
+
+  // Sequences 3 and 4: prompts a[0, 2132) and a[0, 2500) (their logits
+  // are the first rows of `want`), prefilled to 101 and 103, the rest in
+  // one step. At ratio 4 (V4) sequence 3's entries and sequence 4's first
+  // fill a pass (508 entries of 8 rows and 10 state rows, then 8 rows and
+  // 14 state rows: 4,096), so sequence 4's second entry starts the next
+  // pass and reads there the state rows of positions before its chunk; at
+  // other ratios a pass runs from one sequence's entries into the other's.
+  const int64_t pre[2] = {101, 103}, len[2] = {2132, 2500};
+  for (int s = 0; s < 2; ++s) {
+    ASSERT_TRUE(ChunkedLogits(model, 3 + s, a, {pre[s]}).ok());
+  }
+  StepInput both;
+  for (int s = 0; s < 2; ++s) {
+    both.chunks.push_back(Chunk(
+        3 + s, std::vector<int64_t>(a.begin() + pre[s], a.begin() + len[s]),
+        pre[s], SequenceChunk::Logits::kAll));
+  }
+  absl::StatusOr<StepOutput> o = model.Step(both);
+  ASSERT_TRUE(o.ok()) << o.status();
+  for (int s = 0; s < 2; ++s) {
+    SCOPED_TRACE(testing::Message() << "sequence " << 3 + s);
+    EXPECT_LE(MaxDiff(o->logits[s],
+                      std::vector<float>(want->logits[0].begin() + pre[s] * v,
+                                         want->logits[0].begin() + len[s] * v)),
+              2e-4);
+  }
 }
 
 // Decode-size chunks (at most max_speculative_tokens + 1 tokens) attend their
