@@ -241,14 +241,15 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
       StartCluster(ckpt, tp, arch == "v4.1-flash", dcp, interleave);
   ASSERT_EQ(cluster->stubs.size(), static_cast<size_t>(tp));
 
-  // Sequences 1..3, 6 and 7 prefill whole prompts in one batched step, the
-  // last two long enough that the decode steps' indexers choose among their
-  // entries (index_topk 16: past 64 tokens at ratio 4, 32 at ratio 2);
-  // sequence 4 prefills a long prompt in chunks of 9 tokens, long enough
-  // that the indexers drop entries and the V4.1 candidate blocks leave some
-  // out.
-  const std::vector<int> lengths = {1, 7, 40, 70, 90};
-  const std::vector<uint64_t> ids = {1, 2, 3, 6, 7};
+  // Sequences 7, 1..3 and 6 prefill whole prompts in one batched step, 7
+  // and 6 long enough that the decode steps' indexers choose among their
+  // entries (index_topk 16: past 64 tokens at ratio 4, 32 at ratio 2), 7
+  // first so that the choices (in order of the entries) take the queries
+  // out of the step's order; sequence 4 prefills a long prompt in chunks of
+  // 9 tokens, long enough that the indexers drop entries and the V4.1
+  // candidate blocks leave some out.
+  const std::vector<int> lengths = {90, 1, 7, 40, 70};
+  const std::vector<uint64_t> ids = {7, 1, 2, 3, 6};
   const std::vector<int64_t> long_prompt = Prompt(150, 9);
   std::map<uint64_t, int64_t> position;
   std::map<uint64_t, int64_t> next_token;
