@@ -375,6 +375,23 @@ class Backend {
                           int blocks_per_row, int block_size,
                           absl::Span<int32_t> ids,
                           absl::Span<int32_t> counts) = 0;
+  // The indexer's choice and the attention of the queries it chooses for
+  // in one call, the chosen entries staying where the scores are (nothing
+  // comes back to the host): query t attends the keys fixed[t * fixed_width
+  // + j] (j < fixed_width; -1 = none), then entry_rows[t * N + e] for each
+  // entry e that SelectTopK(scores [T, N], index_scale, visible, k, no
+  // candidate blocks) chooses for row t, in that ascending order (-1 = none,
+  // as for an entry this rank does not hold). The same as SparseAttention(q,
+  // kv, heads, those lists, width fixed_width + k with -1 after each row's
+  // chosen entries, scale, sink, out, lse). fixed and entry_rows: host, each
+  // -1 or a row of kv.
+  virtual void ChooseAndAttend(ConstMatrixView scores, float index_scale,
+                               absl::Span<const int64_t> visible, int k,
+                               absl::Span<const int32_t> entry_rows,
+                               ConstMatrixView q, ConstMatrixView kv, int heads,
+                               absl::Span<const int32_t> fixed, int fixed_width,
+                               float scale, const float* sink, MatrixView out,
+                               MatrixView lse) = 0;
   // V4.1's candidate blocks of each row t of scores [T, N] (the official
   // select_candidate_blocks), chosen where the scores are: block b (entries
   // [b * block_size, (b + 1) * block_size)) scores as the largest

@@ -145,6 +145,31 @@ inline void CheckSelectTopKShapes(ConstMatrixView scores,
   }
 }
 
+// ChooseAndAttend: the attention's shapes (lists of width fixed_width + k),
+// one score row and one visible count per query, k >= 1, fixed_width >= 0,
+// entry_rows [T, N] and fixed [T, fixed_width] each -1 or a row of kv.
+inline void CheckChooseAndAttendShapes(
+    ConstMatrixView scores, absl::Span<const int64_t> visible, int k,
+    absl::Span<const int32_t> entry_rows, ConstMatrixView q, ConstMatrixView kv,
+    int heads, absl::Span<const int32_t> fixed, int fixed_width,
+    ConstMatrixView out, ConstMatrixView lse) {
+  CHECK_GE(k, 1);
+  CHECK_GE(fixed_width, 0);
+  CHECK_EQ(scores.rows, q.rows);
+  CHECK_EQ(static_cast<int64_t>(visible.size()), q.rows);
+  CHECK_EQ(static_cast<int64_t>(entry_rows.size()), scores.rows * scores.cols);
+  for (const int32_t r : entry_rows) {
+    CHECK_GE(r, -1);
+    CHECK_LT(r, kv.rows);
+  }
+  CHECK_EQ(static_cast<int64_t>(fixed.size()), q.rows * fixed_width);
+  CheckSparseAttentionShapes(q, kv, heads, {}, 0, out, lse);
+  for (const int32_t r : fixed) {
+    CHECK_GE(r, -1);
+    CHECK_LT(r, kv.rows);
+  }
+}
+
 // SelectCandidateBlocks: topk_blocks >= 1 and block_size >= 1, one visible
 // count, topk_blocks ids and one count per row.
 inline void CheckSelectCandidateBlocksShapes(ConstMatrixView scores,

@@ -81,9 +81,13 @@ int64_t StepWorkspaceFloats(const ModelDims& d, const ModelOptions& o,
         std::max(compressor_pass,
                  CompressorStepWorkspaceFloats(r, /*overlap=*/true, hd, hd, T));
   }
-  // The decode queries' indexer choice: their queries and weights gathered
-  // (the scores grow with the context).
-  const int64_t choose = f(T * nI * d.index_head_dim) + f(T * nI);
+  // The decode queries' indexer choice: their queries and weights gathered,
+  // or (V4) their keys gathered for their window slots, or their queries,
+  // attention and log-sum-exps gathered when they attend their choice right
+  // away (the scores grow with the context).
+  const int64_t choose =
+      std::max({f(T * nI * d.index_head_dim) + f(T * nI), f(T * hd),
+                2 * f(T * heads * hd) + f(T * heads)});
   const int64_t attention =
       f(T * d.q_lora_rank) + f(T * hl * hd) + f(T * hd) + compress +
       (dcp ? f(T * H * hd) + f(T * H * hd) : 0) + f(T * heads * hd) +

@@ -151,6 +151,13 @@ class CpuBackend : public Backend {
                   absl::Span<const int32_t> candidate_blocks,
                   int blocks_per_row, int block_size, absl::Span<int32_t> ids,
                   absl::Span<int32_t> counts) override;
+  void ChooseAndAttend(ConstMatrixView scores, float index_scale,
+                       absl::Span<const int64_t> visible, int k,
+                       absl::Span<const int32_t> entry_rows, ConstMatrixView q,
+                       ConstMatrixView kv, int heads,
+                       absl::Span<const int32_t> fixed, int fixed_width,
+                       float scale, const float* sink, MatrixView out,
+                       MatrixView lse) override;
   void SelectCandidateBlocks(ConstMatrixView scores, float scale,
                              absl::Span<const int64_t> visible, int topk_blocks,
                              int block_size, absl::Span<int32_t> blocks,

@@ -165,6 +165,33 @@ void CpuBackend::SelectTopK(ConstMatrixView scores, float scale,
   });
 }
 
+void CpuBackend::ChooseAndAttend(ConstMatrixView scores, float index_scale,
+                                 absl::Span<const int64_t> visible, int k,
+                                 absl::Span<const int32_t> entry_rows,
+                                 ConstMatrixView q, ConstMatrixView kv,
+                                 int heads, absl::Span<const int32_t> fixed,
+                                 int fixed_width, float scale,
+                                 const float* sink, MatrixView out,
+                                 MatrixView lse) {
+  CheckChooseAndAttendShapes(scores, visible, k, entry_rows, q, kv, heads,
+                             fixed, fixed_width, out, lse);
+  const int64_t tokens = q.rows, n = scores.cols;
+  std::vector<int32_t> ids(tokens * k);
+  std::vector<int32_t> counts(tokens);
+  SelectTopK(scores, index_scale, visible, k, {}, 0, 1, absl::MakeSpan(ids),
+             absl::MakeSpan(counts));
+  const int width = fixed_width + k;
+  std::vector<int32_t> idx(tokens * width, -1);
+  for (int64_t t = 0; t < tokens; ++t) {
+    int32_t* row = idx.data() + t * width;
+    std::copy_n(fixed.data() + t * fixed_width, fixed_width, row);
+    for (int32_t c = 0; c < counts[t]; ++c) {
+      row[fixed_width + c] = entry_rows[t * n + ids[t * k + c]];
+    }
+  }
+  SparseAttention(q, kv, heads, idx, width, scale, sink, out, lse);
+}
+
 void CpuBackend::SelectCandidateBlocks(ConstMatrixView scores, float scale,
                                        absl::Span<const int64_t> visible,
                                        int topk_blocks, int block_size,

@@ -666,12 +666,34 @@ void KernelBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
                                     int width, float scale, const float* sink,
                                     MatrixView out, MatrixView lse) {
   CheckSparseAttentionShapes(q, kv, heads, idx, width, out, lse);
-  const int64_t hd = kv.cols;
   const int64_t tokens = q.rows;
   if (tokens == 0) return;
+  Carver carve(*this, Carver::Bytes<int32_t>(tokens * width) +
+                          AttendBytes(tokens, heads, width, kv.cols));
+  Attend(carve, q, kv, heads, carve.Stage(idx), width, scale, sink, out, lse);
+}
+
+int64_t KernelBackend::AttendBytes(int64_t tokens, int64_t heads, int64_t width,
+                                   int64_t hd) {
+  if (hd > k::kAttentionWarpMaxDim) return 0;
+  const int64_t groups =
+      (heads + k::kAttentionBlockHeads - 1) / k::kAttentionBlockHeads;
+  const k::AttentionSplit split =
+      k::ChooseAttentionSplit(tokens * groups, width);
+  if (split.splits == 1) return 0;
+  const int64_t parts = tokens * heads * split.splits;
+  return Carver::Bytes<float>(parts * hd) + Carver::Bytes<float>(parts);
+}
+
+void KernelBackend::Attend(Carver& carve, ConstMatrixView q, ConstMatrixView kv,
+                           int heads, const int32_t* idx, int64_t width,
+                           float scale, const float* sink, MatrixView out,
+                           MatrixView lse) {
+  const int64_t tokens = q.rows;
+  const int64_t hd = kv.cols;
   const k::SparseAttentionOp op{.q = q.data,
                                 .kv = kv.data,
-                                .idx = nullptr,
+                                .idx = idx,
                                 .width = width,
                                 .heads = heads,
                                 .hd = hd,
@@ -681,10 +703,7 @@ void KernelBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
                                 .lse = lse.data};
   // Heads larger than a warp's registers: one thread per (query, head).
   if (hd > k::kAttentionWarpMaxDim) {
-    Carver carve(*this, Carver::Bytes<int32_t>(tokens * width));
-    k::SparseAttentionOp large = op;
-    large.idx = carve.Stage(idx);
-    executor_->Run(large, tokens * heads);
+    executor_->Run(op, tokens * heads);
     return;
   }
   // The others by warps, up to kAttentionBlockHeads of a query in a block
@@ -695,17 +714,12 @@ void KernelBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
       .block_heads = static_cast<int32_t>(
           std::min<int64_t>(heads, k::kAttentionBlockHeads))};
   const k::AttentionSplit split =
-      k::ChooseAttentionSplit(tokens * block.Groups(), width);
-  const int64_t parts = tokens * heads * split.splits;
-  Carver carve(*this, Carver::Bytes<int32_t>(tokens * width) +
-                          (split.splits > 1 ? Carver::Bytes<float>(parts * hd) +
-                                                  Carver::Bytes<float>(parts)
-                                            : 0));
-  block.warp.args.idx = carve.Stage(idx);
+      k::ChooseAttentionSplit(tokens * block.Groups(), op.width);
   if (split.splits == 1) {
     executor_->Run(block, block.Blocks(tokens));
     return;
   }
+  const int64_t parts = tokens * heads * split.splits;
   block.splits = split.splits;
   block.split_keys = split.split_keys;
   block.part_out = carve.Take<float>(parts * hd);
@@ -716,9 +730,9 @@ void KernelBackend::SparseAttention(ConstMatrixView q, ConstMatrixView kv,
                                            .splits = split.splits,
                                            .heads = heads,
                                            .hd = hd,
-                                           .sink = sink,
-                                           .out = out.data,
-                                           .lse = lse.data},
+                                           .sink = op.sink,
+                                           .out = op.out,
+                                           .lse = op.lse},
                  tokens * heads * hd);
 }
 
@@ -764,9 +778,8 @@ int64_t KernelBackend::TopKBytes(int64_t tokens, int64_t cols, int k) {
          Carver::Bytes<int32_t>(tokens * (k + int64_t{1}));
 }
 
-void KernelBackend::RunTopK(Carver& carve, const k::TopKRows& rows,
-                            int64_t tokens, int k, absl::Span<int32_t> ids,
-                            absl::Span<int32_t> counts) {
+int32_t* KernelBackend::ChooseTopK(Carver& carve, const k::TopKRows& rows,
+                                   int64_t tokens, int k) {
   const int64_t lanes = (rows.cols + k::kRowLane - 1) / k::kRowLane;
   const int64_t items = tokens * lanes;
   const int64_t out = tokens * (k + int64_t{1});  // ids, then counts.
@@ -814,6 +827,14 @@ void KernelBackend::RunTopK(Carver& carve, const k::TopKRows& rows,
                                .equal = equal,
                                .ids = chosen},
                  items);
+  return chosen;
+}
+
+void KernelBackend::RunTopK(Carver& carve, const k::TopKRows& rows,
+                            int64_t tokens, int k, absl::Span<int32_t> ids,
+                            absl::Span<int32_t> counts) {
+  const int32_t* chosen = ChooseTopK(carve, rows, tokens, k);
+  const int64_t out = tokens * (k + int64_t{1});  // ids, then counts.
   fetched_.resize(static_cast<size_t>(out));
   FetchBytes(fetched_.data(), chosen,
              out * static_cast<int64_t>(sizeof(int32_t)));
@@ -850,6 +871,58 @@ void KernelBackend::SelectTopK(ConstMatrixView scores, float scale,
       .blocks_per_row = blocks_per_row,
       .block_size = block_size};
   RunTopK(carve, rows, tokens, k, ids, counts);
+}
+
+void KernelBackend::ChooseAndAttend(ConstMatrixView scores, float index_scale,
+                                    absl::Span<const int64_t> visible, int k,
+                                    absl::Span<const int32_t> entry_rows,
+                                    ConstMatrixView q, ConstMatrixView kv,
+                                    int heads, absl::Span<const int32_t> fixed,
+                                    int fixed_width, float scale,
+                                    const float* sink, MatrixView out,
+                                    MatrixView lse) {
+  CheckChooseAndAttendShapes(scores, visible, k, entry_rows, q, kv, heads,
+                             fixed, fixed_width, out, lse);
+  const int64_t tokens = q.rows;
+  const int64_t cols = scores.cols;
+  if (tokens == 0) return;
+  const int64_t width = fixed_width + int64_t{k};
+  if (cols == 0) {
+    // Nothing to choose: the fixed keys alone.
+    std::vector<int32_t> idx(tokens * width, -1);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::copy_n(fixed.data() + t * fixed_width, fixed_width,
+                  idx.begin() + t * width);
+    }
+    SparseAttention(q, kv, heads, idx, static_cast<int>(width), scale, sink,
+                    out, lse);
+    return;
+  }
+  Carver carve(*this, Carver::Bytes<int64_t>(tokens) +
+                          TopKBytes(tokens, cols, k) +
+                          Carver::Bytes<int32_t>(tokens * cols) +
+                          Carver::Bytes<int32_t>(tokens * fixed_width) +
+                          Carver::Bytes<int32_t>(tokens * width) +
+                          AttendBytes(tokens, heads, width, kv.cols));
+  const k::TopKRows rows{.scores = scores.data,
+                         .cols = cols,
+                         .scale = index_scale,
+                         .visible = carve.Stage(visible),
+                         .blocks = nullptr,
+                         .blocks_per_row = 0,
+                         .block_size = 1};
+  const int32_t* chosen = ChooseTopK(carve, rows, tokens, k);
+  auto* idx = carve.Take<int32_t>(tokens * width);
+  executor_->Run(k::ChosenKeysOp{.fixed = carve.Stage(fixed),
+                                 .fixed_width = fixed_width,
+                                 .ids = chosen,
+                                 .counts = chosen + tokens * k,
+                                 .k = k,
+                                 .entry_rows = carve.Stage(entry_rows),
+                                 .entries = cols,
+                                 .idx = idx},
+                 tokens * width);
+  Attend(carve, q, kv, heads, idx, width, scale, sink, out, lse);
 }
 
 void KernelBackend::SelectCandidateBlocks(ConstMatrixView scores, float scale,

@@ -108,6 +108,13 @@ class KernelBackend final : public Backend {
                   absl::Span<const int32_t> candidate_blocks,
                   int blocks_per_row, int block_size, absl::Span<int32_t> ids,
                   absl::Span<int32_t> counts) override;
+  void ChooseAndAttend(ConstMatrixView scores, float index_scale,
+                       absl::Span<const int64_t> visible, int k,
+                       absl::Span<const int32_t> entry_rows, ConstMatrixView q,
+                       ConstMatrixView kv, int heads,
+                       absl::Span<const int32_t> fixed, int fixed_width,
+                       float scale, const float* sink, MatrixView out,
+                       MatrixView lse) override;
   void SelectCandidateBlocks(ConstMatrixView scores, float scale,
                              absl::Span<const int64_t> visible, int topk_blocks,
                              int block_size, absl::Span<int32_t> blocks,
@@ -244,9 +251,21 @@ class KernelBackend final : public Backend {
   // Bytes of RunTopK's temporaries for `tokens` rows of `cols` entries.
   static int64_t TopKBytes(int64_t tokens, int64_t cols, int k);
   // The radix select of SelectTopK over `rows` (device; cols >= 1), its
-  // temporaries carved from `carve`; ids and counts come back to the host.
+  // temporaries carved from `carve`: returns the device ids [tokens, k],
+  // followed by the counts [tokens].
+  int32_t* ChooseTopK(Carver& carve, const kernels::TopKRows& rows,
+                      int64_t tokens, int k);
+  // ChooseTopK, the ids and counts brought back to the host.
   void RunTopK(Carver& carve, const kernels::TopKRows& rows, int64_t tokens,
                int k, absl::Span<int32_t> ids, absl::Span<int32_t> counts);
+  // Bytes of Attend's temporaries for `tokens` queries of `heads` heads of
+  // hd over lists of `width` keys.
+  static int64_t AttendBytes(int64_t tokens, int64_t heads, int64_t width,
+                             int64_t hd);
+  // SparseAttention over the key lists idx (device, [q.rows, width]).
+  void Attend(Carver& carve, ConstMatrixView q, ConstMatrixView kv, int heads,
+              const int32_t* idx, int64_t width, float scale, const float* sink,
+              MatrixView out, MatrixView lse);
 
   std::unique_ptr<Executor> executor_;
   Options options_;

@@ -3262,6 +3262,35 @@ struct TopKEmitOp {
   }
 };
 
+// The key lists of queries whose compressed entries the indexer chose on
+// the device (Backend::ChooseAndAttend): row t of idx [T, fixed_width + k]
+// is row t of fixed [T, fixed_width], then for each of row t's chosen
+// entries (ids [T, k], counts [T]: TopKPickOp / TopKEmitOp's) its row
+// entry_rows[t * entries + e], then -1. One item per slot of idx.
+struct ChosenKeysOp {
+  const int32_t* fixed = nullptr;
+  int64_t fixed_width = 0;
+  const int32_t* ids = nullptr;
+  const int32_t* counts = nullptr;
+  int32_t k = 0;
+  const int32_t* entry_rows = nullptr;
+  int64_t entries = 0;
+  int32_t* idx = nullptr;
+  MNEME_HD void operator()(int64_t item) const {
+    const int64_t width = fixed_width + k;
+    const int64_t t = item / width;
+    const int64_t j = item % width;
+    int32_t row = -1;
+    if (j < fixed_width) {
+      row = fixed[t * fixed_width + j];
+    } else if (j - fixed_width < counts[t]) {
+      const int32_t e = ids[t * k + (j - fixed_width)];
+      if (e >= 0) row = entry_rows[t * entries + e];
+    }
+    idx[item] = row;
+  }
+};
+
 // Every op, for the executors' declarations and instantiations.
 #define MNEME_KERNEL_OPS(X) \
   X(LinearOp)               \
@@ -3319,7 +3348,8 @@ struct TopKEmitOp {
   X(TopKHistOp)             \
   X(TopKPickOp)             \
   X(TopKCountOp)            \
-  X(TopKEmitOp)
+  X(TopKEmitOp)             \
+  X(ChosenKeysOp)
 
 }  // namespace mneme::gpu::kernels
 

@@ -353,6 +353,22 @@ struct PendingChoice {
   std::vector<int32_t>* selected = nullptr;
   // Not null at the V4.1 candidate source.
   std::vector<int32_t>* chosen_blocks = nullptr;
+  // Not null when the chunk attends its choice right away
+  // (ChooseAndAttendGroup; `selected` then stays empty): the blocks of the
+  // entries it attends, and its window keys this rank holds (pool rows,
+  // oldest first).
+  const std::vector<int32_t>* entry_blocks = nullptr;
+  std::vector<int32_t> window;
+};
+
+// Where the chunks that attend their choice right away put their attention
+// (the rows of their queries).
+struct ChosenAttention {
+  const AttentionWeights* w = nullptr;
+  ConstMatrixView q;  // [T, heads * head_dim]
+  int64_t heads = 0;
+  MatrixView o_att;  // [T, heads * head_dim]
+  MatrixView lse;    // [T, heads]
 };
 
 // The indexer scores (unscaled; this rank's heads, or every head under DCP)
@@ -440,6 +456,69 @@ absl::Status ScoreEachDcpEntries(const LayerContext& ctx, KvCache& cache,
   return absl::OkStatus();
 }
 
+// The attention of a group of one-token chunks over their window keys and
+// the entries their scores [k, width] choose, the choice never leaving the
+// backend (Backend::ChooseAndAttend): the same keys PoolAttention lists.
+// The chunks' keys are in the pool already (their window slots written).
+absl::Status ChooseAndAttendGroup(const LayerContext& ctx, KvCache& cache,
+                                  const ChosenAttention& at,
+                                  absl::Span<const PendingChoice* const> chunks,
+                                  ConstMatrixView scores) {
+  const ModelDims& d = ctx.dims;
+  const int64_t k = scores.rows, width = scores.cols;
+  const int64_t hd = d.head_dim, hq = at.heads * hd;
+  size_t fixed_width = 0;
+  for (const PendingChoice* c : chunks) {
+    fixed_width = std::max(fixed_width, c->window.size());
+  }
+  std::vector<int32_t> fixed(k * fixed_width, -1);
+  std::vector<int32_t> entry_rows(k * width, -1);
+  std::vector<int64_t> visible(k);
+  std::vector<int32_t> queries(k);
+  bool in_a_row = true;
+  for (int64_t i = 0; i < k; ++i) {
+    const PendingChoice& c = *chunks[i];
+    std::copy(c.window.begin(), c.window.end(),
+              fixed.begin() + i * static_cast<int64_t>(fixed_width));
+    for (int64_t e = 0; e < c.total; ++e) {
+      if (ctx.dcp.OwnsEntry(e)) {
+        entry_rows[i * width + e] =
+            cache.Row(*c.entry_blocks, ctx.dcp.OwnedEntriesBefore(e));
+      }
+    }
+    visible[i] = c.total;
+    queries[i] = static_cast<int32_t>(c.row);
+    in_a_row = in_a_row && queries[i] == queries[0] + i;
+  }
+  gpu::Backend& backend = ctx.backend;
+  Workspace& ws = ctx.workspace;
+  Workspace::Scope scope(ws);
+  ConstMatrixView q = Rows(at.q, queries[0], k);
+  MatrixView out = Rows(at.o_att, queries[0], k);
+  MatrixView lse = Rows(at.lse, queries[0], k);
+  WorkBuffer q_rows, out_rows, lse_rows;
+  if (!in_a_row) {
+    ASSIGN_OR_RETURN(q_rows, ws.Take(k * hq));
+    ASSIGN_OR_RETURN(out_rows, ws.Take(k * hq));
+    ASSIGN_OR_RETURN(lse_rows, ws.Take(k * at.heads));
+    backend.GatherRows(at.q, queries, q_rows.view(k, hq));
+    q = q_rows.view(k, hq);
+    out = out_rows.view(k, hq);
+    lse = lse_rows.view(k, at.heads);
+  }
+  backend.ChooseAndAttend(
+      scores, IndexScale(d), visible,
+      static_cast<int>(std::min<int64_t>(d.index_topk, width)), entry_rows, q,
+      cache.pool(), static_cast<int>(at.heads), fixed,
+      static_cast<int>(fixed_width), 1.0f / std::sqrt(static_cast<float>(hd)),
+      ctx.dcp.enabled() ? nullptr : at.w->attn_sink->data(), out, lse);
+  if (!in_a_row) {
+    backend.ScatterRows(out, queries, at.o_att);
+    backend.ScatterRows(lse, queries, at.lse);
+  }
+  return absl::OkStatus();
+}
+
 // The choices of several one-token chunks (a decode step's sequences) made
 // together: each chunk's scores are a row of one matrix as wide as the most
 // entries any of them has, and one SelectTopK (one wait for the ids) chooses
@@ -451,11 +530,16 @@ absl::Status ScoreEachDcpEntries(const LayerContext& ctx, KvCache& cache,
 // Chunks with and without candidate blocks go in separate groups, in order
 // of their entries, grouped by ChoiceGroupEnds (at most kMaxScoreFloats
 // scores a group, one long context among short ones chosen alone, not
-// padded into every row). Every rank
-// calls it with the same chunks, so the collectives stay in step.
+// padded into every row); within a group the rows go in step order, so a
+// decode step's queries are usually consecutive rows, read in place.
+// Chunks with entry_blocks attend their choice right away
+// (ChooseAndAttendGroup, into `attend`), the others' choices come back.
+// Every rank calls it with the same chunks, so the collectives stay in
+// step.
 absl::Status ChooseTogether(const LayerContext& ctx, KvCache& cache,
                             ConstMatrixView qi, ConstMatrixView wi,
-                            absl::Span<const PendingChoice> all) {
+                            absl::Span<const PendingChoice> all,
+                            const ChosenAttention& attend) {
   Workspace& ws = ctx.workspace;
   for (const bool with_candidates : {false, true}) {
     std::vector<const PendingChoice*> these;
@@ -471,9 +555,15 @@ absl::Status ChooseTogether(const LayerContext& ctx, KvCache& cache,
     for (const PendingChoice* c : these) totals.push_back(c->total);
     size_t begin = 0;
     for (const size_t end : ChoiceGroupEnds(totals, kMaxScoreFloats)) {
-      // The group's widest row is its last (ascending totals).
+      // The group's widest row is its last (ascending totals); then its rows
+      // in step order.
       const int64_t width = these[end - 1]->total;
       const auto rows = static_cast<int64_t>(end - begin);
+      std::sort(these.begin() + static_cast<int64_t>(begin),
+                these.begin() + static_cast<int64_t>(end),
+                [](const PendingChoice* a, const PendingChoice* b) {
+                  return a->row < b->row;
+                });
       Workspace::Scope scope(ws);
       ASSIGN_OR_RETURN(WorkBuffer scores, ws.Take(rows * width));
       const absl::Span<const PendingChoice* const> group =
@@ -494,6 +584,12 @@ absl::Status ChooseTogether(const LayerContext& ctx, KvCache& cache,
         if (ctx.tp_size > 1) {
           RETURN_IF_ERROR(ctx.comm->AllReduceSum(scores.data(), rows * width));
         }
+      }
+      if (these[begin]->entry_blocks != nullptr) {
+        RETURN_IF_ERROR(ChooseAndAttendGroup(ctx, cache, attend, group,
+                                             scores.view(rows, width)));
+        begin = end;
+        continue;
       }
       const bool source = these[begin]->chosen_blocks != nullptr;
       std::vector<std::vector<int32_t>> selected(rows), chosen(rows);
@@ -658,6 +754,37 @@ struct PoolAttention {
   }
 };
 
+// Writes the key of every one-token chunk marked in `which` (a chunk of
+// the step each) into its window ring slot, in one call: kv [T, hd] holds
+// the step's keys, a chunk's at its row.
+absl::Status WriteWindowKeys(const LayerContext& ctx, KvCache& cache,
+                             const StepBatch& batch, int layer,
+                             const std::vector<bool>& which, MatrixView kv) {
+  const int64_t ring = ctx.WindowRing();
+  std::vector<int32_t> rows, slots;
+  int64_t row = 0;
+  for (size_t ci = 0; ci < batch.input.chunks.size(); ++ci) {
+    const SequenceChunk& c = batch.input.chunks[ci];
+    if (which[ci]) {
+      rows.push_back(static_cast<int32_t>(row));
+      slots.push_back(cache.Row(batch.seqs[ci]->layers[layer].window,
+                                c.start_position % ring));
+    }
+    row += static_cast<int64_t>(c.tokens.size());
+  }
+  if (rows.empty()) return absl::OkStatus();
+  const auto n = static_cast<int64_t>(rows.size());
+  if (rows.back() - rows.front() + 1 == n) {
+    ctx.backend.ScatterRows(Rows(kv, rows.front(), n), slots, cache.pool());
+    return absl::OkStatus();
+  }
+  Workspace::Scope scope(ctx.workspace);
+  ASSIGN_OR_RETURN(WorkBuffer keys, ctx.workspace.Take(n * kv.cols));
+  ctx.backend.GatherRows(kv, rows, keys.view(n, kv.cols));
+  ctx.backend.ScatterRows(keys.view(n, kv.cols), slots, cache.pool());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status AttentionForward(const LayerContext& ctx,
@@ -756,6 +883,11 @@ absl::Status AttentionForward(const LayerContext& ctx,
       batch.input.chunks.size());
   std::vector<PendingChoice> pending;
   PoolAttention in_place;
+  // V4's one-token chunks attend the entries their indexer chooses right
+  // away, the choice never coming back to the host (V4.1's layers after the
+  // index source reuse the choice, so it comes back there).
+  const bool attend_chosen = !v41 && AttendsInPlace(ctx, 1);
+  std::vector<bool> attended(batch.input.chunks.size(), false);
   // Every chunk's compressors together (their entries pooled in a few
   // calls), before any chunk's indexer reads the entries they complete.
   const auto owned = [&](int64_t e) { return ctx.dcp.OwnsEntry(e); };
@@ -844,7 +976,7 @@ absl::Status AttentionForward(const LayerContext& ctx,
         // only the choice comes back.
         const bool with_candidates = uses_candidates && sc.has_candidates;
         if (n == 1 && total > 0) {
-          pending.push_back(PendingChoice{
+          PendingChoice& choice = pending.emplace_back(PendingChoice{
               .index_keys = &key_blocks,
               .row = t0,
               .total = total,
@@ -852,7 +984,21 @@ absl::Status AttentionForward(const LayerContext& ctx,
                   with_candidates ? sc.candidate_blocks.data() : nullptr,
               .selected = selected.data(),
               .chosen_blocks =
-                  is_candidate_source ? sc.candidate_blocks.data() : nullptr});
+                  is_candidate_source ? sc.candidate_blocks.data() : nullptr,
+              .entry_blocks = nullptr,
+              .window = {}});
+          if (attend_chosen) {
+            const SequenceState::LayerState& ls = seq.layers[layer];
+            const int64_t ring = ctx.WindowRing();
+            choice.entry_blocks = &seq.layers[src].entries;
+            ForEachKeyOfQuery(
+                ctx.dcp, d.sliding_window, p0, {},
+                [&](int64_t q) {
+                  choice.window.push_back(cache.Row(ls.window, q % ring));
+                },
+                [](int32_t) {});
+            attended[ci] = true;
+          }
         } else {
           // The scores of a block of queries at a time: bounded workspace
           // however long the context (every rank blocks the same way, so
@@ -898,10 +1044,18 @@ absl::Status AttentionForward(const LayerContext& ctx,
     }
     t0 += n;
   }
-  // The one-token chunks' choices, made together; then what every chunk's
+  // The one-token chunks' choices, made together (those attended right away
+  // after their keys go into their window slots); then what every chunk's
   // indexer chose is what the layers reusing it attend.
   RETURN_IF_ERROR(
-      ChooseTogether(ctx, cache, qi.view(T, hI * dI), wi.view(T, hI), pending));
+      WriteWindowKeys(ctx, cache, batch, layer, attended, kv.view(T, hd)));
+  RETURN_IF_ERROR(
+      ChooseTogether(ctx, cache, qi.view(T, hI * dI), wi.view(T, hI), pending,
+                     ChosenAttention{.w = &w,
+                                     .q = qv,
+                                     .heads = heads,
+                                     .o_att = o_att.view(T, heads * hd),
+                                     .lse = lse.view(T, heads)}));
   if (r > 0 && w.indexer != nullptr) {
     for (size_t ci = 0; ci < batch.input.chunks.size(); ++ci) {
       shared.chunks[ci].selected = selections[ci];
@@ -915,7 +1069,11 @@ absl::Status AttentionForward(const LayerContext& ctx,
     const int64_t p0 = batch.input.chunks[ci].start_position;
     const std::vector<int32_t>* entry_blocks =
         r > 0 ? &layers[src].entries : nullptr;
-    if (AttendsInPlace(ctx, n)) {
+    if (attended[ci]) {
+      // Attended with its choice (ChooseTogether).
+      in_place.Run(ctx, w, cache, qv, heads, kv.view(T, hd),
+                   o_att.view(T, heads * hd), lse.view(T, heads));
+    } else if (AttendsInPlace(ctx, n)) {
       in_place.Add(ctx, cache, layers[layer], entry_blocks, selections[ci], row,
                    p0, n);
     } else {

@@ -310,6 +310,7 @@ absl::StatusOr<ModelResult> RunModel(const DecodeContextOptions& o,
     ASSIGN_OR_RETURN(model::StepOutput out, model.Step(in));
     result.batched_step_calls = timing.times().calls;
     result.batched_step_calls_by_op = timing.times().calls_by_op;
+    result.batched_step_host_waits = timing.times().host_waits;
   }
   for (size_t i = 0; i < o.contexts.size(); ++i) {
     result.contexts.push_back(
@@ -366,9 +367,12 @@ std::string FormatTables(const std::vector<ModelResult>& results) {
   }
   for (const ModelResult& m : results) {
     absl::StrAppendFormat(
-        &s, "\n%s: one decode step of all %d sequences together: %d calls",
+        &s,
+        "\n%s: one decode step of all %d sequences together: %d calls, %d "
+        "host waits",
         m.arch, static_cast<int>(m.contexts.size()),
-        static_cast<int>(m.batched_step_calls));
+        static_cast<int>(m.batched_step_calls),
+        static_cast<int>(m.batched_step_host_waits));
     // The operations in order of their calls, most first.
     std::vector<std::pair<int64_t, std::string>> ops;
     for (const auto& [op, n] : m.batched_step_calls_by_op) {
@@ -419,6 +423,7 @@ nlohmann::json ToJson(const DecodeContextOptions& options,
                       {"kv_budget_bytes", m.kv_budget_bytes},
                       {"batched_step_calls", m.batched_step_calls},
                       {"batched_step_calls_by_op", m.batched_step_calls_by_op},
+                      {"batched_step_host_waits", m.batched_step_host_waits},
                       {"contexts", contexts}});
   }
   return {{"benchmark", "decode_context_cpu"},

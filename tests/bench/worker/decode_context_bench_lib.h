@@ -91,6 +91,9 @@ struct ModelResult {
   int64_t batched_step_calls = 0;
   // The same calls by Backend operation.
   std::map<std::string, int64_t> batched_step_calls_by_op;
+  // Of those, the calls whose results the host waits for
+  // (BackendTimes::host_waits).
+  int64_t batched_step_host_waits = 0;
 };
 
 // Runs the benchmark. InvalidArgument naming the field for bad options;

@@ -1,5 +1,6 @@
 #include "tests/bench/worker/timing_backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -73,10 +74,12 @@ void TimingBackend::CopyFromHost(absl::Span<const float> src, float* dst) {
 }
 
 void TimingBackend::CopyToHost(const float* src, absl::Span<float> dst) {
+  ++times_.host_waits;
   Timed(__func__, Kind::kCopyToHost, [&] { inner_.CopyToHost(src, dst); });
 }
 
 absl::Status TimingBackend::Synchronize() {
+  ++times_.host_waits;
   absl::Status status;
   Timed(__func__, Kind::kOther, [&] { status = inner_.Synchronize(); });
   return status;
@@ -193,10 +196,32 @@ void TimingBackend::SelectTopK(gpu::ConstMatrixView scores, float scale,
                                int blocks_per_row, int block_size,
                                absl::Span<int32_t> ids,
                                absl::Span<int32_t> counts) {
+  ++times_.host_waits;
   Timed(__func__, Kind::kSelectTopK, [&] {
     inner_.SelectTopK(scores, scale, visible, k, candidate_blocks,
                       blocks_per_row, block_size, ids, counts);
   });
+}
+
+void TimingBackend::ChooseAndAttend(
+    gpu::ConstMatrixView scores, float index_scale,
+    absl::Span<const int64_t> visible, int k,
+    absl::Span<const int32_t> entry_rows, gpu::ConstMatrixView q,
+    gpu::ConstMatrixView kv, int heads, absl::Span<const int32_t> fixed,
+    int fixed_width, float scale, const float* sink, gpu::MatrixView out,
+    gpu::MatrixView lse) {
+  Timed(__func__, Kind::kAttention, [&] {
+    inner_.ChooseAndAttend(scores, index_scale, visible, k, entry_rows, q, kv,
+                           heads, fixed, fixed_width, scale, sink, out, lse);
+  });
+  ++times_.attention_calls;
+  for (const int32_t i : fixed) times_.attended_keys += i >= 0 ? 1 : 0;
+  // The chosen entries never come back: a row chooses min(k, visible) of
+  // them, counted as attended (exact where this rank holds every entry, as
+  // without DCP).
+  for (const int64_t v : visible) {
+    times_.attended_keys += std::min<int64_t>(k, std::min(v, scores.cols));
+  }
 }
 
 void TimingBackend::SelectCandidateBlocks(gpu::ConstMatrixView scores,
@@ -205,6 +230,7 @@ void TimingBackend::SelectCandidateBlocks(gpu::ConstMatrixView scores,
                                           int topk_blocks, int block_size,
                                           absl::Span<int32_t> blocks,
                                           absl::Span<int32_t> counts) {
+  ++times_.host_waits;
   Timed(__func__, Kind::kSelectTopK, [&] {
     inner_.SelectCandidateBlocks(scores, scale, visible, topk_blocks,
                                  block_size, blocks, counts);
@@ -284,6 +310,7 @@ void TimingBackend::MoeRoute(gpu::ConstMatrixView logits, const float* bias,
                              int top_k, float routed_scaling,
                              absl::Span<int32_t> expert_ids,
                              absl::Span<float> weights) {
+  ++times_.host_waits;
   Timed(__func__, Kind::kOther, [&] {
     inner_.MoeRoute(logits, bias, top_k, routed_scaling, expert_ids, weights);
   });
@@ -328,6 +355,7 @@ void TimingBackend::Sample(gpu::ConstMatrixView logits,
                            absl::Span<const gpu::SamplingParams> params,
                            absl::Span<int32_t> ids,
                            absl::Span<float> logprobs) {
+  ++times_.host_waits;
   Timed(__func__, Kind::kOther,
         [&] { inner_.Sample(logits, params, ids, logprobs); });
 }
@@ -335,6 +363,7 @@ void TimingBackend::Sample(gpu::ConstMatrixView logits,
 void TimingBackend::LogProbs(gpu::ConstMatrixView logits,
                              absl::Span<const int32_t> ids,
                              absl::Span<float> logprobs) {
+  ++times_.host_waits;
   Timed(__func__, Kind::kOther,
         [&] { inner_.LogProbs(logits, ids, logprobs); });
 }

@@ -36,7 +36,8 @@ namespace mneme::bench {
 
 // Cumulative counters of a TimingBackend. Times in seconds.
 struct BackendTimes {
-  // Attention / SparseAttention calls and the key gathers right before them.
+  // Attention / SparseAttention / ChooseAndAttend calls and the key gathers
+  // right before them.
   double attention_s = 0;
   double attention_gather_s = 0;
   // IndexScores calls, the key gathers right before them, the score
@@ -59,6 +60,11 @@ struct BackendTimes {
   int64_t calls = 0;
   // The same calls by Backend operation (its method's name).
   std::map<std::string, int64_t> calls_by_op;
+  // The calls whose results the host waits for (on a GPU, the points where
+  // the host stops queueing work and the device drains its queue):
+  // CopyToHost, Synchronize, SelectTopK, SelectCandidateBlocks, MoeRoute,
+  // Sample, LogProbs.
+  int64_t host_waits = 0;
   int64_t index_calls = 0;
   int64_t index_pairs = 0;
 
@@ -132,6 +138,13 @@ class TimingBackend : public gpu::Backend {
                   absl::Span<const int32_t> candidate_blocks,
                   int blocks_per_row, int block_size, absl::Span<int32_t> ids,
                   absl::Span<int32_t> counts) override;
+  void ChooseAndAttend(gpu::ConstMatrixView scores, float index_scale,
+                       absl::Span<const int64_t> visible, int k,
+                       absl::Span<const int32_t> entry_rows,
+                       gpu::ConstMatrixView q, gpu::ConstMatrixView kv,
+                       int heads, absl::Span<const int32_t> fixed,
+                       int fixed_width, float scale, const float* sink,
+                       gpu::MatrixView out, gpu::MatrixView lse) override;
   void SelectCandidateBlocks(gpu::ConstMatrixView scores, float scale,
                              absl::Span<const int64_t> visible, int topk_blocks,
                              int block_size, absl::Span<int32_t> blocks,

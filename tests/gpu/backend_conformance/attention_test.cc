@@ -239,6 +239,62 @@ TEST_P(AttentionTest, SoftmaxPoolMatchesReference) {
 
 // The official sparse_attn: per query its own key list (-1 = none), a
 // softmax with the sink's logit in the denominator.
+// Double-precision attention over per-query key lists idx [T, width] (-1 =
+// none, a row listed twice counting twice), with the sink when not null.
+void RefListAttention(const std::vector<float>& q, const std::vector<float>& kv,
+                      int64_t hd, int heads, const std::vector<int32_t>& idx,
+                      int width, double scale, const std::vector<float>* sink,
+                      std::vector<double>* out, std::vector<double>* lse) {
+  const int64_t tokens = static_cast<int64_t>(idx.size()) / width;
+  out->assign(tokens * heads * hd, 0.0);
+  lse->assign(tokens * heads, -kInf);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      std::vector<double> s;
+      std::vector<int32_t> rows;
+      for (int j = 0; j < width; ++j) {
+        const int32_t r = idx[t * width + j];
+        if (r < 0) continue;
+        double dot = 0;
+        for (int64_t i = 0; i < hd; ++i) {
+          dot += double{q[(t * heads + h) * hd + i]} * kv[r * hd + i];
+        }
+        s.push_back(dot * scale);
+        rows.push_back(r);
+      }
+      if (s.empty()) continue;
+      double* o = &(*out)[(t * heads + h) * hd];
+      const double m = *std::max_element(s.begin(), s.end());
+      double den = 0;
+      for (double v : s) den += std::exp(v - m);
+      (*lse)[t * heads + h] = m + std::log(den);
+      const double total =
+          den + (sink != nullptr ? std::exp(double{(*sink)[h]} - m) : 0.0);
+      for (size_t j = 0; j < s.size(); ++j) {
+        const double p = std::exp(s[j] - m) / total;
+        for (int64_t i = 0; i < hd; ++i) o[i] += p * kv[rows[j] * hd + i];
+      }
+    }
+  }
+}
+
+// out and lse against a double-precision reference (an lse of -inf
+// exactly).
+void ExpectAttentionNear(const std::vector<float>& out,
+                         const std::vector<float>& lse,
+                         const std::vector<double>& ref_out,
+                         const std::vector<double>& ref_lse, double tol) {
+  ExpectAllNear(out, ref_out, tol);
+  ASSERT_EQ(lse.size(), ref_lse.size());
+  for (size_t i = 0; i < lse.size(); ++i) {
+    if (std::isinf(ref_lse[i])) {
+      EXPECT_TRUE(std::isinf(lse[i]) && lse[i] < 0) << i;
+    } else {
+      EXPECT_NEAR(lse[i], ref_lse[i], tol) << i;
+    }
+  }
+}
+
 TEST_P(AttentionTest, SparseAttentionOverPerQueryKeyLists) {
   const int heads = 3;
   const int64_t hd = 20, keys = 11, tokens = 4;
@@ -253,54 +309,16 @@ TEST_P(AttentionTest, SparseAttentionOverPerQueryKeyLists) {
                                     2,  2,  9,  1,  0};
   const float scale = 0.3f;
   for (const bool with_sink : {false, true}) {
-    std::vector<double> ref_out(tokens * heads * hd, 0.0),
-        ref_lse(tokens * heads);
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int h = 0; h < heads; ++h) {
-        std::vector<double> s;
-        std::vector<int32_t> rows;
-        for (int j = 0; j < width; ++j) {
-          const int32_t r = idx[t * width + j];
-          if (r < 0) continue;
-          double dot = 0;
-          for (int64_t i = 0; i < hd; ++i) {
-            dot += double{q[(t * heads + h) * hd + i]} * kv[r * hd + i];
-          }
-          s.push_back(dot * scale);
-          rows.push_back(r);
-        }
-        double* o = &ref_out[(t * heads + h) * hd];
-        if (s.empty()) {
-          ref_lse[t * heads + h] = -kInf;
-          continue;
-        }
-        const double m = *std::max_element(s.begin(), s.end());
-        double den = 0;
-        for (double v : s) den += std::exp(v - m);
-        ref_lse[t * heads + h] = m + std::log(den);
-        const double total =
-            den + (with_sink ? std::exp(double{sink[h]} - m) : 0.0);
-        for (size_t j = 0; j < s.size(); ++j) {
-          const double p = std::exp(s[j] - m) / total;
-          for (int64_t i = 0; i < hd; ++i) o[i] += p * kv[rows[j] * hd + i];
-        }
-      }
-    }
+    std::vector<double> ref_out, ref_lse;
+    RefListAttention(q, kv, hd, heads, idx, width, scale,
+                     with_sink ? &sink : nullptr, &ref_out, &ref_lse);
     Mat qm = Upload(q, tokens, heads * hd), km = Upload(kv, keys, hd);
     Mat sm = Upload(sink, 1, heads);
     Mat out = Zeros(tokens, heads * hd), lse = Zeros(tokens, heads);
     backend_->SparseAttention(qm.view, km.view, heads, idx, width, scale,
                               with_sink ? sm.data() : nullptr, out.view,
                               lse.view);
-    ExpectAllNear(Download(out), ref_out, 1e-5);
-    const std::vector<float> got_lse = Download(lse);
-    for (size_t i = 0; i < got_lse.size(); ++i) {
-      if (std::isinf(ref_lse[i])) {
-        EXPECT_TRUE(std::isinf(got_lse[i]) && got_lse[i] < 0) << i;
-      } else {
-        EXPECT_NEAR(got_lse[i], ref_lse[i], 1e-5) << i;
-      }
-    }
+    ExpectAttentionNear(Download(out), Download(lse), ref_out, ref_lse, 1e-5);
   }
 }
 
@@ -569,6 +587,78 @@ void RefCandidateBlocks(const std::vector<float>& scores, int64_t cols,
     std::sort(chosen.begin(), chosen.end());
     std::copy(chosen.begin(), chosen.end(), blocks->begin() + t * topk_blocks);
     (*counts)[t] = static_cast<int32_t>(chosen.size());
+  }
+}
+
+// ChooseAndAttend: each query attends its fixed keys, then the rows of the
+// entries SelectTopK chooses from its scores (ties, infinities and NaNs
+// among them; entries of other ranks -1; a row choosing nothing, one
+// choosing everything it sees, one seeing more than there are), against
+// the choice by its definition and a double-precision attention over the
+// lists it names, and bit for bit against SelectTopK then SparseAttention
+// over those lists on the same backend. Shapes for each way the CUDA
+// backend attends: warps over whole lists, lists split over blocks (200
+// chosen), and heads of more than 512 dimensions.
+TEST_P(AttentionTest, ChooseAndAttendAttendsTheChosenEntriesRows) {
+  const int heads = 3, fixed_width = 4;
+  const int64_t entries = 300, pool = 64;
+  const std::vector<int64_t> visible = {300, 37, 0, 299, 5, 1000};
+  const auto tokens = static_cast<int64_t>(visible.size());
+  const std::vector<float> scores = TiedScores(tokens * entries, 5);
+  // Entry rows: a row of the pool, or -1 for one in seven (another rank's).
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int32_t> row_of(0, pool - 1);
+  std::vector<int32_t> entry_rows(tokens * entries);
+  for (size_t i = 0; i < entry_rows.size(); ++i) {
+    entry_rows[i] = i % 7 == 3 ? -1 : row_of(rng);
+  }
+  std::vector<int32_t> fixed(tokens * fixed_width);
+  for (size_t i = 0; i < fixed.size(); ++i) {
+    fixed[i] = i % 5 == 1 ? -1 : row_of(rng);
+  }
+  const std::vector<float> sink = {0.5f, -1.0f, 2.0f};
+  Mat sm = Upload(sink, 1, heads);
+  const Mat scores_m = Upload(scores, tokens, entries);
+  const float index_scale = 0.7f, scale = 0.25f;
+  for (const auto& [hd, k] :
+       {std::pair<int64_t, int>{20, 1}, {20, 16}, {20, 200}, {520, 16}}) {
+    SCOPED_TRACE(testing::Message() << "hd " << hd << ", k " << k);
+    const std::vector<float> q = Random(tokens * heads * hd);
+    const std::vector<float> kv = Random(pool * hd);
+    const Mat qm = Upload(q, tokens, heads * hd), km = Upload(kv, pool, hd);
+    // The lists the choice names.
+    std::vector<int32_t> ids, counts;
+    RefSelectTopK(scores, entries, index_scale, visible, k, {}, 0, 1, &ids,
+                  &counts);
+    const int width = fixed_width + k;
+    std::vector<int32_t> idx(tokens * width, -1);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::copy_n(fixed.begin() + t * fixed_width, fixed_width,
+                  idx.begin() + t * width);
+      for (int32_t c = 0; c < counts[t]; ++c) {
+        idx[t * width + fixed_width + c] =
+            entry_rows[t * entries + ids[t * k + c]];
+      }
+    }
+    std::vector<double> ref_out, ref_lse;
+    RefListAttention(q, kv, hd, heads, idx, width, scale, &sink, &ref_out,
+                     &ref_lse);
+    Mat out = Zeros(tokens, heads * hd), lse = Zeros(tokens, heads);
+    backend_->ChooseAndAttend(
+        scores_m.view, index_scale, visible, k, entry_rows, qm.view, km.view,
+        heads, fixed, fixed_width, scale, sm.data(), out.view, lse.view);
+    const std::vector<float> got_out = Download(out), got_lse = Download(lse);
+    ExpectAttentionNear(got_out, got_lse, ref_out, ref_lse, 1e-5);
+    // The same calls the choice coming back would make.
+    std::vector<int32_t> back_ids(tokens * k), back_counts(tokens);
+    backend_->SelectTopK(scores_m.view, index_scale, visible, k, {}, 0, 1,
+                         absl::MakeSpan(back_ids), absl::MakeSpan(back_counts));
+    ASSERT_EQ(back_ids, ids);
+    Mat out2 = Zeros(tokens, heads * hd), lse2 = Zeros(tokens, heads);
+    backend_->SparseAttention(qm.view, km.view, heads, idx, width, scale,
+                              sm.data(), out2.view, lse2.view);
+    ExpectSameBits(got_out, Download(out2));
+    ExpectSameBits(got_lse, Download(lse2));
   }
 }
 

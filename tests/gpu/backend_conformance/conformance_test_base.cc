@@ -1,6 +1,7 @@
 #include "tests/gpu/backend_conformance/conformance_test_base.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -166,6 +167,16 @@ void ExpectAllNear(const std::vector<float>& actual,
                     << expected[i];
       ++failures;
     }
+  }
+}
+
+void ExpectSameBits(const std::vector<float>& actual,
+                    const std::vector<float>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(actual[i]),
+              std::bit_cast<uint32_t>(expected[i]))
+        << "at " << i << ": " << actual[i] << " vs " << expected[i];
   }
 }
 

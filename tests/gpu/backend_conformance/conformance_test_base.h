@@ -59,6 +59,9 @@ struct Mat {
 // Expects |actual - expected| <= tolerance elementwise.
 void ExpectAllNear(const std::vector<float>& actual,
                    const std::vector<double>& expected, double tolerance);
+// Expects the same floats, bit for bit.
+void ExpectSameBits(const std::vector<float>& actual,
+                    const std::vector<float>& expected);
 
 // Runs each test on a fresh backend made by the parameter's factory.
 class BackendConformanceTest : public ::testing::TestWithParam<BackendFactory> {

@@ -275,16 +275,6 @@ void ExpertsOneByOne(Backend& backend, ConstMatrixView x,
   }
 }
 
-void ExpectSameBits(const std::vector<float>& actual,
-                    const std::vector<float>& expected) {
-  ASSERT_EQ(actual.size(), expected.size());
-  for (size_t i = 0; i < actual.size(); ++i) {
-    ASSERT_EQ(std::bit_cast<uint32_t>(actual[i]),
-              std::bit_cast<uint32_t>(expected[i]))
-        << "at " << i << ": " << actual[i] << " vs " << expected[i];
-  }
-}
-
 TEST_P(MoeTest, MoeExpertsSumsTheRanksExpertsOfEachToken) {
   const int64_t first = 3, local = 4, favourite = 2;
   const int top_k = 2;
