@@ -375,13 +375,13 @@ class Backend {
                           int blocks_per_row, int block_size,
                           absl::Span<int32_t> ids,
                           absl::Span<int32_t> counts) = 0;
-  // The indexer's choice and the attention of the queries it chooses for
-  // in one call, the chosen entries staying where the scores are (nothing
-  // comes back to the host): query t attends the keys fixed[t * fixed_width
-  // + j] (j < fixed_width; -1 = none), then entry_rows[t * N + e] for each
-  // entry e that SelectTopK(scores [T, N], index_scale, visible, k, no
-  // candidate blocks) chooses for row t, in that ascending order (-1 = none,
-  // as for an entry this rank does not hold). The same as SparseAttention(q,
+  // The indexer's choice and the attention over it in one call, the chosen
+  // entries staying where the scores are (nothing comes back to the host):
+  // query t attends the keys fixed[t * fixed_width + j] (j < fixed_width;
+  // -1 = none), then entry_rows[t * N + e] for each entry e that
+  // SelectTopK(scores [T, N], index_scale, visible, k, no candidate blocks)
+  // chooses for row t, in that ascending order (-1 = none, as for an entry
+  // this rank does not hold). N >= 1. The same as SparseAttention(q,
   // kv, heads, those lists, width fixed_width + k with -1 after each row's
   // chosen entries, scale, sink, out, lse). fixed and entry_rows: host, each
   // -1 or a row of kv.

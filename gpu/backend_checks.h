@@ -146,8 +146,9 @@ inline void CheckSelectTopKShapes(ConstMatrixView scores,
 }
 
 // ChooseAndAttend: the attention's shapes (lists of width fixed_width + k),
-// one score row and one visible count per query, k >= 1, fixed_width >= 0,
-// entry_rows [T, N] and fixed [T, fixed_width] each -1 or a row of kv.
+// one score row of N >= 1 entries and one visible count per query, k >= 1,
+// fixed_width >= 0, entry_rows [T, N] and fixed [T, fixed_width] each -1 or
+// a row of kv.
 inline void CheckChooseAndAttendShapes(
     ConstMatrixView scores, absl::Span<const int64_t> visible, int k,
     absl::Span<const int32_t> entry_rows, ConstMatrixView q, ConstMatrixView kv,
@@ -155,6 +156,7 @@ inline void CheckChooseAndAttendShapes(
     ConstMatrixView out, ConstMatrixView lse) {
   CHECK_GE(k, 1);
   CHECK_GE(fixed_width, 0);
+  CHECK_GE(scores.cols, 1);
   CHECK_EQ(scores.rows, q.rows);
   CHECK_EQ(static_cast<int64_t>(visible.size()), q.rows);
   CHECK_EQ(static_cast<int64_t>(entry_rows.size()), scores.rows * scores.cols);

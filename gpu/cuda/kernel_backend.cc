@@ -887,17 +887,6 @@ void KernelBackend::ChooseAndAttend(ConstMatrixView scores, float index_scale,
   const int64_t cols = scores.cols;
   if (tokens == 0) return;
   const int64_t width = fixed_width + int64_t{k};
-  if (cols == 0) {
-    // Nothing to choose: the fixed keys alone.
-    std::vector<int32_t> idx(tokens * width, -1);
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::copy_n(fixed.data() + t * fixed_width, fixed_width,
-                  idx.begin() + t * width);
-    }
-    SparseAttention(q, kv, heads, idx, static_cast<int>(width), scale, sink,
-                    out, lse);
-    return;
-  }
   Carver carve(*this, Carver::Bytes<int64_t>(tokens) +
                           TopKBytes(tokens, cols, k) +
                           Carver::Bytes<int32_t>(tokens * cols) +

@@ -248,7 +248,7 @@ class KernelBackend final : public Backend {
   void RowStats(ConstMatrixView logits, absl::Span<const int32_t> ids,
                 absl::Span<int32_t> argmax, absl::Span<float> max,
                 absl::Span<float> logprob, absl::Span<double> lse = {});
-  // Bytes of RunTopK's temporaries for `tokens` rows of `cols` entries.
+  // Bytes of ChooseTopK's temporaries for `tokens` rows of `cols` entries.
   static int64_t TopKBytes(int64_t tokens, int64_t cols, int k);
   // The radix select of SelectTopK over `rows` (device; cols >= 1), its
   // temporaries carved from `carve`: returns the device ids [tokens, k],

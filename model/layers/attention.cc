@@ -465,18 +465,26 @@ absl::Status ChooseAndAttendGroup(const LayerContext& ctx, KvCache& cache,
                                   absl::Span<const PendingChoice* const> chunks,
                                   ConstMatrixView scores) {
   const ModelDims& d = ctx.dims;
-  const int64_t k = scores.rows, width = scores.cols;
+  const int64_t rows = scores.rows, width = scores.cols;
   const int64_t hd = d.head_dim, hq = at.heads * hd;
   size_t fixed_width = 0;
   for (const PendingChoice* c : chunks) {
+    // Such chunks choose among every entry they see (no candidate blocks)
+    // and nothing reads their choice later.
+    if (c->entry_blocks == nullptr || c->candidates != nullptr ||
+        c->chosen_blocks != nullptr) {
+      return absl::InternalError(
+          "a chunk that attends its choice right away has candidate blocks, "
+          "or its choice is read later");
+    }
     fixed_width = std::max(fixed_width, c->window.size());
   }
-  std::vector<int32_t> fixed(k * fixed_width, -1);
-  std::vector<int32_t> entry_rows(k * width, -1);
-  std::vector<int64_t> visible(k);
-  std::vector<int32_t> queries(k);
+  std::vector<int32_t> fixed(rows * fixed_width, -1);
+  std::vector<int32_t> entry_rows(rows * width, -1);
+  std::vector<int64_t> visible(rows);
+  std::vector<int32_t> queries(rows);
   bool in_a_row = true;
-  for (int64_t i = 0; i < k; ++i) {
+  for (int64_t i = 0; i < rows; ++i) {
     const PendingChoice& c = *chunks[i];
     std::copy(c.window.begin(), c.window.end(),
               fixed.begin() + i * static_cast<int64_t>(fixed_width));
@@ -493,18 +501,18 @@ absl::Status ChooseAndAttendGroup(const LayerContext& ctx, KvCache& cache,
   gpu::Backend& backend = ctx.backend;
   Workspace& ws = ctx.workspace;
   Workspace::Scope scope(ws);
-  ConstMatrixView q = Rows(at.q, queries[0], k);
-  MatrixView out = Rows(at.o_att, queries[0], k);
-  MatrixView lse = Rows(at.lse, queries[0], k);
+  ConstMatrixView q = Rows(at.q, queries[0], rows);
+  MatrixView out = Rows(at.o_att, queries[0], rows);
+  MatrixView lse = Rows(at.lse, queries[0], rows);
   WorkBuffer q_rows, out_rows, lse_rows;
   if (!in_a_row) {
-    ASSIGN_OR_RETURN(q_rows, ws.Take(k * hq));
-    ASSIGN_OR_RETURN(out_rows, ws.Take(k * hq));
-    ASSIGN_OR_RETURN(lse_rows, ws.Take(k * at.heads));
-    backend.GatherRows(at.q, queries, q_rows.view(k, hq));
-    q = q_rows.view(k, hq);
-    out = out_rows.view(k, hq);
-    lse = lse_rows.view(k, at.heads);
+    ASSIGN_OR_RETURN(q_rows, ws.Take(rows * hq));
+    ASSIGN_OR_RETURN(out_rows, ws.Take(rows * hq));
+    ASSIGN_OR_RETURN(lse_rows, ws.Take(rows * at.heads));
+    backend.GatherRows(at.q, queries, q_rows.view(rows, hq));
+    q = q_rows.view(rows, hq);
+    out = out_rows.view(rows, hq);
+    lse = lse_rows.view(rows, at.heads);
   }
   backend.ChooseAndAttend(
       scores, IndexScale(d), visible,
@@ -521,8 +529,9 @@ absl::Status ChooseAndAttendGroup(const LayerContext& ctx, KvCache& cache,
 
 // The choices of several one-token chunks (a decode step's sequences) made
 // together: each chunk's scores are a row of one matrix as wide as the most
-// entries any of them has, and one SelectTopK (one wait for the ids) chooses
-// for every row instead of one per chunk. One IndexScores call scores every
+// entries any of them has, and one SelectTopK (one wait for the ids; none
+// where the chunks attend their choice right away) chooses for every row
+// instead of one per chunk. One IndexScores call scores every
 // row against its own entries; without DCP the ranks add up the whole
 // matrix in one all-reduce, under DCP one all-gather brings every rank's
 // entries' scores (ScoreEachDcpEntries). A row's columns past its entries

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -192,6 +193,21 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
       << what << ": max |diff| " << max_diff << ", max |logit| " << max_ref;
 }
 
+// The last logits of `prompt` prefilled whole in one step, as sequence
+// `id`, on the single-process model.
+void WholePromptLogits(model::Model& model, uint64_t id,
+                       const std::vector<int64_t>& prompt,
+                       std::vector<float>* logits) {
+  model::StepInput whole;
+  model::SequenceChunk c;
+  c.sequence_id = id;
+  c.tokens = prompt;
+  whole.chunks.push_back(c);
+  absl::StatusOr<model::StepOutput> out = model.Step(whole);
+  ASSERT_TRUE(out.ok()) << out.status();
+  *logits = std::move(out->logits[0]);
+}
+
 // Prefills `prompt` as sequence `id` on the cluster of `tp` ranks, one step
 // a chunk, the chunks ending at `ends` (ascending, the last at
 // prompt.size()); every rank answers every step, and the last chunk's last
@@ -318,33 +334,24 @@ TEST_P(WorkerTpTest, LogitsMatchSingleProcess) {
 
   // Chunked prefill on the cluster vs the whole prompt at once on the
   // reference.
-  model::StepInput whole;
-  model::SequenceChunk wc;
-  wc.sequence_id = 99;
-  wc.tokens = long_prompt;
-  whole.chunks.push_back(wc);
-  absl::StatusOr<model::StepOutput> want = model.Step(whole);
-  ASSERT_TRUE(want.ok()) << want.status();
+  std::vector<float> want_whole;
+  ASSERT_NO_FATAL_FAILURE(
+      WholePromptLogits(model, 99, long_prompt, &want_whole));
   std::vector<size_t> ends;
   for (size_t end = 9; end < long_prompt.size(); end += 9) ends.push_back(end);
   ends.push_back(long_prompt.size());
   ASSERT_NO_FATAL_FAILURE(PrefillInChunks(*cluster, tp, 4, long_prompt, ends,
-                                          want->logits[0], "chunked prefill"));
+                                          want_whole, "chunked prefill"));
 
   // DCP: a long chunk after a short one, so that the compressors pool the
   // rank's (sparse) entries in several passes, the first reading positions
   // before the chunk from the state.
   if (dcp > 1) {
     const std::vector<int64_t> prompt = Prompt(2400, 11);
-    model::StepInput ref_long;
-    model::SequenceChunk lc;
-    lc.sequence_id = 98;
-    lc.tokens = prompt;
-    ref_long.chunks.push_back(lc);
-    absl::StatusOr<model::StepOutput> want_long = model.Step(ref_long);
-    ASSERT_TRUE(want_long.ok()) << want_long.status();
+    std::vector<float> want_long;
+    ASSERT_NO_FATAL_FAILURE(WholePromptLogits(model, 98, prompt, &want_long));
     ASSERT_NO_FATAL_FAILURE(PrefillInChunks(*cluster, tp, 5, prompt,
-                                            {100, 2400}, want_long->logits[0],
+                                            {100, 2400}, want_long,
                                             "a long chunk under DCP"));
   }
 

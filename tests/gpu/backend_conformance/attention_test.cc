@@ -237,8 +237,6 @@ TEST_P(AttentionTest, SoftmaxPoolMatchesReference) {
   }
 }
 
-// The official sparse_attn: per query its own key list (-1 = none), a
-// softmax with the sink's logit in the denominator.
 // Double-precision attention over per-query key lists idx [T, width] (-1 =
 // none, a row listed twice counting twice), with the sink when not null.
 void RefListAttention(const std::vector<float>& q, const std::vector<float>& kv,
@@ -295,6 +293,8 @@ void ExpectAttentionNear(const std::vector<float>& out,
   }
 }
 
+// The official sparse_attn: per query its own key list (-1 = none), a
+// softmax with the sink's logit in the denominator.
 TEST_P(AttentionTest, SparseAttentionOverPerQueryKeyLists) {
   const int heads = 3;
   const int64_t hd = 20, keys = 11, tokens = 4;
@@ -600,7 +600,7 @@ void RefCandidateBlocks(const std::vector<float>& scores, int64_t cols,
 // backend attends: warps over whole lists, lists split over blocks (200
 // chosen), and heads of more than 512 dimensions.
 TEST_P(AttentionTest, ChooseAndAttendAttendsTheChosenEntriesRows) {
-  const int heads = 3, fixed_width = 4;
+  const int heads = 3;
   const int64_t entries = 300, pool = 64;
   const std::vector<int64_t> visible = {300, 37, 0, 299, 5, 1000};
   const auto tokens = static_cast<int64_t>(visible.size());
@@ -612,17 +612,30 @@ TEST_P(AttentionTest, ChooseAndAttendAttendsTheChosenEntriesRows) {
   for (size_t i = 0; i < entry_rows.size(); ++i) {
     entry_rows[i] = i % 7 == 3 ? -1 : row_of(rng);
   }
-  std::vector<int32_t> fixed(tokens * fixed_width);
-  for (size_t i = 0; i < fixed.size(); ++i) {
-    fixed[i] = i % 5 == 1 ? -1 : row_of(rng);
-  }
   const std::vector<float> sink = {0.5f, -1.0f, 2.0f};
   Mat sm = Upload(sink, 1, heads);
   const Mat scores_m = Upload(scores, tokens, entries);
   const float index_scale = 0.7f, scale = 0.25f;
-  for (const auto& [hd, k] :
-       {std::pair<int64_t, int>{20, 1}, {20, 16}, {20, 200}, {520, 16}}) {
-    SCOPED_TRACE(testing::Message() << "hd " << hd << ", k " << k);
+  struct Case {
+    int64_t hd;
+    int k;
+    int fixed_width;
+    bool with_sink;
+  };
+  // The last: no fixed keys (a DCP rank holding none of the window) and no
+  // sink (DCP's partial attention), so the row seeing no entry has no key
+  // at all.
+  for (const Case& c :
+       {Case{20, 1, 4, true}, Case{20, 16, 4, true}, Case{20, 200, 4, true},
+        Case{520, 16, 4, true}, Case{20, 16, 0, false}}) {
+    SCOPED_TRACE(testing::Message() << "hd " << c.hd << ", k " << c.k
+                                    << ", fixed " << c.fixed_width);
+    const int64_t hd = c.hd;
+    const int k = c.k, fixed_width = c.fixed_width;
+    std::vector<int32_t> fixed(tokens * fixed_width);
+    for (size_t i = 0; i < fixed.size(); ++i) {
+      fixed[i] = i % 5 == 1 ? -1 : row_of(rng);
+    }
     const std::vector<float> q = Random(tokens * heads * hd);
     const std::vector<float> kv = Random(pool * hd);
     const Mat qm = Upload(q, tokens, heads * hd), km = Upload(kv, pool, hd);
@@ -635,18 +648,19 @@ TEST_P(AttentionTest, ChooseAndAttendAttendsTheChosenEntriesRows) {
     for (int64_t t = 0; t < tokens; ++t) {
       std::copy_n(fixed.begin() + t * fixed_width, fixed_width,
                   idx.begin() + t * width);
-      for (int32_t c = 0; c < counts[t]; ++c) {
-        idx[t * width + fixed_width + c] =
-            entry_rows[t * entries + ids[t * k + c]];
+      for (int32_t j = 0; j < counts[t]; ++j) {
+        idx[t * width + fixed_width + j] =
+            entry_rows[t * entries + ids[t * k + j]];
       }
     }
     std::vector<double> ref_out, ref_lse;
-    RefListAttention(q, kv, hd, heads, idx, width, scale, &sink, &ref_out,
-                     &ref_lse);
+    RefListAttention(q, kv, hd, heads, idx, width, scale,
+                     c.with_sink ? &sink : nullptr, &ref_out, &ref_lse);
+    const float* sink_data = c.with_sink ? sm.data() : nullptr;
     Mat out = Zeros(tokens, heads * hd), lse = Zeros(tokens, heads);
     backend_->ChooseAndAttend(
         scores_m.view, index_scale, visible, k, entry_rows, qm.view, km.view,
-        heads, fixed, fixed_width, scale, sm.data(), out.view, lse.view);
+        heads, fixed, fixed_width, scale, sink_data, out.view, lse.view);
     const std::vector<float> got_out = Download(out), got_lse = Download(lse);
     ExpectAttentionNear(got_out, got_lse, ref_out, ref_lse, 1e-5);
     // The same calls the choice coming back would make.
@@ -656,7 +670,7 @@ TEST_P(AttentionTest, ChooseAndAttendAttendsTheChosenEntriesRows) {
     ASSERT_EQ(back_ids, ids);
     Mat out2 = Zeros(tokens, heads * hd), lse2 = Zeros(tokens, heads);
     backend_->SparseAttention(qm.view, km.view, heads, idx, width, scale,
-                              sm.data(), out2.view, lse2.view);
+                              sink_data, out2.view, lse2.view);
     ExpectSameBits(got_out, Download(out2));
     ExpectSameBits(got_lse, Download(lse2));
   }
