@@ -4,7 +4,9 @@
 // attention against a device memcpy of the KV bytes it reads, a decode
 // step's attention for 1 and 16 sequences read in place from the pool in
 // one call against gathered per sequence (decode_attention_case.h), the
-// indexer's scores at decode against a device memcpy of the key bytes, and
+// indexer's scores at decode against a device memcpy of the key bytes, a
+// decode layer's choice and attention in one call against the choice
+// coming back to the host first, and
 // Linear of 16 and 512 tokens (the tiled kernel) against 1 token: how many
 // times cheaper a token is when the weight is decoded once for many (1.0 = no
 // gain), with prefill tokens per second; and a decode step of the tiny
@@ -18,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -331,6 +334,116 @@ std::string SampleFields(Backend& backend, int iters, std::mt19937& rng,
   return "";
 }
 
+// A V4 decode layer's choice and attention at V4-Flash's sizes on one rank
+// of TP 4 (16 heads of 512, 512 of 16,384 entries chosen: 64K tokens at
+// ratio 4, a 128-token window), keys scattered in a 64 MiB pool, for 1 and
+// 16 sequences: ChooseAndAttend (the choice stays on the device) over
+// SelectTopK, the lists made on the host from the ids it brings back, then
+// SparseAttention (what a decode layer did before), in the same run; below
+// 1 = the fused call is faster. Each repetition is one layer's worth, so the
+// round trip's wait for the ids counts once a layer, as in a step. Both are
+// checked to agree first. Returns an error or "".
+std::string ChooseFields(Backend& backend, int iters, std::mt19937& rng,
+                         std::vector<std::string>& fields) {
+  constexpr int kHeads = 16;
+  constexpr int64_t kHeadDim = 512;
+  constexpr int64_t kEntries = 16384;
+  constexpr int kTopK = 512;
+  constexpr int kWindow = 128;
+  constexpr int64_t kPoolRows = 32768;
+  absl::StatusOr<std::unique_ptr<Buffer>> pool =
+      backend.Allocate(kPoolRows * kHeadDim);
+  if (!pool.ok()) return "allocation";
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  {
+    std::vector<float> host(kPoolRows * kHeadDim);
+    for (float& v : host) v = normal(rng) * 0.05f;
+    backend.CopyFromHost(host, (*pool)->data());
+  }
+  std::uniform_int_distribution<int32_t> row_of(0, kPoolRows - 1);
+  const ConstMatrixView kv((*pool)->data(), kPoolRows, kHeadDim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  for (const int64_t sequences : {int64_t{1}, int64_t{16}}) {
+    absl::StatusOr<std::unique_ptr<Buffer>> scores =
+        backend.Allocate(sequences * kEntries);
+    absl::StatusOr<std::unique_ptr<Buffer>> q =
+        backend.Allocate(sequences * kHeads * kHeadDim);
+    absl::StatusOr<std::unique_ptr<Buffer>> out_a =
+        backend.Allocate(sequences * kHeads * kHeadDim);
+    absl::StatusOr<std::unique_ptr<Buffer>> out_b =
+        backend.Allocate(sequences * kHeads * kHeadDim);
+    absl::StatusOr<std::unique_ptr<Buffer>> lse_a =
+        backend.Allocate(sequences * kHeads);
+    absl::StatusOr<std::unique_ptr<Buffer>> lse_b =
+        backend.Allocate(sequences * kHeads);
+    if (!scores.ok() || !q.ok() || !out_a.ok() || !out_b.ok() || !lse_a.ok() ||
+        !lse_b.ok()) {
+      return "allocation";
+    }
+    std::vector<float> host(sequences * kEntries);
+    for (float& v : host) v = normal(rng);
+    backend.CopyFromHost(host, (*scores)->data());
+    host.resize(sequences * kHeads * kHeadDim);
+    for (float& v : host) v = normal(rng);
+    backend.CopyFromHost(host, (*q)->data());
+    std::vector<int32_t> entry_rows(sequences * kEntries);
+    for (int32_t& r : entry_rows) r = row_of(rng);
+    std::vector<int32_t> window(sequences * kWindow);
+    for (int32_t& r : window) r = row_of(rng);
+    const std::vector<int64_t> visible(sequences, kEntries);
+    const ConstMatrixView sv((*scores)->data(), sequences, kEntries);
+    const ConstMatrixView qv((*q)->data(), sequences, kHeads * kHeadDim);
+    const auto fused = [&](Buffer& out, Buffer& lse) {
+      backend.ChooseAndAttend(sv, 1.0f, visible, kTopK, entry_rows, qv, kv,
+                              kHeads, window, kWindow, scale, nullptr,
+                              out.view(sequences, kHeads * kHeadDim),
+                              lse.view(sequences, kHeads));
+    };
+    std::vector<int32_t> ids(sequences * kTopK), counts(sequences);
+    std::vector<int32_t> idx(sequences * (kWindow + kTopK));
+    const auto round_trip = [&](Buffer& out, Buffer& lse) {
+      backend.SelectTopK(sv, 1.0f, visible, kTopK, {}, 0, 1,
+                         absl::MakeSpan(ids), absl::MakeSpan(counts));
+      std::fill(idx.begin(), idx.end(), -1);
+      for (int64_t t = 0; t < sequences; ++t) {
+        int32_t* row = idx.data() + t * (kWindow + kTopK);
+        std::copy_n(window.begin() + t * kWindow, kWindow, row);
+        for (int32_t c = 0; c < counts[t]; ++c) {
+          row[kWindow + c] = entry_rows[t * kEntries + ids[t * kTopK + c]];
+        }
+      }
+      backend.SparseAttention(qv, kv, kHeads, idx, kWindow + kTopK, scale,
+                              nullptr, out.view(sequences, kHeads * kHeadDim),
+                              lse.view(sequences, kHeads));
+    };
+    const std::string name = absl::StrCat("decode_choose_b", sequences);
+    fused(**out_a, **lse_a);
+    round_trip(**out_b, **lse_b);
+    std::vector<float> a(sequences * kHeads * kHeadDim), b(a.size());
+    backend.CopyToHost((*out_a)->data(), absl::MakeSpan(a));
+    backend.CopyToHost((*out_b)->data(), absl::MakeSpan(b));
+    float most = 0.0f, diff = 0.0f;
+    for (size_t i = 0; i < a.size(); ++i) {
+      most = std::max(most, std::fabs(b[i]));
+      diff = std::max(diff, std::fabs(a[i] - b[i]));
+    }
+    if (!(diff <= 1e-4f * std::max(most, 1e-30f))) {
+      fields.push_back(absl::StrCat("\"", name,
+                                    "_error\": \"the fused call differs by ",
+                                    diff, " of ", most, "\""));
+      continue;
+    }
+    const double round_trip_s =
+        SecondsPerCall(backend, iters, [&] { round_trip(**out_b, **lse_b); });
+    const double fused_s =
+        SecondsPerCall(backend, iters, [&] { fused(**out_a, **lse_a); });
+    if (round_trip_s <= 0 || fused_s <= 0) return "choose: device error";
+    fields.push_back(absl::StrCat(
+        "\"", name, "_fused_over_round_trip\": ", fused_s / round_trip_s));
+  }
+  return "";
+}
+
 // `text` as the inside of a JSON string: quotes and backslashes escaped,
 // control characters as spaces.
 std::string JsonText(absl::string_view text) {
@@ -637,6 +750,10 @@ std::string Run(Backend& backend, int device, int iters) {
     return absl::StrCat("{\"error\": \"", error, "\"}");
   }
   if (const std::string error = SampleFields(backend, iters, rng, fields);
+      !error.empty()) {
+    return absl::StrCat("{\"error\": \"", error, "\"}");
+  }
+  if (const std::string error = ChooseFields(backend, iters, rng, fields);
       !error.empty()) {
     return absl::StrCat("{\"error\": \"", error, "\"}");
   }
