@@ -763,9 +763,70 @@ struct PoolAttention {
   }
 };
 
-// Writes the key of every one-token chunk marked in `which` (a chunk of
-// the step each) into its window ring slot, in one call: kv [T, hd] holds
-// the step's keys, a chunk's at its row.
+// The window keys this rank holds of a query at position p (pool rows,
+// oldest first; ForEachKeyOfQuery's).
+std::vector<int32_t> WindowRows(const LayerContext& ctx, const KvCache& cache,
+                                const SequenceState::LayerState& ls,
+                                int64_t p) {
+  const int64_t ring = ctx.WindowRing();
+  std::vector<int32_t> rows;
+  ForEachKeyOfQuery(
+      ctx.dcp, ctx.dims.sliding_window, p, {},
+      [&](int64_t q) { rows.push_back(cache.Row(ls.window, q % ring)); },
+      [](int32_t) {});
+  return rows;
+}
+
+// The indexer's choice and the attention of a chunk of n tokens (rows
+// [t0, t0 + n) of the step, positions [p0, p0 + n), `total` entries) that
+// attends in place, the choice never leaving the backend: a block of its
+// queries at a time (bounded workspace however long the context; every
+// rank blocks the same way, so the collectives inside stay in step) scored
+// against every entry, then ChooseAndAttendGroup with a row per query, each
+// seeing its own entries and window. Its keys are in their window slots
+// already.
+absl::Status ChooseAndAttendChunk(const LayerContext& ctx, KvCache& cache,
+                                  const ChosenAttention& at,
+                                  const std::vector<int32_t>& index_keys,
+                                  ConstMatrixView qi, ConstMatrixView wi,
+                                  const SequenceState::LayerState& ls,
+                                  const std::vector<int32_t>& entry_blocks,
+                                  int r, int64_t t0, int64_t p0, int64_t n) {
+  const int64_t total = (p0 + n) / r;
+  const int64_t block =
+      std::max<int64_t>(1, std::min<int64_t>(n, kMaxScoreFloats / total));
+  for (int64_t j0 = 0; j0 < n; j0 += block) {
+    const int64_t nb = std::min(block, n - j0);
+    std::vector<PendingChoice> queries(nb);
+    std::vector<const PendingChoice*> group(nb);
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t p = p0 + j0 + j;
+      PendingChoice& c = queries[j];
+      c.index_keys = &index_keys;
+      c.row = t0 + j0 + j;
+      c.total = (p + 1) / r;
+      c.entry_blocks = &entry_blocks;
+      c.window = WindowRows(ctx, cache, ls, p);
+      group[j] = &c;
+    }
+    Workspace::Scope scope(ctx.workspace);
+    ASSIGN_OR_RETURN(WorkBuffer scores, ctx.workspace.Take(nb * total));
+    if (ctx.dcp.enabled()) {
+      RETURN_IF_ERROR(ScoreDcpEntries(ctx, cache, index_keys, qi, wi, t0 + j0,
+                                      nb, total, scores.view(nb, total)));
+    } else {
+      RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, index_keys, qi, wi, t0 + j0,
+                                        nb, total, scores.view(nb, total)));
+    }
+    RETURN_IF_ERROR(
+        ChooseAndAttendGroup(ctx, cache, at, group, scores.view(nb, total)));
+  }
+  return absl::OkStatus();
+}
+
+// Writes the keys of every chunk marked in `which` (a chunk of the step
+// each) into their window ring slots, in one call: kv [T, hd] holds the
+// step's keys, a chunk's at its rows.
 absl::Status WriteWindowKeys(const LayerContext& ctx, KvCache& cache,
                              const StepBatch& batch, int layer,
                              const std::vector<bool>& which, MatrixView kv) {
@@ -774,12 +835,13 @@ absl::Status WriteWindowKeys(const LayerContext& ctx, KvCache& cache,
   int64_t row = 0;
   for (size_t ci = 0; ci < batch.input.chunks.size(); ++ci) {
     const SequenceChunk& c = batch.input.chunks[ci];
-    if (which[ci]) {
-      rows.push_back(static_cast<int32_t>(row));
+    const auto n = static_cast<int64_t>(c.tokens.size());
+    for (int64_t j = 0; which[ci] && j < n; ++j) {
+      rows.push_back(static_cast<int32_t>(row + j));
       slots.push_back(cache.Row(batch.seqs[ci]->layers[layer].window,
-                                c.start_position % ring));
+                                (c.start_position + j) % ring));
     }
-    row += static_cast<int64_t>(c.tokens.size());
+    row += n;
   }
   if (rows.empty()) return absl::OkStatus();
   const auto n = static_cast<int64_t>(rows.size());
@@ -892,11 +954,24 @@ absl::Status AttentionForward(const LayerContext& ctx,
       batch.input.chunks.size());
   std::vector<PendingChoice> pending;
   PoolAttention in_place;
-  // V4's one-token chunks attend the entries their indexer chooses right
-  // away, the choice never coming back to the host (V4.1's layers after the
-  // index source reuse the choice, so it comes back there).
-  const bool attend_chosen = !v41 && AttendsInPlace(ctx, 1);
+  // V4's chunks that attend in place (decode and speculative verify steps)
+  // attend the entries their indexer chooses right away, the choice never
+  // coming back to the host (V4.1's layers after an index source reuse its
+  // choice, so it comes back there); their keys go into their window slots
+  // first.
   std::vector<bool> attended(batch.input.chunks.size(), false);
+  if (!v41 && r > 0 && w.indexer != nullptr) {
+    for (size_t ci = 0; ci < batch.input.chunks.size(); ++ci) {
+      const SequenceChunk& c = batch.input.chunks[ci];
+      const auto n = static_cast<int64_t>(c.tokens.size());
+      attended[ci] = AttendsInPlace(ctx, n) && (c.start_position + n) / r > 0;
+    }
+  }
+  const ChosenAttention attention{.w = &w,
+                                  .q = qv,
+                                  .heads = heads,
+                                  .o_att = o_att.view(T, heads * hd),
+                                  .lse = lse.view(T, heads)};
   // Every chunk's compressors together (their entries pooled in a few
   // calls), before any chunk's indexer reads the entries they complete.
   const auto owned = [&](int64_t e) { return ctx.dcp.OwnsEntry(e); };
@@ -961,6 +1036,8 @@ absl::Status AttentionForward(const LayerContext& ctx,
       return StoreEntries(ctx, cache, index_blocks_of, entries, e);
     }));
   }
+  RETURN_IF_ERROR(
+      WriteWindowKeys(ctx, cache, batch, layer, attended, kv.view(T, hd)));
   int64_t t0 = 0;
   for (size_t ci = 0; ci < batch.input.chunks.size(); ++ci) {
     const SequenceChunk& c = batch.input.chunks[ci];
@@ -996,18 +1073,15 @@ absl::Status AttentionForward(const LayerContext& ctx,
                   is_candidate_source ? sc.candidate_blocks.data() : nullptr,
               .entry_blocks = nullptr,
               .window = {}});
-          if (attend_chosen) {
-            const SequenceState::LayerState& ls = seq.layers[layer];
-            const int64_t ring = ctx.WindowRing();
+          if (attended[ci]) {
             choice.entry_blocks = &seq.layers[src].entries;
-            ForEachKeyOfQuery(
-                ctx.dcp, d.sliding_window, p0, {},
-                [&](int64_t q) {
-                  choice.window.push_back(cache.Row(ls.window, q % ring));
-                },
-                [](int32_t) {});
-            attended[ci] = true;
+            choice.window = WindowRows(ctx, cache, seq.layers[layer], p0);
           }
+        } else if (attended[ci]) {
+          RETURN_IF_ERROR(ChooseAndAttendChunk(
+              ctx, cache, attention, key_blocks, qi.view(T, hI * dI),
+              wi.view(T, hI), seq.layers[layer], seq.layers[src].entries, r, t0,
+              p0, n));
         } else {
           // The scores of a block of queries at a time: bounded workspace
           // however long the context (every rank blocks the same way, so
@@ -1053,18 +1127,11 @@ absl::Status AttentionForward(const LayerContext& ctx,
     }
     t0 += n;
   }
-  // The one-token chunks' choices, made together (those attended right away
-  // after their keys go into their window slots); then what every chunk's
-  // indexer chose is what the layers reusing it attend.
-  RETURN_IF_ERROR(
-      WriteWindowKeys(ctx, cache, batch, layer, attended, kv.view(T, hd)));
-  RETURN_IF_ERROR(
-      ChooseTogether(ctx, cache, qi.view(T, hI * dI), wi.view(T, hI), pending,
-                     ChosenAttention{.w = &w,
-                                     .q = qv,
-                                     .heads = heads,
-                                     .o_att = o_att.view(T, heads * hd),
-                                     .lse = lse.view(T, heads)}));
+  // The one-token chunks' choices, made together (and attended, where they
+  // attend in place); then what every chunk's indexer chose is what the
+  // layers reusing it attend.
+  RETURN_IF_ERROR(ChooseTogether(ctx, cache, qi.view(T, hI * dI),
+                                 wi.view(T, hI), pending, attention));
   if (r > 0 && w.indexer != nullptr) {
     for (size_t ci = 0; ci < batch.input.chunks.size(); ++ci) {
       shared.chunks[ci].selected = selections[ci];
