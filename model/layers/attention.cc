@@ -343,11 +343,15 @@ absl::Status SelectOnBackend(const LayerContext& ctx, KvCache& cache,
   return absl::OkStatus();
 }
 
-// A one-token chunk whose indexer chooses its entries (ChooseTogether).
+// A one-token chunk whose indexer chooses its entries (ChooseTogether), or
+// one query of a chunk that attends its choice right away
+// (ChooseAndAttendChunk).
 struct PendingChoice {
   const std::vector<int32_t>* index_keys = nullptr;
-  int64_t row = 0;    // the query's row of qi / wi
-  int64_t total = 0;  // its entries (>= 1), every one visible to it
+  int64_t row = 0;  // the query's row of qi / wi
+  // Its entries, every one visible to it (>= 1 in ChooseTogether; a verify
+  // chunk's first queries may see none).
+  int64_t total = 0;
   // Its V4.1 candidate blocks (null: none).
   const std::vector<int32_t>* candidates = nullptr;
   std::vector<int32_t>* selected = nullptr;
@@ -456,8 +460,9 @@ absl::Status ScoreEachDcpEntries(const LayerContext& ctx, KvCache& cache,
   return absl::OkStatus();
 }
 
-// The attention of a group of one-token chunks over their window keys and
-// the entries their scores [k, width] choose, the choice never leaving the
+// The attention of a group of queries (one-token chunks, or a chunk's
+// queries) over their window keys and the entries their scores [rows,
+// width] choose, the choice never leaving the
 // backend (Backend::ChooseAndAttend): the same keys PoolAttention lists.
 // The chunks' keys are in the pool already (their window slots written).
 absl::Status ChooseAndAttendGroup(const LayerContext& ctx, KvCache& cache,
@@ -778,9 +783,9 @@ std::vector<int32_t> WindowRows(const LayerContext& ctx, const KvCache& cache,
 }
 
 // The indexer's choice and the attention of a chunk of n tokens (rows
-// [t0, t0 + n) of the step, positions [p0, p0 + n), `total` entries) that
-// attends in place, the choice never leaving the backend: a block of its
-// queries at a time (bounded workspace however long the context; every
+// [t0, t0 + n) of the step, positions [p0, p0 + n), (p0 + n) / r >= 1
+// entries) that attends in place, the choice never leaving the backend: a block
+// of its queries at a time (bounded workspace however long the context; every
 // rank blocks the same way, so the collectives inside stay in step) scored
 // against every entry, then ChooseAndAttendGroup with a row per query, each
 // seeing its own entries and window. Its keys are in their window slots
@@ -946,8 +951,9 @@ absl::Status AttentionForward(const LayerContext& ctx,
 
   const int src = d.CacheSource(layer);
   // First every chunk's compressors and which entries its queries attend
-  // (one-token chunks' indexer choices made together after the others);
-  // then the attention, where decode-size chunks attend where their keys
+  // (one-token chunks' indexer choices made together after the others; V4's
+  // chunks that attend in place attended with their choice there); then the
+  // attention of the others, where decode-size chunks attend where their keys
   // are, together (see AttendsInPlace), a chunk that does not ending the run
   // before it.
   std::vector<std::vector<std::vector<int32_t>>> selections(
@@ -1146,7 +1152,7 @@ absl::Status AttentionForward(const LayerContext& ctx,
     const std::vector<int32_t>* entry_blocks =
         r > 0 ? &layers[src].entries : nullptr;
     if (attended[ci]) {
-      // Attended with its choice (ChooseTogether).
+      // Attended with its choice (ChooseTogether or ChooseAndAttendChunk).
       in_place.Run(ctx, w, cache, qv, heads, kv.view(T, hd),
                    o_att.view(T, heads * hd), lse.view(T, heads));
     } else if (AttendsInPlace(ctx, n)) {
