@@ -310,6 +310,23 @@ void ChooseOnBackend(const LayerContext& ctx, ConstMatrixView scores,
   }
 }
 
+// The whole indexer scores (unscaled) of queries rows [t0, t0 + out.rows)
+// of qi / wi against the `out.cols` entries of the cache, on every rank:
+// under DCP each rank scores the entries it owns and they are gathered
+// (ScoreDcpEntries), else each rank scores every entry with its heads and
+// the ranks add up (ScoreOwnedEntries).
+absl::Status ScoreEntries(const LayerContext& ctx, KvCache& cache,
+                          const std::vector<int32_t>& index_keys,
+                          ConstMatrixView qi, ConstMatrixView wi, int64_t t0,
+                          MatrixView out) {
+  if (ctx.dcp.enabled()) {
+    return ScoreDcpEntries(ctx, cache, index_keys, qi, wi, t0, out.rows,
+                           out.cols, out);
+  }
+  return ScoreOwnedEntries(ctx, cache, index_keys, qi, wi, t0, out.rows,
+                           out.cols, out);
+}
+
 // The indexer's choice for queries rows [t0, t0 + n) of qi / wi, query j
 // seeing entries below visible[j] of `total`: scored, then chosen where the
 // scores are (ChooseOnBackend).
@@ -331,13 +348,8 @@ absl::Status SelectOnBackend(const LayerContext& ctx, KvCache& cache,
   Workspace& ws = ctx.workspace;
   Workspace::Scope scope(ws);
   ASSIGN_OR_RETURN(WorkBuffer scores, ws.Take(n * total));
-  if (ctx.dcp.enabled()) {
-    RETURN_IF_ERROR(ScoreDcpEntries(ctx, cache, index_keys, qi, wi, t0, n,
-                                    total, scores.view(n, total)));
-  } else {
-    RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, index_keys, qi, wi, t0, n,
-                                      total, scores.view(n, total)));
-  }
+  RETURN_IF_ERROR(
+      ScoreEntries(ctx, cache, index_keys, qi, wi, t0, scores.view(n, total)));
   ChooseOnBackend(ctx, scores.view(n, total), visible, candidates, selected,
                   chosen_blocks);
   return absl::OkStatus();
@@ -816,13 +828,8 @@ absl::Status ChooseAndAttendChunk(const LayerContext& ctx, KvCache& cache,
     }
     Workspace::Scope scope(ctx.workspace);
     ASSIGN_OR_RETURN(WorkBuffer scores, ctx.workspace.Take(nb * total));
-    if (ctx.dcp.enabled()) {
-      RETURN_IF_ERROR(ScoreDcpEntries(ctx, cache, index_keys, qi, wi, t0 + j0,
-                                      nb, total, scores.view(nb, total)));
-    } else {
-      RETURN_IF_ERROR(ScoreOwnedEntries(ctx, cache, index_keys, qi, wi, t0 + j0,
-                                        nb, total, scores.view(nb, total)));
-    }
+    RETURN_IF_ERROR(ScoreEntries(ctx, cache, index_keys, qi, wi, t0 + j0,
+                                 scores.view(nb, total)));
     RETURN_IF_ERROR(
         ChooseAndAttendGroup(ctx, cache, at, group, scores.view(nb, total)));
   }
